@@ -1,0 +1,191 @@
+package identity
+
+import (
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.uber.org/goleak"
+
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func digestOf(fn func(e *Encoder)) digest.Digest {
+	var e Encoder
+	fn(&e)
+	return e.Digest()
+}
+
+func TestEncodingKeepsValuesApart(t *testing.T) {
+	cases := map[string]func(e *Encoder){
+		`string "1"`: func(e *Encoder) { e.String("1") },
+		`int 1`:      func(e *Encoder) { e.Int(1) },
+		`double 1`:   func(e *Encoder) { e.Double(1) },
+		`uint 1`:     func(e *Encoder) { e.Uint(1) },
+		`bool true`:  func(e *Encoder) { e.Bool(true) },
+		`bytes "1"`:  func(e *Encoder) { e.Bytes([]byte("1")) },
+		`empty str`:  func(e *Encoder) { e.String("") },
+		`missing`:    func(e *Encoder) { e.Missing() },
+		`"ab","c"`:   func(e *Encoder) { e.String("ab"); e.String("c") },
+		`"a","bc"`:   func(e *Encoder) { e.String("a"); e.String("bc") },
+		`empty map`: func(e *Encoder) { e.Map(pcommon.NewMap(), nil) },
+		`empty slice`: func(e *Encoder) {
+			e.Slice(pcommon.NewSlice())
+		},
+		`map{a:1}`: func(e *Encoder) {
+			m := pcommon.NewMap()
+			m.PutInt("a", 1)
+			e.Map(m, nil)
+		},
+		`map{a:"1"}`: func(e *Encoder) {
+			m := pcommon.NewMap()
+			m.PutStr("a", "1")
+			e.Map(m, nil)
+		},
+		`slice[1,2]`: func(e *Encoder) {
+			s := pcommon.NewSlice()
+			s.AppendEmpty().SetInt(1)
+			s.AppendEmpty().SetInt(2)
+			e.Slice(s)
+		},
+		`slice[2,1]`: func(e *Encoder) {
+			s := pcommon.NewSlice()
+			s.AppendEmpty().SetInt(2)
+			s.AppendEmpty().SetInt(1)
+			e.Slice(s)
+		},
+		`trace id`: func(e *Encoder) { e.TraceID(pcommon.TraceID{1}) },
+		`span id`:  func(e *Encoder) { e.SpanID(pcommon.SpanID{1}) },
+		`field 1`:  func(e *Encoder) { e.Field(1) },
+		`field 2`:  func(e *Encoder) { e.Field(2) },
+	}
+	seen := map[digest.Digest]string{}
+	for name, fn := range cases {
+		dg := digestOf(fn)
+		if other, dup := seen[dg]; dup {
+			t.Errorf("%s and %s encode alike", name, other)
+		}
+		seen[dg] = name
+	}
+	if len(seen) != len(cases) {
+		t.Fatalf("%d distinct digests for %d cases", len(seen), len(cases))
+	}
+}
+
+func TestMapOrderDoesNotMatterButContentDoes(t *testing.T) {
+	a := pcommon.NewMap()
+	a.PutStr("x", "1")
+	a.PutInt("y", 2)
+	a.PutEmptyMap("z").PutStr("k", "v")
+	b := pcommon.NewMap()
+	b.PutEmptyMap("z").PutStr("k", "v")
+	b.PutInt("y", 2)
+	b.PutStr("x", "1")
+	da := digestOf(func(e *Encoder) { e.Map(a, nil) })
+	db := digestOf(func(e *Encoder) { e.Map(b, nil) })
+	if da != db {
+		t.Fatal("maps with the same entries in another order differ")
+	}
+	b.PutStr("x", "2")
+	if digestOf(func(e *Encoder) { e.Map(b, nil) }) == da {
+		t.Fatal("maps with different values encode alike")
+	}
+	// Skipping a key is the same as not having it.
+	b.PutStr("x", "1")
+	b.PutStr("received_at", "now")
+	skip := func(k string) bool { return k == "received_at" }
+	if digestOf(func(e *Encoder) { e.Map(b, skip) }) != da {
+		t.Fatal("a skipped key changed the digest")
+	}
+}
+
+// TestAnyMatchesValue is the promise the fast path rests on: a pdata value
+// and the Go value OTTL returns for it encode alike.
+func TestAnyMatchesValue(t *testing.T) {
+	m := pcommon.NewMap()
+	m.PutStr("s", "hello")
+	m.PutInt("i", -3)
+	m.PutDouble("d", 2.5)
+	m.PutBool("b", true)
+	m.PutEmptyBytes("y").FromRaw([]byte{0, 1, 2})
+	m.PutEmptyMap("m").PutStr("k", "v")
+	m.PutEmptySlice("l").AppendEmpty().SetStr("e")
+	goValues := map[string]any{
+		"s": "hello", "i": int64(-3), "d": 2.5, "b": true, "y": []byte{0, 1, 2},
+	}
+	for k, v := range m.All() {
+		want := digestOf(func(e *Encoder) { e.Value(v) })
+		var got digest.Digest
+		switch v.Type() {
+		case pcommon.ValueTypeMap:
+			got = digestOf(func(e *Encoder) { e.Any(v.Map()) })
+		case pcommon.ValueTypeSlice:
+			got = digestOf(func(e *Encoder) { e.Any(v.Slice()) })
+		default:
+			got = digestOf(func(e *Encoder) { e.Any(goValues[k]) })
+		}
+		if got != want {
+			t.Errorf("%s: Any and Value differ", k)
+		}
+	}
+	if digestOf(func(e *Encoder) { e.Any(map[string]any{"k": "v"}) }) != digestOf(func(e *Encoder) { e.Map(mapOf("k", "v"), nil) }) {
+		t.Error("map[string]any and pcommon.Map differ")
+	}
+}
+
+func mapOf(k, v string) pcommon.Map {
+	m := pcommon.NewMap()
+	m.PutStr(k, v)
+	return m
+}
+
+func TestAnyMissing(t *testing.T) {
+	var e Encoder
+	for _, v := range []any{nil, pcommon.TraceID{}, pcommon.SpanID{}, pcommon.NewValueEmpty()} {
+		if e.Any(v) {
+			t.Errorf("Any(%#v) = true, want false (missing)", v)
+		}
+	}
+	if e.Len() != 0 {
+		t.Fatalf("missing values encoded %d bytes", e.Len())
+	}
+	for _, v := range []any{"", int64(0), false, time.Unix(0, 0), time.Duration(0), []any{"a"}, struct{ A int }{1}} {
+		if !e.Any(v) {
+			t.Errorf("Any(%#v) = false, want true", v)
+		}
+	}
+}
+
+func TestResetDropsHugeBuffers(t *testing.T) {
+	var e Encoder
+	e.String(string(make([]byte, 1<<20)))
+	e.Reset()
+	if cap(e.buf) > maxRetainedBuffer {
+		t.Fatalf("kept a %d-byte buffer after Reset", cap(e.buf))
+	}
+}
+
+func FuzzEncodingIsInjective(f *testing.F) {
+	f.Add("a", "bc", int64(1), "1")
+	f.Add("ab", "c", int64(0), "")
+	f.Add("", "", int64(-1), "\xff")
+	f.Fuzz(func(t *testing.T, a, b string, i int64, s string) {
+		// Two different splits of the same bytes never collide.
+		d1 := digestOf(func(e *Encoder) { e.String(a); e.String(b) })
+		d2 := digestOf(func(e *Encoder) { e.String(a + b); e.String("") })
+		if b != "" && d1 == d2 {
+			t.Fatalf("(%q,%q) collides with (%q,\"\")", a, b, a+b)
+		}
+		// A string never encodes like an int.
+		if digestOf(func(e *Encoder) { e.String(s) }) == digestOf(func(e *Encoder) { e.Int(i) }) {
+			t.Fatalf("string %q collides with int %d", s, i)
+		}
+		// Value and Any agree on strings, including invalid UTF-8.
+		v := pcommon.NewValueStr(s)
+		if digestOf(func(e *Encoder) { e.Value(v) }) != digestOf(func(e *Encoder) { e.Any(s) }) {
+			t.Fatalf("Value and Any differ for %q", s)
+		}
+	})
+}

@@ -1,0 +1,276 @@
+// Package localcache is the local tier: a bounded, sharded set of digests,
+// each remembered for a fixed window from its first claim.
+//
+// Every key lives exactly one window, so the order keys were claimed in is
+// also the order they expire in. Each shard therefore keeps its keys in a
+// ring in claim order: the head is both the next key to expire and the oldest
+// key, which makes expiry and evict-oldest-first the same O(1) pop. The ring
+// and the index hold no pointers, so the garbage collector never scans them,
+// however many keys are remembered.
+package localcache
+
+import (
+	"sync"
+
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
+)
+
+// Result is the outcome of a Claim.
+type Result uint8
+
+const (
+	// Claimed: the digest was not held; it now is, by the caller's token.
+	Claimed Result = iota
+	// HeldBySelf: the digest is held by the caller's own token (a copy
+	// earlier in the same batch).
+	HeldBySelf
+	// Held: the digest is held by another claim within its window.
+	Held
+)
+
+// NoToken marks an entry that no in-flight claim owns (restored, committed
+// or learned from the shared tier); Release never removes it.
+const NoToken uint64 = 0
+
+// chunkSize is how many ring slots are allocated at a time, so an idle cache
+// with a large bound does not reserve its whole ring up front.
+const chunkSize = 4096
+
+type slot struct {
+	d       digest.Digest
+	expires int64 // unix nanoseconds; 0 marks a released slot
+	token   uint64
+}
+
+type shard struct {
+	mu      sync.Mutex
+	index   map[digest.Digest]uint32 // digest -> ring position
+	chunks  [][]slot
+	size    int // ring capacity of this shard
+	head    int // position of the oldest slot
+	used    int // slots between head and tail, released ones included
+	live    int // slots holding a key
+	evicted int64
+	_       [40]byte // keep shards on separate cache lines
+}
+
+// Cache is safe for concurrent use. Claims of different digests mostly take
+// different locks; no lock is held across more than one digest.
+type Cache struct {
+	shards []shard
+	mask   uint64
+	window int64
+}
+
+// New returns a cache of at most maxEntries digests, each remembered for
+// window nanoseconds from its first claim. maxEntries must be >= 1.
+func New(maxEntries int, windowNanos int64) *Cache {
+	n := shardCount(maxEntries)
+	c := &Cache{shards: make([]shard, n), mask: uint64(n - 1), window: windowNanos}
+	base, extra := maxEntries/n, maxEntries%n
+	for i := range c.shards {
+		size := base
+		if i < extra {
+			size++
+		}
+		c.shards[i].size = size
+		c.shards[i].index = make(map[digest.Digest]uint32)
+		c.shards[i].chunks = make([][]slot, (size+chunkSize-1)/chunkSize)
+	}
+	return c
+}
+
+// shardCount keeps small caches in one shard, so their eviction order is
+// exactly oldest first, and spreads large ones over 64 locks; there the order
+// is oldest first within each shard, which digests fill evenly.
+func shardCount(maxEntries int) int {
+	if maxEntries < 64*1024 {
+		return 1
+	}
+	return 64
+}
+
+func (c *Cache) shardOf(d digest.Digest) *shard {
+	return &c.shards[d.Lo&c.mask]
+}
+
+// Claim records d for token unless it is already held within its window.
+// now is unix nanoseconds. When the cache is full, the oldest key is evicted
+// to make room: a new key is never refused.
+func (c *Cache) Claim(d digest.Digest, token uint64, now int64) (Result, uint64) {
+	s := c.shardOf(d)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.expire(now)
+	if pos, ok := s.index[d]; ok {
+		sl := s.at(int(pos))
+		switch {
+		case sl.expires <= now:
+			// Only an inserted key can expire behind a later one; it is gone.
+			sl.expires = 0
+			delete(s.index, d)
+			s.live--
+		case token != NoToken && sl.token == token:
+			return HeldBySelf, sl.token
+		default:
+			return Held, sl.token
+		}
+	}
+	s.push(d, now+c.window, token, now)
+	return Claimed, token
+}
+
+// Insert remembers d as held until expires (unix nanoseconds) without a
+// token, e.g. when restoring a snapshot. It returns false if d is already
+// held or expires is not after now.
+func (c *Cache) Insert(d digest.Digest, expires, now int64) bool {
+	if expires <= now {
+		return false
+	}
+	s := c.shardOf(d)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.expire(now)
+	if _, ok := s.index[d]; ok {
+		return false
+	}
+	s.push(d, expires, NoToken, now)
+	return true
+}
+
+// Release forgets d if it is still held by token, so a later copy is
+// claimed anew. It reports whether d was released.
+func (c *Cache) Release(d digest.Digest, token uint64) bool {
+	s := c.shardOf(d)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	pos, ok := s.index[d]
+	if !ok {
+		return false
+	}
+	sl := s.at(int(pos))
+	if sl.token != token || token == NoToken {
+		return false
+	}
+	sl.expires = 0
+	delete(s.index, d)
+	s.live--
+	return true
+}
+
+// Disown clears the token of d if token holds it, so that a later Release by
+// that token keeps it: the key is now owned by someone else (the shared tier
+// said so) or committed.
+func (c *Cache) Disown(d digest.Digest, token uint64) {
+	s := c.shardOf(d)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if pos, ok := s.index[d]; ok {
+		if sl := s.at(int(pos)); sl.token == token {
+			sl.token = NoToken
+		}
+	}
+}
+
+// Len is the number of keys held, after dropping those expired by now.
+func (c *Cache) Len(now int64) int {
+	n := 0
+	for i := range c.shards {
+		s := &c.shards[i]
+		s.mu.Lock()
+		s.expire(now)
+		n += s.live
+		s.mu.Unlock()
+	}
+	return n
+}
+
+// Evictions is the number of keys evicted, since the cache was made, before
+// their window ended: a sign that maxEntries is too small for the traffic.
+func (c *Cache) Evictions() int64 {
+	var n int64
+	for i := range c.shards {
+		s := &c.shards[i]
+		s.mu.Lock()
+		n += s.evicted
+		s.mu.Unlock()
+	}
+	return n
+}
+
+// Range calls fn for each held key with its expiry, oldest first per shard,
+// holding one shard's lock at a time. fn must not call the cache.
+func (c *Cache) Range(now int64, fn func(d digest.Digest, expires int64)) {
+	for i := range c.shards {
+		s := &c.shards[i]
+		s.mu.Lock()
+		s.expire(now)
+		for k := 0; k < s.used; k++ {
+			sl := s.at((s.head + k) % s.size)
+			if sl.expires != 0 {
+				fn(sl.d, sl.expires)
+			}
+		}
+		s.mu.Unlock()
+	}
+}
+
+func (s *shard) at(pos int) *slot {
+	chunk := s.chunks[pos/chunkSize]
+	if chunk == nil {
+		n := chunkSize
+		if rest := s.size - pos/chunkSize*chunkSize; rest < n {
+			n = rest
+		}
+		chunk = make([]slot, n)
+		s.chunks[pos/chunkSize] = chunk
+	}
+	return &chunk[pos%chunkSize]
+}
+
+// expire pops the keys whose window has ended, and released slots, from the
+// head of the ring.
+func (s *shard) expire(now int64) {
+	for s.used > 0 {
+		sl := s.at(s.head)
+		if sl.expires > now {
+			return
+		}
+		s.pop(sl)
+	}
+}
+
+func (s *shard) pop(sl *slot) {
+	if sl.expires != 0 {
+		delete(s.index, sl.d)
+		s.live--
+	}
+	s.head++
+	if s.head == s.size {
+		s.head = 0
+	}
+	s.used--
+}
+
+// push appends a key at the tail, evicting the head when the ring is full.
+// A key given to Insert may expire before keys ahead of it in the ring; it
+// then waits for the head to reach it (counting toward the bound meanwhile),
+// and Claim treats it as absent once its expiry has passed.
+func (s *shard) push(d digest.Digest, expires int64, token uint64, now int64) {
+	if s.used == s.size {
+		sl := s.at(s.head)
+		if sl.expires > now {
+			s.evicted++
+		}
+		s.pop(sl)
+	}
+	pos := s.head + s.used
+	if pos >= s.size {
+		pos -= s.size
+	}
+	sl := s.at(pos)
+	*sl = slot{d: d, expires: expires, token: token}
+	s.index[d] = uint32(pos)
+	s.used++
+	s.live++
+}

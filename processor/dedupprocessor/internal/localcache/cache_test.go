@@ -1,0 +1,180 @@
+package localcache
+
+import (
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func d(i uint64) digest.Digest { return digest.Digest{Hi: i * 0x9e3779b97f4a7c15, Lo: i} }
+
+func TestClaimWithinAndAfterWindow(t *testing.T) {
+	c := New(10, 100)
+	if r, _ := c.Claim(d(1), 7, 1000); r != Claimed {
+		t.Fatalf("first claim: got %v, want Claimed", r)
+	}
+	if r, owner := c.Claim(d(1), 7, 1050); r != HeldBySelf || owner != 7 {
+		t.Fatalf("same token: got %v/%d, want HeldBySelf/7", r, owner)
+	}
+	if r, owner := c.Claim(d(1), 8, 1099); r != Held || owner != 7 {
+		t.Fatalf("other token inside window: got %v/%d, want Held/7", r, owner)
+	}
+	// The window is fixed from the first claim: the sightings above did not
+	// extend it, so at 1100 the key is new again.
+	if r, _ := c.Claim(d(1), 9, 1100); r != Claimed {
+		t.Fatalf("at window end: got %v, want Claimed", r)
+	}
+	if n := c.Len(1100); n != 1 {
+		t.Fatalf("Len = %d, want 1", n)
+	}
+	if n := c.Len(1200); n != 0 {
+		t.Fatalf("Len after expiry = %d, want 0", n)
+	}
+	if ev := c.Evictions(); ev != 0 {
+		t.Fatalf("Evictions = %d, want 0 (expiry is not eviction)", ev)
+	}
+}
+
+func TestEvictsOldestFirstAndCountsEarlyEvictions(t *testing.T) {
+	c := New(3, 1000)
+	for i := uint64(1); i <= 3; i++ {
+		c.Claim(d(i), i, int64(i))
+	}
+	// Full: claiming a 4th evicts key 1 (the oldest) before its window ended.
+	if r, _ := c.Claim(d(4), 4, 10); r != Claimed {
+		t.Fatalf("claim into full cache: got %v, want Claimed (a new key is never refused)", r)
+	}
+	if got := c.Evictions(); got != 1 {
+		t.Fatalf("Evictions = %d, want 1", got)
+	}
+	if r, _ := c.Claim(d(1), 99, 11); r != Claimed {
+		t.Fatalf("evicted key 1: got %v, want Claimed", r)
+	}
+	// That evicted key 2, the next oldest; 3 and 4 are still held.
+	for _, k := range []uint64{3, 4} {
+		if r, _ := c.Claim(d(k), 99, 12); r != Held {
+			t.Fatalf("key %d: got %v, want Held", k, r)
+		}
+	}
+	if r, _ := c.Claim(d(2), 99, 13); r != Claimed {
+		t.Fatalf("key 2 should have been evicted second")
+	}
+	if got := c.Evictions(); got != 3 {
+		t.Fatalf("Evictions = %d, want 3", got)
+	}
+	if n := c.Len(13); n != 3 {
+		t.Fatalf("Len = %d, want 3 (the bound)", n)
+	}
+	// Evicting a key whose window already ended is not an early eviction.
+	c2 := New(1, 10)
+	c2.Claim(d(1), 1, 0)
+	c2.Claim(d(2), 2, 10)
+	if got := c2.Evictions(); got != 0 {
+		t.Fatalf("Evictions after expiry = %d, want 0", got)
+	}
+}
+
+func TestReleaseOnlyByOwner(t *testing.T) {
+	c := New(10, 1000)
+	c.Claim(d(1), 5, 0)
+	if c.Release(d(1), 6) {
+		t.Fatal("released by a token that does not own the key")
+	}
+	if !c.Release(d(1), 5) {
+		t.Fatal("owner could not release")
+	}
+	if c.Release(d(1), 5) {
+		t.Fatal("released twice")
+	}
+	if r, _ := c.Claim(d(1), 7, 1); r != Claimed {
+		t.Fatalf("after release: got %v, want Claimed", r)
+	}
+	c.Disown(d(1), 7)
+	if c.Release(d(1), 7) {
+		t.Fatal("released a disowned key")
+	}
+	if n := c.Len(2); n != 1 {
+		t.Fatalf("Len = %d, want 1", n)
+	}
+}
+
+func TestReleasedSlotsDoNotCount(t *testing.T) {
+	c := New(2, 1000)
+	c.Claim(d(1), 1, 0)
+	c.Release(d(1), 1)
+	c.Claim(d(2), 2, 1)
+	c.Claim(d(3), 3, 2) // the released slot is reclaimed, not an eviction of a live key
+	if got := c.Evictions(); got != 0 {
+		t.Fatalf("Evictions = %d, want 0", got)
+	}
+	if n := c.Len(3); n != 2 {
+		t.Fatalf("Len = %d, want 2", n)
+	}
+}
+
+func TestInsertAndRange(t *testing.T) {
+	c := New(10, 1000)
+	if !c.Insert(d(1), 500, 0) {
+		t.Fatal("Insert refused a fresh key")
+	}
+	if c.Insert(d(1), 600, 0) {
+		t.Fatal("Insert accepted a held key")
+	}
+	if c.Insert(d(2), 5, 10) {
+		t.Fatal("Insert accepted an already expired key")
+	}
+	c.Claim(d(3), 3, 20)
+	got := map[digest.Digest]int64{}
+	c.Range(20, func(k digest.Digest, exp int64) { got[k] = exp })
+	if len(got) != 2 || got[d(1)] != 500 || got[d(3)] != 1020 {
+		t.Fatalf("Range = %v", got)
+	}
+	if r, _ := c.Claim(d(1), 4, 500); r != Claimed {
+		t.Fatalf("inserted key past its expiry: got %v, want Claimed", r)
+	}
+}
+
+func TestLargeCacheIsShardedAndBounded(t *testing.T) {
+	const max = 100_000
+	c := New(max, 1<<62)
+	for i := uint64(0); i < 3*max; i++ {
+		c.Claim(d(i), 1, 0)
+	}
+	if n := c.Len(0); n != max {
+		t.Fatalf("Len = %d, want %d", n, max)
+	}
+	if ev := c.Evictions(); ev != 2*max {
+		t.Fatalf("Evictions = %d, want %d", ev, 2*max)
+	}
+}
+
+// TestConcurrentClaimsExactlyOnce races goroutines over the same digests:
+// each digest is Claimed exactly once in total.
+func TestConcurrentClaimsExactlyOnce(t *testing.T) {
+	const keys, workers = 20_000, 8
+	c := New(1_000_000, 1<<62)
+	var claimed atomic.Int64
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range uint64(keys) {
+				k := (i + uint64(w)*97) % keys
+				if r, _ := c.Claim(d(k), uint64(w+1), 0); r == Claimed {
+					claimed.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if got := claimed.Load(); got != keys {
+		t.Fatalf("claimed %d times, want exactly %d", got, keys)
+	}
+}
