@@ -1,0 +1,142 @@
+package dedupprocessor
+
+import (
+	"path/filepath"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/confmap"
+	"go.opentelemetry.io/collector/confmap/confmaptest"
+)
+
+// loadConfig unmarshals one named config from testdata/config.yaml the way
+// the collector does, and validates it.
+func loadConfig(t *testing.T, name string) (*Config, error, error) {
+	t.Helper()
+	cm, err := confmaptest.LoadConf(filepath.Join("testdata", "config.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := cm.Sub(component.MustNewIDWithName("dedup", name).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if name == "" {
+		sub, err = cm.Sub("dedup")
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := createDefaultConfig().(*Config)
+	if err := sub.Unmarshal(cfg); err != nil {
+		return cfg, err, nil
+	}
+	return cfg, nil, confmap.Validate(cfg)
+}
+
+func TestLoadValidConfigs(t *testing.T) {
+	tests := []struct {
+		name string
+		want func(*Config)
+	}{
+		{name: "", want: func(*Config) {}},
+		{name: "keyed", want: func(c *Config) {
+			c.Window = 5 * time.Minute
+			c.Logs.Key = []string{`attributes["event.id"]`, `resource.attributes["service.name"]`}
+			c.Logs.Conditions = []string{`severity_number >= SEVERITY_NUMBER_INFO`}
+		}},
+		{name: "person_event_second", want: func(c *Config) {
+			c.Window = time.Hour
+			c.OnMissingKey = MissingKeyContent
+			c.Logs.Key = []string{`attributes["person.id"]`, `event_name`, `Unix(Int(time_unix_nano / 1000000000))`}
+		}},
+		{name: "mark", want: func(c *Config) {
+			c.Action = ActionMark
+			c.MarkAttribute = "dedup.seen_before"
+		}},
+		{name: "content_ignore", want: func(c *Config) {
+			c.Cache.MaxEntries = 50000
+			c.Logs.Ignore = []string{`attributes["delivery.attempt"]`, `resource.attributes["relay.host"]`}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run("dedup/"+tt.name, func(t *testing.T) {
+			got, uerr, verr := loadConfig(t, tt.name)
+			if uerr != nil || verr != nil {
+				t.Fatalf("unmarshal: %v, validate: %v", uerr, verr)
+			}
+			want := createDefaultConfig().(*Config)
+			tt.want(want)
+			assertConfigEqual(t, got, want)
+		})
+	}
+}
+
+func assertConfigEqual(t *testing.T, got, want *Config) {
+	t.Helper()
+	gm, wm := confmap.New(), confmap.New()
+	if err := gm.Marshal(got); err != nil {
+		t.Fatal(err)
+	}
+	if err := wm.Marshal(want); err != nil {
+		t.Fatal(err)
+	}
+	if g, w := gm.ToStringMap(), wm.ToStringMap(); !equalMaps(g, w) {
+		t.Fatalf("config = %#v\nwant %#v", g, w)
+	}
+}
+
+func equalMaps(a, b map[string]any) bool {
+	ca, cb := confmap.NewFromStringMap(a), confmap.NewFromStringMap(b)
+	return fmtMap(ca) == fmtMap(cb)
+}
+
+func fmtMap(c *confmap.Conf) string {
+	out := ""
+	for _, k := range sortedKeys(c.AllKeys()) {
+		out += k + "=" + fmtAny(c.Get(k)) + "\n"
+	}
+	return out
+}
+
+func TestLoadInvalidConfigs(t *testing.T) {
+	tests := []struct {
+		name      string
+		unmarshal string // exact unmarshal error, if the failure is there
+		validate  string // exact validation error
+	}{
+		{name: "bad_window", validate: `window must be > 0, got "0s"`},
+		{name: "bad_action", validate: `action must be "drop" or "mark", got "delete"`},
+		{name: "bad_on_missing_key", validate: `on_missing_key must be "pass", "content" or "drop", got "keep"`},
+		{name: "bad_max_entries", validate: `cache.max_entries must be between 1 and 100000000, got 0`},
+		{name: "empty_mark_attribute", validate: `mark_attribute must not be empty when action is "mark"`},
+		{name: "bad_key_ottl", validate: `logs.key[0] "attributes[\"event.id\"": expression has invalid syntax at 1:22: (expected "]")`},
+		{name: "bad_condition", validate: "logs.conditions[0] \"severity_number >>> 3\": condition has invalid syntax at 1:18 near `>> 3`: (expected Field (\".\" Field)*)"},
+		{name: "empty_key", validate: `logs.key[0]: expression must not be empty`},
+		{name: "bad_ignore", validate: `logs.ignore[0] "observed_time_unix_nano": not an ignorable field; use attributes["k"], resource.attributes["k"], instrumentation_scope.attributes["k"] or one of body, event_name, severity_text, severity_number, trace_id, span_id, time_unix_nano, flags, resource, instrumentation_scope`},
+		{name: "ignore_with_key", validate: `logs.ignore applies only to the content identity: leave logs.key empty or remove logs.ignore`},
+		{name: "many_errors", validate: `window must be > 0, got "-1s"` + "\n" +
+			`action must be "drop" or "mark", got "delete"` + "\n" +
+			`on_missing_key must be "pass", "content" or "drop", got "keep"` + "\n" +
+			`cache.max_entries must be between 1 and 100000000, got -5`},
+		{name: "unknown_field", unmarshal: "decoding failed due to the following error(s):\n\n'dedupprocessor.Config' has invalid keys: windw"},
+	}
+	for _, tt := range tests {
+		t.Run("dedup/"+tt.name, func(t *testing.T) {
+			_, uerr, verr := loadConfig(t, tt.name)
+			if tt.unmarshal != "" {
+				if uerr == nil || uerr.Error() != tt.unmarshal {
+					t.Fatalf("unmarshal error = %v\nwant %s", uerr, tt.unmarshal)
+				}
+				return
+			}
+			if uerr != nil {
+				t.Fatalf("unmarshal: %v", uerr)
+			}
+			if verr == nil || verr.Error() != tt.validate {
+				t.Fatalf("validate error =\n%v\nwant\n%s", verr, tt.validate)
+			}
+		})
+	}
+}

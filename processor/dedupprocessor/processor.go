@@ -1,0 +1,163 @@
+package dedupprocessor
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/collector/component"
+	"go.uber.org/zap"
+
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/localcache"
+)
+
+// verdict is what a batch does with one record once its claims are settled.
+type verdict uint8
+
+const (
+	verdictKeep verdict = iota
+	verdictDrop
+	verdictMark
+)
+
+// batch is the claim state of one ConsumeXxx call: every record's verdict in
+// walk order, the digests this batch newly claimed (to release if delivery
+// fails), and the counts to report once the batch is accepted downstream.
+type batch struct {
+	token    uint64
+	now      int64
+	verdicts []verdict
+	claimed  []digest.Digest
+	outcomes [numOutcomes]int64
+	tiers    [numTiers]int64
+	removed  int // records dropped
+	marked   int // records marked
+}
+
+var batchPool = sync.Pool{New: func() any { return new(batch) }}
+
+// engine is the signal-independent core: claim, settle, then commit or
+// release. Signal adapters walk their pdata, derive a digest per record and
+// apply the verdicts; they share this engine so that the guarantees are
+// written once.
+type engine struct {
+	cfg    *Config
+	cache  *localcache.Cache
+	tel    *telemetry
+	logger *zap.Logger
+	tokens atomic.Uint64
+	now    func() int64
+}
+
+func newEngine(cfg *Config, set component.TelemetrySettings, id component.ID, signal string) (*engine, error) {
+	e := &engine{
+		cfg:    cfg,
+		cache:  localcache.New(cfg.Cache.MaxEntries, int64(cfg.Window)),
+		logger: set.Logger,
+		now:    func() int64 { return time.Now().UnixNano() },
+	}
+	tel, err := newTelemetry(set, id, signal, e)
+	if err != nil {
+		return nil, err
+	}
+	e.tel = tel
+	return e, nil
+}
+
+func (e *engine) entries() int64   { return int64(e.cache.Len(e.now())) }
+func (e *engine) evictions() int64 { return e.cache.Evictions() }
+
+func (e *engine) begin(records int) *batch {
+	b := batchPool.Get().(*batch)
+	b.token = e.tokens.Add(1)
+	b.now = e.now()
+	if cap(b.verdicts) < records {
+		b.verdicts = make([]verdict, 0, records)
+	}
+	return b
+}
+
+func (e *engine) end(b *batch) {
+	const maxRetained = 64 << 10
+	if cap(b.verdicts) > maxRetained {
+		b.verdicts = nil
+	}
+	if cap(b.claimed) > maxRetained {
+		b.claimed = nil
+	}
+	*b = batch{verdicts: b.verdicts[:0], claimed: b.claimed[:0]}
+	batchPool.Put(b)
+}
+
+// claim decides a keyed record: the first copy within the window is kept,
+// later copies (in this batch or any other) follow the action.
+func (e *engine) claim(b *batch, d digest.Digest) {
+	res, _ := e.cache.Claim(d, b.token, b.now)
+	switch res {
+	case localcache.Claimed:
+		b.claimed = append(b.claimed, d)
+		b.outcomes[outcomeUnique]++
+		b.verdicts = append(b.verdicts, verdictKeep)
+		return
+	case localcache.HeldBySelf:
+		b.tiers[tierBatch]++
+	default:
+		b.tiers[tierLocal]++
+	}
+	b.outcomes[outcomeDuplicate]++
+	if e.cfg.Action == ActionMark {
+		b.marked++
+		b.verdicts = append(b.verdicts, verdictMark)
+		return
+	}
+	b.removed++
+	b.verdicts = append(b.verdicts, verdictDrop)
+}
+
+// pass keeps a record without deduplicating it, counted under o.
+func (e *engine) pass(b *batch, o outcome) {
+	b.outcomes[o]++
+	b.verdicts = append(b.verdicts, verdictKeep)
+}
+
+// missing applies on_missing_key's pass or drop (content is handled by the
+// adapter, which derives the content digest and calls claim).
+func (e *engine) missing(b *batch) {
+	b.outcomes[outcomeMissingKey]++
+	if e.cfg.OnMissingKey == MissingKeyDrop {
+		b.removed++
+		b.verdicts = append(b.verdicts, verdictDrop)
+		return
+	}
+	b.verdicts = append(b.verdicts, verdictKeep)
+}
+
+// finish settles a batch after the next consumer answered. On error the keys
+// this batch claimed are released, so the sender's retry is delivered rather
+// than dropped as a duplicate of data that never arrived, and the error goes
+// back to the sender. Counts are reported only for accepted batches: a
+// refused batch comes back with its retry and is counted then.
+func (e *engine) finish(ctx context.Context, b *batch, err error) error {
+	if err != nil {
+		e.release(ctx, b)
+		return err
+	}
+	e.tel.recordBatch(ctx, b)
+	return nil
+}
+
+func (e *engine) release(ctx context.Context, b *batch) {
+	n := 0
+	for _, d := range b.claimed {
+		if e.cache.Release(d, b.token) {
+			n++
+		}
+	}
+	e.tel.recordReleased(ctx, n)
+}
+
+func (e *engine) shutdown() error {
+	return e.tel.shutdown()
+}

@@ -1,0 +1,138 @@
+package dedupprocessor
+
+import (
+	"context"
+	"errors"
+
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+)
+
+const scopeName = "github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor"
+
+// outcome is what happened to one record; the records counter's attribute.
+type outcome int
+
+const (
+	outcomeUnique outcome = iota
+	outcomeDuplicate
+	outcomeMissingKey
+	outcomeSkipped
+	outcomeKeyError
+	numOutcomes
+)
+
+var outcomeNames = [numOutcomes]string{"unique", "duplicate", "missing_key", "skipped", "key_error"}
+
+// tier is where a duplicate was caught; the duplicates counter's attribute.
+type tier int
+
+const (
+	tierBatch tier = iota
+	tierLocal
+	tierRedis
+	numTiers
+)
+
+var tierNames = [numTiers]string{"batch", "local", "redis"}
+
+// telemetry holds one processor instance's instruments. Every series carries
+// the processor's component ID and signal, because the pinned collector
+// release (v0.162) does not add them itself: two dedup processors, or one in
+// two signals' pipelines, never share a series.
+type telemetry struct {
+	records    metric.Int64Counter
+	duplicates metric.Int64Counter
+	released   metric.Int64Counter
+
+	outcomeOpts [numOutcomes]metric.AddOption
+	tierOpts    [numTiers]metric.AddOption
+	baseOpt     metric.AddOption
+	baseObsOpt  metric.ObserveOption
+
+	registration metric.Registration
+}
+
+type cacheStats interface {
+	entries() int64
+	evictions() int64
+}
+
+func newTelemetry(set component.TelemetrySettings, id component.ID, signal string, cache cacheStats) (*telemetry, error) {
+	meter := set.MeterProvider.Meter(scopeName)
+	base := []attribute.KeyValue{
+		attribute.String("processor", id.String()),
+		attribute.String("otel.signal", signal),
+	}
+	t := &telemetry{
+		baseOpt:    metric.WithAttributeSet(attribute.NewSet(base...)),
+		baseObsOpt: metric.WithAttributeSet(attribute.NewSet(base...)),
+	}
+	for o := range numOutcomes {
+		t.outcomeOpts[o] = metric.WithAttributeSet(attribute.NewSet(append(base[:2:2], attribute.String("outcome", outcomeNames[o]))...))
+	}
+	for tr := range numTiers {
+		t.tierOpts[tr] = metric.WithAttributeSet(attribute.NewSet(append(base[:2:2], attribute.String("tier", tierNames[tr]))...))
+	}
+	var errs, err error
+	t.records, err = meter.Int64Counter("otelcol_processor_dedup_records",
+		metric.WithDescription("Records the dedup processor saw, by outcome: unique, duplicate, missing_key, skipped, key_error."),
+		metric.WithUnit("{records}"))
+	errs = errors.Join(errs, err)
+	t.duplicates, err = meter.Int64Counter("otelcol_processor_dedup_duplicates",
+		metric.WithDescription("Duplicate records, by the tier that caught them: batch, local, redis."),
+		metric.WithUnit("{records}"))
+	errs = errors.Join(errs, err)
+	t.released, err = meter.Int64Counter("otelcol_processor_dedup_released",
+		metric.WithDescription("Keys released because the next consumer refused the batch that claimed them."),
+		metric.WithUnit("{keys}"))
+	errs = errors.Join(errs, err)
+	entries, err := meter.Int64ObservableGauge("otelcol_processor_dedup_cache_entries",
+		metric.WithDescription("Keys held in the local cache."),
+		metric.WithUnit("{keys}"))
+	errs = errors.Join(errs, err)
+	evictions, err := meter.Int64ObservableCounter("otelcol_processor_dedup_cache_evictions",
+		metric.WithDescription("Keys evicted from the full local cache before their window ended; a sign cache.max_entries is too small."),
+		metric.WithUnit("{keys}"))
+	errs = errors.Join(errs, err)
+	if errs != nil {
+		return nil, errs
+	}
+	t.registration, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		o.ObserveInt64(entries, cache.entries(), t.baseObsOpt)
+		o.ObserveInt64(evictions, cache.evictions(), t.baseObsOpt)
+		return nil
+	}, entries, evictions)
+	if err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// recordBatch adds one accepted batch's counts.
+func (t *telemetry) recordBatch(ctx context.Context, b *batch) {
+	for o, n := range b.outcomes {
+		if n > 0 {
+			t.records.Add(ctx, n, t.outcomeOpts[o])
+		}
+	}
+	for tr, n := range b.tiers {
+		if n > 0 {
+			t.duplicates.Add(ctx, n, t.tierOpts[tr])
+		}
+	}
+}
+
+func (t *telemetry) recordReleased(ctx context.Context, n int) {
+	if n > 0 {
+		t.released.Add(ctx, int64(n), t.baseOpt)
+	}
+}
+
+func (t *telemetry) shutdown() error {
+	if t.registration != nil {
+		return t.registration.Unregister()
+	}
+	return nil
+}
