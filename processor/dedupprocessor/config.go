@@ -3,6 +3,7 @@ package dedupprocessor
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/collector/component"
@@ -44,8 +45,15 @@ type Config struct {
 	OnMissingKey MissingKeyPolicy `mapstructure:"on_missing_key"`
 	// Cache bounds the local tier.
 	Cache CacheConfig `mapstructure:"cache"`
+	// MetadataKeys names client metadata keys (e.g. X-Scope-OrgID) whose
+	// values partition every identity, so tenants never suppress each other.
+	MetadataKeys []string `mapstructure:"metadata_keys"`
 	// Logs configures the identity of log records.
 	Logs SignalConfig `mapstructure:"logs"`
+	// Traces configures the identity of spans.
+	Traces SignalConfig `mapstructure:"traces"`
+	// Metrics configures the identity of metric data points.
+	Metrics SignalConfig `mapstructure:"metrics"`
 
 	// prevent unkeyed literal initialization
 	_ struct{}
@@ -91,6 +99,7 @@ func createDefaultConfig() component.Config {
 		MarkAttribute: defaultMarkAttribute,
 		OnMissingKey:  MissingKeyPass,
 		Cache:         CacheConfig{MaxEntries: defaultMaxEntries},
+		Traces:        SignalConfig{Key: []string{"trace_id", "span_id"}},
 	}
 }
 
@@ -117,7 +126,19 @@ func (cfg *Config) Validate() error {
 	if cfg.Cache.MaxEntries <= 0 || cfg.Cache.MaxEntries > maxMaxEntries {
 		errs = append(errs, fmt.Errorf("cache.max_entries must be between 1 and %d, got %d", maxMaxEntries, cfg.Cache.MaxEntries))
 	}
-	if _, err := newLogIdentity(cfg.Logs, nopTelemetry()); err != nil {
+	for i, k := range cfg.MetadataKeys {
+		if strings.TrimSpace(k) == "" {
+			errs = append(errs, fmt.Errorf("metadata_keys[%d]: must not be empty", i))
+		}
+	}
+	set := nopTelemetry()
+	if _, err := newSignalIdentity(logSpec(set), cfg.Logs); err != nil {
+		errs = append(errs, err)
+	}
+	if _, err := newSignalIdentity(spanSpec(set), cfg.Traces); err != nil {
+		errs = append(errs, err)
+	}
+	if _, err := newSignalIdentity(dataPointSpec(set), cfg.Metrics); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

@@ -115,7 +115,7 @@ func TestLoadInvalidConfigs(t *testing.T) {
 		{name: "bad_condition", validate: "logs.conditions[0] \"severity_number >>> 3\": condition has invalid syntax at 1:18 near `>> 3`: (expected Field (\".\" Field)*)"},
 		{name: "empty_key", validate: `logs.key[0]: expression must not be empty`},
 		{name: "bad_ignore", validate: `logs.ignore[0] "observed_time_unix_nano": not an ignorable field; use attributes["k"], resource.attributes["k"], instrumentation_scope.attributes["k"] or one of body, event_name, severity_text, severity_number, trace_id, span_id, time_unix_nano, flags, resource, instrumentation_scope`},
-		{name: "ignore_with_key", validate: `logs.ignore applies only to the content identity: leave logs.key empty or remove logs.ignore`},
+		{name: "ignore_with_key", validate: `logs.ignore applies only to the content identity: set logs.key to [] or remove logs.ignore`},
 		{name: "many_errors", validate: `window must be > 0, got "-1s"` + "\n" +
 			`action must be "drop" or "mark", got "delete"` + "\n" +
 			`on_missing_key must be "pass", "content" or "drop", got "keep"` + "\n" +

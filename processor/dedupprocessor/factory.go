@@ -23,9 +23,19 @@ func NewFactory() processor.Factory {
 		componentType,
 		createDefaultConfig,
 		processor.WithLogs(createLogs, stability),
+		processor.WithTraces(createTraces, stability),
+		processor.WithMetrics(createMetrics, stability),
 	)
 }
 
 func createLogs(_ context.Context, set processor.Settings, cfg component.Config, next consumer.Logs) (processor.Logs, error) {
 	return newLogsProcessor(set.TelemetrySettings, set.ID, cfg.(*Config), next)
+}
+
+func createTraces(_ context.Context, set processor.Settings, cfg component.Config, next consumer.Traces) (processor.Traces, error) {
+	return newTracesProcessor(set.TelemetrySettings, set.ID, cfg.(*Config), next)
+}
+
+func createMetrics(_ context.Context, set processor.Settings, cfg component.Config, next consumer.Metrics) (processor.Metrics, error) {
+	return newMetricsProcessor(set.TelemetrySettings, set.ID, cfg.(*Config), next)
 }

@@ -33,7 +33,7 @@ type plainPath struct {
 
 var (
 	attrPathRE  = regexp.MustCompile(`^\s*(attributes|resource\.attributes|instrumentation_scope\.attributes)\["([^"\\]*)"\]\s*$`)
-	fieldPathRE = regexp.MustCompile(`^\s*([a-z_]+)\s*$`)
+	fieldPathRE = regexp.MustCompile(`^\s*([a-z_.]+)\s*$`)
 )
 
 // parsePlainPath recognises the plain paths among fields, the scalar fields

@@ -6,10 +6,14 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/collector/client"
 	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/consumer"
+	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.uber.org/zap"
 
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/identity"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/localcache"
 )
 
@@ -43,20 +47,22 @@ var batchPool = sync.Pool{New: func() any { return new(batch) }}
 // apply the verdicts; they share this engine so that the guarantees are
 // written once.
 type engine struct {
-	cfg    *Config
-	cache  *localcache.Cache
-	tel    *telemetry
-	logger *zap.Logger
-	tokens atomic.Uint64
-	now    func() int64
+	cfg      *Config
+	cache    *localcache.Cache
+	tel      *telemetry
+	logger   *zap.Logger
+	keyError *throttledLog
+	tokens   atomic.Uint64
+	now      func() int64
 }
 
 func newEngine(cfg *Config, set component.TelemetrySettings, id component.ID, signal string) (*engine, error) {
 	e := &engine{
 		cfg:    cfg,
 		cache:  localcache.New(cfg.Cache.MaxEntries, int64(cfg.Window)),
-		logger: set.Logger,
-		now:    func() int64 { return time.Now().UnixNano() },
+		logger:   set.Logger,
+		keyError: newThrottledLog(set.Logger, "dedup: cannot evaluate the key or conditions of a "+signal+" item; passing it through"),
+		now:      func() int64 { return time.Now().UnixNano() },
 	}
 	tel, err := newTelemetry(set, id, signal, e)
 	if err != nil {
@@ -158,6 +164,40 @@ func (e *engine) release(ctx context.Context, b *batch) {
 	e.tel.recordReleased(ctx, n)
 }
 
-func (e *engine) shutdown() error {
-	return e.tel.shutdown()
+// settle resolves the batch's new local claims against the shared tier.
+// Without one, local claims are final.
+func (e *engine) settle(context.Context, *batch) error { return nil }
+
+// applyVerdict marks a kept duplicate and reports whether to remove the item.
+func (e *engine) applyVerdict(v verdict, attrs pcommon.Map) bool {
+	if v == verdictMark {
+		attrs.PutBool(e.cfg.MarkAttribute, true)
+	}
+	return v == verdictDrop
+}
+
+// tenant is the digest of the request's metadata_keys values: part of every
+// identity, so that tenants never suppress each other's data.
+func (e *engine) tenant(ctx context.Context, enc *identity.Encoder) [digest.Size]byte {
+	if len(e.cfg.MetadataKeys) == 0 {
+		return [digest.Size]byte{}
+	}
+	info := client.FromContext(ctx)
+	enc.Reset()
+	for _, k := range e.cfg.MetadataKeys {
+		vals := info.Metadata.Get(k)
+		enc.Uint(uint64(len(vals)))
+		for _, v := range vals {
+			enc.String(v)
+		}
+	}
+	return enc.Digest().Bytes()
+}
+
+func (e *engine) Start(context.Context, component.Host) error { return nil }
+
+func (e *engine) Shutdown(context.Context) error { return e.tel.shutdown() }
+
+func (e *engine) Capabilities() consumer.Capabilities {
+	return consumer.Capabilities{MutatesData: true}
 }

@@ -1,0 +1,356 @@
+package dedupprocessor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/open-telemetry/opentelemetry-collector-contrib/pkg/ottl"
+	"go.opentelemetry.io/collector/pdata/pcommon"
+
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/identity"
+)
+
+// signalSpec is what differs between signals in deriving an identity: the
+// config field name, the OTTL parser of the signal's context, the fields a
+// plain path may name and the fields the content identity may ignore.
+type signalSpec[K any] struct {
+	name      string // "logs", "traces", "metrics"
+	tag       byte   // opens every encoding of this signal
+	newParser func() (ottl.Parser[K], error)
+	scalars   map[string]bool
+	ignorable []string
+}
+
+// keyPart is one compiled key expression: a plain path or OTTL.
+type keyPart[K any] struct {
+	path plainPath
+	expr *ottl.ValueExpression[K]
+}
+
+// signalIdentity derives the digest of one signal's unit (record, span,
+// data point): its key expressions, conditions and content exclusions.
+type signalIdentity[K any] struct {
+	spec       *signalSpec[K]
+	parts      []keyPart[K]
+	conditions []*ottl.Condition[K]
+	ignore     contentIgnore
+	needsOTTL  bool
+}
+
+// recordView is one unit of pdata as the identity sees it. Each signal
+// implements it over its own pdata types.
+type recordView interface {
+	// path encodes a plain path's value and reports whether it had one.
+	path(e *identity.Encoder, p plainPath) bool
+	// content encodes the unit's own content, without resource and scope.
+	content(e *identity.Encoder, ign *contentIgnore)
+}
+
+func newSignalIdentity[K any](spec *signalSpec[K], cfg SignalConfig) (*signalIdentity[K], error) {
+	si := &signalIdentity[K]{spec: spec}
+	var errs []error
+	var parser ottl.Parser[K]
+	var parserErr error
+	parsed := false
+	getParser := func() (ottl.Parser[K], error) {
+		if !parsed {
+			parsed = true
+			parser, parserErr = spec.newParser()
+		}
+		return parser, parserErr
+	}
+	for i, expr := range cfg.Key {
+		if strings.TrimSpace(expr) == "" {
+			errs = append(errs, fmt.Errorf("%s.key[%d]: expression must not be empty", spec.name, i))
+			continue
+		}
+		if p, ok := parsePlainPath(expr, spec.scalars); ok {
+			si.parts = append(si.parts, keyPart[K]{path: p})
+			continue
+		}
+		p, err := getParser()
+		if err != nil {
+			return nil, err
+		}
+		ve, err := p.ParseValueExpression(expr)
+		if err != nil {
+			errs = append(errs, fieldError(spec.name+".key", i, expr, err))
+			continue
+		}
+		si.parts = append(si.parts, keyPart[K]{expr: ve})
+		si.needsOTTL = true
+	}
+	for i, cond := range cfg.Conditions {
+		p, err := getParser()
+		if err != nil {
+			return nil, err
+		}
+		c, err := p.ParseCondition(cond)
+		if err != nil {
+			errs = append(errs, fieldError(spec.name+".conditions", i, cond, err))
+			continue
+		}
+		si.conditions = append(si.conditions, c)
+		si.needsOTTL = true
+	}
+	if len(cfg.Ignore) > 0 && len(cfg.Key) > 0 {
+		errs = append(errs, fmt.Errorf("%[1]s.ignore applies only to the content identity: set %[1]s.key to [] or remove %[1]s.ignore", spec.name))
+	}
+	ign, err := parseIgnore(spec.name+".ignore", cfg.Ignore, spec.ignorable)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	si.ignore = ign
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return si, nil
+}
+
+// keyStatus says whether a key could be derived.
+type keyStatus uint8
+
+const (
+	keyOK keyStatus = iota
+	keyMissing
+	keyFailed
+)
+
+// encodeKey encodes the configured key expressions. A key is missing when
+// any expression yields no value: an identity built from the parts that are
+// present would merge units that differ in the absent part.
+func (si *signalIdentity[K]) encodeKey(ctx context.Context, e *identity.Encoder, tctx K, view recordView) (keyStatus, error) {
+	for i := range si.parts {
+		part := &si.parts[i]
+		if part.expr == nil {
+			if !view.path(e, part.path) {
+				return keyMissing, nil
+			}
+			continue
+		}
+		v, err := part.expr.Eval(ctx, tctx)
+		if err != nil {
+			return keyFailed, fmt.Errorf("%s.key %q: %w", si.spec.name, part.expr.String(), err)
+		}
+		if !e.Any(v) {
+			return keyMissing, nil
+		}
+	}
+	return keyOK, nil
+}
+
+// matches evaluates the conditions (OR). An evaluation error is returned
+// with no match, so the unit passes untouched.
+func (si *signalIdentity[K]) matches(ctx context.Context, tctx K) (bool, error) {
+	var firstErr error
+	for _, c := range si.conditions {
+		ok, err := c.Eval(ctx, tctx)
+		if err != nil {
+			if firstErr == nil {
+				firstErr = fmt.Errorf("%s.conditions %q: %w", si.spec.name, c.String(), err)
+			}
+			continue
+		}
+		if ok {
+			return true, nil
+		}
+	}
+	return false, firstErr
+}
+
+// usesContent says whether some unit may be identified by its content, so
+// the walk must prepare resource and scope digests.
+func (si *signalIdentity[K]) usesContent(policy MissingKeyPolicy) bool {
+	return si.parts == nil || policy == MissingKeyContent
+}
+
+// scopeKey carries the per-batch and per-group parts every unit's identity
+// starts with: the tenant (metadata_keys) and, for content identities, the
+// resource and scope digests, each computed once per group.
+type scopeKey struct {
+	tenant   [digest.Size]byte
+	resource [digest.Size]byte
+	scope    [digest.Size]byte
+	group    [digest.Size]byte // e.g. a metric's name, type and unit
+}
+
+// decide gives one unit its verdict: skipped if it matches no condition,
+// else keyed, else the missing-key policy, else its content. It is the one
+// decision path of every signal.
+func decide[K any](ctx context.Context, e *engine, b *batch, enc *identity.Encoder, si *signalIdentity[K], tctx K, view recordView, sk *scopeKey) {
+	if len(si.conditions) > 0 {
+		ok, err := si.matches(ctx, tctx)
+		if err != nil {
+			e.keyError.log(b.now, err)
+			e.pass(b, outcomeKeyError)
+			return
+		}
+		if !ok {
+			e.pass(b, outcomeSkipped)
+			return
+		}
+	}
+	if si.parts != nil {
+		enc.Reset()
+		enc.Raw([]byte{si.spec.tag, domainKey})
+		enc.Raw(sk.tenant[:])
+		status, err := si.encodeKey(ctx, enc, tctx, view)
+		switch {
+		case status == keyOK:
+			e.claim(b, enc.Digest())
+			return
+		case status == keyFailed:
+			e.keyError.log(b.now, err)
+			e.pass(b, outcomeKeyError)
+			return
+		case e.cfg.OnMissingKey != MissingKeyContent:
+			e.missing(b)
+			return
+		}
+	}
+	enc.Reset()
+	enc.Raw([]byte{si.spec.tag, domainContent})
+	enc.Raw(sk.tenant[:])
+	enc.Raw(sk.resource[:])
+	enc.Raw(sk.scope[:])
+	enc.Raw(sk.group[:])
+	view.content(enc, &si.ignore)
+	e.claim(b, enc.Digest())
+}
+
+// contentIgnore is the set of fields left out of a content identity.
+type contentIgnore struct {
+	fields         map[string]bool
+	skipAttr       func(string) bool
+	skipResource   func(string) bool
+	skipScopeAttrs func(string) bool
+}
+
+func parseIgnore(field string, entries []string, ignorable []string) (contentIgnore, error) {
+	ign := contentIgnore{fields: map[string]bool{}}
+	allowed := map[string]bool{}
+	for _, f := range ignorable {
+		allowed[f] = true
+	}
+	var attrs, resAttrs, scopeAttrs map[string]bool
+	var errs []error
+	for i, entry := range entries {
+		p, ok := parsePlainPath(entry, allowed)
+		if !ok {
+			errs = append(errs, fmt.Errorf(`%s[%d] %q: not an ignorable field; use attributes["k"], resource.attributes["k"], instrumentation_scope.attributes["k"] or one of %s`,
+				field, i, entry, strings.Join(ignorable, ", ")))
+			continue
+		}
+		switch p.field {
+		case "attributes":
+			attrs = addKey(attrs, p.key)
+		case "resource.attributes":
+			resAttrs = addKey(resAttrs, p.key)
+		case "instrumentation_scope.attributes":
+			scopeAttrs = addKey(scopeAttrs, p.key)
+		default:
+			ign.fields[p.field] = true
+		}
+	}
+	ign.skipAttr = skipFunc(attrs)
+	ign.skipResource = skipFunc(resAttrs)
+	ign.skipScopeAttrs = skipFunc(scopeAttrs)
+	return ign, errors.Join(errs...)
+}
+
+func addKey(m map[string]bool, k string) map[string]bool {
+	if m == nil {
+		m = map[string]bool{}
+	}
+	m[k] = true
+	return m
+}
+
+func skipFunc(m map[string]bool) func(string) bool {
+	if len(m) == 0 {
+		return nil
+	}
+	return func(k string) bool { return m[k] }
+}
+
+// Field ids of the content identities. Part of every content digest: fixed
+// once released.
+const (
+	fieldResource byte = iota + 1
+	fieldScope
+	fieldBody
+	fieldAttributes
+	fieldSeverityNumber
+	fieldSeverityText
+	fieldEventName
+	fieldTimestamp
+	fieldFlags
+	fieldTraceID
+	fieldSpanID
+	fieldParentSpanID
+	fieldTraceState
+	fieldName
+	fieldKind
+	fieldStartTimestamp
+	fieldEndTimestamp
+	fieldEvents
+	fieldLinks
+	fieldStatus
+	fieldMetricType
+	fieldUnit
+	fieldTemporality
+	fieldMonotonic
+)
+
+// resourceDigest is the resource part of a content identity, computed once
+// per resource and folded into each unit's encoding.
+func (ign *contentIgnore) resourceDigest(e *identity.Encoder, res pcommon.Resource) [digest.Size]byte {
+	e.Reset()
+	if !ign.fields["resource"] {
+		e.Field(fieldResource)
+		e.Map(res.Attributes(), ign.skipResource)
+	}
+	return e.Digest().Bytes()
+}
+
+func (ign *contentIgnore) scopeDigest(e *identity.Encoder, scope pcommon.InstrumentationScope) [digest.Size]byte {
+	e.Reset()
+	if !ign.fields["instrumentation_scope"] {
+		e.Field(fieldScope)
+		e.String(scope.Name())
+		e.String(scope.Version())
+		e.Map(scope.Attributes(), ign.skipScopeAttrs)
+	}
+	return e.Digest().Bytes()
+}
+
+// commonPath evaluates the plain paths every context shares.
+func commonPath(e *identity.Encoder, p plainPath, res pcommon.Resource, scope pcommon.InstrumentationScope, attrs pcommon.Map) (handled, ok bool) {
+	switch p.field {
+	case "attributes":
+		return true, mapValue(e, attrs, p.key)
+	case "resource.attributes":
+		return true, mapValue(e, res.Attributes(), p.key)
+	case "instrumentation_scope.attributes":
+		return true, mapValue(e, scope.Attributes(), p.key)
+	}
+	return false, false
+}
+
+func mapValue(e *identity.Encoder, m pcommon.Map, key string) bool {
+	v, ok := m.Get(key)
+	return ok && e.Value(v)
+}
+
+// nonEmptyString encodes s; OTLP strings without presence (event_name,
+// severity_text) count as missing when empty.
+func nonEmptyString(e *identity.Encoder, s string) bool {
+	if s == "" {
+		return false
+	}
+	e.String(s)
+	return true
+}

@@ -1,0 +1,264 @@
+package dedupprocessor
+
+import (
+	"context"
+
+	"github.com/open-telemetry/opentelemetry-collector-contrib/pkg/ottl"
+	"github.com/open-telemetry/opentelemetry-collector-contrib/pkg/ottl/contexts/ottldatapoint"
+	"github.com/open-telemetry/opentelemetry-collector-contrib/pkg/ottl/ottlfuncs"
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/consumer"
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/pmetric"
+
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/identity"
+)
+
+func dataPointSpec(set component.TelemetrySettings) *signalSpec[*ottldatapoint.TransformContext] {
+	return &signalSpec[*ottldatapoint.TransformContext]{
+		name: "metrics",
+		tag:  'M',
+		newParser: func() (ottl.Parser[*ottldatapoint.TransformContext], error) {
+			return ottldatapoint.NewParser(ottlfuncs.StandardConverters[*ottldatapoint.TransformContext](), set)
+		},
+		scalars: map[string]bool{
+			"metric.name": true, "time_unix_nano": true, "start_time_unix_nano": true,
+		},
+		ignorable: []string{
+			"start_time_unix_nano", "time_unix_nano", "resource", "instrumentation_scope",
+		},
+	}
+}
+
+// dataPoint is what every point type offers the identity.
+type dataPoint interface {
+	Attributes() pcommon.Map
+	StartTimestamp() pcommon.Timestamp
+	Timestamp() pcommon.Timestamp
+}
+
+// pointSlice is what every point slice type offers the walk.
+type pointSlice[P dataPoint] interface {
+	Len() int
+	At(int) P
+	RemoveIf(func(P) bool)
+}
+
+// pointView is a data point as the identity sees it. Its fields are copied
+// out of the point so that walking points of any type never boxes them.
+type pointView struct {
+	rm     pmetric.ResourceMetrics
+	sm     pmetric.ScopeMetrics
+	metric pmetric.Metric
+	attrs  pcommon.Map
+	start  pcommon.Timestamp
+	ts     pcommon.Timestamp
+}
+
+func (v *pointView) path(e *identity.Encoder, p plainPath) bool {
+	if handled, ok := commonPath(e, p, v.rm.Resource(), v.sm.Scope(), v.attrs); handled {
+		return ok
+	}
+	switch p.field {
+	case "metric.name":
+		return nonEmptyString(e, v.metric.Name())
+	case "time_unix_nano":
+		e.Int(int64(v.ts))
+	case "start_time_unix_nano":
+		e.Int(int64(v.start))
+	default:
+		return false
+	}
+	return true
+}
+
+// content encodes the point's attributes and timestamps; the stream's
+// metric name, type, unit and temporality are in the group digest. The
+// value is not part of the identity: a point is one observation of a
+// stream at a time, and a second copy of it is a repeat whatever it says.
+func (v *pointView) content(e *identity.Encoder, ign *contentIgnore) {
+	e.Field(fieldAttributes)
+	e.Map(v.attrs, ign.skipAttr)
+	if !ign.fields["start_time_unix_nano"] {
+		e.Field(fieldStartTimestamp)
+		e.Uint(uint64(v.start))
+	}
+	if !ign.fields["time_unix_nano"] {
+		e.Field(fieldTimestamp)
+		e.Uint(uint64(v.ts))
+	}
+}
+
+// metricDigest is a metric's stream identity without point attributes.
+func metricDigest(e *identity.Encoder, m pmetric.Metric) [16]byte {
+	e.Reset()
+	e.Field(fieldName)
+	e.String(m.Name())
+	e.Field(fieldMetricType)
+	e.Int(int64(m.Type()))
+	e.Field(fieldUnit)
+	e.String(m.Unit())
+	switch m.Type() {
+	case pmetric.MetricTypeSum:
+		e.Field(fieldTemporality)
+		e.Int(int64(m.Sum().AggregationTemporality()))
+		e.Field(fieldMonotonic)
+		e.Bool(m.Sum().IsMonotonic())
+	case pmetric.MetricTypeHistogram:
+		e.Field(fieldTemporality)
+		e.Int(int64(m.Histogram().AggregationTemporality()))
+	case pmetric.MetricTypeExponentialHistogram:
+		e.Field(fieldTemporality)
+		e.Int(int64(m.ExponentialHistogram().AggregationTemporality()))
+	}
+	return e.Digest().Bytes()
+}
+
+// metricsProcessor is the dedup processor in a metrics pipeline; its unit is
+// the data point of every metric type. Metrics, scopes and resources left
+// without points are removed.
+type metricsProcessor struct {
+	*engine
+	si   *signalIdentity[*ottldatapoint.TransformContext]
+	next consumer.Metrics
+}
+
+func newMetricsProcessor(set component.TelemetrySettings, id component.ID, cfg *Config, next consumer.Metrics) (*metricsProcessor, error) {
+	si, err := newSignalIdentity(dataPointSpec(set), cfg.Metrics)
+	if err != nil {
+		return nil, err
+	}
+	e, err := newEngine(cfg, set, id, "metrics")
+	if err != nil {
+		return nil, err
+	}
+	return &metricsProcessor{engine: e, si: si, next: next}, nil
+}
+
+func (p *metricsProcessor) ConsumeMetrics(ctx context.Context, md pmetric.Metrics) error {
+	n := md.DataPointCount()
+	if n == 0 {
+		return p.next.ConsumeMetrics(ctx, md) // nothing to deduplicate
+	}
+	b := p.begin(n)
+	defer p.end(b)
+	enc := encoderPool.Get().(*identity.Encoder)
+	defer encoderPool.Put(enc)
+
+	p.decideAll(ctx, b, enc, md)
+	if err := p.settle(ctx, b); err != nil {
+		return err
+	}
+	if b.removed > 0 || b.marked > 0 {
+		p.apply(b, md)
+	}
+	if md.ResourceMetrics().Len() == 0 {
+		return p.finish(ctx, b, nil)
+	}
+	return p.finish(ctx, b, p.next.ConsumeMetrics(ctx, md))
+}
+
+// metricWalk carries the state of one batch's walk over data points.
+type metricWalk struct {
+	p    *metricsProcessor
+	ctx  context.Context
+	b    *batch
+	enc  *identity.Encoder
+	sk   scopeKey
+	view pointView
+}
+
+func (p *metricsProcessor) decideAll(ctx context.Context, b *batch, enc *identity.Encoder, md pmetric.Metrics) {
+	si := p.si
+	content := si.usesContent(p.cfg.OnMissingKey)
+	w := &metricWalk{p: p, ctx: ctx, b: b, enc: enc, sk: scopeKey{tenant: p.tenant(ctx, enc)}}
+	rms := md.ResourceMetrics()
+	for i := 0; i < rms.Len(); i++ {
+		w.view.rm = rms.At(i)
+		if content {
+			w.sk.resource = si.ignore.resourceDigest(enc, w.view.rm.Resource())
+		}
+		sms := w.view.rm.ScopeMetrics()
+		for j := 0; j < sms.Len(); j++ {
+			w.view.sm = sms.At(j)
+			if content {
+				w.sk.scope = si.ignore.scopeDigest(enc, w.view.sm.Scope())
+			}
+			ms := w.view.sm.Metrics()
+			for k := 0; k < ms.Len(); k++ {
+				m := ms.At(k)
+				w.view.metric = m
+				if content {
+					w.sk.group = metricDigest(enc, m)
+				}
+				switch m.Type() {
+				case pmetric.MetricTypeGauge:
+					decidePoints(w, m.Gauge().DataPoints())
+				case pmetric.MetricTypeSum:
+					decidePoints(w, m.Sum().DataPoints())
+				case pmetric.MetricTypeHistogram:
+					decidePoints(w, m.Histogram().DataPoints())
+				case pmetric.MetricTypeExponentialHistogram:
+					decidePoints(w, m.ExponentialHistogram().DataPoints())
+				case pmetric.MetricTypeSummary:
+					decidePoints(w, m.Summary().DataPoints())
+				}
+			}
+		}
+	}
+}
+
+func decidePoints[P dataPoint](w *metricWalk, points pointSlice[P]) {
+	si := w.p.si
+	for i := 0; i < points.Len(); i++ {
+		dp := points.At(i)
+		w.view.attrs, w.view.start, w.view.ts = dp.Attributes(), dp.StartTimestamp(), dp.Timestamp()
+		if !si.needsOTTL {
+			decide(w.ctx, w.p.engine, w.b, w.enc, si, nil, &w.view, &w.sk)
+			continue
+		}
+		tctx := ottldatapoint.NewTransformContext(w.view.rm, w.view.sm, w.view.metric, dp)
+		decide(w.ctx, w.p.engine, w.b, w.enc, si, tctx, &w.view, &w.sk)
+		tctx.Close()
+	}
+}
+
+func (p *metricsProcessor) apply(b *batch, md pmetric.Metrics) {
+	i := 0
+	md.ResourceMetrics().RemoveIf(func(rm pmetric.ResourceMetrics) bool {
+		rm.ScopeMetrics().RemoveIf(func(sm pmetric.ScopeMetrics) bool {
+			sm.Metrics().RemoveIf(func(m pmetric.Metric) bool {
+				switch m.Type() {
+				case pmetric.MetricTypeGauge:
+					return applyPoints(p.engine, b, &i, m.Gauge().DataPoints())
+				case pmetric.MetricTypeSum:
+					return applyPoints(p.engine, b, &i, m.Sum().DataPoints())
+				case pmetric.MetricTypeHistogram:
+					return applyPoints(p.engine, b, &i, m.Histogram().DataPoints())
+				case pmetric.MetricTypeExponentialHistogram:
+					return applyPoints(p.engine, b, &i, m.ExponentialHistogram().DataPoints())
+				case pmetric.MetricTypeSummary:
+					return applyPoints(p.engine, b, &i, m.Summary().DataPoints())
+				}
+				return false
+			})
+			return sm.Metrics().Len() == 0
+		})
+		return rm.ScopeMetrics().Len() == 0
+	})
+}
+
+// applyPoints applies the verdicts of one metric's points and reports
+// whether the metric lost all of them (a metric that came without points
+// is left as it came).
+func applyPoints[P dataPoint](e *engine, b *batch, i *int, points pointSlice[P]) bool {
+	if points.Len() == 0 {
+		return false
+	}
+	points.RemoveIf(func(dp P) bool {
+		v := b.verdicts[*i]
+		*i++
+		return e.applyVerdict(v, dp.Attributes())
+	})
+	return points.Len() == 0
+}

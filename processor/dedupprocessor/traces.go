@@ -1,0 +1,227 @@
+package dedupprocessor
+
+import (
+	"context"
+
+	"github.com/open-telemetry/opentelemetry-collector-contrib/pkg/ottl"
+	"github.com/open-telemetry/opentelemetry-collector-contrib/pkg/ottl/contexts/ottlspan"
+	"github.com/open-telemetry/opentelemetry-collector-contrib/pkg/ottl/ottlfuncs"
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/consumer"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/identity"
+)
+
+func spanSpec(set component.TelemetrySettings) *signalSpec[*ottlspan.TransformContext] {
+	return &signalSpec[*ottlspan.TransformContext]{
+		name: "traces",
+		tag:  'T',
+		newParser: func() (ottl.Parser[*ottlspan.TransformContext], error) {
+			return ottlspan.NewParser(ottlfuncs.StandardConverters[*ottlspan.TransformContext](), set)
+		},
+		scalars: map[string]bool{
+			"trace_id": true, "span_id": true, "parent_span_id": true, "name": true, "kind": true,
+			"start_time_unix_nano": true, "end_time_unix_nano": true,
+		},
+		ignorable: []string{
+			"name", "kind", "trace_id", "span_id", "parent_span_id", "trace_state", "start_time_unix_nano",
+			"end_time_unix_nano", "flags", "events", "links", "status", "resource", "instrumentation_scope",
+		},
+	}
+}
+
+// spanView is a span as the identity sees it.
+type spanView struct {
+	rs ptrace.ResourceSpans
+	ss ptrace.ScopeSpans
+	sp ptrace.Span
+}
+
+func (v *spanView) path(e *identity.Encoder, p plainPath) bool {
+	sp := v.sp
+	if handled, ok := commonPath(e, p, v.rs.Resource(), v.ss.Scope(), sp.Attributes()); handled {
+		return ok
+	}
+	switch p.field {
+	case "trace_id":
+		return e.Any(sp.TraceID())
+	case "span_id":
+		return e.Any(sp.SpanID())
+	case "parent_span_id":
+		return e.Any(sp.ParentSpanID())
+	case "name":
+		return nonEmptyString(e, sp.Name())
+	case "kind":
+		e.Int(int64(sp.Kind()))
+	case "start_time_unix_nano":
+		e.Int(int64(sp.StartTimestamp()))
+	case "end_time_unix_nano":
+		e.Int(int64(sp.EndTimestamp()))
+	default:
+		return false
+	}
+	return true
+}
+
+// content encodes a span whole: its events, links and status included.
+func (v *spanView) content(e *identity.Encoder, ign *contentIgnore) {
+	sp, f := v.sp, ign.fields
+	if !f["trace_id"] {
+		e.Field(fieldTraceID)
+		e.TraceID(sp.TraceID())
+	}
+	if !f["span_id"] {
+		e.Field(fieldSpanID)
+		e.SpanID(sp.SpanID())
+	}
+	if !f["parent_span_id"] {
+		e.Field(fieldParentSpanID)
+		e.SpanID(sp.ParentSpanID())
+	}
+	if !f["trace_state"] {
+		e.Field(fieldTraceState)
+		e.String(sp.TraceState().AsRaw())
+	}
+	if !f["name"] {
+		e.Field(fieldName)
+		e.String(sp.Name())
+	}
+	if !f["kind"] {
+		e.Field(fieldKind)
+		e.Int(int64(sp.Kind()))
+	}
+	if !f["start_time_unix_nano"] {
+		e.Field(fieldStartTimestamp)
+		e.Uint(uint64(sp.StartTimestamp()))
+	}
+	if !f["end_time_unix_nano"] {
+		e.Field(fieldEndTimestamp)
+		e.Uint(uint64(sp.EndTimestamp()))
+	}
+	if !f["flags"] {
+		e.Field(fieldFlags)
+		e.Uint(uint64(sp.Flags()))
+	}
+	e.Field(fieldAttributes)
+	e.Map(sp.Attributes(), ign.skipAttr)
+	if !f["events"] {
+		e.Field(fieldEvents)
+		events := sp.Events()
+		e.Uint(uint64(events.Len()))
+		for i := 0; i < events.Len(); i++ {
+			ev := events.At(i)
+			e.String(ev.Name())
+			e.Uint(uint64(ev.Timestamp()))
+			e.Map(ev.Attributes(), nil)
+		}
+	}
+	if !f["links"] {
+		e.Field(fieldLinks)
+		links := sp.Links()
+		e.Uint(uint64(links.Len()))
+		for i := 0; i < links.Len(); i++ {
+			l := links.At(i)
+			e.TraceID(l.TraceID())
+			e.SpanID(l.SpanID())
+			e.String(l.TraceState().AsRaw())
+			e.Uint(uint64(l.Flags()))
+			e.Map(l.Attributes(), nil)
+		}
+	}
+	if !f["status"] {
+		e.Field(fieldStatus)
+		e.Int(int64(sp.Status().Code()))
+		e.String(sp.Status().Message())
+	}
+}
+
+// tracesProcessor is the dedup processor in a traces pipeline; its unit is
+// the span. A kept span keeps its events and links; a duplicate goes whole.
+type tracesProcessor struct {
+	*engine
+	si   *signalIdentity[*ottlspan.TransformContext]
+	next consumer.Traces
+}
+
+func newTracesProcessor(set component.TelemetrySettings, id component.ID, cfg *Config, next consumer.Traces) (*tracesProcessor, error) {
+	si, err := newSignalIdentity(spanSpec(set), cfg.Traces)
+	if err != nil {
+		return nil, err
+	}
+	e, err := newEngine(cfg, set, id, "traces")
+	if err != nil {
+		return nil, err
+	}
+	return &tracesProcessor{engine: e, si: si, next: next}, nil
+}
+
+func (p *tracesProcessor) ConsumeTraces(ctx context.Context, td ptrace.Traces) error {
+	n := td.SpanCount()
+	if n == 0 {
+		return p.next.ConsumeTraces(ctx, td) // nothing to deduplicate
+	}
+	b := p.begin(n)
+	defer p.end(b)
+	enc := encoderPool.Get().(*identity.Encoder)
+	defer encoderPool.Put(enc)
+
+	p.decideAll(ctx, b, enc, td)
+	if err := p.settle(ctx, b); err != nil {
+		return err
+	}
+	if b.removed > 0 || b.marked > 0 {
+		p.apply(b, td)
+	}
+	if b.removed == n {
+		return p.finish(ctx, b, nil)
+	}
+	return p.finish(ctx, b, p.next.ConsumeTraces(ctx, td))
+}
+
+func (p *tracesProcessor) decideAll(ctx context.Context, b *batch, enc *identity.Encoder, td ptrace.Traces) {
+	si := p.si
+	content := si.usesContent(p.cfg.OnMissingKey)
+	sk := scopeKey{tenant: p.tenant(ctx, enc)}
+	var view spanView
+	rss := td.ResourceSpans()
+	for i := 0; i < rss.Len(); i++ {
+		view.rs = rss.At(i)
+		if content {
+			sk.resource = si.ignore.resourceDigest(enc, view.rs.Resource())
+		}
+		sss := view.rs.ScopeSpans()
+		for j := 0; j < sss.Len(); j++ {
+			view.ss = sss.At(j)
+			if content {
+				sk.scope = si.ignore.scopeDigest(enc, view.ss.Scope())
+			}
+			spans := view.ss.Spans()
+			for k := 0; k < spans.Len(); k++ {
+				view.sp = spans.At(k)
+				if !si.needsOTTL {
+					decide(ctx, p.engine, b, enc, si, nil, &view, &sk)
+					continue
+				}
+				tctx := ottlspan.NewTransformContext(view.rs, view.ss, view.sp)
+				decide(ctx, p.engine, b, enc, si, tctx, &view, &sk)
+				tctx.Close()
+			}
+		}
+	}
+}
+
+func (p *tracesProcessor) apply(b *batch, td ptrace.Traces) {
+	i := 0
+	td.ResourceSpans().RemoveIf(func(rs ptrace.ResourceSpans) bool {
+		rs.ScopeSpans().RemoveIf(func(ss ptrace.ScopeSpans) bool {
+			ss.Spans().RemoveIf(func(sp ptrace.Span) bool {
+				v := b.verdicts[i]
+				i++
+				return p.applyVerdict(v, sp.Attributes())
+			})
+			return ss.Spans().Len() == 0
+		})
+		return rs.ScopeSpans().Len() == 0
+	})
+}
