@@ -55,6 +55,20 @@ func TestLoadValidConfigs(t *testing.T) {
 			c.Action = ActionMark
 			c.MarkAttribute = "dedup.seen_before"
 		}},
+		{name: "events", want: func(c *Config) {
+			c.Window = 24 * time.Hour
+			c.Cache.MaxEntries = 5000000
+			c.Logs.Key = []string{`attributes["messageId"]`}
+			c.Logs.Conditions = []string{`attributes["messageId"] != nil`}
+		}},
+		{name: "traces_and_ha_metrics", want: func(c *Config) {
+			c.Traces.Key = []string{}
+			c.Traces.Ignore = []string{`attributes["retry.count"]`}
+			c.Metrics.Ignore = []string{`resource.attributes["replica"]`}
+		}},
+		{name: "tenants", want: func(c *Config) {
+			c.MetadataKeys = []string{"X-Scope-OrgID"}
+		}},
 		{name: "content_ignore", want: func(c *Config) {
 			c.Cache.MaxEntries = 50000
 			c.Logs.Ignore = []string{`attributes["delivery.attempt"]`, `resource.attributes["relay.host"]`}
@@ -116,6 +130,9 @@ func TestLoadInvalidConfigs(t *testing.T) {
 		{name: "empty_key", validate: `logs.key[0]: expression must not be empty`},
 		{name: "bad_ignore", validate: `logs.ignore[0] "observed_time_unix_nano": not an ignorable field; use attributes["k"], resource.attributes["k"], instrumentation_scope.attributes["k"] or one of body, event_name, severity_text, severity_number, trace_id, span_id, time_unix_nano, flags, resource, instrumentation_scope`},
 		{name: "ignore_with_key", validate: `logs.ignore applies only to the content identity: set logs.key to [] or remove logs.ignore`},
+		{name: "traces_ignore_with_default_key", validate: `traces.ignore applies only to the content identity: set traces.key to [] or remove traces.ignore`},
+		{name: "bad_metrics_key", validate: `metrics.key[0] "metric.nme": segment "nme" from path "metric.nme" is not a valid path nor a valid OTTL keyword for the metric context - review https://github.com/open-telemetry/opentelemetry-collector-contrib/tree/main/pkg/ottl/contexts/ottlmetric to see all valid paths`},
+		{name: "empty_metadata_key", validate: `metadata_keys[0]: must not be empty`},
 		{name: "many_errors", validate: `window must be > 0, got "-1s"` + "\n" +
 			`action must be "drop" or "mark", got "delete"` + "\n" +
 			`on_missing_key must be "pass", "content" or "drop", got "keep"` + "\n" +
