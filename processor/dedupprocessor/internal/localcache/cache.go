@@ -4,9 +4,14 @@
 // Every key lives exactly one window, so the order keys were claimed in is
 // also the order they expire in. Each shard therefore keeps its keys in a
 // ring in claim order: the head is both the next key to expire and the oldest
-// key, which makes expiry and evict-oldest-first the same O(1) pop. The ring
-// and the index hold no pointers, so the garbage collector never scans them,
-// however many keys are remembered.
+// key, which makes expiry and evict-oldest-first the same O(1) pop.
+//
+// A key is found through an open-addressing index of 8-byte cells (ring
+// position and 32 bits of the digest), so a lookup touches one index cell and,
+// only when those 32 bits match, the ring slot. A key costs a 32-byte ring
+// slot and one or two index cells: about 50 bytes at any size. Neither the
+// ring nor the index holds pointers, so the garbage collector never scans
+// them, however many keys are remembered.
 package localcache
 
 import (
@@ -44,7 +49,7 @@ type slot struct {
 
 type shard struct {
 	mu      sync.Mutex
-	index   map[digest.Digest]uint32 // digest -> ring position
+	index   index
 	chunks  [][]slot
 	size    int // ring capacity of this shard
 	head    int // position of the oldest slot
@@ -74,7 +79,7 @@ func New(maxEntries int, windowNanos int64) *Cache {
 			size++
 		}
 		c.shards[i].size = size
-		c.shards[i].index = make(map[digest.Digest]uint32)
+		c.shards[i].index.init(size)
 		c.shards[i].chunks = make([][]slot, (size+chunkSize-1)/chunkSize)
 	}
 	return c
@@ -100,23 +105,24 @@ func (c *Cache) shardOf(d digest.Digest) *shard {
 func (c *Cache) Claim(d digest.Digest, token uint64, now int64) (Result, uint64) {
 	s := c.shardOf(d)
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.expire(now)
-	if pos, ok := s.index[d]; ok {
-		sl := s.at(int(pos))
+	if pos, ok := s.find(d); ok {
+		sl := s.at(pos)
 		switch {
 		case sl.expires <= now:
 			// Only an inserted key can expire behind a later one; it is gone.
-			sl.expires = 0
-			delete(s.index, d)
-			s.live--
+			s.forget(sl)
 		case token != NoToken && sl.token == token:
-			return HeldBySelf, sl.token
+			s.mu.Unlock()
+			return HeldBySelf, token
 		default:
-			return Held, sl.token
+			owner := sl.token
+			s.mu.Unlock()
+			return Held, owner
 		}
 	}
 	s.push(d, now+c.window, token, now)
+	s.mu.Unlock()
 	return Claimed, token
 }
 
@@ -131,7 +137,7 @@ func (c *Cache) Insert(d digest.Digest, expires, now int64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.expire(now)
-	if _, ok := s.index[d]; ok {
+	if _, ok := s.find(d); ok {
 		return false
 	}
 	s.push(d, expires, NoToken, now)
@@ -144,17 +150,15 @@ func (c *Cache) Release(d digest.Digest, token uint64) bool {
 	s := c.shardOf(d)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	pos, ok := s.index[d]
+	pos, ok := s.find(d)
 	if !ok {
 		return false
 	}
-	sl := s.at(int(pos))
+	sl := s.at(pos)
 	if sl.token != token || token == NoToken {
 		return false
 	}
-	sl.expires = 0
-	delete(s.index, d)
-	s.live--
+	s.forget(sl)
 	return true
 }
 
@@ -165,8 +169,8 @@ func (c *Cache) Disown(d digest.Digest, token uint64) {
 	s := c.shardOf(d)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if pos, ok := s.index[d]; ok {
-		if sl := s.at(int(pos)); sl.token == token {
+	if pos, ok := s.find(d); ok {
+		if sl := s.at(pos); sl.token == token {
 			sl.token = NoToken
 		}
 	}
@@ -240,9 +244,29 @@ func (s *shard) expire(now int64) {
 	}
 }
 
+// find returns the ring position holding d.
+func (s *shard) find(d digest.Digest) (int, bool) {
+	i, ok := s.index.lookup(d, s)
+	if !ok {
+		return 0, false
+	}
+	return s.index.cells[i].pos(), true
+}
+
+// forget removes a held key, leaving its ring slot released.
+func (s *shard) forget(sl *slot) {
+	if i, ok := s.index.lookup(sl.d, s); ok {
+		s.index.remove(i)
+	}
+	sl.expires = 0
+	s.live--
+}
+
 func (s *shard) pop(sl *slot) {
 	if sl.expires != 0 {
-		delete(s.index, sl.d)
+		if i, ok := s.index.lookup(sl.d, s); ok {
+			s.index.remove(i)
+		}
 		s.live--
 	}
 	s.head++
@@ -270,7 +294,10 @@ func (s *shard) push(d digest.Digest, expires int64, token uint64, now int64) {
 	}
 	sl := s.at(pos)
 	*sl = slot{d: d, expires: expires, token: token}
-	s.index[d] = uint32(pos)
+	if s.index.full() {
+		s.index.grow()
+	}
+	s.index.insert(d, pos)
 	s.used++
 	s.live++
 }
