@@ -1,0 +1,72 @@
+# otelcol-dedup: the dedup processor and the otelcol-dedup distribution.
+#
+#   make build   build the distribution with ocb: _build/otelcol-dedup, copied to bin/otelcol-dedup
+#   make run     build, then run it with testdata/default.yaml (OTLP on 127.0.0.1:4317/4318)
+#   make demo    build, then send testdata/demo-logs.json through it and check what comes out
+#   make test    go test -race of every package, the end-to-end tests included
+#   make bench   benchmarks
+#   make lint    go vet
+#   make clean   remove build output
+#
+# Needs only Go and the module proxy: ocb is pinned in go.mod (tool line) and
+# runs as `go tool builder`.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := build
+
+GO ?= go
+DIST := _build/otelcol-dedup
+BIN := bin/otelcol-dedup
+CONFIG ?= testdata/default.yaml
+TEST_TIMEOUT ?= 14m
+TEST_FLAGS ?=
+
+# The binary depends on the manifest, the module files and every non-test Go
+# source of the repository (the processor is compiled in from the working
+# tree through the manifest's replace): nothing changed, nothing rebuilt.
+GO_SOURCES := $(shell find . -name '*.go' ! -name '*_test.go' ! -path './_build/*' ! -path './bin/*' ! -path './.git/*' ! -path '*/testdata/*')
+
+.PHONY: build run demo demo-data test bench lint clean
+
+build: $(BIN)
+
+$(DIST): builder-config.yaml go.mod go.sum $(GO_SOURCES)
+	@echo "ocb: building $(DIST) (cold: 3-5 minutes; after a source change: 10-40 s; nothing changed: 2 s)"
+	@# TMPDIR: ocb makes an (unused) temp dir on every run; keep it in _build.
+	@mkdir -p _build/.tmp; start=$$(date +%s); \
+	TMPDIR=$(CURDIR)/_build/.tmp $(GO) tool builder --config builder-config.yaml; \
+	rm -rf _build/.tmp; \
+	echo "ocb: built $(DIST) in $$(( $$(date +%s) - start ))s"
+	@# go build leaves an up-to-date binary untouched: mark it fresh for make.
+	@touch $@
+
+$(BIN): $(DIST)
+	@mkdir -p $(dir $@)
+	cp $(DIST) $@
+
+run: build
+	./$(BIN) --config $(CONFIG)
+
+demo: build
+	$(GO) run ./cmd/dedupdemo -bin $(BIN) -config $(CONFIG) -data testdata/demo-logs.json
+
+# Regenerates the demo sample (deterministic; cmd/dedupdemo's tests check the
+# shipped file matches).
+demo-data:
+	$(GO) run ./cmd/dedupdemo -generate testdata/demo-logs.json
+
+# The end-to-end tests (internal/e2e) use the binary built here
+# (OTELCOL_DEDUP_BIN); run alone with go test they build it themselves.
+test: build
+	@if [ -f scripts/ensure-redis.sh ]; then bash scripts/ensure-redis.sh; fi
+	OTELCOL_DEDUP_BIN=$(CURDIR)/$(BIN) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./...
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+lint:
+	$(GO) vet ./...
+
+clean:
+	rm -rf _build bin

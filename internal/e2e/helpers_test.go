@@ -1,0 +1,317 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/plog"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// collectorBinary returns the otelcol-dedup binary under test, built on first
+// use (not in TestMain: `go test -run '^$' -bench .` and tests that start no
+// collector need no build).
+func collectorBinary(t *testing.T) string {
+	t.Helper()
+	start := time.Now()
+	bin, err := Distribution(os.Stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Logf("built the distribution in %s", d.Round(100*time.Millisecond))
+	}
+	return bin
+}
+
+// Timeouts of the harness: generous, as they bound waits for things that
+// happen in milliseconds unless something is wrong.
+const (
+	startTimeout = 30 * time.Second
+	stopGrace    = 15 * time.Second
+	opTimeout    = 30 * time.Second
+)
+
+// running is one collector under test, with the sink it exports to.
+type running struct {
+	t     *testing.T
+	col   *Collector
+	ports Ports
+	sink  *Sink
+	log   string // path of the collector's stdout and stderr
+
+	// abandoned: a start that lost a port race and was retried; its
+	// exit status and output are not the test's concern.
+	abandoned bool
+}
+
+// startCollector starts the binary with, in this order of precedence
+// (later --config files override earlier ones; maps merge, lists are
+// replaced): the shipped config files (paths such as testdata/default.yaml),
+// BaseConfig (ports, sink exporters, telemetry, so it overrides a shipped
+// file's ports), then the test's own YAML snippets, written to t.TempDir(),
+// which say what the pipelines do. It waits until health_check reports ready.
+// The collector is stopped by PID and the sink closed in t.Cleanup; if the
+// test failed, the collector's output is logged.
+func startCollector(t *testing.T, shipped []string, yamls ...string) *running {
+	t.Helper()
+	binary := collectorBinary(t)
+	sink, err := NewSink()
+	if err != nil {
+		t.Fatalf("sink: %v", err)
+	}
+	t.Cleanup(func() { _ = sink.Close() })
+	dir := t.TempDir()
+	var texts []string
+	for i, y := range yamls {
+		p := filepath.Join(dir, fmt.Sprintf("test%d.yaml", i))
+		if err := WriteFile(p, []byte(y)); err != nil {
+			t.Fatal(err)
+		}
+		texts = append(texts, p)
+	}
+	// A free port is closed again before the collector binds it, so another
+	// process (a parallel test package) may take it first: then try again on
+	// other ports.
+	const attempts = 3
+	for attempt := 1; ; attempt++ {
+		r, err := launch(t, binary, sink, dir, attempt, shipped, texts)
+		if err == nil {
+			return r
+		}
+		if attempt < attempts && r.logContains("address already in use") {
+			t.Logf("attempt %d: a port was taken before the collector bound it; retrying on other ports", attempt)
+			continue
+		}
+		r.abandoned = false
+		t.Fatal(err) // the cleanup logs the collector's output
+	}
+}
+
+// launch starts one collector on fresh ports and waits for it to be healthy.
+// It always returns the running collector, whose cleanup is registered.
+func launch(t *testing.T, binary string, sink *Sink, dir string, attempt int, shipped, texts []string) (*running, error) {
+	t.Helper()
+	// After the sink's listeners are bound, so the kernel cannot hand their
+	// ports out again.
+	ports, err := FreePorts()
+	if err != nil {
+		t.Fatalf("free ports: %v", err)
+	}
+	base, err := BaseConfig(ports, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	basePath := filepath.Join(dir, fmt.Sprintf("base%d.yaml", attempt))
+	if err := WriteFile(basePath, base); err != nil {
+		t.Fatal(err)
+	}
+	args := slices.Concat(shipped, []string{basePath}, texts)
+	logPath := filepath.Join(dir, fmt.Sprintf("collector%d.log", attempt))
+	logFile, err := LogFile(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	col, err := StartCollector(binary, logFile, args...)
+	if err != nil {
+		logFile.Close()
+		t.Fatal(err)
+	}
+	r := &running{t: t, col: col, ports: ports, sink: sink, log: logPath}
+	t.Cleanup(func() {
+		if err := col.Stop(stopGrace); err != nil && !r.abandoned {
+			t.Errorf("stop: %v", err)
+		}
+		logFile.Close()
+		if t.Failed() && !r.abandoned {
+			r.dumpLog()
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	if err := col.WaitHealthy(ctx, ports.HealthURL()); err != nil {
+		r.abandoned = r.logContains("address already in use")
+		return r, err
+	}
+	return r, nil
+}
+
+// logContains reports whether the collector's output so far contains s.
+func (r *running) logContains(s string) bool {
+	b, err := os.ReadFile(r.log)
+	return err == nil && strings.Contains(string(b), s)
+}
+
+func (r *running) dumpLog() {
+	b, err := os.ReadFile(r.log)
+	if err != nil {
+		r.t.Logf("collector log: %v", err)
+		return
+	}
+	r.t.Logf("collector (pid %d) output, last lines:\n%s", r.col.PID, tail(b, 80))
+}
+
+// scrape reads the collector's metrics endpoint.
+func (r *running) scrape() Scrape {
+	r.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	sc, err := ScrapeMetrics(ctx, r.ports.MetricsURL())
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return sc
+}
+
+// stop stops the collector now (it flushes its pipelines on the way), so
+// that what the sink holds afterwards is final.
+func (r *running) stop() {
+	r.t.Helper()
+	if err := r.col.Stop(stopGrace); err != nil {
+		r.t.Fatalf("stop: %v", err)
+	}
+}
+
+func (r *running) grpcSender() *GRPCSender {
+	r.t.Helper()
+	s, err := NewGRPCSender(Addr(r.ports.OTLPGRPC))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func (r *running) httpSender() *HTTPSender {
+	s := NewHTTPSender(r.ports.OTLPHTTPURL())
+	r.t.Cleanup(s.Close)
+	return s
+}
+
+// logSender is what the gRPC and HTTP senders have in common.
+type logSender interface {
+	SendLogs(context.Context, plog.Logs) error
+}
+
+// wantMetric checks one counter's value, summed over the series matching
+// labels, and prints the matching series when it differs.
+func wantMetric(t *testing.T, sc Scrape, name string, labels Labels, want float64) {
+	t.Helper()
+	if got := sc.Sum(name, labels); got != want {
+		t.Errorf("%s%v = %g, want %g; series: %v", name, labels, got, want, sc.Find(name, nil))
+	}
+}
+
+// corpus is a fixed set of distinct log records; batches are built from
+// byte-identical copies of them.
+type corpus struct {
+	logs    plog.Logs // one resource, one scope, the originals in order
+	records plog.LogRecordSlice
+}
+
+var baseTime = time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
+
+// newCorpus makes n distinct records; fill, if not nil, sets each one up
+// further.
+func newCorpus(n int, fill func(i int, lr plog.LogRecord)) *corpus {
+	ld := plog.NewLogs()
+	rl := ld.ResourceLogs().AppendEmpty()
+	rl.Resource().Attributes().PutStr("service.name", "e2e")
+	rl.Resource().Attributes().PutStr("host.name", "test-host")
+	sl := rl.ScopeLogs().AppendEmpty()
+	sl.Scope().SetName("e2e")
+	sl.Scope().SetVersion("1.0.0")
+	for i := range n {
+		lr := sl.LogRecords().AppendEmpty()
+		ts := baseTime.Add(time.Duration(i) * time.Millisecond)
+		lr.SetTimestamp(pcommon.NewTimestampFromTime(ts))
+		lr.SetObservedTimestamp(pcommon.NewTimestampFromTime(ts.Add(time.Millisecond)))
+		lr.SetSeverityNumber(plog.SeverityNumberInfo)
+		lr.SetSeverityText("INFO")
+		lr.Body().SetStr(fmt.Sprintf("record %d", i))
+		lr.Attributes().PutInt("seq", int64(i))
+		if fill != nil {
+			fill(i, lr)
+		}
+	}
+	return &corpus{logs: ld, records: sl.LogRecords()}
+}
+
+// batch returns a request holding copies of the records at indices, in that
+// order, under the corpus' resource and scope.
+func (c *corpus) batch(indices ...int) plog.Logs {
+	ld := plog.NewLogs()
+	rl := ld.ResourceLogs().AppendEmpty()
+	c.logs.ResourceLogs().At(0).Resource().CopyTo(rl.Resource())
+	sl := rl.ScopeLogs().AppendEmpty()
+	c.logs.ResourceLogs().At(0).ScopeLogs().At(0).Scope().CopyTo(sl.Scope())
+	for _, i := range indices {
+		c.records.At(i).CopyTo(sl.LogRecords().AppendEmpty())
+	}
+	return ld
+}
+
+// span returns the indices lo..hi-1.
+func span(lo, hi int) []int {
+	out := make([]int, 0, hi-lo)
+	for i := lo; i < hi; i++ {
+		out = append(out, i)
+	}
+	return out
+}
+
+// delivered returns every record the sink accepted, marshaled, with how many
+// times each one arrived.
+func delivered(sink *Sink) (map[string]int, int) {
+	m := plog.ProtoMarshaler{}
+	counts := map[string]int{}
+	total := 0
+	for _, ld := range sink.Logs() {
+		for i := range ld.ResourceLogs().Len() {
+			rl := ld.ResourceLogs().At(i)
+			for j := range rl.ScopeLogs().Len() {
+				lrs := rl.ScopeLogs().At(j).LogRecords()
+				for k := range lrs.Len() {
+					one := plog.NewLogs()
+					lrs.At(k).CopyTo(one.ResourceLogs().AppendEmpty().ScopeLogs().AppendEmpty().LogRecords().AppendEmpty())
+					b, _ := m.MarshalLogs(one)
+					counts[string(b)]++
+					total++
+				}
+			}
+		}
+	}
+	return counts, total
+}
+
+// recordKey is the key delivered uses for one corpus record.
+func (c *corpus) recordKey(i int) string {
+	one := plog.NewLogs()
+	c.records.At(i).CopyTo(one.ResourceLogs().AppendEmpty().ScopeLogs().AppendEmpty().LogRecords().AppendEmpty())
+	b, _ := (&plog.ProtoMarshaler{}).MarshalLogs(one)
+	return string(b)
+}
+
+// wantEachOnce checks the sink holds exactly the corpus records at indices,
+// each exactly once, and nothing else.
+func wantEachOnce(t *testing.T, sink *Sink, c *corpus, indices []int) {
+	t.Helper()
+	counts, total := delivered(sink)
+	if total != len(indices) {
+		t.Errorf("sink received %d records, want %d", total, len(indices))
+	}
+	for _, i := range indices {
+		if n := counts[c.recordKey(i)]; n != 1 {
+			t.Errorf("record %d delivered %d times, want once", i, n)
+		}
+	}
+}
