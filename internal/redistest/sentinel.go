@@ -1,0 +1,76 @@
+package redistest
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// SentinelServers is a master, one replica and one sentinel monitoring them.
+type SentinelServers struct {
+	MasterName string
+	Master     *Server
+	Replica    *Server
+	Sentinel   *Server
+}
+
+// SentinelAddr returns the sentinel's endpoint.
+func (s *SentinelServers) SentinelAddr() string { return s.Sentinel.Addr() }
+
+// Sentinel starts a master, a replica of it and a sentinel that monitors the
+// master as "mymaster" with quorum 1 and a 1 s down-after period. It waits
+// until the replica is in sync and the sentinel reports the master's address
+// and knows the replica.
+func Sentinel(tb testing.TB) *SentinelServers {
+	tb.Helper()
+	const name = "mymaster"
+	// No 5 s wait for more replicas before the first sync.
+	master := Standalone(tb, WithConfig("repl-diskless-sync-delay 0"))
+	replica := Standalone(tb, WithConfig("replicaof 127.0.0.1 "+strconv.Itoa(master.Port())))
+
+	ctx := context.Background()
+	wait(tb, "replica in sync", func() (bool, string) {
+		info, err := replica.Client().Info(ctx, "replication").Result()
+		return err == nil && strings.Contains(info, "master_link_status:up"), info
+	})
+	// Started after the replica is in sync, the sentinel's first INFO to the
+	// master already lists the replica (the next one comes 10 s later).
+	sentinel := newServer(tb, config{extra: []string{
+		"sentinel monitor " + name + " 127.0.0.1 " + strconv.Itoa(master.Port()) + " 1",
+		"sentinel down-after-milliseconds " + name + " 1000",
+		"sentinel failover-timeout " + name + " 5000",
+	}})
+	sentinel.args = []string{"--sentinel"}
+	sentinel.startFresh()
+
+	wantMaster := []string{"127.0.0.1", strconv.Itoa(master.Port())}
+	wait(tb, "sentinel knows the master and its replica", func() (bool, string) {
+		addr, err := sentinel.Client().Do(ctx, "SENTINEL", "get-master-addr-by-name", name).StringSlice()
+		if err != nil || len(addr) != 2 || addr[0] != wantMaster[0] || addr[1] != wantMaster[1] {
+			return false, "master: " + strings.Join(addr, ":")
+		}
+		replicas, err := sentinel.Client().Do(ctx, "SENTINEL", "replicas", name).Slice()
+		return err == nil && len(replicas) == 1, "replicas: " + strconv.Itoa(len(replicas))
+	})
+	return &SentinelServers{MasterName: name, Master: master, Replica: replica, Sentinel: sentinel}
+}
+
+// wait polls cond until it holds, failing the test after readyTimeout.
+func wait(tb testing.TB, what string, cond func() (bool, string)) {
+	tb.Helper()
+	deadline := time.Now().Add(readyTimeout)
+	for {
+		ok, detail := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("redistest: %s: not within %s (%s)", what, readyTimeout, detail)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }

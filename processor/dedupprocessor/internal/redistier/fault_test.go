@@ -1,0 +1,243 @@
+package redistier
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/otelcol-dedup/otelcol-dedup/internal/redistest"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/breaker"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
+)
+
+// hangBound is how much longer than its Timeout a failing call may take
+// before the test calls it a hang (2 cores, -race).
+const hangBound = time.Second
+
+func TestKillAndRestart(t *testing.T) {
+	srv := redistest.Standalone(t)
+	var obs observations
+	const timeout = 300 * time.Millisecond
+	tr := newTier(t, Options{
+		Endpoints: []string{srv.Addr()}, Window: testWindow, Timeout: timeout,
+		Observe: obs.observe, Breaker: breaker.Config{Failures: 100},
+	})
+	ds := digests(t, "", 10)
+	claimAll(t, tr, ds)
+	wantObserved(t, &obs, "claim/ok")
+
+	srv.Kill()
+	claimed := []bool{true, true}
+	start := time.Now()
+	err := tr.Claim(context.Background(), NewToken(), ds[:2], claimed)
+	if elapsed := time.Since(start); elapsed > timeout+hangBound {
+		t.Errorf("Claim against a killed server took %v, want about the %v timeout", elapsed, timeout)
+	}
+	if err == nil || !strings.HasPrefix(err.Error(), "dedup: redis claim: ") || IsTimeout(err) {
+		t.Fatalf("Claim against a killed server: %v, want a plain dedup: redis claim: error", err)
+	}
+	wantClaimed(t, claimed, false, false)
+	wantObserved(t, &obs, "claim/error")
+	if err := tr.Commit(context.Background(), "tok", ds); err == nil {
+		t.Fatal("Commit against a killed server succeeded")
+	}
+	if err := tr.Release(context.Background(), "tok", ds); err == nil {
+		t.Fatal("Release against a killed server succeeded")
+	}
+	wantObserved(t, &obs, "commit/error", "release/error")
+
+	// The restarted server lost its data and its script cache: the claim
+	// reloads the script (NOSCRIPT, then EVAL) and wins every digest again.
+	srv.Restart()
+	claimAll(t, tr, ds)
+	wantObserved(t, &obs, "claim/ok")
+	if ok, err := srv.Client().ScriptExists(context.Background(), claimScript.Hash()).Result(); err != nil || !ok[0] {
+		t.Fatalf("claim script not loaded after the restart: %v, %v", ok, err)
+	}
+	claimAll(t, tr, digests(t, "after", 10))
+}
+
+func TestSlowServerTimesOut(t *testing.T) {
+	srv := redistest.Standalone(t)
+	var obs observations
+	const timeout = 200 * time.Millisecond
+	tr := newTier(t, Options{
+		Endpoints: []string{srv.Addr()}, Window: testWindow, Timeout: timeout,
+		Observe: obs.observe, Breaker: breaker.Config{Failures: 100},
+	})
+	ds := digests(t, "", 10)
+	claimAll(t, tr, ds[:5])
+	wantObserved(t, &obs, "claim/ok")
+
+	srv.Pause()
+	start := time.Now()
+	err := tr.Claim(context.Background(), NewToken(), ds[5:], make([]bool, 5))
+	if elapsed := time.Since(start); elapsed < timeout || elapsed > timeout+hangBound {
+		t.Errorf("Claim against a paused server took %v, want about the %v timeout", elapsed, timeout)
+	}
+	if !IsTimeout(err) || !strings.HasPrefix(err.Error(), "dedup: redis claim: ") {
+		t.Fatalf("Claim against a paused server: %v, want a timeout", err)
+	}
+	wantObserved(t, &obs, "claim/timeout")
+
+	srv.Resume()
+	// The timed-out claim may have run once the server woke; a retry with a
+	// new token sees its digests as held, the others as free.
+	claimAll(t, tr, digests(t, "after", 5))
+	wantObserved(t, &obs, "claim/ok")
+}
+
+// clock is a fake clock for the breaker.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+func TestBreaker(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Standalone(t)
+	var obs observations
+	clk := &clock{t: time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)}
+	tr := newTier(t, Options{
+		Endpoints: []string{srv.Addr()}, Window: testWindow, Timeout: 100 * time.Millisecond,
+		Observe: obs.observe,
+		Breaker: breaker.Config{Failures: 3, Cooldown: 5 * time.Second, MaxCooldown: time.Minute, Now: clk.Now},
+	})
+	ds := digests(t, "", 4)
+	claimAll(t, tr, ds[:1])
+	wantObserved(t, &obs, "claim/ok")
+
+	// A caller that gives up says nothing about Redis: no failure counted.
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	for range 5 {
+		if err := tr.Claim(cancelled, NewToken(), ds, make([]bool, len(ds))); !errors.Is(err, context.Canceled) {
+			t.Fatalf("Claim with a cancelled context: %v", err)
+		}
+	}
+	obs.take()
+	wantState(t, tr, breaker.Closed)
+
+	// Three timeouts in a row open the breaker.
+	openBreaker := func() {
+		t.Helper()
+		srv.Pause()
+		for range 3 {
+			if err := tr.Claim(ctx, NewToken(), ds[1:], make([]bool, 3)); !IsTimeout(err) {
+				t.Fatalf("Claim against a paused server: %v, want a timeout", err)
+			}
+		}
+		srv.Resume()
+		wantObserved(t, &obs, "claim/timeout", "claim/timeout", "claim/timeout")
+		wantState(t, tr, breaker.Open)
+	}
+	openBreaker()
+
+	// While open, calls return ErrBreakerOpen without reaching the server.
+	before := commandsProcessed(t, srv)
+	for range 3 {
+		claimed := []bool{true, true, true}
+		start := time.Now()
+		err := tr.Claim(ctx, NewToken(), ds[1:], claimed)
+		if !errors.Is(err, ErrBreakerOpen) || err.Error() != "dedup: redis claim: circuit breaker open" {
+			t.Fatalf("Claim with the breaker open: %v", err)
+		}
+		if elapsed := time.Since(start); elapsed > 50*time.Millisecond {
+			t.Errorf("Claim with the breaker open took %v", elapsed)
+		}
+		wantClaimed(t, claimed, false, false, false)
+	}
+	if err := tr.Commit(ctx, "tok", ds); !errors.Is(err, ErrBreakerOpen) {
+		t.Fatalf("Commit with the breaker open: %v", err)
+	}
+	if err := tr.Release(ctx, "tok", ds); !errors.Is(err, ErrBreakerOpen) {
+		t.Fatalf("Release with the breaker open: %v", err)
+	}
+	// INFO itself is the only command in between.
+	if after := commandsProcessed(t, srv); after != before+1 {
+		t.Fatalf("server processed %d commands while the breaker was open, want 0", after-before-1)
+	}
+	wantObserved(t, &obs, "claim/skipped", "claim/skipped", "claim/skipped", "commit/skipped", "release/skipped")
+
+	// After the cooldown one probe goes through; its success closes. (The
+	// timed-out claims ran once the server resumed and hold ds[1:] pending,
+	// so the probes claim fresh digests.)
+	fresh := digests(t, "fresh", 2)
+	clk.Advance(5 * time.Second)
+	wantState(t, tr, breaker.HalfOpen)
+	claimAll(t, tr, fresh[:1])
+	wantObserved(t, &obs, "claim/ok")
+	wantState(t, tr, breaker.Closed)
+
+	// A failed probe re-opens it for twice the cooldown.
+	openBreaker()
+	clk.Advance(5 * time.Second)
+	srv.Pause()
+	if err := tr.Claim(ctx, NewToken(), ds[2:3], make([]bool, 1)); !IsTimeout(err) {
+		t.Fatalf("probe against a paused server: %v, want a timeout", err)
+	}
+	srv.Resume()
+	wantObserved(t, &obs, "claim/timeout")
+	wantState(t, tr, breaker.Open)
+	clk.Advance(5 * time.Second)
+	if err := tr.Claim(ctx, NewToken(), ds[2:3], make([]bool, 1)); !errors.Is(err, ErrBreakerOpen) {
+		t.Fatalf("Claim 5 s into a 10 s cooldown: %v, want ErrBreakerOpen", err)
+	}
+	clk.Advance(5 * time.Second)
+	claimAll(t, tr, fresh[1:])
+	wantObserved(t, &obs, "claim/skipped", "claim/ok")
+	wantState(t, tr, breaker.Closed)
+}
+
+func wantState(t testing.TB, tr *Tier, want breaker.State) {
+	t.Helper()
+	if got := tr.BreakerState(); got != want {
+		t.Fatalf("BreakerState() = %v, want %v", got, want)
+	}
+}
+
+// claimAll claims ds under a new token and fails unless every one is won.
+func claimAll(t testing.TB, tr *Tier, ds []digest.Digest) {
+	t.Helper()
+	got := claim(t, tr, NewToken(), ds...)
+	for i, ok := range got {
+		if !ok {
+			t.Fatalf("claimed[%d] = false, want true", i)
+		}
+	}
+}
+
+func commandsProcessed(t testing.TB, srv *redistest.Server) int {
+	t.Helper()
+	info, err := srv.Client().Info(context.Background(), "stats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "total_commands_processed:"); ok {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Fatalf("no total_commands_processed in INFO stats")
+	return 0
+}

@@ -1,0 +1,151 @@
+package redistier
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// digests returns n distinct digests unique to the test and salt.
+func digests(t testing.TB, salt string, n int) []digest.Digest {
+	ds := make([]digest.Digest, n)
+	for i := range ds {
+		ds[i] = digest.Of(fmt.Appendf(nil, "%s/%s/%d", t.Name(), salt, i))
+	}
+	return ds
+}
+
+func newTier(t testing.TB, opts Options) *Tier {
+	t.Helper()
+	tr, err := New(opts)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := tr.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return tr
+}
+
+func claim(t testing.TB, tr *Tier, token string, ds ...digest.Digest) []bool {
+	t.Helper()
+	claimed := make([]bool, len(ds))
+	if err := tr.Claim(context.Background(), token, ds, claimed); err != nil {
+		t.Fatalf("Claim: %v", err)
+	}
+	return claimed
+}
+
+func commit(t testing.TB, tr *Tier, token string, ds ...digest.Digest) {
+	t.Helper()
+	if err := tr.Commit(context.Background(), token, ds); err != nil {
+		t.Fatalf("Commit: %v", err)
+	}
+}
+
+func release(t testing.TB, tr *Tier, token string, ds ...digest.Digest) {
+	t.Helper()
+	if err := tr.Release(context.Background(), token, ds); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+}
+
+func wantClaimed(t testing.TB, got []bool, want ...bool) {
+	t.Helper()
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("claimed = %v, want %v", got, want)
+	}
+}
+
+// observations records Observe calls.
+type observations struct {
+	mu  sync.Mutex
+	got []string
+}
+
+func (o *observations) observe(op, result string, _ time.Duration) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.got = append(o.got, op+"/"+result)
+}
+
+func (o *observations) take() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	got := o.got
+	o.got = nil
+	return got
+}
+
+// store reads keys directly, bypassing the tier.
+type store interface {
+	redis.Cmdable
+	scanAll(t testing.TB, match string) map[string]string
+}
+
+type standaloneStore struct{ *redis.Client }
+
+func (s standaloneStore) scanAll(t testing.TB, match string) map[string]string {
+	t.Helper()
+	return scanValues(t, s.Client, match)
+}
+
+type clusterStore struct{ *redis.ClusterClient }
+
+func (s clusterStore) scanAll(t testing.TB, match string) map[string]string {
+	t.Helper()
+	var mu sync.Mutex
+	all := map[string]string{}
+	err := s.ForEachMaster(context.Background(), func(ctx context.Context, c *redis.Client) error {
+		kv := scanValues(t, c, match)
+		mu.Lock()
+		defer mu.Unlock()
+		for k, v := range kv {
+			all[k] = v
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("scan cluster: %v", err)
+	}
+	return all
+}
+
+// scanValues returns every key matching match, with its value, from one node.
+func scanValues(t testing.TB, c *redis.Client, match string) map[string]string {
+	ctx := context.Background()
+	kv := map[string]string{}
+	iter := c.Scan(ctx, 0, match, 1000).Iterator()
+	for iter.Next(ctx) {
+		kv[iter.Val()] = ""
+	}
+	if err := iter.Err(); err != nil {
+		t.Errorf("SCAN: %v", err)
+		return kv
+	}
+	for k := range kv {
+		v, err := c.Get(ctx, k).Result()
+		switch {
+		case err == redis.Nil: // expired since the SCAN
+			delete(kv, k)
+		case err != nil:
+			t.Errorf("GET %q: %v", k, err)
+		default:
+			kv[k] = v
+		}
+	}
+	return kv
+}

@@ -1,0 +1,88 @@
+package redistier
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
+)
+
+func TestCRC16AndKeySlot(t *testing.T) {
+	if got := crc16("123456789"); got != 0x31c3 {
+		t.Fatalf("crc16 check value = %#x, want 0x31c3", got)
+	}
+	// Values from the Redis Cluster specification and CLUSTER KEYSLOT.
+	if got := keySlot("foo"); got != 12182 {
+		t.Errorf("keySlot(foo) = %d, want 12182", got)
+	}
+	if keySlot("{user1000}.following") != keySlot("{user1000}.followers") {
+		t.Error("keys with the same hash tag are in different slots")
+	}
+	if keySlot("foo{}{bar}") != int(crc16("foo{}{bar}"))%16384 {
+		t.Error("an empty hash tag must hash the whole key")
+	}
+}
+
+// TestClusterTagsArePinned pins the Cluster layout: every collector sharing a
+// Redis must derive the same keys, so these tags may never change.
+func TestClusterTagsArePinned(t *testing.T) {
+	tags := clusterHashTags()
+	const want = "18,7,b,19,1q,c,6b,5,d,6c,4,a"
+	if got := strings.Join(tags, ","); got != want {
+		t.Fatalf("cluster hash tags changed:\n got %s\nwant %s", got, want)
+	}
+	for i, tag := range tags {
+		slot := keySlot("{" + tag + "}")
+		if lo := i * clusterSlots / clusterTags; slot < lo || slot >= lo+clusterSlots/clusterTags {
+			t.Errorf("tag %d (%q) hashes to slot %d, outside its range", i, tag, slot)
+		}
+	}
+	// An even split of the slots over 3, 4, 6 or 12 masters (as redis-cli
+	// makes it) gives every master the same number of tags.
+	for _, masters := range []int{3, 4, 6, 12} {
+		per := make([]int, masters)
+		for _, tag := range tags {
+			per[keySlot("{"+tag+"}")*masters/clusterSlots]++
+		}
+		for m, n := range per {
+			if n != clusterTags/masters {
+				t.Errorf("%d masters: master %d serves %d tags, want %d", masters, m, n, clusterTags/masters)
+			}
+		}
+	}
+}
+
+func TestLayout(t *testing.T) {
+	d := digest.Digest{Hi: 0xffff_ffff_0000_0001, Lo: 2}
+	b := d.Bytes()
+
+	l := newLayout("p:", false)
+	if got, want := l.digestKey(d), "p:"+string(b[:]); got != want {
+		t.Errorf("standalone digest key = %q, want %q", got, want)
+	}
+	if got := l.statusKey(l.groupOf(d), "tok"); got != "p:claim:tok" {
+		t.Errorf("standalone status key = %q", got)
+	}
+
+	l = newLayout("p:", true)
+	g := l.groupOf(d)
+	if g != clusterTags-1 {
+		t.Fatalf("group of a digest with the top 32 bits set = %d, want %d", g, clusterTags-1)
+	}
+	if g := l.groupOf(digest.Digest{Hi: 0x0000_0000_ffff_ffff}); g != 0 {
+		t.Fatalf("group of a digest with the top 32 bits clear = %d, want 0", g)
+	}
+	tag := clusterHashTags()[clusterTags-1]
+	if got, want := l.digestKey(d), "p:{"+tag+"}"+string(b[:]); got != want {
+		t.Errorf("cluster digest key = %q, want %q", got, want)
+	}
+	if keySlot(l.digestKey(d)) != keySlot(l.statusKey(g, "any-token")) {
+		t.Error("a digest key and its group's status key are in different slots")
+	}
+	// A prefix with its own hash tag still keeps a digest and its status
+	// key together (in one slot for all).
+	l = newLayout("p{x:", true)
+	if keySlot(l.digestKey(d)) != keySlot(l.statusKey(l.groupOf(d), "tok")) {
+		t.Error("with a brace in the prefix, digest and status keys split")
+	}
+}

@@ -1,0 +1,32 @@
+package redistier
+
+import (
+	"testing"
+
+	"github.com/otelcol-dedup/otelcol-dedup/internal/redistest"
+)
+
+func TestSentinel(t *testing.T) {
+	s := redistest.Sentinel(t)
+	tr := newTier(t, Options{
+		Endpoints:  []string{s.SentinelAddr()},
+		MasterName: s.MasterName,
+		KeyPrefix:  "sentinel:",
+		Window:     testWindow,
+	})
+	ds := digests(t, "", 3)
+	tok := NewToken()
+	wantClaimed(t, claim(t, tr, tok, ds...), true, true, true)
+	commit(t, tr, tok, ds...)
+	wantClaimed(t, claim(t, tr, NewToken(), ds...), false, false, false)
+
+	// The claims live on the master the sentinel named.
+	master := standaloneStore{s.Master.Client()}
+	for _, d := range ds {
+		wantValue(t, master, tr.layout.digestKey(d), tok)
+	}
+	wantValue(t, master, tr.layout.statusKey(0, tok), "c")
+
+	release(t, tr, tok, ds...)
+	wantMissing(t, master, tr.layout.digestKey(ds[0]))
+}

@@ -1,0 +1,356 @@
+package redistier
+
+import (
+	"context"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
+)
+
+// The contract suite runs against a standalone server and a Cluster.
+const (
+	testLease  = 300 * time.Millisecond
+	testWindow = time.Minute
+	// pastLease is long enough for a testLease lease to have ended.
+	pastLease = testLease + 150*time.Millisecond
+)
+
+type suiteTarget struct {
+	endpoints []string
+	store     store
+	cluster   bool
+}
+
+// runContractSuite runs the claim, commit and release promises against
+// target. The subtests run in parallel, each under its own key prefix, and
+// afterwards every key on the server is checked against the layout.
+func runContractSuite(t *testing.T, tg suiteTarget) {
+	var mu sync.Mutex
+	var prefixes []string
+	newTier := func(t *testing.T, prefix string) *Tier {
+		mu.Lock()
+		prefixes = append(prefixes, prefix)
+		mu.Unlock()
+		return newTier(t, Options{
+			Endpoints: tg.endpoints,
+			KeyPrefix: prefix,
+			Window:    testWindow,
+			Lease:     testLease,
+			Timeout:   5 * time.Second, // generous: -race on 2 cores
+		})
+	}
+	ctx := context.Background()
+
+	t.Run("group", func(t *testing.T) {
+		t.Run("claim then duplicate", func(t *testing.T) {
+			t.Parallel()
+			tr := newTier(t, "dup:")
+			ds := digests(t, "", 3)
+			wantClaimed(t, claim(t, tr, "tok-a", ds...), true, true, true)
+			wantClaimed(t, claim(t, tr, "tok-b", ds...), false, false, false)
+			fresh := digests(t, "fresh", 1)[0]
+			wantClaimed(t, claim(t, tr, "tok-c", fresh, ds[1]), true, false)
+			commit(t, tr, "tok-a", ds...)
+			wantClaimed(t, claim(t, tr, "tok-d", ds...), false, false, false)
+		})
+
+		t.Run("in-call duplicates", func(t *testing.T) {
+			t.Parallel()
+			tr := newTier(t, "incall:")
+			ds := digests(t, "", 3)
+			a, b, c := ds[0], ds[1], ds[2]
+			wantClaimed(t, claim(t, tr, "tok-a", a, b, a, a, c, b), true, true, false, false, true, false)
+			// Above the small-batch size, repeats are found with a map.
+			many := digests(t, "many", 40)
+			in := append(append([]digest.Digest{}, many...), many[:20]...)
+			got := claim(t, tr, "tok-b", in...)
+			for i, ok := range got {
+				if ok != (i < 40) {
+					t.Fatalf("claimed[%d] = %v, want %v", i, ok, i < 40)
+				}
+			}
+		})
+
+		t.Run("large batch spans several scripts", func(t *testing.T) {
+			t.Parallel()
+			tr := newTier(t, "large:")
+			ds := digests(t, "", 2500) // > maxKeysPerScript
+			var every3rd []digest.Digest
+			for i := 0; i < len(ds); i += 3 {
+				every3rd = append(every3rd, ds[i])
+			}
+			for i, ok := range claim(t, tr, NewToken(), every3rd...) {
+				if !ok {
+					t.Fatalf("claimed[%d] = false", i)
+				}
+			}
+			// Repeats of the first digests come after the chunk boundary.
+			in := append(append([]digest.Digest{}, ds...), ds[:5]...)
+			got := claim(t, tr, NewToken(), in...)
+			for i, ok := range got {
+				if want := i < len(ds) && i%3 != 0; ok != want {
+					t.Fatalf("claimed[%d] = %v, want %v", i, ok, want)
+				}
+			}
+		})
+
+		t.Run("retry with the same token", func(t *testing.T) {
+			t.Parallel()
+			tr := newTier(t, "retry:")
+			ds := digests(t, "", 3)
+			wantClaimed(t, claim(t, tr, "tok-a", ds[:2]...), true, true)
+			// A retried round trip of the same claim keeps what it holds.
+			wantClaimed(t, claim(t, tr, "tok-a", ds...), true, true, true)
+			wantClaimed(t, claim(t, tr, "tok-b", ds...), false, false, false)
+		})
+
+		t.Run("race", func(t *testing.T) {
+			t.Parallel()
+			// Two tiers stand for two collectors, four goroutines each.
+			tiers := []*Tier{newTier(t, "race:"), newTier(t, "race:")}
+			ds := digests(t, "", 1000)
+			const goroutines = 8
+			wins := make([][]bool, goroutines)
+			tokens := make([][]string, goroutines)
+			var wg sync.WaitGroup
+			for g := range goroutines {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					rng := rand.New(rand.NewPCG(uint64(g), 1))
+					order := rng.Perm(len(ds))
+					wins[g] = make([]bool, len(ds))
+					tokens[g] = make([]string, len(ds))
+					for lo := 0; lo < len(order); lo += 100 {
+						idx := order[lo : lo+100]
+						batch := make([]digest.Digest, len(idx))
+						for k, i := range idx {
+							batch[k] = ds[i]
+						}
+						tok := NewToken()
+						got := make([]bool, len(batch))
+						if err := tiers[g%2].Claim(ctx, tok, batch, got); err != nil {
+							t.Errorf("Claim: %v", err)
+							return
+						}
+						for k, i := range idx {
+							wins[g][i], tokens[g][i] = got[k], tok
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			total := 0
+			for i, d := range ds {
+				winners := 0
+				var tok string
+				for g := range goroutines {
+					if wins[g][i] {
+						winners++
+						tok = tokens[g][i]
+					}
+				}
+				total += winners
+				if winners != 1 {
+					t.Errorf("digest %d claimed by %d goroutines, want 1", i, winners)
+					continue
+				}
+				if v, err := tg.store.Get(ctx, tiers[0].layout.digestKey(d)).Result(); err != nil || v != tok {
+					t.Errorf("digest %d holds %q (%v), want the winner's token %q", i, v, err, tok)
+				}
+			}
+			if total != len(ds) {
+				t.Fatalf("claims won in total = %d, want %d", total, len(ds))
+			}
+		})
+
+		t.Run("commit outlives the lease", func(t *testing.T) {
+			t.Parallel()
+			tr := newTier(t, "commit:")
+			ds := digests(t, "", 2)
+			tok := NewToken()
+			wantClaimed(t, claim(t, tr, tok, ds...), true, true)
+			key := tr.layout.digestKey(ds[0])
+			status := tr.layout.statusKey(tr.layout.groupOf(ds[0]), tok)
+			// The window runs from the claim; the pending status lives for
+			// the lease only.
+			wantPTTL(t, tg.store, key, testWindow-5*time.Second, testWindow)
+			wantPTTL(t, tg.store, status, 1, testLease)
+			wantValue(t, tg.store, status, "p")
+
+			commit(t, tr, tok, ds...)
+			wantPTTL(t, tg.store, status, testWindow-5*time.Second, testWindow)
+			wantValue(t, tg.store, status, "c")
+			commit(t, tr, tok, ds...) // idempotent
+
+			time.Sleep(pastLease)
+			wantClaimed(t, claim(t, tr, NewToken(), ds...), false, false)
+			wantValue(t, tg.store, key, tok)
+		})
+
+		t.Run("uncommitted claim ends with the lease", func(t *testing.T) {
+			t.Parallel()
+			tr := newTier(t, "lease:")
+			ds := digests(t, "", 1)
+			tokA, tokB := NewToken(), NewToken()
+			wantClaimed(t, claim(t, tr, tokA, ds...), true)
+			wantClaimed(t, claim(t, tr, tokB, ds...), false) // pending, alive
+
+			time.Sleep(pastLease)
+			wantClaimed(t, claim(t, tr, tokB, ds...), true) // taken over
+			key := tr.layout.digestKey(ds[0])
+			wantValue(t, tg.store, key, tokB)
+			wantPTTL(t, tg.store, key, testWindow-5*time.Second, testWindow) // a new window
+
+			// A late commit or release of the first claim changes nothing.
+			commit(t, tr, tokA, ds...)
+			release(t, tr, tokA, ds...)
+			wantValue(t, tg.store, key, tokB)
+			wantClaimed(t, claim(t, tr, NewToken(), ds...), false)
+		})
+
+		t.Run("release deletes only its own keys", func(t *testing.T) {
+			t.Parallel()
+			tr := newTier(t, "release:")
+			ds := digests(t, "", 3)
+			tokA, tokB := NewToken(), NewToken()
+			wantClaimed(t, claim(t, tr, tokA, ds...), true, true, true)
+			time.Sleep(pastLease)
+			wantClaimed(t, claim(t, tr, tokB, ds[1]), true)
+
+			release(t, tr, tokA, ds...)
+			wantMissing(t, tg.store, tr.layout.digestKey(ds[0]))
+			wantValue(t, tg.store, tr.layout.digestKey(ds[1]), tokB)
+			wantMissing(t, tg.store, tr.layout.digestKey(ds[2]))
+			wantMissing(t, tg.store, tr.layout.statusKey(tr.layout.groupOf(ds[0]), tokA))
+			release(t, tr, tokA, ds...) // idempotent
+
+			wantClaimed(t, claim(t, tr, NewToken(), ds...), true, false, true)
+		})
+
+		t.Run("release frees a pending claim at once", func(t *testing.T) {
+			t.Parallel()
+			tr := newTier(t, "free:")
+			ds := digests(t, "", 50)
+			tok := NewToken()
+			got := claim(t, tr, tok, ds...)
+			for i, ok := range got {
+				if !ok {
+					t.Fatalf("claimed[%d] = false", i)
+				}
+			}
+			release(t, tr, tok, ds...)
+			if keys := tg.store.scanAll(t, "free:*"); len(keys) != 0 {
+				t.Fatalf("%d keys left after release: %q", len(keys), keys)
+			}
+			got = claim(t, tr, NewToken(), ds...)
+			for i, ok := range got {
+				if !ok {
+					t.Fatalf("after release, claimed[%d] = false", i)
+				}
+			}
+		})
+
+		t.Run("keys hold only prefix and digest", func(t *testing.T) {
+			t.Parallel()
+			tr := newTier(t, "layout:")
+			ds := digests(t, "", 200)
+			tokA, tokB := NewToken(), NewToken()
+			claim(t, tr, tokA, ds[:100]...)
+			commit(t, tr, tokA, ds[:100]...)
+			claim(t, tr, tokB, ds[100:]...)
+
+			// Digest keys hold their token; each group a token claimed in
+			// holds its status: committed for A, pending for B.
+			want := map[string]string{}
+			for i, d := range ds {
+				tok, status := tokA, "c"
+				if i >= 100 {
+					tok, status = tokB, "p"
+				}
+				b := d.Bytes()
+				group := tr.layout.groups[tr.layout.groupOf(d)].prefix
+				want[group+string(b[:])] = tok
+				want[group+"claim:"+tok] = status
+			}
+			got := tg.store.scanAll(t, "layout:*")
+			if len(got) != len(want) {
+				t.Errorf("%d keys under layout:, want %d", len(got), len(want))
+			}
+			for k, v := range want {
+				if got[k] != v {
+					t.Errorf("key %q = %q, want %q", k, got[k], v)
+				}
+			}
+		})
+	})
+
+	// Every key any subtest left must follow the layout: a known prefix, the
+	// hash tag in a Cluster, then 16 digest bytes holding a 16-character token, or
+	// "claim:" and a token holding "p" or "c".
+	all := tg.store.scanAll(t, "*")
+	if len(all) == 0 {
+		t.Fatal("no keys on the server after the suite")
+	}
+	for k, v := range all {
+		rest, ok := "", false
+		for _, p := range prefixes {
+			if strings.HasPrefix(k, p) {
+				rest, ok = k[len(p):], true
+				break
+			}
+		}
+		if !ok {
+			t.Errorf("key %q has no known prefix", k)
+			continue
+		}
+		if tg.cluster {
+			end := strings.IndexByte(rest, '}')
+			if !strings.HasPrefix(rest, "{") || end < 2 || end > 4 {
+				t.Errorf("key %q: bad hash tag", k)
+				continue
+			}
+			rest = rest[end+1:]
+		}
+		switch {
+		case strings.HasPrefix(rest, "claim:"):
+			if v != "p" && v != "c" {
+				t.Errorf("status key %q holds %q, want p or c", k, v)
+			}
+		case len(rest) == digest.Size:
+			if len(v) == 0 || strings.ContainsAny(v, "/ \n") {
+				t.Errorf("digest key %q holds %q, want a token", k, v)
+			}
+		default:
+			t.Errorf("key %q is neither a digest nor a status key", k)
+		}
+	}
+}
+
+func wantPTTL(t testing.TB, s store, key string, lo, hi time.Duration) {
+	t.Helper()
+	d, err := s.PTTL(context.Background(), key).Result()
+	if err != nil || d < lo || d > hi {
+		t.Fatalf("PTTL %q = %v (%v), want in [%v, %v]", key, d, err, lo, hi)
+	}
+}
+
+func wantValue(t testing.TB, s store, key, want string) {
+	t.Helper()
+	v, err := s.Get(context.Background(), key).Result()
+	if err != nil || v != want {
+		t.Fatalf("GET %q = %q (%v), want %q", key, v, err, want)
+	}
+}
+
+func wantMissing(t testing.TB, s store, key string) {
+	t.Helper()
+	n, err := s.Exists(context.Background(), key).Result()
+	if err != nil || n != 0 {
+		t.Fatalf("EXISTS %q = %d (%v), want 0", key, n, err)
+	}
+}
