@@ -1,0 +1,105 @@
+package snapshot
+
+import (
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/localcache"
+)
+
+// Save returns a snapshot of the keys c holds at now, stamped with now as
+// meta.WrittenAt. It locks one shard of c at a time, so claims go on while it
+// runs; a key claimed meanwhile may or may not be in the snapshot.
+func Save(c *localcache.Cache, meta Meta, now int64) []byte {
+	meta.WrittenAt = now
+	dst := make([]byte, 0, EncodedLen(c.Len(now)))
+	return AppendEncode(dst, meta, func(yield func(digest.Digest, int64) bool) {
+		more := true
+		c.Range(now, func(d digest.Digest, expires int64) {
+			if more {
+				more = yield(d, expires)
+			}
+		})
+	})
+}
+
+// Restore inserts the live entries of snapshot b into c, earliest expiry
+// first, clamping each expiry to now+window as Decode does. It returns the
+// snapshot's Meta and how many keys were inserted (a key c already holds is
+// not). If the snapshot holds more keys than c's bound, c keeps those that
+// expire last and counts the others as evictions.
+//
+// Nothing is inserted unless b passes every check of Decode; the error is
+// Decode's. Restore needs memory in proportion to the number of sorted runs
+// in b (about one per shard of the saving cache), not a copy of the entries.
+func Restore(c *localcache.Cache, b []byte, fingerprint uint64, window, now int64) (Meta, int, error) {
+	meta, entries, err := parse(b, fingerprint)
+	if err != nil {
+		return Meta{}, 0, err
+	}
+	limit := addSat(now, window)
+	restored := 0
+	inExpiryOrder(entries, func(i int) {
+		d, expires := entryAt(entries, i)
+		if expires = min(expires, limit); expires > now && c.Insert(d, expires, now) {
+			restored++
+		}
+	})
+	return meta, restored, nil
+}
+
+// run is a stretch of entries [next, end) already in expiry order; expires
+// is the expiry of entry next.
+type run struct {
+	next, end int
+	expires   int64
+}
+
+// inExpiryOrder calls fn with the index of every entry, by expiry and then
+// by position. A cache's ring assumes keys arrive in expiry order, and a
+// snapshot is ordered only within each shard of the cache that wrote it, so
+// its entries are a few sorted runs: they are merged here through a min-heap
+// of runs, reading the snapshot in place. Any input is handled; one entry per
+// run only makes it a heap sort, with a run (24 bytes) per entry.
+func inExpiryOrder(entries []byte, fn func(i int)) {
+	n := len(entries) / entryLen
+	var h []run
+	start := 0
+	for i := 1; i <= n; i++ {
+		if i == n || expiryAt(entries, i) < expiryAt(entries, i-1) {
+			h = append(h, run{start, i, expiryAt(entries, start)})
+			start = i
+		}
+	}
+	less := func(a, b *run) bool {
+		return a.expires < b.expires || a.expires == b.expires && a.next < b.next
+	}
+	down := func(i int) {
+		for {
+			least, l, r := i, 2*i+1, 2*i+2
+			if l < len(h) && less(&h[l], &h[least]) {
+				least = l
+			}
+			if r < len(h) && less(&h[r], &h[least]) {
+				least = r
+			}
+			if least == i {
+				return
+			}
+			h[i], h[least] = h[least], h[i]
+			i = least
+		}
+	}
+	for i := len(h)/2 - 1; i >= 0; i-- {
+		down(i)
+	}
+	for len(h) > 0 {
+		top := &h[0]
+		fn(top.next)
+		if top.next++; top.next < top.end {
+			top.expires = expiryAt(entries, top.next)
+		} else {
+			h[0] = h[len(h)-1]
+			h = h[:len(h)-1]
+		}
+		down(0)
+	}
+}
