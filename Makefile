@@ -4,6 +4,7 @@
 #   make run     build, then run it with testdata/default.yaml (OTLP on 127.0.0.1:4317/4318)
 #   make demo    build, then send testdata/demo-logs.json through it and check what comes out
 #   make test    go test -race of every package, the end-to-end tests included
+#   make deps    install redis-server and redis-cli if missing (make test does it)
 #   make bench   benchmarks
 #   make lint    go vet
 #   make clean   remove build output
@@ -27,7 +28,7 @@ TEST_FLAGS ?=
 # tree through the manifest's replace): nothing changed, nothing rebuilt.
 GO_SOURCES := $(shell find . -name '*.go' ! -name '*_test.go' ! -path './_build/*' ! -path './bin/*' ! -path './.git/*' ! -path '*/testdata/*')
 
-.PHONY: build run demo demo-data test bench lint clean
+.PHONY: build run demo demo-data deps test bench lint clean
 
 build: $(BIN)
 
@@ -58,8 +59,11 @@ demo-data:
 
 # The end-to-end tests (internal/e2e) use the binary built here
 # (OTELCOL_DEDUP_BIN); run alone with go test they build it themselves.
-test: build
-	@if [ -f scripts/ensure-redis.sh ]; then bash scripts/ensure-redis.sh; fi
+# redis-server and redis-cli for the tests, from Debian's packages if missing.
+deps:
+	bash scripts/ensure-redis.sh
+
+test: build deps
 	OTELCOL_DEDUP_BIN=$(CURDIR)/$(BIN) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./...
 
 bench:

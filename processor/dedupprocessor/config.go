@@ -3,10 +3,14 @@ package dedupprocessor
 import (
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"time"
 
 	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/config/configopaque"
+	"go.opentelemetry.io/collector/config/configoptional"
+	"go.opentelemetry.io/collector/config/configtls"
 )
 
 // Action says what happens to a duplicate.
@@ -45,6 +49,13 @@ type Config struct {
 	OnMissingKey MissingKeyPolicy `mapstructure:"on_missing_key"`
 	// Cache bounds the local tier.
 	Cache CacheConfig `mapstructure:"cache"`
+	// Storage names a storage extension (e.g. file_storage) that keeps the
+	// local cache across restarts. Absent: the cache starts empty.
+	Storage *component.ID `mapstructure:"storage"`
+	// SnapshotInterval is how often the cache is saved to Storage, besides
+	// at shutdown; 0 saves only at shutdown. A crash loses at most the keys
+	// of one interval.
+	SnapshotInterval time.Duration `mapstructure:"snapshot_interval"`
 	// MetadataKeys names client metadata keys (e.g. X-Scope-OrgID) whose
 	// values partition every identity, so tenants never suppress each other.
 	MetadataKeys []string `mapstructure:"metadata_keys"`
@@ -54,6 +65,8 @@ type Config struct {
 	Traces SignalConfig `mapstructure:"traces"`
 	// Metrics configures the identity of metric data points.
 	Metrics SignalConfig `mapstructure:"metrics"`
+	// Redis is the optional shared tier; absent means local only.
+	Redis configoptional.Optional[RedisConfig] `mapstructure:"redis"`
 
 	// prevent unkeyed literal initialization
 	_ struct{}
@@ -64,6 +77,48 @@ type CacheConfig struct {
 	// MaxEntries is the most keys the local cache holds; when full it evicts
 	// the oldest key first.
 	MaxEntries int `mapstructure:"max_entries"`
+
+	_ struct{}
+}
+
+// ErrorPolicy says what happens to a batch when the shared tier fails.
+type ErrorPolicy string
+
+const (
+	// ErrorPass delivers the batch with the local tier as the only guard.
+	ErrorPass ErrorPolicy = "pass"
+	// ErrorRefuse returns a retryable error, so senders back off and retry.
+	ErrorRefuse ErrorPolicy = "refuse"
+)
+
+// RedisConfig is the shared tier: a Redis that many collectors use to let
+// exactly one copy of a record through.
+type RedisConfig struct {
+	// Endpoints: one address is a standalone server, several are seeds of a
+	// Redis Cluster; with MasterName set they are Sentinel addresses.
+	Endpoints []string `mapstructure:"endpoints"`
+	// MasterName selects Sentinel: the name of the monitored master.
+	MasterName string `mapstructure:"master_name"`
+	// Username and Password authenticate (Redis ACL, or requirepass).
+	Username string              `mapstructure:"username"`
+	Password configopaque.String `mapstructure:"password"`
+	// DB is the database of a standalone or Sentinel server.
+	DB int `mapstructure:"db"`
+	// TLS, when present, encrypts the connection (configtls client
+	// settings). Absent, or insecure: true, is plain TCP.
+	TLS configoptional.Optional[configtls.ClientConfig] `mapstructure:"tls"`
+	// KeyPrefix starts every key. Empty: "otelcol-dedup:" followed by a hash
+	// of the settings that shape identities, so differently configured
+	// processors never share keys and identically configured ones do.
+	KeyPrefix string `mapstructure:"key_prefix"`
+	// Timeout bounds each round trip.
+	Timeout time.Duration `mapstructure:"timeout"`
+	// Lease is how long a claim stays pending before the next consumer has
+	// accepted its batch; a collector that dies mid-batch blocks that
+	// batch's retries for at most this long.
+	Lease time.Duration `mapstructure:"lease"`
+	// OnError is what happens to a batch when Redis fails: pass or refuse.
+	OnError ErrorPolicy `mapstructure:"on_error"`
 
 	_ struct{}
 }
@@ -84,9 +139,10 @@ type SignalConfig struct {
 }
 
 const (
-	defaultWindow        = 10 * time.Minute
-	defaultMarkAttribute = "dedup.duplicate"
-	defaultMaxEntries    = 1_000_000
+	defaultWindow           = 10 * time.Minute
+	defaultMarkAttribute    = "dedup.duplicate"
+	defaultMaxEntries       = 1_000_000
+	defaultSnapshotInterval = time.Minute
 	// maxMaxEntries keeps a typo from reserving an absurd amount of memory;
 	// a key costs tens of bytes, so this is a few GiB.
 	maxMaxEntries = 100_000_000
@@ -94,12 +150,18 @@ const (
 
 func createDefaultConfig() component.Config {
 	return &Config{
-		Window:        defaultWindow,
-		Action:        ActionDrop,
-		MarkAttribute: defaultMarkAttribute,
-		OnMissingKey:  MissingKeyPass,
-		Cache:         CacheConfig{MaxEntries: defaultMaxEntries},
-		Traces:        SignalConfig{Key: []string{"trace_id", "span_id"}},
+		Window:           defaultWindow,
+		Action:           ActionDrop,
+		MarkAttribute:    defaultMarkAttribute,
+		OnMissingKey:     MissingKeyPass,
+		Cache:            CacheConfig{MaxEntries: defaultMaxEntries},
+		SnapshotInterval: defaultSnapshotInterval,
+		Traces:           SignalConfig{Key: []string{"trace_id", "span_id"}},
+		Redis: configoptional.Default(RedisConfig{
+			Timeout: defaultRedisTimeout,
+			Lease:   defaultRedisLease,
+			OnError: ErrorPass,
+		}),
 	}
 }
 
@@ -126,10 +188,16 @@ func (cfg *Config) Validate() error {
 	if cfg.Cache.MaxEntries <= 0 || cfg.Cache.MaxEntries > maxMaxEntries {
 		errs = append(errs, fmt.Errorf("cache.max_entries must be between 1 and %d, got %d", maxMaxEntries, cfg.Cache.MaxEntries))
 	}
+	if cfg.SnapshotInterval < 0 {
+		errs = append(errs, fmt.Errorf("snapshot_interval must be >= 0 (0 saves only at shutdown), got %q", cfg.SnapshotInterval))
+	}
 	for i, k := range cfg.MetadataKeys {
 		if strings.TrimSpace(k) == "" {
 			errs = append(errs, fmt.Errorf("metadata_keys[%d]: must not be empty", i))
 		}
+	}
+	if r := cfg.Redis.Get(); r != nil {
+		errs = append(errs, r.validate(cfg.Window)...)
 	}
 	set := nopTelemetry()
 	if _, err := newSignalIdentity(logSpec(set), cfg.Logs); err != nil {
@@ -142,4 +210,44 @@ func (cfg *Config) Validate() error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+const (
+	defaultRedisTimeout = 250 * time.Millisecond
+	defaultRedisLease   = 30 * time.Second
+)
+
+func (r *RedisConfig) validate(window time.Duration) []error {
+	var errs []error
+	if len(r.Endpoints) == 0 {
+		errs = append(errs, errors.New(`redis.endpoints must list at least one "host:port"`))
+	}
+	for i, ep := range r.Endpoints {
+		if _, port, err := net.SplitHostPort(ep); err != nil || port == "" {
+			errs = append(errs, fmt.Errorf(`redis.endpoints[%d] must be "host:port", got %q`, i, ep))
+		}
+	}
+	if r.MasterName == "" && len(r.Endpoints) > 1 && r.DB != 0 {
+		errs = append(errs, fmt.Errorf("redis.db must be 0 with several endpoints (a Redis Cluster has only database 0), got %d", r.DB))
+	}
+	if r.DB < 0 {
+		errs = append(errs, fmt.Errorf("redis.db must be >= 0, got %d", r.DB))
+	}
+	if r.Timeout <= 0 {
+		errs = append(errs, fmt.Errorf("redis.timeout must be > 0, got %q", r.Timeout))
+	}
+	if r.Lease <= 0 || r.Lease > window {
+		errs = append(errs, fmt.Errorf("redis.lease must be > 0 and <= window (%s), got %q", window, r.Lease))
+	}
+	switch r.OnError {
+	case ErrorPass, ErrorRefuse:
+	default:
+		errs = append(errs, fmt.Errorf(`redis.on_error must be "pass" or "refuse", got %q`, r.OnError))
+	}
+	if tls := r.TLS.Get(); tls != nil {
+		if err := tls.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("redis.tls: %w", err))
+		}
+	}
+	return errs
 }

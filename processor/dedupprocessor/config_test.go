@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/config/configoptional"
+	"go.opentelemetry.io/collector/config/configtls"
 	"go.opentelemetry.io/collector/confmap"
 	"go.opentelemetry.io/collector/confmap/confmaptest"
 )
@@ -68,6 +70,34 @@ func TestLoadValidConfigs(t *testing.T) {
 		}},
 		{name: "tenants", want: func(c *Config) {
 			c.MetadataKeys = []string{"X-Scope-OrgID"}
+		}},
+		{name: "persistent", want: func(c *Config) {
+			id := component.MustNewID("file_storage")
+			c.Storage = &id
+			c.SnapshotInterval = 30 * time.Second
+		}},
+		{name: "redis", want: func(c *Config) {
+			c.Logs.Key = []string{`attributes["event.id"]`}
+			c.Redis = configoptional.Some(RedisConfig{
+				Endpoints: []string{"127.0.0.1:6379"},
+				Timeout:   250 * time.Millisecond, Lease: 30 * time.Second, OnError: ErrorPass,
+			})
+		}},
+		{name: "redis_cluster", want: func(c *Config) {
+			tls := configtls.ClientConfig{}
+			tls.CAFile = "/etc/redis/ca.pem"
+			c.Redis = configoptional.Some(RedisConfig{
+				Endpoints: []string{"10.0.0.1:7000", "10.0.0.2:7000", "10.0.0.3:7000"},
+				Username:  "dedup", Password: "s3cret", TLS: configoptional.Some(tls), KeyPrefix: "dedup:prod:",
+				Timeout: 100 * time.Millisecond, Lease: time.Minute, OnError: ErrorRefuse,
+			})
+		}},
+		{name: "redis_sentinel", want: func(c *Config) {
+			c.Redis = configoptional.Some(RedisConfig{
+				Endpoints:  []string{"127.0.0.1:26379", "127.0.0.2:26379"},
+				MasterName: "mymaster", DB: 2,
+				Timeout: 250 * time.Millisecond, Lease: 30 * time.Second, OnError: ErrorPass,
+			})
 		}},
 		{name: "content_ignore", want: func(c *Config) {
 			c.Cache.MaxEntries = 50000
@@ -133,6 +163,13 @@ func TestLoadInvalidConfigs(t *testing.T) {
 		{name: "traces_ignore_with_default_key", validate: `traces.ignore applies only to the content identity: set traces.key to [] or remove traces.ignore`},
 		{name: "bad_metrics_key", validate: `metrics.key[0] "metric.nme": segment "nme" from path "metric.nme" is not a valid path nor a valid OTTL keyword for the metric context - review https://github.com/open-telemetry/opentelemetry-collector-contrib/tree/main/pkg/ottl/contexts/ottlmetric to see all valid paths`},
 		{name: "empty_metadata_key", validate: `metadata_keys[0]: must not be empty`},
+		{name: "bad_snapshot_interval", validate: `snapshot_interval must be >= 0 (0 saves only at shutdown), got "-1s"`},
+		{name: "redis_bad", validate: `redis.endpoints[0] must be "host:port", got "localhost"` + "\n" +
+			`redis.db must be 0 with several endpoints (a Redis Cluster has only database 0), got 3` + "\n" +
+			`redis.timeout must be > 0, got "0s"` + "\n" +
+			`redis.lease must be > 0 and <= window (1m0s), got "2m0s"` + "\n" +
+			`redis.on_error must be "pass" or "refuse", got "ignore"`},
+		{name: "redis_no_endpoints", validate: `redis.endpoints must list at least one "host:port"`},
 		{name: "many_errors", validate: `window must be > 0, got "-1s"` + "\n" +
 			`action must be "drop" or "mark", got "delete"` + "\n" +
 			`on_missing_key must be "pass", "content" or "drop", got "keep"` + "\n" +

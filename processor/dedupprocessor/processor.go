@@ -2,6 +2,7 @@ package dedupprocessor
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/identity"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/localcache"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/redistier"
 )
 
 // verdict is what a batch does with one record once its claims are settled.
@@ -30,14 +32,18 @@ const (
 // walk order, the digests this batch newly claimed (to release if delivery
 // fails), and the counts to report once the batch is accepted downstream.
 type batch struct {
-	token    uint64
-	now      int64
-	verdicts []verdict
-	claimed  []digest.Digest
-	outcomes [numOutcomes]int64
-	tiers    [numTiers]int64
-	removed  int // records dropped
-	marked   int // records marked
+	token     uint64
+	now       int64
+	verdicts  []verdict
+	claimed   []digest.Digest // digests this batch newly claimed
+	claimedAt []int32         // the verdict index of each claimed digest
+	outcomes  [numOutcomes]int64
+	tiers     [numTiers]int64
+	removed   int // records dropped
+	marked    int // records marked
+
+	redisToken string // the shared tier's claim token; "" if none was made
+	answers    []bool // the shared tier's answer per claimed digest
 }
 
 var batchPool = sync.Pool{New: func() any { return new(batch) }}
@@ -47,22 +53,38 @@ var batchPool = sync.Pool{New: func() any { return new(batch) }}
 // apply the verdicts; they share this engine so that the guarantees are
 // written once.
 type engine struct {
-	cfg      *Config
-	cache    *localcache.Cache
-	tel      *telemetry
-	logger   *zap.Logger
-	keyError *throttledLog
-	tokens   atomic.Uint64
-	now      func() int64
+	cfg       *Config
+	cache     *localcache.Cache
+	tel       *telemetry
+	logger    *zap.Logger
+	keyError  *throttledLog
+	tierError *throttledLog
+	tokens    atomic.Uint64
+	now       func() int64
+
+	tier        *redistier.Tier // nil: local only
+	redisPolicy ErrorPolicy
+
+	id          component.ID
+	signal      string
+	fingerprint uint64       // of the settings that shape identities
+	persist     *persistence // nil: no storage
 }
 
 func newEngine(cfg *Config, set component.TelemetrySettings, id component.ID, signal string) (*engine, error) {
 	e := &engine{
-		cfg:    cfg,
-		cache:  localcache.New(cfg.Cache.MaxEntries, int64(cfg.Window)),
-		logger:   set.Logger,
-		keyError: newThrottledLog(set.Logger, "dedup: cannot evaluate the key or conditions of a "+signal+" item; passing it through"),
-		now:      func() int64 { return time.Now().UnixNano() },
+		cfg:         cfg,
+		cache:       localcache.New(cfg.Cache.MaxEntries, int64(cfg.Window)),
+		logger:      set.Logger,
+		keyError:    newThrottledLog(set.Logger, "dedup: cannot evaluate the key or conditions of a "+signal+" item; passing it through"),
+		tierError:   newThrottledLog(set.Logger, "dedup: shared tier (redis) failed"),
+		now:         func() int64 { return time.Now().UnixNano() },
+		id:          id,
+		signal:      signal,
+		fingerprint: identityFingerprint(cfg),
+	}
+	if r := cfg.Redis.Get(); r != nil {
+		e.redisPolicy = r.OnError
 	}
 	tel, err := newTelemetry(set, id, signal, e)
 	if err != nil {
@@ -91,35 +113,42 @@ func (e *engine) end(b *batch) {
 		b.verdicts = nil
 	}
 	if cap(b.claimed) > maxRetained {
-		b.claimed = nil
+		b.claimed, b.claimedAt, b.answers = nil, nil, nil
 	}
-	*b = batch{verdicts: b.verdicts[:0], claimed: b.claimed[:0]}
+	*b = batch{verdicts: b.verdicts[:0], claimed: b.claimed[:0], claimedAt: b.claimedAt[:0], answers: b.answers[:0]}
 	batchPool.Put(b)
 }
 
 // claim decides a keyed record: the first copy within the window is kept,
 // later copies (in this batch or any other) follow the action.
 func (e *engine) claim(b *batch, d digest.Digest) {
+	idx := len(b.verdicts)
+	b.verdicts = append(b.verdicts, verdictKeep)
 	res, _ := e.cache.Claim(d, b.token, b.now)
 	switch res {
 	case localcache.Claimed:
 		b.claimed = append(b.claimed, d)
+		b.claimedAt = append(b.claimedAt, int32(idx))
 		b.outcomes[outcomeUnique]++
-		b.verdicts = append(b.verdicts, verdictKeep)
-		return
 	case localcache.HeldBySelf:
-		b.tiers[tierBatch]++
+		e.duplicate(b, idx, tierBatch)
 	default:
-		b.tiers[tierLocal]++
+		e.duplicate(b, idx, tierLocal)
 	}
+}
+
+// duplicate turns the item at verdict index idx into a duplicate caught by
+// tier, following the action.
+func (e *engine) duplicate(b *batch, idx int, tr tier) {
+	b.tiers[tr]++
 	b.outcomes[outcomeDuplicate]++
 	if e.cfg.Action == ActionMark {
 		b.marked++
-		b.verdicts = append(b.verdicts, verdictMark)
+		b.verdicts[idx] = verdictMark
 		return
 	}
 	b.removed++
-	b.verdicts = append(b.verdicts, verdictDrop)
+	b.verdicts[idx] = verdictDrop
 }
 
 // pass keeps a record without deduplicating it, counted under o.
@@ -147,26 +176,26 @@ func (e *engine) missing(b *batch) {
 // refused batch comes back with its retry and is counted then.
 func (e *engine) finish(ctx context.Context, b *batch, err error) error {
 	if err != nil {
-		e.release(ctx, b)
+		e.releaseTier(ctx, b)
+		e.tel.recordReleased(ctx, e.releaseLocal(b))
 		return err
 	}
+	e.commitTier(ctx, b)
 	e.tel.recordBatch(ctx, b)
 	return nil
 }
 
-func (e *engine) release(ctx context.Context, b *batch) {
+// releaseLocal forgets the batch's local claims; it returns how many it
+// still held.
+func (e *engine) releaseLocal(b *batch) int {
 	n := 0
 	for _, d := range b.claimed {
 		if e.cache.Release(d, b.token) {
 			n++
 		}
 	}
-	e.tel.recordReleased(ctx, n)
+	return n
 }
-
-// settle resolves the batch's new local claims against the shared tier.
-// Without one, local claims are final.
-func (e *engine) settle(context.Context, *batch) error { return nil }
 
 // applyVerdict marks a kept duplicate and reports whether to remove the item.
 func (e *engine) applyVerdict(v verdict, attrs pcommon.Map) bool {
@@ -194,9 +223,16 @@ func (e *engine) tenant(ctx context.Context, enc *identity.Encoder) [digest.Size
 	return enc.Digest().Bytes()
 }
 
-func (e *engine) Start(context.Context, component.Host) error { return nil }
+func (e *engine) Start(ctx context.Context, host component.Host) error {
+	if err := e.startPersistence(ctx, host); err != nil {
+		return err
+	}
+	return e.startTier(ctx)
+}
 
-func (e *engine) Shutdown(context.Context) error { return e.tel.shutdown() }
+func (e *engine) Shutdown(ctx context.Context) error {
+	return errors.Join(e.stopPersistence(ctx), e.stopTier(), e.tel.shutdown())
+}
 
 func (e *engine) Capabilities() consumer.Capabilities {
 	return consumer.Capabilities{MutatesData: true}

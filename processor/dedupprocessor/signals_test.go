@@ -81,7 +81,7 @@ func TestTracesContentIdentity(t *testing.T) {
 	td := ptrace.NewTraces()
 	span(td, "svc", 1, 1, "a").Attributes().PutInt("attempt", 1)
 	span(td, "svc", 1, 1, "a").Attributes().PutInt("attempt", 2) // differs only in an ignored field
-	span(td, "svc", 1, 1, "a").Status().SetMessage("other")        // same ids, other content
+	span(td, "svc", 1, 1, "a").Status().SetMessage("other")      // same ids, other content
 	if err := p.ConsumeTraces(context.Background(), td); err != nil {
 		t.Fatal(err)
 	}
@@ -238,4 +238,3 @@ func TestMetadataKeysPartitionTenants(t *testing.T) {
 		t.Fatalf("delivered=%d duplicate=%d, want 3 and 2", n, d)
 	}
 }
-

@@ -3,10 +3,14 @@ package dedupprocessor
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/breaker"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/redistier"
 )
 
 const scopeName = "github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor"
@@ -51,7 +55,17 @@ type telemetry struct {
 	baseOpt     metric.AddOption
 	baseObsOpt  metric.ObserveOption
 
+	redisRequests metric.Int64Counter
+	redisDuration metric.Float64Histogram
+	redisOpts     map[string]redisOpts // by "op/result"
+	breakerState  atomic.Pointer[func() int64]
+
 	registration metric.Registration
+}
+
+type redisOpts struct {
+	add    metric.AddOption
+	record metric.RecordOption
 }
 
 type cacheStats interface {
@@ -96,14 +110,39 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, signal strin
 		metric.WithDescription("Keys evicted from the full local cache before their window ended; a sign cache.max_entries is too small."),
 		metric.WithUnit("{keys}"))
 	errs = errors.Join(errs, err)
+	t.redisRequests, err = meter.Int64Counter("otelcol_processor_dedup_redis_requests",
+		metric.WithDescription("Round trips to the shared tier, by op (claim, commit, release) and result (ok, error, timeout, skipped: breaker open)."),
+		metric.WithUnit("{requests}"))
+	errs = errors.Join(errs, err)
+	t.redisDuration, err = meter.Float64Histogram("otelcol_processor_dedup_redis_duration",
+		metric.WithDescription("Duration of round trips to the shared tier, by op."),
+		metric.WithUnit("s"),
+		metric.WithExplicitBucketBoundaries(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1))
+	errs = errors.Join(errs, err)
+	breaker, err := meter.Int64ObservableGauge("otelcol_processor_dedup_redis_breaker_state",
+		metric.WithDescription("The shared tier's circuit breaker: 0 closed, 1 half-open (probing), 2 open (Redis skipped)."),
+		metric.WithUnit("1"))
+	errs = errors.Join(errs, err)
 	if errs != nil {
 		return nil, errs
+	}
+	t.redisOpts = map[string]redisOpts{}
+	for _, op := range []string{redistier.OpClaim, redistier.OpCommit, redistier.OpRelease} {
+		for _, res := range []string{redistier.ResultOK, redistier.ResultError, redistier.ResultTimeout, redistier.ResultSkipped} {
+			t.redisOpts[op+"/"+res] = redisOpts{
+				add:    metric.WithAttributeSet(attribute.NewSet(append(base[:2:2], attribute.String("op", op), attribute.String("result", res))...)),
+				record: metric.WithAttributeSet(attribute.NewSet(append(base[:2:2], attribute.String("op", op))...)),
+			}
+		}
 	}
 	t.registration, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		o.ObserveInt64(entries, cache.entries(), t.baseObsOpt)
 		o.ObserveInt64(evictions, cache.evictions(), t.baseObsOpt)
+		if state := t.breakerState.Load(); state != nil {
+			o.ObserveInt64(breaker, (*state)(), t.baseObsOpt)
+		}
 		return nil
-	}, entries, evictions)
+	}, entries, evictions, breaker)
 	if err != nil {
 		return nil, err
 	}
@@ -135,4 +174,18 @@ func (t *telemetry) shutdown() error {
 		return t.registration.Unregister()
 	}
 	return nil
+}
+
+// observeBreaker starts reporting the tier's breaker state.
+func (t *telemetry) observeBreaker(tier *redistier.Tier) {
+	state := func() int64 {
+		switch tier.BreakerState() {
+		case breaker.HalfOpen:
+			return 1
+		case breaker.Open:
+			return 2
+		}
+		return 0
+	}
+	t.breakerState.Store(&state)
 }

@@ -30,7 +30,7 @@ func TestEncodingKeepsValuesApart(t *testing.T) {
 		`missing`:    func(e *Encoder) { e.Missing() },
 		`"ab","c"`:   func(e *Encoder) { e.String("ab"); e.String("c") },
 		`"a","bc"`:   func(e *Encoder) { e.String("a"); e.String("bc") },
-		`empty map`: func(e *Encoder) { e.Map(pcommon.NewMap(), nil) },
+		`empty map`:  func(e *Encoder) { e.Map(pcommon.NewMap(), nil) },
 		`empty slice`: func(e *Encoder) {
 			e.Slice(pcommon.NewSlice())
 		},

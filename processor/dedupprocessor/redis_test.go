@@ -1,0 +1,297 @@
+package dedupprocessor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/config/configopaque"
+	"go.opentelemetry.io/collector/config/configoptional"
+	"go.opentelemetry.io/collector/config/configtls"
+	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/pdata/plog"
+	"go.opentelemetry.io/otel/attribute"
+
+	"github.com/otelcol-dedup/otelcol-dedup/internal/redistest"
+)
+
+func redisConfig(endpoints []string, onError ErrorPolicy) *Config {
+	cfg := defaultConfig()
+	cfg.Logs.Key = []string{`attributes["event.id"]`}
+	cfg.Redis = configoptional.Some(RedisConfig{
+		Endpoints: endpoints,
+		Timeout:   300 * time.Millisecond,
+		Lease:     30 * time.Second,
+		OnError:   onError,
+	})
+	return cfg
+}
+
+// events builds one batch of records with the given event ids.
+func events(ids ...int) plog.Logs {
+	recs := make([]rec, len(ids))
+	for i, id := range ids {
+		recs[i] = rec{body: fmt.Sprintf("secret body %d", id), resource: "svc",
+			attrs: map[string]any{"event.id": fmt.Sprintf("evt-%d", id), "user.email": "someone@example.com"}}
+	}
+	return logs(recs...)
+}
+
+func (h *harness) redisRequests(op, result string) int64 {
+	return h.metric("otelcol_processor_dedup_redis_requests", attribute.String("op", op), attribute.String("result", result))
+}
+
+// TestTwoInstancesShareRedisExactlyOnce plays two collectors behind a load
+// balancer: both get copies of the same events at the same moment, and
+// each event is delivered by exactly one of them.
+func TestTwoInstancesShareRedisExactlyOnce(t *testing.T) {
+	srv := redistest.Standalone(t)
+	const events_, batchSize = 2000, 100
+	sinks := []*consumertest.LogsSink{new(consumertest.LogsSink), new(consumertest.LogsSink)}
+	hs := []*harness{
+		newHarness(t, redisConfig([]string{srv.Addr()}, ErrorPass), sinks[0]),
+		newHarness(t, redisConfig([]string{srv.Addr()}, ErrorPass), sinks[1]),
+	}
+	var wg sync.WaitGroup
+	for inst := range 2 {
+		for sender := range 2 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for start := 0; start < events_; start += batchSize {
+					ids := make([]int, batchSize)
+					for i := range ids {
+						ids[i] = start + (i*7+sender*13)%batchSize
+					}
+					if err := hs[inst].consume(events(ids...)); err != nil {
+						t.Error(err)
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	seen := map[string]int{}
+	for _, s := range sinks {
+		for _, b := range bodies(s) {
+			seen[b]++
+		}
+	}
+	if len(seen) != events_ {
+		t.Fatalf("%d distinct events delivered, want %d", len(seen), events_)
+	}
+	for b, n := range seen {
+		if n != 1 {
+			t.Fatalf("%q delivered %d times", b, n)
+		}
+	}
+	u0, u1 := hs[0].outcome("unique"), hs[1].outcome("unique")
+	r0, r1 := hs[0].tier("redis"), hs[1].tier("redis")
+	d0, d1 := hs[0].outcome("duplicate"), hs[1].outcome("duplicate")
+	if u0+u1 != events_ || d0+d1 != 3*events_ {
+		t.Fatalf("unique %d+%d, duplicate %d+%d; want %d unique and %d duplicates", u0, u1, d0, d1, events_, 3*events_)
+	}
+	if r0+r1 == 0 {
+		t.Fatal("no duplicate was caught by the shared tier: the instances did not race")
+	}
+	if c := hs[0].redisRequests("claim", "ok"); c == 0 || hs[0].redisRequests("commit", "ok") == 0 {
+		t.Fatalf("claim ok=%d: round trips not counted", c)
+	}
+	assertOnlyDigestsInRedis(t, srv)
+}
+
+// assertOnlyDigestsInRedis scans every key and value: no record content
+// (bodies, attribute values) may ever reach Redis.
+func assertOnlyDigestsInRedis(t *testing.T, srv *redistest.Server) {
+	t.Helper()
+	ctx := context.Background()
+	c := srv.Client()
+	keys, err := c.Keys(ctx, "*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) == 0 {
+		t.Fatal("no keys in Redis")
+	}
+	for _, k := range keys {
+		if !strings.HasPrefix(k, "otelcol-dedup:") {
+			t.Fatalf("key %q lacks the namespace prefix", k)
+		}
+		v, err := c.Get(ctx, k).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, secret := range []string{"secret", "evt-", "someone@example.com", "svc"} {
+			if strings.Contains(k, secret) || strings.Contains(v, secret) {
+				t.Fatalf("record content %q found in Redis key %q = %q", secret, k, v)
+			}
+		}
+	}
+}
+
+// TestFailedDeliveryReleasesSharedClaims: instance A claims, its exporter
+// fails; the sender's retry lands on instance B and is delivered.
+func TestFailedDeliveryReleasesSharedClaims(t *testing.T) {
+	srv := redistest.Standalone(t)
+	flaky := &flakyLogs{fail: 1}
+	a := newHarness(t, redisConfig([]string{srv.Addr()}, ErrorPass), flaky)
+	sinkB := new(consumertest.LogsSink)
+	b := newHarness(t, redisConfig([]string{srv.Addr()}, ErrorPass), sinkB)
+	if err := a.consume(events(1, 2, 3)); err == nil {
+		t.Fatal("A's next consumer failed but A returned no error")
+	}
+	if r := a.metric("otelcol_processor_dedup_released"); r != 3 {
+		t.Fatalf("released = %d, want 3", r)
+	}
+	if err := b.consume(events(1, 2, 3)); err != nil {
+		t.Fatal(err)
+	}
+	if n := sinkB.LogRecordCount(); n != 3 {
+		t.Fatalf("B delivered %d of the retry, want 3", n)
+	}
+	// And now both instances know them.
+	if err := a.consume(events(1, 2, 3)); err != nil {
+		t.Fatal(err)
+	}
+	if n, d := flaky.sink.LogRecordCount(), a.tier("redis"); n != 0 || d != 3 {
+		t.Fatalf("A delivered %d, redis duplicates %d; want 0 and 3", n, d)
+	}
+}
+
+// TestRedisDownPassKeepsEveryUnique kills Redis mid-stream: under pass,
+// every unique record is still delivered and duplicates are caught by the
+// local tier; when Redis is back, the shared tier works again.
+func TestRedisDownPassKeepsEveryUnique(t *testing.T) {
+	srv := redistest.Standalone(t)
+	sink := new(consumertest.LogsSink)
+	h := newHarness(t, redisConfig([]string{srv.Addr()}, ErrorPass), sink)
+	if err := h.consume(events(1, 2)); err != nil {
+		t.Fatal(err)
+	}
+	srv.Kill()
+	for i := range 10 {
+		if err := h.consume(events(10+i, 10+i, 1)); err != nil {
+			t.Fatalf("pass must not fail the batch: %v", err)
+		}
+	}
+	// 2 + 10 uniques; each batch had one in-batch copy and a local copy of 1.
+	if n := sink.LogRecordCount(); n != 12 {
+		t.Fatalf("delivered %d, want 12", n)
+	}
+	failed := h.redisRequests("claim", "error") + h.redisRequests("claim", "timeout")
+	skipped := h.redisRequests("claim", "skipped")
+	if failed+skipped != 10 || failed < 1 || skipped < 1 {
+		t.Fatalf("claims failed=%d skipped=%d: want 10 in all, the breaker opening after the first failures", failed, skipped)
+	}
+	if s := h.metric("otelcol_processor_dedup_redis_breaker_state"); s != 2 {
+		t.Fatalf("breaker state = %d, want 2 (open)", s)
+	}
+	srv.Restart()
+	// The breaker probes Redis again after its cooldown; wait for it to close.
+	deadline := time.Now().Add(20 * time.Second)
+	for h.metric("otelcol_processor_dedup_redis_breaker_state") != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("breaker did not close after Redis came back")
+		}
+		if err := h.consume(events(1000 + int(time.Now().UnixNano()%1000000))); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	before := h.redisRequests("claim", "ok")
+	if err := h.consume(events(500)); err != nil {
+		t.Fatal(err)
+	}
+	if after := h.redisRequests("claim", "ok"); after != before+1 {
+		t.Fatalf("claim ok went %d -> %d, want +1", before, after)
+	}
+}
+
+// TestRedisDownRefuseDeliversNoDuplicate: under refuse, batches fail while
+// Redis is down and nothing is delivered; the sender's retries after Redis
+// returns are delivered exactly once.
+func TestRedisDownRefuseDeliversNoDuplicate(t *testing.T) {
+	srv := redistest.Standalone(t)
+	sink := new(consumertest.LogsSink)
+	h := newHarness(t, redisConfig([]string{srv.Addr()}, ErrorRefuse), sink)
+	if err := h.consume(events(1)); err != nil {
+		t.Fatal(err)
+	}
+	srv.Kill()
+	err := h.consume(events(1, 2, 3))
+	if !errors.Is(err, errSharedTier) {
+		t.Fatalf("error = %v, want the retryable shared-tier error", err)
+	}
+	if n := sink.LogRecordCount(); n != 1 {
+		t.Fatalf("delivered %d while Redis was down, want 1 (the first batch)", n)
+	}
+	srv.Restart()
+	// Redis lost its data (no persistence): the retry of 1 is delivered again.
+	// Every other copy is caught.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		err := h.consume(events(2, 3, 2))
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still refused after Redis came back: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err := h.consume(events(2, 3)); err != nil {
+		t.Fatal(err)
+	}
+	if got := bodies(sink); fmt.Sprint(got) != "[secret body 1 secret body 2 secret body 3]" {
+		t.Fatalf("delivered %v", got)
+	}
+}
+
+func TestDefaultKeyPrefixSeparatesConfigs(t *testing.T) {
+	a := redisConfig([]string{"127.0.0.1:1"}, ErrorPass)
+	b := redisConfig([]string{"127.0.0.1:2"}, ErrorRefuse)
+	if defaultKeyPrefix(a) != defaultKeyPrefix(b) {
+		t.Fatal("configs with the same identity settings must share a prefix")
+	}
+	b.Logs.Key = []string{`attributes["other.id"]`}
+	if defaultKeyPrefix(a) == defaultKeyPrefix(b) {
+		t.Fatal("configs with different keys share a prefix")
+	}
+}
+
+// TestRedisTLSAndACLThroughConfig checks the processor's own settings reach
+// the client: configtls files and an ACL user; a wrong password degrades
+// (pass) with every claim counted as an error, never a failed batch.
+func TestRedisTLSAndACLThroughConfig(t *testing.T) {
+	srv := redistest.Standalone(t, redistest.WithTLS(), redistest.WithACLUser("dedup", "s3cret"))
+	files := srv.TLS()
+	tlsCfg := configtls.ClientConfig{}
+	tlsCfg.CAFile, tlsCfg.CertFile, tlsCfg.KeyFile = files.CAFile, files.ClientCertFile, files.ClientKeyFile
+	for _, tt := range []struct {
+		password string
+		ok       bool
+	}{{"s3cret", true}, {"wrong", false}} {
+		t.Run("password="+tt.password, func(t *testing.T) {
+			cfg := redisConfig([]string{srv.Addr()}, ErrorPass)
+			r := cfg.Redis.Get()
+			r.Username, r.Password = "dedup", configopaque.String(tt.password)
+			r.TLS = configoptional.Some(tlsCfg)
+			sink := new(consumertest.LogsSink)
+			h := newHarness(t, cfg, sink)
+			if err := h.consume(events(1, 1, 2)); err != nil {
+				t.Fatal(err)
+			}
+			if n := sink.LogRecordCount(); n != 2 {
+				t.Fatalf("delivered %d, want 2", n)
+			}
+			ok, failed := h.redisRequests("claim", "ok"), h.redisRequests("claim", "error")
+			if tt.ok && (ok != 1 || failed != 0) || !tt.ok && (ok != 0 || failed != 1) {
+				t.Fatalf("claim ok=%d error=%d", ok, failed)
+			}
+		})
+	}
+}
