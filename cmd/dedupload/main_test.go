@@ -1,0 +1,219 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/plog/plogotlp"
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// sink counts the log records it accepts over OTLP/HTTP and OTLP/gRPC, or
+// refuses every request with HTTP 400 when reject is set.
+type sink struct {
+	plogotlp.UnimplementedGRPCServer
+	http, grpc string
+	reject     bool
+
+	mu      sync.Mutex
+	records int
+}
+
+func (s *sink) Export(_ context.Context, req plogotlp.ExportRequest) (plogotlp.ExportResponse, error) {
+	s.mu.Lock()
+	s.records += req.Logs().LogRecordCount()
+	s.mu.Unlock()
+	return plogotlp.NewExportResponse(), nil
+}
+
+func (s *sink) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.records
+}
+
+func newSink(t *testing.T, reject bool) *sink {
+	t.Helper()
+	s := &sink{reject: reject}
+	hl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		hl.Close()
+		t.Fatal(err)
+	}
+	s.http, s.grpc = hl.Addr().String(), gl.Addr().String()
+	hs := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if s.reject || r.URL.Path != "/v1/logs" {
+			http.Error(w, "rejected by the test sink", http.StatusBadRequest)
+			return
+		}
+		req := plogotlp.NewExportRequest()
+		if err := req.UnmarshalProto(body); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		s.mu.Lock()
+		s.records += req.Logs().LogRecordCount()
+		s.mu.Unlock()
+		w.Header().Set("Content-Type", "application/x-protobuf")
+	})}
+	gs := grpc.NewServer()
+	plogotlp.RegisterGRPCServer(gs, s)
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = hs.Serve(hl) })
+	wg.Go(func() { _ = gs.Serve(gl) })
+	t.Cleanup(func() {
+		gs.Stop()
+		_ = hs.Close()
+		wg.Wait()
+	})
+	return s
+}
+
+func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = run(context.Background(), args, make(chan struct{}), &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+type summary struct {
+	Sent, Unique, Duplicates, Requests, Retries, Errors, FailedRecords int64
+	Seed                                                               uint64
+	Seconds, RecordsPerSecond                                          float64
+}
+
+func parseSummary(t *testing.T, line string) summary {
+	t.Helper()
+	var raw map[string]any
+	if err := json.Unmarshal([]byte(line), &raw); err != nil {
+		t.Fatalf("summary %q: %v", line, err)
+	}
+	for _, k := range []string{"sent", "unique", "duplicates", "requests", "retries", "errors", "failed_records", "seconds", "records_per_second", "seed"} {
+		if _, ok := raw[k]; !ok {
+			t.Fatalf("summary %q lacks %q", line, k)
+		}
+	}
+	var s summary
+	s.Sent, s.Unique, s.Duplicates = int64(raw["sent"].(float64)), int64(raw["unique"].(float64)), int64(raw["duplicates"].(float64))
+	s.Requests, s.Retries, s.Errors = int64(raw["requests"].(float64)), int64(raw["retries"].(float64)), int64(raw["errors"].(float64))
+	s.FailedRecords, s.Seed = int64(raw["failed_records"].(float64)), uint64(raw["seed"].(float64))
+	s.Seconds, s.RecordsPerSecond = raw["seconds"].(float64), raw["records_per_second"].(float64)
+	return s
+}
+
+func TestJSONOnly(t *testing.T) {
+	for _, p := range []string{"grpc", "http"} {
+		t.Run(p, func(t *testing.T) {
+			s := newSink(t, false)
+			ep := s.grpc
+			if p == "http" {
+				ep = "http://" + s.http
+			}
+			code, out, errOut := runCLI(t, "-protocol", p, "-endpoint", ep, "-records", "1000", "-batch", "100",
+				"-duplicates", "0.25", "-senders", "3", "-seed", "7", "-json", "-headers", "X-Scope-OrgID=t1")
+			if code != 0 {
+				t.Fatalf("exit %d, stderr %q", code, errOut)
+			}
+			if strings.Count(out, "\n") != 1 || !strings.HasPrefix(out, "{") {
+				t.Fatalf("-json stdout is not one JSON line: %q", out)
+			}
+			if errOut != "" {
+				t.Errorf("stderr not a terminal, yet %q", errOut)
+			}
+			sum := parseSummary(t, strings.TrimSpace(out))
+			if sum.Sent != 1000 || sum.Duplicates != 250 || sum.Unique != 750 || sum.Requests != 10 || sum.Errors != 0 || sum.Seed != 7 {
+				t.Errorf("summary %+v", sum)
+			}
+			if s.count() != 1000 {
+				t.Errorf("sink got %d records", s.count())
+			}
+		})
+	}
+}
+
+func TestHumanSummaryThenJSON(t *testing.T) {
+	s := newSink(t, false)
+	code, out, _ := runCLI(t, "-endpoint", s.grpc, "-records", "300", "-batch", "100", "-progress", "never")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if code != 0 || len(lines) < 2 || !strings.Contains(lines[0], "300/300 records acknowledged") {
+		t.Fatalf("exit %d, stdout %q", code, out)
+	}
+	sum := parseSummary(t, lines[len(lines)-1])
+	if sum.Duplicates != 90 || sum.Seed == 0 || !strings.Contains(out, "-seed ") {
+		t.Errorf("summary %+v (a random seed must be reported), stdout %q", sum, out)
+	}
+}
+
+func TestProgressAlways(t *testing.T) {
+	s := newSink(t, false)
+	code, _, errOut := runCLI(t, "-endpoint", s.grpc, "-records", "2000", "-batch", "100", "-rate", "10000", "-progress", "always", "-json")
+	if code != 0 || !strings.Contains(errOut, "records") || !strings.Contains(errOut, "\r") {
+		t.Errorf("exit %d, stderr %q", code, errOut)
+	}
+}
+
+func TestExitStatusOnErrors(t *testing.T) {
+	s := newSink(t, true)
+	code, out, _ := runCLI(t, "-protocol", "http", "-endpoint", s.http, "-records", "200", "-batch", "100", "-json")
+	sum := parseSummary(t, strings.TrimSpace(out))
+	if code != 1 || sum.Errors != 2 || sum.FailedRecords != 200 || sum.Retries != 0 {
+		t.Errorf("exit %d, summary %+v", code, sum)
+	}
+	code, _, _ = runCLI(t, "-protocol", "http", "-endpoint", s.http, "-records", "200", "-batch", "100", "-json", "-ignore-errors")
+	if code != 0 {
+		t.Errorf("-ignore-errors: exit %d", code)
+	}
+}
+
+func TestInterrupted(t *testing.T) {
+	s := newSink(t, false)
+	stop := make(chan struct{})
+	close(stop)
+	var out bytes.Buffer
+	code := run(context.Background(), []string{"-endpoint", s.grpc, "-json"}, stop, &out, io.Discard)
+	if code != exitInterrupted || !strings.Contains(out.String(), `"sent":0`) {
+		t.Errorf("exit %d, stdout %q", code, out.String())
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"-duplicates", "1.5"},
+		{"-protocol", "udp"},
+		{"-key", "body"},
+		{"-headers", "novalue"},
+		{"-records", "0"},
+		{"-batch", "0"},
+		{"-timeout", "0s"},
+		{"-start-time", "yesterday"},
+		{"-progress", "sometimes"},
+		{"-no-such-flag"},
+		{"extra-argument"},
+	} {
+		code, out, errOut := runCLI(t, args...)
+		if code != exitUsage || out != "" || !strings.Contains(errOut, "dedupload") && !strings.Contains(errOut, "flag") {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q", args, code, out, errOut)
+		}
+	}
+	if code, _, errOut := runCLI(t, "-h"); code != 0 || !strings.Contains(errOut, "Examples:") {
+		t.Errorf("-h: exit %d, %q", code, errOut)
+	}
+}
