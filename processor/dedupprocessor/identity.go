@@ -221,16 +221,66 @@ func decide[K any](ctx context.Context, e *engine, b *batch, enc *identity.Encod
 	e.claim(b, enc.Digest())
 }
 
+// fieldSet is a set of scalar fields, one bit each: the content identity
+// checks it for every field of every item, so no map lookup.
+type fieldSet uint32
+
+const (
+	ignBody fieldSet = 1 << iota
+	ignEventName
+	ignSeverityText
+	ignSeverityNumber
+	ignTraceId
+	ignSpanId
+	ignTimeUnixNano
+	ignFlags
+	ignResource
+	ignInstrumentationScope
+	ignName
+	ignKind
+	ignParentSpanId
+	ignTraceState
+	ignStartTimeUnixNano
+	ignEndTimeUnixNano
+	ignEvents
+	ignLinks
+	ignStatus
+)
+
+var ignorableBits = map[string]fieldSet{
+	"body":                  ignBody,
+	"event_name":            ignEventName,
+	"severity_text":         ignSeverityText,
+	"severity_number":       ignSeverityNumber,
+	"trace_id":              ignTraceId,
+	"span_id":               ignSpanId,
+	"time_unix_nano":        ignTimeUnixNano,
+	"flags":                 ignFlags,
+	"resource":              ignResource,
+	"instrumentation_scope": ignInstrumentationScope,
+	"name":                  ignName,
+	"kind":                  ignKind,
+	"parent_span_id":        ignParentSpanId,
+	"trace_state":           ignTraceState,
+	"start_time_unix_nano":  ignStartTimeUnixNano,
+	"end_time_unix_nano":    ignEndTimeUnixNano,
+	"events":                ignEvents,
+	"links":                 ignLinks,
+	"status":                ignStatus,
+}
+
+func (f fieldSet) has(field fieldSet) bool { return f&field != 0 }
+
 // contentIgnore is the set of fields left out of a content identity.
 type contentIgnore struct {
-	fields         map[string]bool
+	fields         fieldSet
 	skipAttr       func(string) bool
 	skipResource   func(string) bool
 	skipScopeAttrs func(string) bool
 }
 
 func parseIgnore(field string, entries []string, ignorable []string) (contentIgnore, error) {
-	ign := contentIgnore{fields: map[string]bool{}}
+	var ign contentIgnore
 	allowed := map[string]bool{}
 	for _, f := range ignorable {
 		allowed[f] = true
@@ -252,7 +302,7 @@ func parseIgnore(field string, entries []string, ignorable []string) (contentIgn
 		case "instrumentation_scope.attributes":
 			scopeAttrs = addKey(scopeAttrs, p.key)
 		default:
-			ign.fields[p.field] = true
+			ign.fields |= ignorableBits[p.field]
 		}
 	}
 	ign.skipAttr = skipFunc(attrs)
@@ -309,7 +359,7 @@ const (
 // per resource and folded into each unit's encoding.
 func (ign *contentIgnore) resourceDigest(e *identity.Encoder, res pcommon.Resource) [digest.Size]byte {
 	e.Reset()
-	if !ign.fields["resource"] {
+	if !ign.fields.has(ignResource) {
 		e.Field(fieldResource)
 		e.Map(res.Attributes(), ign.skipResource)
 	}
@@ -318,7 +368,7 @@ func (ign *contentIgnore) resourceDigest(e *identity.Encoder, res pcommon.Resour
 
 func (ign *contentIgnore) scopeDigest(e *identity.Encoder, scope pcommon.InstrumentationScope) [digest.Size]byte {
 	e.Reset()
-	if !ign.fields["instrumentation_scope"] {
+	if !ign.fields.has(ignInstrumentationScope) {
 		e.Field(fieldScope)
 		e.String(scope.Name())
 		e.String(scope.Version())

@@ -71,37 +71,37 @@ func (v *logView) path(e *identity.Encoder, p plainPath) bool {
 // observed timestamp, which a re-sent record gets anew.
 func (v *logView) content(e *identity.Encoder, ign *contentIgnore) {
 	lr, f := v.lr, ign.fields
-	if !f["body"] {
+	if !f.has(ignBody) {
 		e.Field(fieldBody)
 		e.ValueOrMissing(lr.Body())
 	}
 	e.Field(fieldAttributes)
 	e.Map(lr.Attributes(), ign.skipAttr)
-	if !f["severity_number"] {
+	if !f.has(ignSeverityNumber) {
 		e.Field(fieldSeverityNumber)
 		e.Int(int64(lr.SeverityNumber()))
 	}
-	if !f["severity_text"] {
+	if !f.has(ignSeverityText) {
 		e.Field(fieldSeverityText)
 		e.String(lr.SeverityText())
 	}
-	if !f["event_name"] {
+	if !f.has(ignEventName) {
 		e.Field(fieldEventName)
 		e.String(lr.EventName())
 	}
-	if !f["time_unix_nano"] {
+	if !f.has(ignTimeUnixNano) {
 		e.Field(fieldTimestamp)
 		e.Uint(uint64(lr.Timestamp()))
 	}
-	if !f["flags"] {
+	if !f.has(ignFlags) {
 		e.Field(fieldFlags)
 		e.Uint(uint64(lr.Flags()))
 	}
-	if !f["trace_id"] {
+	if !f.has(ignTraceId) {
 		e.Field(fieldTraceID)
 		e.TraceID(lr.TraceID())
 	}
-	if !f["span_id"] {
+	if !f.has(ignSpanId) {
 		e.Field(fieldSpanID)
 		e.SpanID(lr.SpanID())
 	}

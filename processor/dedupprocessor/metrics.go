@@ -79,11 +79,11 @@ func (v *pointView) path(e *identity.Encoder, p plainPath) bool {
 func (v *pointView) content(e *identity.Encoder, ign *contentIgnore) {
 	e.Field(fieldAttributes)
 	e.Map(v.attrs, ign.skipAttr)
-	if !ign.fields["start_time_unix_nano"] {
+	if !ign.fields.has(ignStartTimeUnixNano) {
 		e.Field(fieldStartTimestamp)
 		e.Uint(uint64(v.start))
 	}
-	if !ign.fields["time_unix_nano"] {
+	if !ign.fields.has(ignTimeUnixNano) {
 		e.Field(fieldTimestamp)
 		e.Uint(uint64(v.ts))
 	}

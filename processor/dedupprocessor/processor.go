@@ -35,6 +35,9 @@ type batch struct {
 	token     uint64
 	now       int64
 	verdicts  []verdict
+	pending   []digest.Digest // digests to claim, in walk order
+	pendingAt []int32         // the verdict index of each pending digest
+	results   []localcache.Result
 	claimed   []digest.Digest // digests this batch newly claimed
 	claimedAt []int32         // the verdict index of each claimed digest
 	outcomes  [numOutcomes]int64
@@ -112,28 +115,48 @@ func (e *engine) end(b *batch) {
 	if cap(b.verdicts) > maxRetained {
 		b.verdicts = nil
 	}
-	if cap(b.claimed) > maxRetained {
-		b.claimed, b.claimedAt, b.answers = nil, nil, nil
+	if cap(b.pending) > maxRetained {
+		b.pending, b.pendingAt, b.results, b.claimed, b.claimedAt, b.answers = nil, nil, nil, nil, nil, nil
 	}
-	*b = batch{verdicts: b.verdicts[:0], claimed: b.claimed[:0], claimedAt: b.claimedAt[:0], answers: b.answers[:0]}
+	*b = batch{
+		verdicts: b.verdicts[:0], pending: b.pending[:0], pendingAt: b.pendingAt[:0], results: b.results[:0],
+		claimed: b.claimed[:0], claimedAt: b.claimedAt[:0], answers: b.answers[:0],
+	}
 	batchPool.Put(b)
 }
 
-// claim decides a keyed record: the first copy within the window is kept,
-// later copies (in this batch or any other) follow the action.
+// claim queues a keyed item for claimAll, which decides it: the first copy
+// within the window is kept, later copies (in this batch or any other)
+// follow the action.
 func (e *engine) claim(b *batch, d digest.Digest) {
-	idx := len(b.verdicts)
+	b.pendingAt = append(b.pendingAt, int32(len(b.verdicts)))
 	b.verdicts = append(b.verdicts, verdictKeep)
-	res, _ := e.cache.Claim(d, b.token, b.now)
-	switch res {
-	case localcache.Claimed:
-		b.claimed = append(b.claimed, d)
-		b.claimedAt = append(b.claimedAt, int32(idx))
-		b.outcomes[outcomeUnique]++
-	case localcache.HeldBySelf:
-		e.duplicate(b, idx, tierBatch)
-	default:
-		e.duplicate(b, idx, tierLocal)
+	b.pending = append(b.pending, d)
+}
+
+// claimAll claims the batch's digests in the local cache, all at once so
+// the cache can take each shard's lock once and overlap its memory reads.
+func (e *engine) claimAll(b *batch) {
+	if len(b.pending) == 0 {
+		return
+	}
+	if cap(b.results) < len(b.pending) {
+		b.results = make([]localcache.Result, len(b.pending))
+	}
+	results := b.results[:len(b.pending)]
+	e.cache.ClaimBatch(b.pending, b.token, b.now, results)
+	for i, res := range results {
+		idx := int(b.pendingAt[i])
+		switch res {
+		case localcache.Claimed:
+			b.claimed = append(b.claimed, b.pending[i])
+			b.claimedAt = append(b.claimedAt, int32(idx))
+			b.outcomes[outcomeUnique]++
+		case localcache.HeldBySelf:
+			e.duplicate(b, idx, tierBatch)
+		default:
+			e.duplicate(b, idx, tierLocal)
+		}
 	}
 }
 

@@ -104,11 +104,12 @@ func (e *engine) startTier(ctx context.Context) error {
 // receivers turn it into a retryable status (gRPC Unavailable, HTTP 503).
 var errSharedTier = errors.New("dedup: shared tier unavailable; retry later")
 
-// settle resolves the batch's new local claims against the shared tier in
-// one round trip. A digest another instance holds becomes a duplicate
+// settle claims the batch's digests in the local cache, then resolves the
+// new local claims against the shared tier in one round trip. A digest another instance holds becomes a duplicate
 // (tier redis) and is remembered locally as not ours; the rest stay claimed
 // under the batch's token, to be committed or released with the batch.
 func (e *engine) settle(ctx context.Context, b *batch) error {
+	e.claimAll(b)
 	if e.tier == nil || len(b.claimed) == 0 {
 		return nil
 	}

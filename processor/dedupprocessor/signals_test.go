@@ -238,3 +238,16 @@ func TestMetadataKeysPartitionTenants(t *testing.T) {
 		t.Fatalf("delivered=%d duplicate=%d, want 3 and 2", n, d)
 	}
 }
+
+// TestEveryIgnorableFieldHasABit: a field that logs/traces/metrics.ignore
+// accepts must really be left out, so each must have its bit.
+func TestEveryIgnorableFieldHasABit(t *testing.T) {
+	set := nopTelemetry()
+	for _, names := range [][]string{logSpec(set).ignorable, spanSpec(set).ignorable, dataPointSpec(set).ignorable} {
+		for _, n := range names {
+			if ignorableBits[n] == 0 {
+				t.Errorf("ignorable field %q has no bit", n)
+			}
+		}
+	}
+}

@@ -67,45 +67,45 @@ func (v *spanView) path(e *identity.Encoder, p plainPath) bool {
 // content encodes a span whole: its events, links and status included.
 func (v *spanView) content(e *identity.Encoder, ign *contentIgnore) {
 	sp, f := v.sp, ign.fields
-	if !f["trace_id"] {
+	if !f.has(ignTraceId) {
 		e.Field(fieldTraceID)
 		e.TraceID(sp.TraceID())
 	}
-	if !f["span_id"] {
+	if !f.has(ignSpanId) {
 		e.Field(fieldSpanID)
 		e.SpanID(sp.SpanID())
 	}
-	if !f["parent_span_id"] {
+	if !f.has(ignParentSpanId) {
 		e.Field(fieldParentSpanID)
 		e.SpanID(sp.ParentSpanID())
 	}
-	if !f["trace_state"] {
+	if !f.has(ignTraceState) {
 		e.Field(fieldTraceState)
 		e.String(sp.TraceState().AsRaw())
 	}
-	if !f["name"] {
+	if !f.has(ignName) {
 		e.Field(fieldName)
 		e.String(sp.Name())
 	}
-	if !f["kind"] {
+	if !f.has(ignKind) {
 		e.Field(fieldKind)
 		e.Int(int64(sp.Kind()))
 	}
-	if !f["start_time_unix_nano"] {
+	if !f.has(ignStartTimeUnixNano) {
 		e.Field(fieldStartTimestamp)
 		e.Uint(uint64(sp.StartTimestamp()))
 	}
-	if !f["end_time_unix_nano"] {
+	if !f.has(ignEndTimeUnixNano) {
 		e.Field(fieldEndTimestamp)
 		e.Uint(uint64(sp.EndTimestamp()))
 	}
-	if !f["flags"] {
+	if !f.has(ignFlags) {
 		e.Field(fieldFlags)
 		e.Uint(uint64(sp.Flags()))
 	}
 	e.Field(fieldAttributes)
 	e.Map(sp.Attributes(), ign.skipAttr)
-	if !f["events"] {
+	if !f.has(ignEvents) {
 		e.Field(fieldEvents)
 		events := sp.Events()
 		e.Uint(uint64(events.Len()))
@@ -116,7 +116,7 @@ func (v *spanView) content(e *identity.Encoder, ign *contentIgnore) {
 			e.Map(ev.Attributes(), nil)
 		}
 	}
-	if !f["links"] {
+	if !f.has(ignLinks) {
 		e.Field(fieldLinks)
 		links := sp.Links()
 		e.Uint(uint64(links.Len()))
@@ -129,7 +129,7 @@ func (v *spanView) content(e *identity.Encoder, ign *contentIgnore) {
 			e.Map(l.Attributes(), nil)
 		}
 	}
-	if !f["status"] {
+	if !f.has(ignStatus) {
 		e.Field(fieldStatus)
 		e.Int(int64(sp.Status().Code()))
 		e.String(sp.Status().Message())

@@ -56,7 +56,8 @@ type shard struct {
 	used    int // slots between head and tail, released ones included
 	live    int // slots holding a key
 	evicted int64
-	_       [40]byte // keep shards on separate cache lines
+	sink    cell     // where prefetch leaves its reads
+	_       [32]byte // keep shards on separate cache lines
 }
 
 // Cache is safe for concurrent use. Claims of different digests mostly take

@@ -1,0 +1,120 @@
+package localcache
+
+import (
+	"sync"
+
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
+)
+
+// batchScratch is the per-call working memory of ClaimBatch.
+type batchScratch struct {
+	order  []int32 // positions of ds, grouped by shard, batch order kept
+	starts []int32 // where each shard's group starts in order
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(batchScratch) }}
+
+// ClaimBatch claims every digest of ds for token, as Claim does one by one
+// in order, and writes each result to out[i]. It takes each shard's lock
+// once for all of that shard's digests, and before claiming it reads the
+// index cells those claims (and the evictions they cause) will need, so the
+// CPU fetches them from memory in parallel rather than one miss at a time.
+// out must have at least len(ds) elements.
+func (c *Cache) ClaimBatch(ds []digest.Digest, token uint64, now int64, out []Result) {
+	if len(c.shards) == 1 {
+		s := &c.shards[0]
+		s.mu.Lock()
+		s.expire(now)
+		s.prefetch(ds, nil)
+		for i, d := range ds {
+			out[i] = s.claim(d, token, now, c.window)
+		}
+		s.mu.Unlock()
+		return
+	}
+	sc := scratchPool.Get().(*batchScratch)
+	defer scratchPool.Put(sc)
+	n := len(c.shards)
+	if cap(sc.starts) < n+1 {
+		sc.starts = make([]int32, n+1)
+	}
+	starts := sc.starts[:n+1]
+	clear(starts)
+	for _, d := range ds {
+		starts[(d.Lo&c.mask)+1]++
+	}
+	for i := 1; i <= n; i++ {
+		starts[i] += starts[i-1]
+	}
+	if cap(sc.order) < len(ds) {
+		sc.order = make([]int32, len(ds))
+	}
+	order := sc.order[:len(ds)]
+	// Counting sort; starts[k] walks from group k's start to group k+1's.
+	for i, d := range ds {
+		k := d.Lo & c.mask
+		order[starts[k]] = int32(i)
+		starts[k]++
+	}
+	begin := int32(0)
+	for k := range n {
+		end := starts[k]
+		if end == begin {
+			continue
+		}
+		group := order[begin:end]
+		s := &c.shards[k]
+		s.mu.Lock()
+		s.expire(now)
+		s.prefetch(ds, group)
+		for _, i := range group {
+			out[i] = s.claim(ds[i], token, now, c.window)
+		}
+		s.mu.Unlock()
+		begin = end
+	}
+}
+
+// prefetch reads the index cells the coming claims will probe first, and
+// those of the keys they may evict from the head of the ring. The values are
+// discarded; the point is that these independent loads overlap.
+func (s *shard) prefetch(ds []digest.Digest, group []int32) {
+	x := &s.index
+	var acc cell
+	count := len(group)
+	if group == nil {
+		count = len(ds)
+		for _, d := range ds {
+			acc ^= x.cells[uint64(fingerprint(d))&x.mask]
+		}
+	} else {
+		for _, i := range group {
+			acc ^= x.cells[uint64(fingerprint(ds[i]))&x.mask]
+		}
+	}
+	if s.used+count > s.size {
+		evict := min(s.used+count-s.size, s.used)
+		for k := 0; k < evict; k++ {
+			sl := s.at((s.head + k) % s.size)
+			acc ^= x.cells[uint64(fingerprint(sl.d))&x.mask]
+		}
+	}
+	s.sink = acc
+}
+
+// claim is Claim under the shard's lock, with expiry already done.
+func (s *shard) claim(d digest.Digest, token uint64, now, window int64) Result {
+	if pos, ok := s.find(d); ok {
+		sl := s.at(pos)
+		switch {
+		case sl.expires <= now:
+			s.forget(sl)
+		case token != NoToken && sl.token == token:
+			return HeldBySelf
+		default:
+			return Held
+		}
+	}
+	s.push(d, now+window, token, now)
+	return Claimed
+}
