@@ -129,26 +129,11 @@ func newLogsProcessor(set component.TelemetrySettings, id component.ID, cfg *Con
 }
 
 func (p *logsProcessor) ConsumeLogs(ctx context.Context, ld plog.Logs) error {
-	n := ld.LogRecordCount()
-	if n == 0 {
-		return p.next.ConsumeLogs(ctx, ld) // nothing to deduplicate
-	}
-	b := p.begin(n)
-	defer p.end(b)
-	enc := encoderPool.Get().(*identity.Encoder)
-	defer encoderPool.Put(enc)
+	return consume(ctx, p.engine, p, ld, ld.LogRecordCount())
+}
 
-	p.decideAll(ctx, b, enc, ld)
-	if err := p.settle(ctx, b); err != nil {
-		return err
-	}
-	if b.removed > 0 || b.marked > 0 {
-		p.apply(b, ld)
-	}
-	if b.removed == n {
-		return p.finish(ctx, b, nil)
-	}
-	return p.finish(ctx, b, p.next.ConsumeLogs(ctx, ld))
+func (p *logsProcessor) send(ctx context.Context, ld plog.Logs) error {
+	return p.next.ConsumeLogs(ctx, ld)
 }
 
 // decideAll gives every record a verdict, in walk order.

@@ -136,26 +136,11 @@ func newMetricsProcessor(set component.TelemetrySettings, id component.ID, cfg *
 }
 
 func (p *metricsProcessor) ConsumeMetrics(ctx context.Context, md pmetric.Metrics) error {
-	n := md.DataPointCount()
-	if n == 0 {
-		return p.next.ConsumeMetrics(ctx, md) // nothing to deduplicate
-	}
-	b := p.begin(n)
-	defer p.end(b)
-	enc := encoderPool.Get().(*identity.Encoder)
-	defer encoderPool.Put(enc)
+	return consume(ctx, p.engine, p, md, md.DataPointCount())
+}
 
-	p.decideAll(ctx, b, enc, md)
-	if err := p.settle(ctx, b); err != nil {
-		return err
-	}
-	if b.removed > 0 || b.marked > 0 {
-		p.apply(b, md)
-	}
-	if md.ResourceMetrics().Len() == 0 {
-		return p.finish(ctx, b, nil)
-	}
-	return p.finish(ctx, b, p.next.ConsumeMetrics(ctx, md))
+func (p *metricsProcessor) send(ctx context.Context, md pmetric.Metrics) error {
+	return p.next.ConsumeMetrics(ctx, md)
 }
 
 // metricWalk carries the state of one batch's walk over data points.

@@ -100,6 +100,38 @@ func newEngine(cfg *Config, set component.TelemetrySettings, id component.ID, si
 func (e *engine) entries() int64   { return int64(e.cache.Len(e.now())) }
 func (e *engine) evictions() int64 { return e.cache.Evictions() }
 
+// adapter is what a signal's processor gives the engine: how to walk its
+// pdata to decide each item, how to apply the verdicts, where to send it.
+type adapter[T any] interface {
+	decideAll(ctx context.Context, b *batch, enc *identity.Encoder, data T)
+	apply(b *batch, data T)
+	send(ctx context.Context, data T) error
+}
+
+// consume is ConsumeLogs, ConsumeTraces and ConsumeMetrics: decide every
+// item, settle the claims, drop or mark, send on, then commit or release.
+func consume[T any](ctx context.Context, e *engine, s adapter[T], data T, items int) error {
+	if items == 0 {
+		return s.send(ctx, data) // nothing to deduplicate
+	}
+	b := e.begin(items)
+	defer e.end(b)
+	enc := encoderPool.Get().(*identity.Encoder)
+	defer encoderPool.Put(enc)
+
+	s.decideAll(ctx, b, enc, data)
+	if err := e.settle(ctx, b); err != nil {
+		return err
+	}
+	if b.removed > 0 || b.marked > 0 {
+		s.apply(b, data)
+	}
+	if b.removed == items {
+		return e.finish(ctx, b, nil) // a batch left with nothing is not sent on
+	}
+	return e.finish(ctx, b, s.send(ctx, data))
+}
+
 func (e *engine) begin(records int) *batch {
 	b := batchPool.Get().(*batch)
 	b.token = e.tokens.Add(1)

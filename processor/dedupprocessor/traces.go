@@ -157,26 +157,11 @@ func newTracesProcessor(set component.TelemetrySettings, id component.ID, cfg *C
 }
 
 func (p *tracesProcessor) ConsumeTraces(ctx context.Context, td ptrace.Traces) error {
-	n := td.SpanCount()
-	if n == 0 {
-		return p.next.ConsumeTraces(ctx, td) // nothing to deduplicate
-	}
-	b := p.begin(n)
-	defer p.end(b)
-	enc := encoderPool.Get().(*identity.Encoder)
-	defer encoderPool.Put(enc)
+	return consume(ctx, p.engine, p, td, td.SpanCount())
+}
 
-	p.decideAll(ctx, b, enc, td)
-	if err := p.settle(ctx, b); err != nil {
-		return err
-	}
-	if b.removed > 0 || b.marked > 0 {
-		p.apply(b, td)
-	}
-	if b.removed == n {
-		return p.finish(ctx, b, nil)
-	}
-	return p.finish(ctx, b, p.next.ConsumeTraces(ctx, td))
+func (p *tracesProcessor) send(ctx context.Context, td ptrace.Traces) error {
+	return p.next.ConsumeTraces(ctx, td)
 }
 
 func (p *tracesProcessor) decideAll(ctx context.Context, b *batch, enc *identity.Encoder, td ptrace.Traces) {
