@@ -4,7 +4,7 @@
 #   make run     build, then run it with testdata/default.yaml (OTLP on 127.0.0.1:4317/4318)
 #   make demo    build, then send testdata/demo-logs.json through it and check what comes out
 #   make test    go test -race of every package, the end-to-end tests included
-#   make deps    install redis-server and redis-cli if missing (make test does it)
+#   make deps    install redis-server, redis-cli and promtool if missing (make test does it)
 #   make bench   benchmarks
 #   make lint    go vet
 #   make clean   remove build output
@@ -59,9 +59,11 @@ demo-data:
 
 # The end-to-end tests (internal/e2e) use the binary built here
 # (OTELCOL_DEDUP_BIN); run alone with go test they build it themselves.
-# redis-server and redis-cli for the tests, from Debian's packages if missing.
+# redis-server, redis-cli and promtool for the tests, from Debian's packages
+# if missing.
 deps:
 	bash scripts/ensure-redis.sh
+	bash deploy/ensure-promtool.sh
 
 test: build deps
 	OTELCOL_DEDUP_BIN=$(CURDIR)/$(BIN) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./...

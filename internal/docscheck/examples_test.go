@@ -1,0 +1,340 @@
+package docscheck
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/plog"
+	"gopkg.in/yaml.v3"
+
+	"github.com/otelcol-dedup/otelcol-dedup/internal/e2e"
+	"github.com/otelcol-dedup/otelcol-dedup/internal/redistest"
+)
+
+// The collector configs of examples/, each validated by the binary.
+var exampleFiles = []string{
+	"fleet-redis.yaml",
+	"gateway.yaml",
+	"ha-metrics.yaml",
+	"multi-tenant.yaml",
+	"persistent-cache.yaml",
+	"redis-cluster.yaml",
+	"redis-sentinel-tls.yaml",
+	"shadow-mode.yaml",
+	"traces.yaml",
+}
+
+// exampleEnv sets every ${env:...} the examples use.
+func exampleEnv(t *testing.T) []string {
+	return []string{
+		"OTLP_BACKEND=backend.example.internal:4317",
+		"REDIS_ADDR=redis.example.internal:6379",
+		"REDIS_PASSWORD=not-a-real-password",
+		"DEDUP_STATE_DIR=" + filepath.Join(t.TempDir(), "dedup-state"),
+	}
+}
+
+func TestExamplesValidate(t *testing.T) {
+	dir := filepath.Join(root(t), "examples")
+	found, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, f := range found {
+		names = append(names, filepath.Base(f))
+	}
+	if !slices.Equal(names, exampleFiles) {
+		t.Errorf("examples/*.yaml = %q, want %q (update exampleFiles and examples/README.md together)", names, exampleFiles)
+	}
+	index := string(readFile(t, "examples/README.md"))
+	envRE := regexp.MustCompile(`\$\{env:([A-Z_]+)\}`)
+	env := exampleEnv(t)
+	for _, name := range names {
+		t.Run(name, func(t *testing.T) {
+			if !strings.Contains(index, "("+name+")") {
+				t.Errorf("examples/README.md does not link %s", name)
+			}
+			path := filepath.Join(dir, name)
+			text, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range envRE.FindAllStringSubmatch(string(text), -1) {
+				if !slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, m[1]+"=") }) {
+					t.Errorf("%s uses ${env:%s}, which the test does not set", name, m[1])
+				}
+			}
+			out, err := validate(t, env, path)
+			if err != nil {
+				t.Fatalf("otelcol-dedup validate --config examples/%s: %v\n%s", name, err, out)
+			}
+			if strings.TrimSpace(out) != "" {
+				t.Errorf("validate printed:\n%s", out)
+			}
+		})
+	}
+}
+
+// TestValidateCatchesBadDedupConfig is the control of TestExamplesValidate:
+// validate does check the dedup settings of an example.
+func TestValidateCatchesBadDedupConfig(t *testing.T) {
+	text := string(readFile(t, "examples/gateway.yaml"))
+	bad := strings.Replace(text, "window: 10m", "window: 0s", 1)
+	if bad == text {
+		t.Fatal("examples/gateway.yaml has no `window: 10m` to break")
+	}
+	p := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(p, []byte(bad), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := validate(t, exampleEnv(t), p)
+	if err == nil {
+		t.Fatalf("validate accepted window: 0s:\n%s", out)
+	}
+	if want := `window must be > 0, got "0s"`; !strings.Contains(out, want) {
+		t.Errorf("validate said:\n%s\nwant it to contain %q", out, want)
+	}
+}
+
+// exampleOverride points a shipped example at loopback ports and the sink:
+// the receivers, health_check and metrics reader on p, every exporter the
+// example defines at the sink (env OTLP_BACKEND), without queue or retry so
+// that what the sink holds is final when a send returns.
+func exampleOverride(t *testing.T, file string, p e2e.Ports) string {
+	t.Helper()
+	var cfg struct {
+		Exporters map[string]any `yaml:"exporters"`
+	}
+	if err := yaml.Unmarshal(readFile(t, "examples/"+file), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	var ex strings.Builder
+	for id := range cfg.Exporters {
+		fmt.Fprintf(&ex, "  %s:\n    sending_queue: {enabled: false}\n    retry_on_failure: {enabled: false}\n", id)
+	}
+	return fmt.Sprintf(`
+extensions:
+  health_check: {endpoint: %q}
+receivers:
+  otlp:
+    protocols:
+      grpc: {endpoint: %q}
+      http: {endpoint: %q}
+exporters:
+%sservice:
+%s`, e2e.Addr(p.Health), e2e.Addr(p.OTLPGRPC), e2e.Addr(p.OTLPHTTP), ex.String(), telemetryYAML(p.Metrics))
+}
+
+// runExample starts examples/file with the override, OTLP_BACKEND at the
+// sink (gRPC, or HTTP for otlp_http) and extra env.
+func runExample(t *testing.T, file string, sink *e2e.Sink, httpBackend bool, env ...string) *collector {
+	t.Helper()
+	backend := sink.GRPCEndpoint()
+	if httpBackend {
+		backend = sink.HTTPEndpoint()
+	}
+	env = append([]string{"OTLP_BACKEND=" + backend}, env...)
+	return startCollector(t, env, func(p e2e.Ports) []string {
+		return []string{exampleOverride(t, file, p)}
+	}, filepath.Join(root(t), "examples", file))
+}
+
+func event(id, body string) plog.Logs {
+	ld := plog.NewLogs()
+	rl := ld.ResourceLogs().AppendEmpty()
+	rl.Resource().Attributes().PutStr("service.name", "checkout")
+	lr := rl.ScopeLogs().AppendEmpty().LogRecords().AppendEmpty()
+	lr.SetTimestamp(pcommon.NewTimestampFromTime(t0))
+	lr.Attributes().PutStr("event.id", id)
+	lr.Body().SetStr(body)
+	return ld
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func mustSend(t *testing.T, what string, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// TestExampleGateway: a retried request is delivered once, for each signal.
+func TestExampleGateway(t *testing.T) {
+	sink := newSink(t)
+	c := runExample(t, "gateway.yaml", sink, false)
+	s := c.grpcSender()
+	ctx := ctxT(t)
+	for range 2 {
+		mustSend(t, "logs", s.SendLogs(ctx, logBatch("payment accepted", "payment settled")))
+		mustSend(t, "traces", s.SendTraces(ctx, spanBatch(1)))
+		mustSend(t, "metrics", s.SendMetrics(ctx, gaugeBatch("", t0)))
+	}
+	c.stop() // flushes the batch processor
+	if got := [3]int{sink.LogRecordCount(), sink.SpanCount(), sink.DataPointCount()}; got != [3]int{2, 1, 1} {
+		t.Errorf("delivered [logs spans points] = %v, want [2 1 1]", got)
+	}
+}
+
+// TestExampleFleetRedis: two collectors with the same file and one Redis
+// deliver a record once, whichever instance each copy reaches.
+func TestExampleFleetRedis(t *testing.T) {
+	srv := redistest.Standalone(t, redistest.WithPassword("fleet-s3cret"))
+	sink := newSink(t)
+	env := []string{"REDIS_ADDR=" + srv.Addr(), "REDIS_PASSWORD=fleet-s3cret"}
+	a := runExample(t, "fleet-redis.yaml", sink, false, env...)
+	b := runExample(t, "fleet-redis.yaml", sink, false, env...)
+	ctx := ctxT(t)
+	mustSend(t, "to a", a.grpcSender().SendLogs(ctx, event("evt-1", "first attempt")))
+	// The retry reaches the other instance; a relay changed the body, the
+	// event id is the same.
+	mustSend(t, "to b", b.grpcSender().SendLogs(ctx, event("evt-1", "second attempt")))
+	mustSend(t, "to b", b.grpcSender().SendLogs(ctx, event("evt-2", "another event")))
+	scB := b.scrape()
+	a.stop()
+	b.stop()
+	if got := sink.LogRecordCount(); got != 2 {
+		t.Errorf("delivered %d records, want 2 (evt-1 once, evt-2)", got)
+	}
+	l := e2e.Labels{"processor": "dedup", "otel_signal": "logs", "tier": "redis"}
+	if got := scB.Sum("otelcol_processor_dedup_duplicates", l); got != 1 {
+		t.Errorf("b: duplicates%v = %g, want 1", l, got)
+	}
+}
+
+// TestExampleMultiTenant: the same event from two tenants is two events;
+// from one tenant twice, one.
+func TestExampleMultiTenant(t *testing.T) {
+	sink := newSink(t)
+	c := runExample(t, "multi-tenant.yaml", sink, true)
+	s := c.grpcSender()
+	ctx := ctxT(t)
+	for _, tenant := range []string{"acme", "globex", "acme"} {
+		mustSend(t, tenant, s.SendLogs(e2e.WithGRPCMetadata(ctx, "X-Scope-OrgID", tenant), event("evt-1", "signup")))
+	}
+	c.stop()
+	if got := sink.LogRecordCount(); got != 2 {
+		t.Errorf("delivered %d records, want 2 (one per tenant)", got)
+	}
+}
+
+// TestExampleHAMetrics: the same point from replicas a and b is one point;
+// the scraped variant's key also merges points a few milliseconds apart.
+func TestExampleHAMetrics(t *testing.T) {
+	sink := newSink(t)
+	c := runExample(t, "ha-metrics.yaml", sink, false)
+	s := c.grpcSender()
+	ctx := ctxT(t)
+	mustSend(t, "replica a", s.SendMetrics(ctx, gaugeBatch("a", t0)))
+	mustSend(t, "replica b", s.SendMetrics(ctx, gaugeBatch("b", t0)))
+	mustSend(t, "replica a, next point", s.SendMetrics(ctx, gaugeBatch("a", t0.Add(15*time.Second))))
+	c.stop()
+	if got := sink.DataPointCount(); got != 2 {
+		t.Errorf("delivered %d points, want 2", got)
+	}
+
+	// dedup/ha_scraped, swapped into the pipeline as the comment says.
+	text := strings.Replace(string(readFile(t, "examples/ha-metrics.yaml")),
+		"processors: [memory_limiter, dedup/ha, batch]", "processors: [memory_limiter, dedup/ha_scraped, batch]", 1)
+	p := filepath.Join(t.TempDir(), "ha-scraped.yaml")
+	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sink2 := newSink(t)
+	c2 := startCollector(t, []string{"OTLP_BACKEND=" + sink2.GRPCEndpoint()}, func(ports e2e.Ports) []string {
+		return []string{exampleOverride(t, "ha-metrics.yaml", ports)}
+	}, p)
+	s2 := c2.grpcSender()
+	base := time.Date(2026, 11, 1, 12, 0, 30, 0, time.UTC) // on a 15 s boundary
+	mustSend(t, "replica a", s2.SendMetrics(ctx, gaugeBatch("a", base.Add(2*time.Second))))
+	mustSend(t, "replica b, 40ms later", s2.SendMetrics(ctx, gaugeBatch("b", base.Add(2*time.Second+40*time.Millisecond))))
+	mustSend(t, "replica a, next scrape", s2.SendMetrics(ctx, gaugeBatch("a", base.Add(17*time.Second))))
+	sc := c2.scrape()
+	c2.stop()
+	if got := sink2.DataPointCount(); got != 2 {
+		t.Errorf("ha_scraped: delivered %d points, want 2", got)
+	}
+	l := e2e.Labels{"processor": "dedup/ha_scraped", "otel_signal": "metrics", "outcome": "key_error"}
+	if got := sc.Sum("otelcol_processor_dedup_records", l); got != 0 {
+		t.Errorf("ha_scraped: %g key errors", got)
+	}
+}
+
+// TestExampleShadowMode: nothing is dropped, the copy is marked.
+func TestExampleShadowMode(t *testing.T) {
+	sink := newSink(t)
+	c := runExample(t, "shadow-mode.yaml", sink, false)
+	s := c.grpcSender()
+	ctx := ctxT(t)
+	mustSend(t, "first", s.SendLogs(ctx, event("evt-1", "a")))
+	mustSend(t, "copy", s.SendLogs(ctx, event("evt-1", "a")))
+	sc := c.scrape()
+	c.stop()
+	var marks []string
+	for _, ld := range sink.Logs() {
+		for r := range ld.ResourceLogs().Len() {
+			lrs := ld.ResourceLogs().At(r).ScopeLogs().At(0).LogRecords()
+			for i := range lrs.Len() {
+				mark := "unmarked"
+				if v, ok := lrs.At(i).Attributes().Get("dedup.duplicate"); ok {
+					mark = v.Type().String() + ":" + v.AsString()
+				}
+				marks = append(marks, mark)
+			}
+		}
+	}
+	if want := []string{"unmarked", "Bool:true"}; !slices.Equal(marks, want) {
+		t.Errorf("dedup.duplicate of the delivered records = %q, want %q", marks, want)
+	}
+	l := e2e.Labels{"processor": "dedup/shadow", "otel_signal": "logs", "outcome": "duplicate"}
+	if got := sc.Sum("otelcol_processor_dedup_records", l); got != 1 {
+		t.Errorf("records%v = %g, want 1", l, got)
+	}
+}
+
+// TestExamplePersistentCache: after a restart, a copy of a record seen
+// before it is still dropped.
+func TestExamplePersistentCache(t *testing.T) {
+	sink := newSink(t)
+	state := "DEDUP_STATE_DIR=" + filepath.Join(t.TempDir(), "state")
+	c := runExample(t, "persistent-cache.yaml", sink, false, state)
+	ctx := ctxT(t)
+	mustSend(t, "before", c.grpcSender().SendLogs(ctx, event("evt-1", "a")))
+	c.stop()
+	c2 := runExample(t, "persistent-cache.yaml", sink, false, state)
+	mustSend(t, "after", c2.grpcSender().SendLogs(ctx, event("evt-1", "a")))
+	c2.stop()
+	if got := sink.LogRecordCount(); got != 1 {
+		t.Errorf("delivered %d records across the restart, want 1", got)
+	}
+}
+
+// TestExampleTraces: a span re-sent with other resource attributes is
+// still caught (the key is trace_id + span_id).
+func TestExampleTraces(t *testing.T) {
+	sink := newSink(t)
+	c := runExample(t, "traces.yaml", sink, false)
+	s := c.grpcSender()
+	ctx := ctxT(t)
+	mustSend(t, "span", s.SendTraces(ctx, spanBatch(1)))
+	td := spanBatch(1)
+	td.ResourceSpans().At(0).Resource().Attributes().PutStr("relay", "agent-2")
+	mustSend(t, "span via another relay", s.SendTraces(ctx, td))
+	c.stop()
+	if got := sink.SpanCount(); got != 1 {
+		t.Errorf("delivered %d spans, want 1", got)
+	}
+}
