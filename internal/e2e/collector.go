@@ -140,6 +140,21 @@ func (c *Collector) Stop(grace time.Duration) error {
 	return c.stopErr
 }
 
+// Kill sends SIGKILL, as a crash or the OOM killer would, and waits for the
+// process to exit. A later Stop does nothing and returns nil.
+func (c *Collector) Kill() {
+	c.stopOnce.Do(func() {
+		select {
+		case <-c.done:
+			c.stopErr = exitError(c.PID, c.waitErr)
+			return
+		default:
+		}
+		_ = syscall.Kill(c.PID, syscall.SIGKILL)
+		<-c.done
+	})
+}
+
 func (c *Collector) stop(grace time.Duration) error {
 	select {
 	case <-c.done:

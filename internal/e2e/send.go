@@ -17,12 +17,14 @@ import (
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 )
 
 // GRPCSender sends OTLP over gRPC the way an SDK or agent does: one Export
 // call per batch, the server's status returned as the error (use
-// status.Code(err) to tell a retryable refusal from a permanent one).
+// status.Code(err) to tell a retryable refusal from a permanent one). Request
+// metadata (headers) travels in the context: see WithGRPCMetadata.
 type GRPCSender struct {
 	conn    *grpc.ClientConn
 	logs    plogotlp.GRPCClient
@@ -66,6 +68,14 @@ func (s *GRPCSender) SendMetrics(ctx context.Context, md pmetric.Metrics) error 
 // Close closes the connection.
 func (s *GRPCSender) Close() error { return s.conn.Close() }
 
+// WithGRPCMetadata returns ctx carrying the key/value pairs as outgoing gRPC
+// metadata (request headers) for GRPCSender's calls, e.g. "X-Scope-OrgID",
+// "a". gRPC lowercases the keys; the collector's client.Metadata looks keys
+// up case-insensitively.
+func WithGRPCMetadata(ctx context.Context, kv ...string) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, kv...)
+}
+
 // HTTPStatusError is a non-2xx answer of an OTLP/HTTP receiver. 429, 502, 503
 // and 504 are retryable in OTLP/HTTP.
 type HTTPStatusError struct {
@@ -80,6 +90,11 @@ func (e *HTTPStatusError) Error() string {
 // HTTPSender sends OTLP/HTTP protobuf requests (POST application/x-protobuf to
 // BaseURL/v1/{logs,traces,metrics}).
 type HTTPSender struct {
+	// Header holds extra request headers sent with every request (e.g.
+	// X-Scope-OrgID for a receiver with include_metadata: true). Set it
+	// before the first send; nil sends none.
+	Header http.Header
+
 	baseURL string
 	client  *http.Client
 }
@@ -127,6 +142,11 @@ func (s *HTTPSender) Post(ctx context.Context, path, contentType string, body []
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.baseURL+path, bytes.NewReader(body))
 	if err != nil {
 		return err
+	}
+	for k, vs := range s.Header {
+		for _, v := range vs {
+			req.Header.Add(k, v)
+		}
 	}
 	req.Header.Set("Content-Type", contentType)
 	resp, err := s.client.Do(req)

@@ -40,6 +40,8 @@ type Sink struct {
 	failNext int
 	refused  int
 	requests int
+	hold     chan struct{} // not nil while Hold is in force; closed by Unhold
+	holding  int           // requests waiting on hold
 	logs     []plog.Logs
 	traces   []ptrace.Traces
 	metrics  []pmetric.Metrics
@@ -201,14 +203,45 @@ func (s *Sink) WaitFor(ctx context.Context, cond func(*Sink) bool) error {
 
 // Close stops both servers, cutting open connections.
 func (s *Sink) Close() error {
+	s.Unhold()
 	s.grpcSrv.Stop()
 	err := s.httpSrv.Close()
 	s.served.Wait()
 	return err
 }
 
-// admit counts a request and decides whether to refuse it.
-func (s *Sink) admit() bool {
+// Hold makes every request from now on wait, before it is recorded, until
+// Unhold, the sink closes or the client gives up; an exporter sending to the
+// sink blocks as on a stalled backend. Holding says how many are waiting.
+// FailNext(n) then Unhold makes n of the held requests fail when released.
+func (s *Sink) Hold() {
+	s.mu.Lock()
+	if s.hold == nil {
+		s.hold = make(chan struct{})
+	}
+	s.mu.Unlock()
+}
+
+// Unhold lets the held requests, and later ones, through.
+func (s *Sink) Unhold() {
+	s.mu.Lock()
+	if s.hold != nil {
+		close(s.hold)
+		s.hold = nil
+	}
+	s.mu.Unlock()
+}
+
+// Holding is how many requests are waiting on Hold.
+func (s *Sink) Holding() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.holding
+}
+
+// admit counts a request and decides whether to refuse it. While Hold is in
+// force it first waits; a request whose client gave up meanwhile is refused.
+func (s *Sink) admit(ctx context.Context) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.requests++
@@ -217,6 +250,29 @@ func (s *Sink) admit() bool {
 		s.refused++
 		s.notifyLocked()
 		return false
+	}
+	if hold := s.hold; hold != nil {
+		s.holding++
+		s.notifyLocked()
+		s.mu.Unlock()
+		var gaveUp bool
+		select {
+		case <-hold:
+		case <-ctx.Done():
+			gaveUp = true
+		}
+		s.mu.Lock()
+		s.holding--
+		if gaveUp || s.failNext > 0 {
+			// A FailNext given while the request waited applies to it: a
+			// backend that stalls, then fails.
+			if !gaveUp {
+				s.failNext--
+			}
+			s.refused++
+			s.notifyLocked()
+			return false
+		}
 	}
 	return true
 }
@@ -261,8 +317,8 @@ type sinkLogs struct {
 	s *Sink
 }
 
-func (h *sinkLogs) Export(_ context.Context, req plogotlp.ExportRequest) (plogotlp.ExportResponse, error) {
-	if !h.s.admit() {
+func (h *sinkLogs) Export(ctx context.Context, req plogotlp.ExportRequest) (plogotlp.ExportResponse, error) {
+	if !h.s.admit(ctx) {
 		return plogotlp.NewExportResponse(), errInjected
 	}
 	h.s.addLogs(req.Logs())
@@ -274,8 +330,8 @@ type sinkTraces struct {
 	s *Sink
 }
 
-func (h *sinkTraces) Export(_ context.Context, req ptraceotlp.ExportRequest) (ptraceotlp.ExportResponse, error) {
-	if !h.s.admit() {
+func (h *sinkTraces) Export(ctx context.Context, req ptraceotlp.ExportRequest) (ptraceotlp.ExportResponse, error) {
+	if !h.s.admit(ctx) {
 		return ptraceotlp.NewExportResponse(), errInjected
 	}
 	h.s.addTraces(req.Traces())
@@ -287,8 +343,8 @@ type sinkMetrics struct {
 	s *Sink
 }
 
-func (h *sinkMetrics) Export(_ context.Context, req pmetricotlp.ExportRequest) (pmetricotlp.ExportResponse, error) {
-	if !h.s.admit() {
+func (h *sinkMetrics) Export(ctx context.Context, req pmetricotlp.ExportRequest) (pmetricotlp.ExportResponse, error) {
+	if !h.s.admit(ctx) {
 		return pmetricotlp.NewExportResponse(), errInjected
 	}
 	h.s.addMetrics(req.Metrics())
@@ -338,7 +394,7 @@ func (s *Sink) serveHTTP(consume func(body []byte, json bool) (response, error))
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		if !s.admit() {
+		if !s.admit(r.Context()) {
 			http.Error(w, "e2e sink: injected failure (FailNext)", http.StatusServiceUnavailable)
 			return
 		}
