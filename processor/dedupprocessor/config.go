@@ -117,6 +117,10 @@ type RedisConfig struct {
 	// accepted its batch; a collector that dies mid-batch blocks that
 	// batch's retries for at most this long.
 	Lease time.Duration `mapstructure:"lease"`
+	// PendingWait is how long a batch waits for another instance's pending
+	// claim on one of its records to be committed or released before the
+	// batch is refused with a retryable error.
+	PendingWait time.Duration `mapstructure:"pending_wait"`
 	// OnError is what happens to a batch when Redis fails: pass or refuse.
 	OnError ErrorPolicy `mapstructure:"on_error"`
 
@@ -158,9 +162,10 @@ func createDefaultConfig() component.Config {
 		SnapshotInterval: defaultSnapshotInterval,
 		Traces:           SignalConfig{Key: []string{"trace_id", "span_id"}},
 		Redis: configoptional.Default(RedisConfig{
-			Timeout: defaultRedisTimeout,
-			Lease:   defaultRedisLease,
-			OnError: ErrorPass,
+			Timeout:     defaultRedisTimeout,
+			Lease:       defaultRedisLease,
+			PendingWait: defaultPendingWait,
+			OnError:     ErrorPass,
 		}),
 	}
 }
@@ -215,6 +220,7 @@ func (cfg *Config) Validate() error {
 const (
 	defaultRedisTimeout = 250 * time.Millisecond
 	defaultRedisLease   = 30 * time.Second
+	defaultPendingWait  = time.Second
 )
 
 func (r *RedisConfig) validate(window time.Duration) []error {
@@ -238,6 +244,9 @@ func (r *RedisConfig) validate(window time.Duration) []error {
 	}
 	if r.Lease <= 0 || r.Lease > window {
 		errs = append(errs, fmt.Errorf("redis.lease must be > 0 and <= window (%s), got %q", window, r.Lease))
+	}
+	if r.PendingWait < 0 || r.Lease > 0 && r.PendingWait > r.Lease {
+		errs = append(errs, fmt.Errorf("redis.pending_wait must be >= 0 and <= redis.lease (%s), got %q", r.Lease, r.PendingWait))
 	}
 	switch r.OnError {
 	case ErrorPass, ErrorRefuse:

@@ -45,8 +45,10 @@ type batch struct {
 	removed   int // records dropped
 	marked    int // records marked
 
-	redisToken string // the shared tier's claim token; "" if none was made
-	answers    []bool // the shared tier's answer per claimed digest
+	redisToken string             // the shared tier's claim token; "" if none was made
+	answers    []redistier.Answer // the shared tier's answer per claimed digest
+	waiting    []digest.Digest    // digests held by pending claims elsewhere
+	waitingAt  []int32            // their index in claimed
 }
 
 var batchPool = sync.Pool{New: func() any { return new(batch) }}
@@ -65,13 +67,20 @@ type engine struct {
 	tokens    atomic.Uint64
 	now       func() int64
 
-	tier        *redistier.Tier // nil: local only
-	redisPolicy ErrorPolicy
+	tier           *redistier.Tier // nil: local only
+	redisPolicy    ErrorPolicy
+	pendingWait    time.Duration
+	pendingRefused *throttledLog
 
 	id          component.ID
 	signal      string
 	fingerprint uint64       // of the settings that shape identities
 	persist     *persistence // nil: no storage
+
+	// inflight holds the tokens of batches between claim and commit or
+	// release, kept only with storage: a snapshot leaves their keys out.
+	inflightMu sync.Mutex
+	inflight   map[uint64]struct{}
 }
 
 func newEngine(cfg *Config, set component.TelemetrySettings, id component.ID, signal string) (*engine, error) {
@@ -87,7 +96,8 @@ func newEngine(cfg *Config, set component.TelemetrySettings, id component.ID, si
 		fingerprint: identityFingerprint(cfg),
 	}
 	if r := cfg.Redis.Get(); r != nil {
-		e.redisPolicy = r.OnError
+		e.redisPolicy, e.pendingWait = r.OnError, r.PendingWait
+		e.pendingRefused = newThrottledLog(set.Logger, "dedup: refused a batch for retry: another collector is still delivering some of its records")
 	}
 	tel, err := newTelemetry(set, id, signal, e)
 	if err != nil {
@@ -135,6 +145,11 @@ func consume[T any](ctx context.Context, e *engine, s adapter[T], data T, items 
 func (e *engine) begin(records int) *batch {
 	b := batchPool.Get().(*batch)
 	b.token = e.tokens.Add(1)
+	if e.persist != nil {
+		e.inflightMu.Lock()
+		e.inflight[b.token] = struct{}{}
+		e.inflightMu.Unlock()
+	}
 	b.now = e.now()
 	if cap(b.verdicts) < records {
 		b.verdicts = make([]verdict, 0, records)
@@ -143,16 +158,23 @@ func (e *engine) begin(records int) *batch {
 }
 
 func (e *engine) end(b *batch) {
+	if e.persist != nil {
+		e.inflightMu.Lock()
+		delete(e.inflight, b.token)
+		e.inflightMu.Unlock()
+	}
 	const maxRetained = 64 << 10
 	if cap(b.verdicts) > maxRetained {
 		b.verdicts = nil
 	}
 	if cap(b.pending) > maxRetained {
-		b.pending, b.pendingAt, b.results, b.claimed, b.claimedAt, b.answers = nil, nil, nil, nil, nil, nil
+		b.pending, b.pendingAt, b.results, b.claimed, b.claimedAt = nil, nil, nil, nil, nil
+		b.answers, b.waiting, b.waitingAt = nil, nil, nil
 	}
 	*b = batch{
 		verdicts: b.verdicts[:0], pending: b.pending[:0], pendingAt: b.pendingAt[:0], results: b.results[:0],
 		claimed: b.claimed[:0], claimedAt: b.claimedAt[:0], answers: b.answers[:0],
+		waiting: b.waiting[:0], waitingAt: b.waitingAt[:0],
 	}
 	batchPool.Put(b)
 }

@@ -104,9 +104,19 @@ func (e *engine) startTier(ctx context.Context) error {
 // receivers turn it into a retryable status (gRPC Unavailable, HTTP 503).
 var errSharedTier = errors.New("dedup: shared tier unavailable; retry later")
 
+// errPendingElsewhere is returned when a record of the batch is held by
+// another instance's claim that is still pending after redis.pending_wait:
+// that instance has not delivered it yet and may never (its next consumer
+// may fail, the instance may have died). Dropping the copy could lose the
+// record, so the sender is asked to retry: by then the claim is committed
+// (the copy is a duplicate), released or past its lease (the copy is new).
+var errPendingElsewhere = errors.New("dedup: a record of this batch is being delivered by another collector; retry later")
+
 // settle claims the batch's digests in the local cache, then resolves the
-// new local claims against the shared tier in one round trip. A digest another instance holds becomes a duplicate
-// (tier redis) and is remembered locally as not ours; the rest stay claimed
+// new local claims against the shared tier in one round trip. A digest
+// another instance has delivered becomes a duplicate (tier redis) and is
+// remembered locally as not ours; one that another instance is delivering
+// right now is waited for, up to redis.pending_wait; the rest stay claimed
 // under the batch's token, to be committed or released with the batch.
 func (e *engine) settle(ctx context.Context, b *batch) error {
 	e.claimAll(b)
@@ -115,31 +125,19 @@ func (e *engine) settle(ctx context.Context, b *batch) error {
 	}
 	b.redisToken = redistier.NewToken()
 	if cap(b.answers) < len(b.claimed) {
-		b.answers = make([]bool, len(b.claimed))
+		b.answers = make([]redistier.Answer, len(b.claimed))
 	}
 	answers := b.answers[:len(b.claimed)]
-	if err := e.tier.Claim(ctx, b.redisToken, b.claimed, answers); err != nil {
-		if e.redisPolicy == ErrorRefuse {
-			// The sender will retry this batch. If the reply was lost after
-			// Redis applied some claims, they would hold the retry's records
-			// as pending copies until the lease ends: release them now.
-			if !errors.Is(err, redistier.ErrBreakerOpen) {
-				e.releaseTier(ctx, b)
-			}
-			b.redisToken = ""
-			e.releaseLocal(b)
-			e.tierError.log(b.now, err, zap.String("on_error", "refuse"))
-			return fmt.Errorf("%w: %w", errSharedTier, err)
-		}
-		// pass: the batch is delivered on the local tier's word. A claim
-		// that reached Redis despite the error rightly holds its record.
-		b.redisToken = ""
-		e.tierError.log(b.now, err, zap.String("on_error", "pass"))
-		return nil
+	err := e.tier.ClaimAnswers(ctx, b.redisToken, b.claimed, answers)
+	if err == nil {
+		err = e.awaitPending(ctx, b, answers)
+	}
+	if err != nil {
+		return e.tierFailed(ctx, b, err)
 	}
 	kept := 0
 	for i, d := range b.claimed {
-		if answers[i] {
+		if answers[i] == redistier.Claimed {
 			b.claimed[kept], b.claimedAt[kept] = d, b.claimedAt[i]
 			kept++
 			continue
@@ -149,6 +147,73 @@ func (e *engine) settle(ctx context.Context, b *batch) error {
 		e.duplicate(b, int(b.claimedAt[i]), tierRedis)
 	}
 	b.claimed, b.claimedAt = b.claimed[:kept], b.claimedAt[:kept]
+	return nil
+}
+
+// awaitPending asks again, with a growing pause, about the digests another
+// instance's pending claim holds, until each is committed (a duplicate) or
+// freed (now ours), or redis.pending_wait has passed.
+func (e *engine) awaitPending(ctx context.Context, b *batch, answers []redistier.Answer) error {
+	pause := time.Millisecond
+	deadline := time.Now().Add(e.pendingWait)
+	for {
+		b.waiting, b.waitingAt = b.waiting[:0], b.waitingAt[:0]
+		for i, a := range answers {
+			if a == redistier.Pending {
+				b.waiting = append(b.waiting, b.claimed[i])
+				b.waitingAt = append(b.waitingAt, int32(i))
+			}
+		}
+		if len(b.waiting) == 0 {
+			return nil
+		}
+		if time.Now().Add(pause).After(deadline) {
+			return errPendingElsewhere
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, 50*time.Millisecond)
+		again := answers[len(b.claimed):cap(answers)]
+		if len(again) < len(b.waiting) {
+			again = make([]redistier.Answer, len(b.waiting))
+		}
+		again = again[:len(b.waiting)]
+		// The same token: a digest this batch already won stays won.
+		if err := e.tier.Recheck(ctx, b.redisToken, b.waiting, again); err != nil {
+			return err
+		}
+		for k, a := range again {
+			answers[b.waitingAt[k]] = a
+		}
+	}
+}
+
+// tierFailed decides a batch whose claim could not be settled. A claim that
+// Redis applied despite a lost reply stays pending until its lease ends;
+// the copies it meets meanwhile are refused for retry, never dropped, so it
+// needs no release here (which would cost another timeout).
+func (e *engine) tierFailed(ctx context.Context, b *batch, err error) error {
+	pending := errors.Is(err, errPendingElsewhere)
+	if pending || e.redisPolicy == ErrorRefuse || ctx.Err() != nil {
+		if pending {
+			e.releaseTier(ctx, b)
+		}
+		b.redisToken = ""
+		e.releaseLocal(b)
+		if pending {
+			e.pendingRefused.log(b.now, err, zap.Int("records", len(b.waiting)))
+			return err
+		}
+		e.tierError.log(b.now, err, zap.String("on_error", string(e.redisPolicy)))
+		return fmt.Errorf("%w: %w", errSharedTier, err)
+	}
+	// pass: the batch is delivered on the local tier's word. A claim that
+	// reached Redis despite the error rightly holds its record.
+	b.redisToken = ""
+	e.tierError.log(b.now, err, zap.String("on_error", "pass"))
 	return nil
 }
 

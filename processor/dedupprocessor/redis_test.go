@@ -12,21 +12,26 @@ import (
 	"go.opentelemetry.io/collector/config/configopaque"
 	"go.opentelemetry.io/collector/config/configoptional"
 	"go.opentelemetry.io/collector/config/configtls"
+	"go.opentelemetry.io/collector/consumer"
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/otelcol-dedup/otelcol-dedup/internal/redistest"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/identity"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/redistier"
 )
 
 func redisConfig(endpoints []string, onError ErrorPolicy) *Config {
 	cfg := defaultConfig()
 	cfg.Logs.Key = []string{`attributes["event.id"]`}
 	cfg.Redis = configoptional.Some(RedisConfig{
-		Endpoints: endpoints,
-		Timeout:   300 * time.Millisecond,
-		Lease:     30 * time.Second,
-		OnError:   onError,
+		Endpoints:   endpoints,
+		Timeout:     300 * time.Millisecond,
+		Lease:       30 * time.Second,
+		PendingWait: time.Second,
+		OnError:     onError,
 	})
 	return cfg
 }
@@ -293,5 +298,117 @@ func TestRedisTLSAndACLThroughConfig(t *testing.T) {
 				t.Fatalf("claim ok=%d error=%d", ok, failed)
 			}
 		})
+	}
+}
+
+// gatedLogs holds each batch until released, then answers with err.
+type gatedLogs struct {
+	entered chan struct{}
+	release chan error
+	sink    consumertest.LogsSink
+}
+
+func newGatedLogs() *gatedLogs {
+	return &gatedLogs{entered: make(chan struct{}, 16), release: make(chan error, 16)}
+}
+
+func (g *gatedLogs) Capabilities() consumer.Capabilities { return consumer.Capabilities{} }
+
+func (g *gatedLogs) ConsumeLogs(ctx context.Context, ld plog.Logs) error {
+	g.entered <- struct{}{}
+	if err := <-g.release; err != nil {
+		return err
+	}
+	return g.sink.ConsumeLogs(ctx, ld)
+}
+
+// TestCopyOfARecordInFlightElsewhereWaits: instance B gets a copy of records
+// instance A is still delivering. B waits for A's outcome instead of
+// dropping the copy: A fails, releases, and B delivers; A succeeds, and B's
+// copy is a duplicate.
+func TestCopyOfARecordInFlightElsewhereWaits(t *testing.T) {
+	srv := redistest.Standalone(t)
+	for _, tc := range []struct {
+		name      string
+		aResult   error
+		bDelivers int
+	}{
+		{"owner fails", errors.New("exporter down"), 3},
+		{"owner delivers", nil, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			gate := newGatedLogs()
+			cfg := redisConfig([]string{srv.Addr()}, ErrorPass)
+			cfg.Redis.Get().KeyPrefix = "otelcol-dedup:" + t.Name() + ":"
+			a := newHarness(t, cfg, gate)
+			sinkB := new(consumertest.LogsSink)
+			b := newHarness(t, cfg, sinkB)
+			aDone := make(chan error, 1)
+			go func() { aDone <- a.consume(events(1, 2, 3)) }()
+			<-gate.entered // A has claimed, and is delivering
+			bDone := make(chan error, 1)
+			go func() { bDone <- b.consume(events(1, 2, 3)) }()
+			time.Sleep(100 * time.Millisecond) // B is waiting on A's pending claims
+			select {
+			case err := <-bDone:
+				t.Fatalf("B answered while A's claim was pending: %v", err)
+			default:
+			}
+			gate.release <- tc.aResult
+			if err := <-aDone; (err != nil) != (tc.aResult != nil) {
+				t.Fatalf("A returned %v", err)
+			}
+			if err := <-bDone; err != nil {
+				t.Fatalf("B returned %v", err)
+			}
+			if n := sinkB.LogRecordCount(); n != tc.bDelivers {
+				t.Fatalf("B delivered %d, want %d", n, tc.bDelivers)
+			}
+			if tc.bDelivers == 0 && b.tier("redis") != 3 {
+				t.Fatalf("B's redis duplicates = %d, want 3", b.tier("redis"))
+			}
+		})
+	}
+}
+
+// TestCopyOfARecordPendingTooLongIsRefused: the owner of a pending claim is
+// gone (it never commits nor releases). A copy is refused with a retryable
+// error, never dropped; once the lease ends, the retry is delivered.
+func TestCopyOfARecordPendingTooLongIsRefused(t *testing.T) {
+	srv := redistest.Standalone(t)
+	cfg := redisConfig([]string{srv.Addr()}, ErrorPass)
+	r := cfg.Redis.Get()
+	r.Lease, r.PendingWait = 700*time.Millisecond, 200*time.Millisecond
+	// The dead owner: a claim written through the tier and then abandoned.
+	owner, err := redistier.New(redistier.Options{Endpoints: r.Endpoints, KeyPrefix: defaultKeyPrefix(cfg), Window: cfg.Window, Lease: r.Lease})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer owner.Close()
+	enc := new(identity.Encoder)
+	sink := new(consumertest.LogsSink)
+	h := newHarness(t, cfg, sink)
+	lp := h.proc.(*logsProcessor)
+	var ds []digest.Digest
+	ld := events(7, 8)
+	b := lp.begin(2)
+	lp.decideAll(context.Background(), b, enc, ld)
+	ds = append(ds, b.pending...)
+	lp.end(b)
+	if err := owner.Claim(context.Background(), redistier.NewToken(), ds, make([]bool, len(ds))); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.consume(events(7, 8)); !errors.Is(err, errPendingElsewhere) {
+		t.Fatalf("error = %v, want the retryable pending error", err)
+	}
+	if n := sink.LogRecordCount(); n != 0 {
+		t.Fatalf("delivered %d while the claim was pending", n)
+	}
+	time.Sleep(r.Lease)
+	if err := h.consume(events(7, 8)); err != nil {
+		t.Fatalf("retry after the lease: %v", err)
+	}
+	if n := sink.LogRecordCount(); n != 2 {
+		t.Fatalf("retry delivered %d, want 2", n)
 	}
 }

@@ -203,9 +203,10 @@ func (c *Cache) Evictions() int64 {
 	return n
 }
 
-// Range calls fn for each held key with its expiry, oldest first per shard,
-// holding one shard's lock at a time. fn must not call the cache.
-func (c *Cache) Range(now int64, fn func(d digest.Digest, expires int64)) {
+// Range calls fn for each held key with its expiry and the token of the
+// claim that holds it (NoToken if none), oldest first per shard, holding
+// one shard's lock at a time. fn must not call the cache.
+func (c *Cache) Range(now int64, fn func(d digest.Digest, expires int64, token uint64)) {
 	for i := range c.shards {
 		s := &c.shards[i]
 		s.mu.Lock()
@@ -213,7 +214,7 @@ func (c *Cache) Range(now int64, fn func(d digest.Digest, expires int64)) {
 		for k := 0; k < s.used; k++ {
 			sl := s.at((s.head + k) % s.size)
 			if sl.expires != 0 {
-				fn(sl.d, sl.expires)
+				fn(sl.d, sl.expires, sl.token)
 			}
 		}
 		s.mu.Unlock()

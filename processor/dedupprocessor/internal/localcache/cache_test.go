@@ -131,7 +131,7 @@ func TestInsertAndRange(t *testing.T) {
 	}
 	c.Claim(d(3), 3, 20)
 	got := map[digest.Digest]int64{}
-	c.Range(20, func(k digest.Digest, exp int64) { got[k] = exp })
+	c.Range(20, func(k digest.Digest, exp int64, _ uint64) { got[k] = exp })
 	if len(got) != 2 || got[d(1)] != 500 || got[d(3)] != 1020 {
 		t.Fatalf("Range = %v", got)
 	}

@@ -9,7 +9,8 @@ import "github.com/redis/go-redis/v9"
 // claimScript claims every digest key that is free. It returns the number
 // of keys if it claimed them all (the common case, which then builds no
 // per-key answer), else a string with one byte per key: '1' claimed by this
-// token, '0' held by a live claim of another token. A key is free if it is
+// token, '0' held by a committed claim of another token, '2' held by a
+// pending claim of another token (its batch is still on its way downstream). A key is free if it is
 // absent, or if it holds a token whose status key is gone (a pending claim
 // whose lease ran out, or a released one). A key that already holds this
 // token counts as claimed: that is a retried round trip of the same claim,
@@ -34,14 +35,16 @@ local out, live, any = nil, {}, false
 for i = 2, #KEYS do
   local won = true
   local owner = redis.call('SET', KEYS[i], tok, 'NX', 'GET', 'PX', window)
+  local held = '0'
   if owner and owner ~= tok then
-    local alive = live[owner]
-    if alive == nil then
-      alive = redis.call('EXISTS', sp .. owner) == 1
-      live[owner] = alive
+    local state = live[owner]
+    if state == nil then
+      state = redis.call('GET', sp .. owner)
+      live[owner] = state
     end
-    if alive then
+    if state then
       won = false
+      if state == 'p' then held = '2' end
     else
       redis.call('SET', KEYS[i], tok, 'PX', window)
     end
@@ -52,7 +55,7 @@ for i = 2, #KEYS do
     out = {}
     for j = 1, i - 2 do out[j] = '1' end
   end
-  if out then out[i - 1] = won and '1' or '0' end
+  if out then out[i - 1] = won and '1' or held end
 end
 if any then redis.call('SET', KEYS[1], 'p', 'NX', 'PX', ARGV[2]) end
 if out then return table.concat(out) end

@@ -2,6 +2,7 @@ package redistier
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -56,6 +57,32 @@ func runContractSuite(t *testing.T, tg suiteTarget) {
 			wantClaimed(t, claim(t, tr, "tok-c", fresh, ds[1]), true, false)
 			commit(t, tr, "tok-a", ds...)
 			wantClaimed(t, claim(t, tr, "tok-d", ds...), false, false, false)
+		})
+
+		t.Run("pending and committed holders are told apart", func(t *testing.T) {
+			t.Parallel()
+			tr := newTier(t, "answers:")
+			ds := digests(t, "", 3)
+			answers := func(token string) string {
+				got := make([]Answer, len(ds))
+				if err := tr.ClaimAnswers(ctx, token, ds, got); err != nil {
+					t.Fatal(err)
+				}
+				return fmt.Sprint(got)
+			}
+			want := func(answers ...Answer) string { return fmt.Sprint(answers) }
+			wantClaimed(t, claim(t, tr, "tok-a", ds[0]), true)
+			wantClaimed(t, claim(t, tr, "tok-b", ds[1]), true)
+			commit(t, tr, "tok-a", ds[0])
+			// ds[0] delivered, ds[1] still on its way, ds[2] free.
+			if got := answers("tok-c"); got != want(Held, Pending, Claimed) {
+				t.Fatalf("answers = %s", got)
+			}
+			// tok-b's delivery failed: its key is free for the retry.
+			release(t, tr, "tok-b", ds[1])
+			if got := answers("tok-d"); got != want(Held, Claimed, Pending) {
+				t.Fatalf("answers after release = %s", got)
+			}
 		})
 
 		t.Run("in-call duplicates", func(t *testing.T) {

@@ -62,6 +62,9 @@ const (
 // Operation names and results passed to Options.Observe.
 const (
 	OpClaim   = "claim"
+	// OpRecheck: a repeated claim of digests that were held by a pending
+	// claim, while waiting for its outcome.
+	OpRecheck = "recheck"
 	OpCommit  = "commit"
 	OpRelease = "release"
 
@@ -237,19 +240,60 @@ func (t *Tier) Claim(ctx context.Context, token string, ds []digest.Digest, clai
 	if len(claimed) < len(ds) {
 		return fmt.Errorf("dedup: redis claim: %d results for %d digests", len(claimed), len(ds))
 	}
+	answers := make([]Answer, len(ds))
+	err := t.ClaimAnswers(ctx, token, ds, answers)
+	for i, a := range answers {
+		claimed[i] = a == Claimed
+	}
+	return err
+}
+
+// Answer is the shared tier's answer for one digest of a claim.
+type Answer uint8
+
+const (
+	// Held: a committed claim of another token holds the digest: its
+	// record was delivered.
+	Held Answer = iota
+	// Claimed: this call claimed the digest.
+	Claimed
+	// Pending: a pending claim of another token holds the digest: its
+	// batch is still on its way downstream, and may yet be released (its
+	// next consumer failed) or end with its lease (its collector died).
+	Pending
+)
+
+// ClaimAnswers is Claim with the full answer per digest: a digest held by
+// another claim is told apart as Held (committed) or Pending. On error,
+// every answer is Held.
+func (t *Tier) ClaimAnswers(ctx context.Context, token string, ds []digest.Digest, answers []Answer) error {
+	return t.claimAs(ctx, OpClaim, token, ds, answers)
+}
+
+// Recheck is ClaimAnswers for digests a previous call of the same token
+// found Pending, reported to Observe as OpRecheck so that waiting on other
+// claims is told apart from claiming.
+func (t *Tier) Recheck(ctx context.Context, token string, ds []digest.Digest, answers []Answer) error {
+	return t.claimAs(ctx, OpRecheck, token, ds, answers)
+}
+
+func (t *Tier) claimAs(ctx context.Context, op, token string, ds []digest.Digest, answers []Answer) error {
+	if len(answers) < len(ds) {
+		return fmt.Errorf("dedup: redis claim: %d results for %d digests", len(answers), len(ds))
+	}
 	if token == "" {
 		return errors.New("dedup: redis claim: empty token")
 	}
-	claimed = claimed[:len(ds)]
-	clear(claimed)
+	answers = answers[:len(ds)]
+	clear(answers)
 	if len(ds) == 0 {
 		return nil
 	}
-	err := t.call(ctx, OpClaim, func(ctx context.Context) error {
-		return t.claim(ctx, token, ds, claimed)
+	err := t.call(ctx, op, func(ctx context.Context) error {
+		return t.claim(ctx, token, ds, answers)
 	})
 	if err != nil {
-		clear(claimed)
+		clear(answers)
 	}
 	return err
 }
@@ -509,8 +553,8 @@ func (t *Tier) scriptCmds(ctx context.Context, s *redis.Script, b *batch, token 
 	return calls
 }
 
-// claim runs the claim script over ds and fills claimed.
-func (t *Tier) claim(ctx context.Context, token string, ds []digest.Digest, claimed []bool) error {
+// claim runs the claim script over ds and fills answers.
+func (t *Tier) claim(ctx context.Context, token string, ds []digest.Digest, answers []Answer) error {
 	b := t.prepare(ds)
 	defer b.free()
 	calls := t.scriptCmds(ctx, claimScript, b, token, ds)
@@ -524,14 +568,21 @@ func (t *Tier) claim(ctx context.Context, token string, ds []digest.Digest, clai
 				return fmt.Errorf("claim script claimed %d of %d digests", res, len(c.idx))
 			}
 			for _, i := range c.idx {
-				claimed[i] = true
+				answers[i] = Claimed
 			}
 		case string:
 			if len(res) != len(c.idx) {
 				return fmt.Errorf("claim script answered %d results for %d digests", len(res), len(c.idx))
 			}
 			for j, i := range c.idx {
-				claimed[i] = res[j] == '1'
+				switch res[j] {
+				case '1':
+					answers[i] = Claimed
+				case '2':
+					answers[i] = Pending
+				default:
+					answers[i] = Held
+				}
 			}
 		default:
 			return fmt.Errorf("claim script answered %T", res)

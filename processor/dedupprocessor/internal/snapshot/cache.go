@@ -8,13 +8,17 @@ import (
 // Save returns a snapshot of the keys c holds at now, stamped with now as
 // meta.WrittenAt. It locks one shard of c at a time, so claims go on while it
 // runs; a key claimed meanwhile may or may not be in the snapshot.
-func Save(c *localcache.Cache, meta Meta, now int64) []byte {
+//
+// skip, if not nil, leaves out the keys held by the claim tokens it names:
+// the claims of batches still on their way downstream, which a crash would
+// leave undelivered and whose retries a restored key would drop.
+func Save(c *localcache.Cache, meta Meta, now int64, skip func(token uint64) bool) []byte {
 	meta.WrittenAt = now
 	dst := make([]byte, 0, EncodedLen(c.Len(now)))
 	return AppendEncode(dst, meta, func(yield func(digest.Digest, int64) bool) {
 		more := true
-		c.Range(now, func(d digest.Digest, expires int64) {
-			if more {
+		c.Range(now, func(d digest.Digest, expires int64, token uint64) {
+			if more && (skip == nil || token == localcache.NoToken || !skip(token)) {
 				more = yield(d, expires)
 			}
 		})
