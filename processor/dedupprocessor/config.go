@@ -147,6 +147,9 @@ const (
 	defaultMarkAttribute    = "dedup.duplicate"
 	defaultMaxEntries       = 1_000_000
 	defaultSnapshotInterval = time.Minute
+	// minDuration catches a duration written without a unit, which the
+	// collector reads as nanoseconds.
+	minDuration = time.Millisecond
 	// maxMaxEntries keeps a typo from reserving an absurd amount of memory;
 	// a key costs tens of bytes, so this is a few GiB.
 	maxMaxEntries = 100_000_000
@@ -175,6 +178,8 @@ func (cfg *Config) Validate() error {
 	var errs []error
 	if cfg.Window <= 0 {
 		errs = append(errs, fmt.Errorf("window must be > 0, got %q", cfg.Window))
+	} else if cfg.Window < minDuration {
+		errs = append(errs, fmt.Errorf("window must be >= 1ms, got %q (a number without a unit is nanoseconds: write e.g. 10m)", cfg.Window))
 	}
 	switch cfg.Action {
 	case ActionDrop:
@@ -195,6 +200,8 @@ func (cfg *Config) Validate() error {
 	}
 	if cfg.SnapshotInterval < 0 {
 		errs = append(errs, fmt.Errorf("snapshot_interval must be >= 0 (0 saves only at shutdown), got %q", cfg.SnapshotInterval))
+	} else if cfg.SnapshotInterval > 0 && cfg.SnapshotInterval < minDuration {
+		errs = append(errs, fmt.Errorf("snapshot_interval must be 0 or >= 1ms, got %q (a number without a unit is nanoseconds: write e.g. 1m)", cfg.SnapshotInterval))
 	}
 	for i, k := range cfg.MetadataKeys {
 		if strings.TrimSpace(k) == "" {
@@ -252,11 +259,6 @@ func (r *RedisConfig) validate(window time.Duration) []error {
 	case ErrorPass, ErrorRefuse:
 	default:
 		errs = append(errs, fmt.Errorf(`redis.on_error must be "pass" or "refuse", got %q`, r.OnError))
-	}
-	if tls := r.TLS.Get(); tls != nil {
-		if err := tls.Validate(); err != nil {
-			errs = append(errs, fmt.Errorf("redis.tls: %w", err))
-		}
 	}
 	return errs
 }

@@ -151,6 +151,8 @@ func TestLoadInvalidConfigs(t *testing.T) {
 		validate  string // exact validation error
 	}{
 		{name: "bad_window", validate: `window must be > 0, got "0s"`},
+		{name: "unitless_window", validate: `window must be >= 1ms, got "600ns" (a number without a unit is nanoseconds: write e.g. 10m)` + "\n" +
+			`snapshot_interval must be 0 or >= 1ms, got "5ns" (a number without a unit is nanoseconds: write e.g. 1m)`},
 		{name: "bad_action", validate: `action must be "drop" or "mark", got "delete"`},
 		{name: "bad_on_missing_key", validate: `on_missing_key must be "pass", "content" or "drop", got "keep"`},
 		{name: "bad_max_entries", validate: `cache.max_entries must be between 1 and 100000000, got 0`},

@@ -28,8 +28,9 @@ type persistence struct {
 
 // startPersistence restores the last snapshot, if any, and starts saving one
 // every snapshot_interval. A storage setting that names no storage extension
-// is a configuration error and fails the start; a snapshot that cannot be
-// read or decoded only costs its keys, with one warning.
+// is a configuration error and fails the start; a storage that cannot be
+// opened, or a snapshot that cannot be read or decoded, only costs its keys,
+// with one warning.
 func (e *engine) startPersistence(ctx context.Context, host component.Host) error {
 	if e.cfg.Storage == nil {
 		return nil
@@ -45,7 +46,11 @@ func (e *engine) startPersistence(ctx context.Context, host component.Host) erro
 	}
 	client, err := se.GetClient(ctx, component.KindProcessor, e.id, e.signal)
 	if err != nil {
-		return fmt.Errorf("dedup: storage %q: %w", id, err)
+		// A damaged storage file is lost state, like a corrupt snapshot:
+		// run without persistence rather than not at all.
+		e.logger.Warn("dedup: cannot open the storage for the cache snapshot; running without persistence until restart",
+			zap.String("storage", id.String()), zap.Error(err))
+		return nil
 	}
 	e.inflight = map[uint64]struct{}{}
 	e.persist = &persistence{client: client, stop: make(chan struct{})}

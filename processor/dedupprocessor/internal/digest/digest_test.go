@@ -1,6 +1,12 @@
 package digest
 
-import "testing"
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestFormsRoundTrip(t *testing.T) {
 	d := Digest{Hi: 0x0123456789abcdef, Lo: 0xfedcba9876543210}

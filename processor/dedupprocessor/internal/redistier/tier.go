@@ -61,7 +61,7 @@ const (
 
 // Operation names and results passed to Options.Observe.
 const (
-	OpClaim   = "claim"
+	OpClaim = "claim"
 	// OpRecheck: a repeated claim of digests that were held by a pending
 	// claim, while waiting for its outcome.
 	OpRecheck = "recheck"

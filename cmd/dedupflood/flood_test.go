@@ -1,0 +1,73 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"strconv"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// floodKeys is the size of the always-on flood; DEDUPFLOOD_KEYS overrides it
+// (RELIABILITY.md has the 10^7 numbers of `go run ./cmd/dedupflood`).
+func floodKeys(t *testing.T) int64 {
+	if s := os.Getenv("DEDUPFLOOD_KEYS"); s != "" {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	return 2_000_000
+}
+
+// TestFloodBoundedAndExact floods the processor with 10x its cache size in
+// distinct keys, from two goroutines: every record is delivered and counted
+// unique, the cache ends full and not over its bound, every eviction (all
+// of them before the window ended) is counted exactly, and the Go heap the
+// processor holds stays within MaxHeapPerEntry bytes per cache entry (and,
+// without -race, the RSS within CheckRSS's bound).
+func TestFloodBoundedAndExact(t *testing.T) {
+	keys := floodKeys(t)
+	cfg := Config{Keys: keys, MaxEntries: int(keys / 10), Batch: 1000, Senders: 2}
+	res, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(res)
+	t.Logf("%s", b)
+	for _, p := range Check(res) {
+		t.Error(p)
+	}
+	if !raceEnabled {
+		for _, p := range CheckRSS(res) {
+			t.Error(p)
+		}
+	}
+}
+
+// TestRunPrintsJSONAndFailsOnViolation: the command's exit status and output.
+func TestRunPrintsJSONAndFailsOnViolation(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if code := run(context.Background(), []string{"-keys", "5000", "-max-entries", "1000", "-batch", "300"}, &out, &errOut); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	var res Result
+	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+		t.Fatalf("output %q: %v", out.String(), err)
+	}
+	if res.Delivered != 5000 || res.Evictions != 4000 || res.CacheEntries != 1000 {
+		t.Fatalf("result %+v", res)
+	}
+	bad := res
+	bad.Delivered--
+	bad.Evictions++
+	if got := Check(bad); len(got) != 2 {
+		t.Fatalf("Check found %q, want the delivered and evictions violations", got)
+	}
+}

@@ -1,0 +1,6 @@
+//go:build !race
+
+package main
+
+// raceEnabled: see race_on.go (the RSS bound is checked only without -race).
+const raceEnabled = false
