@@ -1,0 +1,900 @@
+// Command dedupbench is `make bench`: it measures the issue-6 targets of the
+// dedup processor and the otelcol-dedup distribution in one run, and prints
+// one table of the figures against their targets, plus the Go benchmarks
+// summarized by benchstat.
+//
+//	go run ./cmd/dedupbench -bin bin/otelcol-dedup -out docs/bench
+//	go run ./cmd/dedupbench chart -csv docs/bench/sweep.csv -o docs/bench/throughput.png
+//
+// A run, in order (each phase logs the 1-minute load average it starts
+// under):
+//
+//  1. compiles the test binaries of the processor and its local cache, then
+//     waits (bounded by -load-wait) for the 1-minute load average to drop
+//     below -load-max, since the machine is shared;
+//  2. runs BenchmarkConsumeLogs (batch 1000, 30% duplicates, cache empty and
+//     full with 10^6 keys, content and event.id keys) and the local cache's
+//     BenchmarkClaim, BenchmarkClaimBatch and BenchmarkMemoryPerKey, -count
+//     times on one core (-cpu 1), and summarizes them with benchstat;
+//  3. sweeps the processor's throughput on one core over duplicate ratios
+//     and batch sizes (sweep.csv) and draws the chart (throughput.png);
+//  4. starts a redis-server and alternates redis-benchmark's pipelined
+//     SET NX PX with the processor's shared tier (claim and commit) against
+//     it, then counts the tier's round trips per batch through a counting
+//     proxy;
+//  5. runs the distribution with a pass-through, a dedup and a dedup+Redis
+//     logs pipeline (nop exporter) under the same dedupload load, reading the
+//     collector's CPU time and peak RSS from /proc;
+//  6. profiles the processor's hot paths (pprof -top): BenchmarkConsumeLogs,
+//     OTLP decode + dedup in-process, and the processor with the shared tier;
+//  7. prints the targets table and writes everything to -out.
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/otelcol-dedup/otelcol-dedup/cmd/dedupload/loadgen"
+	"github.com/otelcol-dedup/otelcol-dedup/internal/bench"
+)
+
+// Targets of issue 6.
+const (
+	targetNsPerRecord     = 200.0 // target 1: <= 200 ns per record on one core
+	targetAllocsPerRecord = 0.01  // target 1: 0 per record amortized (< 0.01)
+	targetBytesPerKey     = 64.0  // target 2
+	targetTierRatio       = 0.80  // target 3: tier records/s vs redis-benchmark ops/s
+	targetClaimRoundTrips = 1     // target 3: per batch on the claim path
+	targetCPURatio        = 1.15  // target 4: dedup vs pass-through CPU per record
+	processorPkg          = "./processor/dedupprocessor"
+	localcachePkg         = "./processor/dedupprocessor/internal/localcache"
+	consumeLogsBench      = `^BenchmarkConsumeLogs$/^cache=(empty|1M)$/^key=/^batch=1000$/^dup=30%$`
+	localcacheBench       = `^(BenchmarkClaim|BenchmarkClaimBatch|BenchmarkMemoryPerKey)$`
+	profileBench          = `^BenchmarkConsumeLogs$/^cache=1M$/^key=content$/^batch=1000$/^dup=30%$`
+	consumeLogsName       = "BenchmarkConsumeLogs/cache=%s/key=%s/batch=1000/dup=30%%"
+	// The processor's ConsumeLogs, not the benchmark function around it
+	// (whose batch copies are outside the timer but not outside a profile).
+	consumeLogsFocus       = `logsProcessor\)\.ConsumeLogs$`
+	tierBatch, tierClients = 1000, 4
+)
+
+type options struct {
+	bin, out                string
+	count, reps             int
+	loadMax, e2eRate        float64
+	loadWait                time.Duration
+	records, sweepRecords   int64
+	phases                  string
+	redisServer, redisBench string
+}
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "chart" {
+		if err := chartCmd(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "dedupbench chart:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	var o options
+	flag.StringVar(&o.bin, "bin", "bin/otelcol-dedup", "the otelcol-dedup binary (with the nop exporter: make build)")
+	flag.StringVar(&o.out, "out", "docs/bench", "directory for the results")
+	flag.IntVar(&o.count, "count", 6, "repetitions of each Go benchmark (go test -count)")
+	flag.IntVar(&o.reps, "reps", 7, "repetitions of each Redis and end-to-end measurement (medians are reported)")
+	flag.Float64Var(&o.loadMax, "load-max", 1.0, "wait for the 1-minute load average to drop below this before measuring")
+	flag.DurationVar(&o.loadWait, "load-wait", 10*time.Minute, "the longest wait for -load-max; then measure anyway and say so")
+	flag.Int64Var(&o.records, "records", 1_000_000, "records of each Redis-tier and end-to-end run")
+	flag.Float64Var(&o.e2eRate, "e2e-rate", 0, "records/s the end-to-end load is paced at (loadgen Rate); 0: as fast as the collector takes them")
+	flag.Int64Var(&o.sweepRecords, "sweep-records", 1_000_000, "records per point of the sweep")
+	flag.StringVar(&o.phases, "phases", "gotest,sweep,redis,e2e,profile", "phases to run (comma-separated)")
+	flag.StringVar(&o.redisServer, "redis-server", "redis-server", "redis-server binary")
+	flag.StringVar(&o.redisBench, "redis-benchmark", "redis-benchmark", "redis-benchmark binary")
+	flag.Parse()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, o); err != nil {
+		fmt.Fprintln(os.Stderr, "dedupbench:", err)
+		os.Exit(1)
+	}
+}
+
+// results is everything a run measured; results.json is its JSON form.
+type results struct {
+	Date      string
+	Machine   bench.Machine
+	Go        string
+	Redis     string
+	Source    string            // the commit measured and whether the tree differs
+	Load      map[string]string // phase -> 1-minute load average at its start
+	Busy      map[string]string // phase -> CPU busy over the 2 s before it
+	Others    map[string]string // phase -> CPU other processes used during it
+	LoadQuiet bool              // the load dropped below -load-max before measuring
+	Waited    string
+
+	Commands []string
+
+	ConsumeLogs   map[string]consumeLogs `json:",omitempty"`
+	BytesPerKey   float64                `json:",omitempty"`
+	Sweep         []bench.SweepPoint     `json:",omitempty"`
+	Baseline      []bench.BaselineResult `json:",omitempty"`
+	Tier          []bench.TierResult     `json:",omitempty"`
+	RoundTrips    []bench.TripCount      `json:",omitempty"`
+	Collector     []bench.CollectorRun   `json:",omitempty"`
+	Path          *bench.PathResult      `json:",omitempty"`
+	PhaseErrors   map[string]string      `json:",omitempty"`
+	PhaseSeconds  map[string]float64
+	TotalSeconds  float64
+	phasesEnabled map[string]bool
+}
+
+type consumeLogs struct {
+	NsPerRecord     float64
+	AllocsPerBatch  float64
+	RecordsPerSec   float64
+	Runs            int
+	BytesPerBatchOp float64
+}
+
+func run(ctx context.Context, o options) error {
+	start := time.Now()
+	if err := os.MkdirAll(o.out, 0o755); err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp("", "dedupbench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	reportFile, err := os.Create(filepath.Join(o.out, "report.txt"))
+	if err != nil {
+		return err
+	}
+	defer reportFile.Close()
+	w := io.MultiWriter(os.Stdout, reportFile)
+	logf := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
+
+	res := &results{
+		Date:          time.Now().UTC().Format(time.RFC3339),
+		Go:            runtime.Version(),
+		Load:          map[string]string{},
+		Busy:          map[string]string{},
+		Others:        map[string]string{},
+		PhaseErrors:   map[string]string{},
+		PhaseSeconds:  map[string]float64{},
+		phasesEnabled: map[string]bool{},
+	}
+	for _, p := range strings.Split(o.phases, ",") {
+		res.phasesEnabled[strings.TrimSpace(p)] = true
+	}
+	if res.Machine, err = bench.ReadMachine(); err != nil {
+		return err
+	}
+	res.Redis = redisVersion(o.redisServer)
+	res.Source = sourceState(ctx)
+	logf("dedupbench: %s; %s, %d cores, %.1f GiB; %s; %s", res.Date, res.Machine.CPUModel, res.Machine.Cores,
+		float64(res.Machine.MemBytes)/(1<<30), res.Go, res.Redis)
+
+	// 1. Compile first, so the load wait is not followed by compiling.
+	bins := map[string]string{}
+	if res.phasesEnabled["gotest"] || res.phasesEnabled["profile"] {
+		for _, pkg := range []string{processorPkg, localcachePkg} {
+			bin := filepath.Join(tmp, filepath.Base(pkg)+".test")
+			args := []string{"test", "-c", "-o", bin, pkg}
+			logf("$ go %s", strings.Join(args, " "))
+			if out, err := exec.CommandContext(ctx, "go", args...).CombinedOutput(); err != nil {
+				return fmt.Errorf("go test -c %s: %w\n%s", pkg, err, out)
+			}
+			bins[pkg] = bin
+		}
+	}
+	waitStart := time.Now()
+	load, quiet, err := bench.WaitForQuiet(o.loadMax, o.loadWait, 15*time.Second, bench.ReadLoadAvg, time.Sleep,
+		func(l bench.LoadAvg, waited time.Duration) {
+			logf("load %s (1-min >= %.2f): waiting (%s of at most %s)", l, o.loadMax, waited.Round(time.Second), o.loadWait)
+		})
+	if err != nil {
+		return err
+	}
+	res.LoadQuiet = quiet
+	res.Waited = time.Since(waitStart).Round(time.Second).String()
+	if quiet {
+		logf("load %s: below %.2f after %s; measuring", load, o.loadMax, res.Waited)
+	} else {
+		logf("load %s: still >= %.2f after %s; measuring anyway (figures may be low)", load, o.loadMax, res.Waited)
+	}
+
+	redisPID := 0 // the driver's redis-server, once started
+	phase := func(name string, fn func() error) {
+		if !res.phasesEnabled[name] || ctx.Err() != nil {
+			return
+		}
+		l, _ := bench.ReadLoadAvg()
+		res.Load[name] = fmt.Sprintf("%.2f", l.One)
+		// What the rest of the machine does while this run is idle: the
+		// load average lags by a minute, this does not.
+		busy, _ := bench.SampleBusy(2 * time.Second)
+		res.Busy[name] = fmt.Sprintf("%.0f%%", 100*busy)
+		logf("\n== %s (load %s; CPU busy %.0f%% over the 2 s before it, this run idle)", name, l, 100*busy)
+		t := time.Now()
+		others := othersCPU(redisPID)
+		if err := fn(); err != nil {
+			res.PhaseErrors[name] = err.Error()
+			logf("%s FAILED: %v", name, err)
+		}
+		res.PhaseSeconds[name] = time.Since(t).Seconds()
+		o := others()
+		res.Others[name] = fmt.Sprintf("%.0f%%", 100*o)
+		logf("== %s done in %s; other processes used %.0f%% of the machine's CPU meanwhile", name, time.Since(t).Round(time.Second), 100*o)
+	}
+
+	var benchstatOut string
+	phase("gotest", func() error {
+		var raw bytes.Buffer
+		for _, job := range []struct{ pkg, pattern string }{
+			{processorPkg, consumeLogsBench},
+			{localcachePkg, localcacheBench},
+		} {
+			args := []string{"-test.run", "^$", "-test.bench", job.pattern, "-test.benchmem", "-test.cpu", "1",
+				"-test.count", fmt.Sprint(o.count)}
+			res.Commands = append(res.Commands, fmt.Sprintf("go test -run '^$' -bench '%s' -benchmem -cpu 1 -count %d %s",
+				job.pattern, o.count, job.pkg))
+			logf("$ %s", res.Commands[len(res.Commands)-1])
+			cmd := exec.CommandContext(ctx, bins[job.pkg], args...)
+			cmd.Dir = job.pkg
+			cmd.Stdout = io.MultiWriter(&raw, &resultLines{w: w})
+			cmd.Stderr = w
+			if err := cmd.Run(); err != nil {
+				return fmt.Errorf("%s: %w", job.pkg, err)
+			}
+		}
+		if err := os.WriteFile(filepath.Join(o.out, "gotest.txt"), raw.Bytes(), 0o644); err != nil {
+			return err
+		}
+		rs, err := bench.ParseGoBench(bytes.NewReader(raw.Bytes()))
+		if err != nil {
+			return err
+		}
+		res.ConsumeLogs = map[string]consumeLogs{}
+		for _, cache := range []string{"empty", "1M"} {
+			for _, key := range []string{bench.KeyContent, bench.KeyEventID} {
+				name := fmt.Sprintf(consumeLogsName, cache, key)
+				ns, n, ok := bench.MedianOf(rs, name, "ns/record")
+				if !ok {
+					return fmt.Errorf("no ns/record for %s", name)
+				}
+				allocs, _, _ := bench.MedianOf(rs, name, "allocs/op")
+				rps, _, _ := bench.MedianOf(rs, name, "records/s")
+				bop, _, _ := bench.MedianOf(rs, name, "B/op")
+				res.ConsumeLogs[cache+"/"+key] = consumeLogs{NsPerRecord: ns, AllocsPerBatch: allocs, RecordsPerSec: rps, Runs: n, BytesPerBatchOp: bop}
+			}
+		}
+		bpk, _, ok := bench.MedianOf(rs, "BenchmarkMemoryPerKey", "bytes/key")
+		if !ok {
+			return errors.New("no bytes/key from BenchmarkMemoryPerKey")
+		}
+		res.BytesPerKey = bpk
+		res.Commands = append(res.Commands, "go tool benchstat "+filepath.Join(o.out, "gotest.txt"))
+		out, err := exec.CommandContext(ctx, "go", "tool", "benchstat", filepath.Join(o.out, "gotest.txt")).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("benchstat: %w\n%s", err, out)
+		}
+		benchstatOut = string(out)
+		return os.WriteFile(filepath.Join(o.out, "benchstat.txt"), out, 0o644)
+	})
+
+	phase("sweep", func() error {
+		prev := runtime.GOMAXPROCS(1)
+		defer runtime.GOMAXPROCS(prev)
+		cfg := bench.SweepConfig{
+			Keys:    []string{bench.KeyContent, bench.KeyEventID},
+			Batches: []int{10, 100, 1000, 10000},
+			DupPcts: []int{0, 10, 30, 50, 90},
+			Records: o.sweepRecords,
+			Trials:  3,
+			Warm:    1_100_000,
+		}
+		res.Commands = append(res.Commands, fmt.Sprintf("in-process sweep (GOMAXPROCS=1): keys %v, batches %v, duplicates %v%%, %d records per point in %d trials (median), cache 10^6 keys filled first",
+			cfg.Keys, cfg.Batches, cfg.DupPcts, cfg.Records, cfg.Trials))
+		pts, err := bench.Sweep(ctx, cfg, func(p bench.SweepPoint) {
+			logf("sweep key=%-8s batch=%-5d dup=%2d%%: %7.1f ns/record  %s records/s (trials %.0f ns)", p.Key, p.Batch, p.DupPct, p.NsPerRecord(), bench.Rate(p.RecordsPerSecond()), p.TrialNs)
+		})
+		res.Sweep = pts
+		if err != nil {
+			return err
+		}
+		var csvBuf bytes.Buffer
+		if err := bench.WriteSweepCSV(&csvBuf, pts); err != nil {
+			return err
+		}
+		csvPath := filepath.Join(o.out, "sweep.csv")
+		if err := os.WriteFile(csvPath, csvBuf.Bytes(), 0o644); err != nil {
+			return err
+		}
+		pngPath := filepath.Join(o.out, "throughput.png")
+		res.Commands = append(res.Commands, fmt.Sprintf("go run ./cmd/dedupbench chart -csv %s -o %s", csvPath, pngPath))
+		return drawChart(csvPath, pngPath, chartFooter(res))
+	})
+
+	var redisSrv *bench.RedisServer
+	if res.phasesEnabled["redis"] || res.phasesEnabled["e2e"] {
+		redisSrv, err = bench.StartRedis(o.redisServer)
+		if err != nil {
+			return err
+		}
+		defer redisSrv.Stop()
+		logf("redis-server %s on %s (pid %d)", res.Redis, redisSrv.Addr, redisSrv.PID())
+		redisPID = redisSrv.PID()
+	}
+
+	phase("redis", func() error {
+		args := bench.RedisBenchmarkArgs(redisSrv.Port, tierClients, tierBatch, int(o.records))
+		res.Commands = append(res.Commands, o.redisBench+" "+shellJoin(args),
+			fmt.Sprintf("in-process: %d goroutines x batches of %d unique records through the dedup processor (key event.id) with the shared tier on the same server, %d records", tierClients, tierBatch, o.records))
+		for rep := range o.reps {
+			if err := redisSrv.FlushAll(ctx); err != nil {
+				return err
+			}
+			b, err := bench.RunRedisBenchmark(ctx, o.redisBench, redisSrv, tierClients, tierBatch, int(o.records))
+			if err != nil {
+				return err
+			}
+			res.Baseline = append(res.Baseline, b)
+			logf("rep %d: redis-benchmark SET NX PX -c %d -P %d: %s ops/s; server commands %v, their server time µs %v; redis CPU %.0f ns/op",
+				rep+1, tierClients, tierBatch, bench.Rate(b.OpsPerSecond), b.Server.Calls, b.Server.Usec, b.Server.CPUSeconds*1e9/float64(o.records))
+			if err := redisSrv.FlushAll(ctx); err != nil {
+				return err
+			}
+			t, err := bench.RunTier(ctx, redisSrv, o.records, tierBatch, tierClients)
+			if err != nil {
+				return err
+			}
+			res.Tier = append(res.Tier, t)
+			logf("rep %d: dedup shared tier: %s unique records/s, delivered %d of %d; tier calls %v; server commands %v, their server time µs %v; redis CPU %.0f ns/record, client (this process) CPU %.0f ns/record",
+				rep+1, bench.Rate(t.RecordsPerSecond()), t.Delivered, t.Records, t.Requests, t.Server.Calls, t.Server.Usec,
+				t.Server.CPUSeconds*1e9/float64(t.Records), t.ClientCPUSeconds*1e9/float64(t.Records))
+			if t.Delivered != t.Records {
+				return fmt.Errorf("the tier run delivered %d of %d unique records", t.Delivered, t.Records)
+			}
+		}
+		if err := redisSrv.FlushAll(ctx); err != nil {
+			return err
+		}
+		trips, err := bench.CountRoundTrips(ctx, redisSrv, 50, tierBatch)
+		res.RoundTrips = trips
+		if err != nil {
+			return err
+		}
+		logf("round trips through a counting proxy, 50 batches of %d: first batch claim %d commit %d; then claim max %d, commit max %d",
+			tierBatch, trips[0].Claim, trips[0].Commit, maxTrips(trips[1:], true), maxTrips(trips[1:], false))
+		return nil
+	})
+
+	phase("e2e", func() error {
+		load := loadgen.Config{Records: o.records, Duplicates: 0.3, Batch: 1000, Senders: 4, Key: loadgen.KeyContent, Seed: 1, Rate: o.e2eRate}
+		res.Commands = append(res.Commands, fmt.Sprintf("%s --config <mode>.yaml, fed by loadgen.Run{Records: %d, Duplicates: 0.3, Batch: 1000, Senders: 4, Key: content, OTLP/gRPC}; modes %s, %s, %s interleaved, %d reps",
+			o.bin, o.records, bench.ModePassThrough, bench.ModeDedup, bench.ModeDedupRedis, o.reps))
+		ticks := bench.ClockTicksPerSecond()
+		dir := filepath.Join(tmp, "e2e")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		for rep := range o.reps {
+			for _, mode := range []string{bench.ModePassThrough, bench.ModeDedup, bench.ModeDedupRedis} {
+				if mode == bench.ModeDedupRedis {
+					if err := redisSrv.FlushAll(ctx); err != nil {
+						return err
+					}
+				}
+				r, err := bench.RunCollector(ctx, o.bin, dir, mode, redisSrv, load, ticks)
+				if err != nil {
+					return err
+				}
+				res.Collector = append(res.Collector, r)
+				extra := ""
+				if mode != bench.ModePassThrough {
+					extra = fmt.Sprintf(", dropped %d duplicates (loadgen: %d)", r.Dropped, r.Load.Duplicates)
+				}
+				if mode == bench.ModeDedupRedis {
+					extra += fmt.Sprintf(", redis requests %v, redis CPU %.2f µs/record", r.RedisRequests, r.RedisCPUSeconds*1e6/float64(r.Load.Sent))
+				}
+				logf("rep %d %-12s: %d records in %.2fs (%s/s), collector CPU %.2fs = %.3f µs/record, %d GC cycles, peak RSS %s%s",
+					rep+1, mode, r.Load.Sent, r.Load.Seconds, bench.Rate(r.Load.RecordsPerSecond), r.CPUSeconds,
+					r.CPUPerRecord()*1e6, r.GCCycles, bench.MiB(r.PeakRSS), extra)
+				if mode != bench.ModePassThrough && r.Dropped != r.Load.Duplicates {
+					return fmt.Errorf("%s dropped %d duplicates, loadgen sent %d", mode, r.Dropped, r.Load.Duplicates)
+				}
+			}
+		}
+		return nil
+	})
+
+	phase("profile", func() error {
+		// a) the processor benchmark's hot path (ConsumeLogs only; the
+		//    benchmark's copies are outside it).
+		prof := filepath.Join(tmp, "consumelogs.pprof")
+		args := []string{"-test.run", "^$", "-test.bench", profileBench, "-test.cpu", "1", "-test.benchtime", "5000x",
+			"-test.cpuprofile", prof}
+		cmd := exec.CommandContext(ctx, bins[processorPkg], args...)
+		cmd.Dir = processorPkg
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("profile run: %w\n%s", err, out)
+		}
+		top, err := pprofTop(ctx, bins[processorPkg], prof, consumeLogsFocus)
+		if err != nil {
+			return err
+		}
+		res.Commands = append(res.Commands, fmt.Sprintf("go test -run '^$' -bench '%s' -cpu 1 -benchtime 5000x -cpuprofile consumelogs.pprof %s && go tool pprof -top -nodecount 25 -focus '%s' -relative_percentages consumelogs.pprof", profileBench, processorPkg, consumeLogsFocus))
+		if err := os.WriteFile(filepath.Join(o.out, "profile-consumelogs.txt"), []byte(top), 0o644); err != nil {
+			return err
+		}
+		logf("profile of BenchmarkConsumeLogs/cache=1M/key=content (ConsumeLogs only):\n%s", top)
+
+		// b) the collector's path in-process: decode + dedup, one core.
+		exe, _ := os.Executable()
+		if err := func() error {
+			prev := runtime.GOMAXPROCS(1)
+			defer runtime.GOMAXPROCS(prev)
+			pathProf := filepath.Join(tmp, "path.pprof")
+			f, err := os.Create(pathProf)
+			if err != nil {
+				return err
+			}
+			pr, err := bench.RunPath(ctx, 200_000, 5, f)
+			f.Close()
+			if err != nil {
+				return err
+			}
+			res.Path = &pr
+			logf("in-process, one core, loadgen's stream (30%% duplicates, batches of 1000), CPU time: OTLP decode %.0f ns/record, decode + dedup %.0f ns/record (x%.2f)",
+				pr.DecodeNsPerRecord, pr.DedupNsPerRecord, pr.DedupNsPerRecord/pr.DecodeNsPerRecord)
+			top, err := pprofTop(ctx, exe, pathProf, "")
+			if err != nil {
+				return err
+			}
+			res.Commands = append(res.Commands, "in-process OTLP decode + dedup (GOMAXPROCS=1, loadgen's stream): go tool pprof -top -nodecount 25 path.pprof")
+			if err := os.WriteFile(filepath.Join(o.out, "profile-path.txt"), []byte(top), 0o644); err != nil {
+				return err
+			}
+			logf("profile of OTLP decode + dedup, in-process:\n%s", top)
+			return nil
+		}(); err != nil {
+			return err
+		}
+
+		// c) the shared tier's client side: the processor with Redis, as in
+		//    the redis phase (4 goroutines, batches of 1000 unique records).
+		if redisSrv == nil {
+			return nil
+		}
+		if err := redisSrv.FlushAll(ctx); err != nil {
+			return err
+		}
+		tierProf := filepath.Join(tmp, "tier.pprof")
+		f, err := os.Create(tierProf)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return err
+		}
+		_, err = bench.RunTier(ctx, redisSrv, o.records, tierBatch, tierClients)
+		pprof.StopCPUProfile()
+		f.Close()
+		if err != nil {
+			return err
+		}
+		top, err = pprofTop(ctx, exe, tierProf, consumeLogsFocus)
+		if err != nil {
+			return err
+		}
+		res.Commands = append(res.Commands, fmt.Sprintf("in-process shared-tier run (4 goroutines, %d unique records): go tool pprof -top -nodecount 25 -focus '%s' -relative_percentages tier.pprof", o.records, consumeLogsFocus))
+		if err := os.WriteFile(filepath.Join(o.out, "profile-tier.txt"), []byte(top), 0o644); err != nil {
+			return err
+		}
+		logf("profile of the processor with the shared tier (client side), in-process:\n%s", top)
+		return nil
+	})
+
+	res.TotalSeconds = time.Since(start).Seconds()
+	rows := targetRows(res, o)
+	var head strings.Builder
+	fmt.Fprintf(&head, "otelcol-dedup `make bench`, %s (%s)\n", res.Date, time.Since(start).Round(time.Second))
+	fmt.Fprintf(&head, "machine: %s, %d cores, %.1f GiB RAM; %s; %s; source: %s\n", res.Machine.CPUModel, res.Machine.Cores,
+		float64(res.Machine.MemBytes)/(1<<30), res.Go, res.Redis, res.Source)
+	fmt.Fprintf(&head, "1-minute load: %s at the start after waiting %s (below %.2f: %v); per phase: load / CPU busy in the 2 s before it / CPU other processes used during it: %s\n",
+		fmt.Sprintf("%.2f", load.One), res.Waited, o.loadMax, res.LoadQuiet, phaseLoads(res))
+	table := head.String() + "\n" + bench.FormatTable(rows) + "\n" + bench.Summary(rows) + "\n"
+	logf("\n%s", table)
+	if benchstatOut != "" {
+		logf("Go benchmarks (benchstat, -count %d, -cpu 1):\n\n%s", o.count, benchstatOut)
+	}
+	for name, e := range res.PhaseErrors {
+		logf("phase %s failed: %s", name, e)
+	}
+	if err := os.WriteFile(filepath.Join(o.out, "table.md"), []byte(table), 0o644); err != nil {
+		return err
+	}
+	js, _ := json.MarshalIndent(res, "", "  ")
+	if err := os.WriteFile(filepath.Join(o.out, "results.json"), js, 0o644); err != nil {
+		return err
+	}
+	logf("results in %s (report.txt, table.md, results.json, gotest.txt, benchstat.txt, sweep.csv, throughput.png, profile-*.txt)", o.out)
+	if len(res.PhaseErrors) > 0 {
+		return fmt.Errorf("%d phase(s) failed", len(res.PhaseErrors))
+	}
+	return ctx.Err()
+}
+
+// targetRows builds the table from what was measured; a phase that did not
+// run or failed leaves its rows NOT MEASURED.
+func targetRows(res *results, o options) []bench.Row {
+	var rows []bench.Row
+	missing := func(t, fig, goal, phase string) bench.Row {
+		why := "phase " + phase + " not run"
+		if e, ok := res.PhaseErrors[phase]; ok {
+			why = "phase " + phase + " failed: " + firstLine(e)
+		}
+		return bench.Row{Target: t, Figure: fig, Measured: why, Goal: goal, Verdict: bench.Failed}
+	}
+
+	// 1. Processor throughput on one core.
+	maxAllocs := -1.0
+	for _, cache := range []string{"empty", "1M"} {
+		for _, key := range []string{bench.KeyContent, bench.KeyEventID} {
+			fig := fmt.Sprintf("ConsumeLogs, cache=%s, key=%s, batch 1000, 30%% dup, 1 core", cache, key)
+			c, ok := res.ConsumeLogs[cache+"/"+key]
+			if !ok {
+				rows = append(rows, missing("1", fig, "<= 200 ns/record", "gotest"))
+				continue
+			}
+			rows = append(rows, bench.Row{Target: "1", Figure: fig,
+				Measured: fmt.Sprintf("%.0f ns/record (%s records/s)", c.NsPerRecord, bench.Rate(1e9/c.NsPerRecord)),
+				Goal:     fmt.Sprintf("<= %.0f ns/record (>= 5M/s)", targetNsPerRecord),
+				Verdict:  bench.Check(c.NsPerRecord <= targetNsPerRecord)})
+			maxAllocs = max(maxAllocs, c.AllocsPerBatch)
+		}
+	}
+	if maxAllocs >= 0 {
+		per := maxAllocs / tierBatch
+		rows = append(rows, bench.Row{Target: "1", Figure: "ConsumeLogs allocations, worst of the 4 cases above",
+			Measured: fmt.Sprintf("%.0f per 1000-record batch = %.3f/record", maxAllocs, per),
+			Goal:     "0/record amortized (< 0.01)",
+			Verdict:  bench.Check(per < targetAllocsPerRecord)})
+	} else {
+		rows = append(rows, missing("1", "ConsumeLogs allocations", "0/record amortized", "gotest"))
+	}
+
+	// 2. Memory per key.
+	if res.BytesPerKey > 0 {
+		rows = append(rows, bench.Row{Target: "2", Figure: "local cache heap per key at 10^6 keys (BenchmarkMemoryPerKey)",
+			Measured: fmt.Sprintf("%.1f bytes/key", res.BytesPerKey), Goal: fmt.Sprintf("<= %.0f bytes/key", targetBytesPerKey),
+			Verdict: bench.Check(res.BytesPerKey <= targetBytesPerKey)})
+	} else {
+		rows = append(rows, missing("2", "local cache heap per key at 10^6 keys", "<= 64 bytes/key", "gotest"))
+	}
+
+	// 3. Redis tier.
+	if len(res.Tier) > 0 && len(res.Baseline) > 0 && len(res.Tier) == len(res.Baseline) {
+		var tier, base, srvTier, srvBase, client, scriptUs, setUs []float64
+		for i := range res.Tier {
+			t, b := res.Tier[i], res.Baseline[i]
+			tier = append(tier, t.RecordsPerSecond())
+			base = append(base, b.OpsPerSecond)
+			srvTier = append(srvTier, t.Server.CPUSeconds*1e9/float64(t.Records))
+			srvBase = append(srvBase, b.Server.CPUSeconds*1e9/float64(o.records))
+			client = append(client, t.ClientCPUSeconds*1e9/float64(t.Records))
+			// Server time inside commands (INFO commandstats): the claim
+			// script (its SETs included) per key; SET NX PX per call.
+			if n := t.Records; n > 0 && t.Server.Usec != nil {
+				scriptUs = append(scriptUs, float64(t.Server.Usec["evalsha"]+t.Server.Usec["eval"])/float64(n))
+			}
+			if n := b.Server.Calls["set"]; n > 0 {
+				setUs = append(setUs, float64(b.Server.Usec["set"])/float64(n))
+			}
+		}
+		mt, _ := bench.Median(tier)
+		mb, _ := bench.Median(base)
+		ratios := make([]float64, len(tier))
+		for i := range tier {
+			ratios[i] = tier[i] / base[i]
+		}
+		mr, _ := bench.Median(ratios)
+		rows = append(rows, bench.Row{Target: "3",
+			Figure: fmt.Sprintf("shared tier unique records/s (claim+commit, %d callers) / redis-benchmark SET NX PX -c 4 -P 1000 ops/s, same server; median of %d paired runs",
+				tierClients, len(tier)),
+			Measured: fmt.Sprintf("%.0f%% (medians %s / %s)", 100*mr, bench.Rate(mt), bench.Rate(mb)),
+			Goal:     fmt.Sprintf(">= %.0f%%", 100*targetTierRatio),
+			Verdict:  bench.Check(mr >= targetTierRatio)})
+		st, _ := bench.Median(srvTier)
+		sb, _ := bench.Median(srvBase)
+		sc, _ := bench.Median(client)
+		rows = append(rows, bench.Row{Target: "3", Figure: "Redis server CPU per record: tier vs redis-benchmark; the tier's client (processor + go-redis) CPU per record",
+			Measured: fmt.Sprintf("%.2f µs vs %.2f µs; client %.2f µs", st/1e3, sb/1e3, sc/1e3), Goal: "", Verdict: bench.Info})
+		if ms, ok := bench.Median(scriptUs); ok {
+			mset, _ := bench.Median(setUs)
+			rows = append(rows, bench.Row{Target: "3", Figure: "Redis time per key inside commands (INFO commandstats): claim script vs SET NX PX",
+				Measured: fmt.Sprintf("%.2f µs vs %.2f µs", ms, mset), Goal: "", Verdict: bench.Info})
+		}
+		var claims, batches int64
+		for _, t := range res.Tier {
+			claims += t.Requests["claim/ok"]
+			batches += t.Batches
+		}
+		rows = append(rows, bench.Row{Target: "3", Figure: "claim calls per batch in those runs (the tier's Observe hook)",
+			Measured: fmt.Sprintf("%.3f (%d claims / %d batches)", float64(claims)/float64(batches), claims, batches),
+			Goal:     "", Verdict: bench.Info})
+	} else {
+		rows = append(rows, missing("3", "shared tier records/s vs redis-benchmark", ">= 80%", "redis"))
+	}
+	if len(res.RoundTrips) > 1 {
+		steady := res.RoundTrips[1:]
+		mc := maxTrips(steady, true)
+		rows = append(rows, bench.Row{Target: "3",
+			Figure:   fmt.Sprintf("round trips per batch on the claim path (counting proxy, %d batches of 1000 after the first)", len(steady)),
+			Measured: fmt.Sprintf("max %d (commit: max %d; first batch: %d + %d, connection set-up)", mc, maxTrips(steady, false), res.RoundTrips[0].Claim, res.RoundTrips[0].Commit),
+			Goal:     fmt.Sprintf("<= %d", targetClaimRoundTrips),
+			Verdict:  bench.Check(mc <= targetClaimRoundTrips)})
+	} else {
+		rows = append(rows, missing("3", "round trips per batch on the claim path", "<= 1", "redis"))
+	}
+
+	// 4. End to end. Runs go pass-through, dedup, dedup+redis in turn; each
+	//    mode is compared with the pass-through run of its own round, then
+	//    the median of those ratios is taken, so a load change between
+	//    rounds does not tilt the comparison.
+	perMode := map[string][]float64{}
+	rss := map[string][]float64{}
+	gc := map[string][]float64{}
+	ratios := map[string][]float64{}
+	lastPass := 0.0
+	for _, r := range res.Collector {
+		perMode[r.Mode] = append(perMode[r.Mode], r.CPUPerRecord())
+		rss[r.Mode] = append(rss[r.Mode], float64(r.PeakRSS))
+		gc[r.Mode] = append(gc[r.Mode], float64(r.GCCycles))
+		if r.Mode == bench.ModePassThrough {
+			lastPass = r.CPUPerRecord()
+		} else if lastPass > 0 {
+			ratios[r.Mode] = append(ratios[r.Mode], r.CPUPerRecord()/lastPass)
+		}
+	}
+	pass, okPass := bench.Median(perMode[bench.ModePassThrough])
+	for _, mode := range []string{bench.ModeDedup, bench.ModeDedupRedis} {
+		fig := fmt.Sprintf("collector CPU per record received, %s / pass-through (%s records, 30%% dup, batch 1000, 4 senders); median of %d paired runs",
+			mode, bench.Rate(float64(o.records)), len(ratios[mode]))
+		m, ok := bench.Median(perMode[mode])
+		mr, okr := bench.Median(ratios[mode])
+		if !ok || !okPass || !okr {
+			rows = append(rows, missing("4", fig, "<= 1.15x", "e2e"))
+			continue
+		}
+		rows = append(rows, bench.Row{Target: "4", Figure: fig,
+			Measured: fmt.Sprintf("%.2fx (medians %.2f µs / %.2f µs)", mr, m*1e6, pass*1e6),
+			Goal:     fmt.Sprintf("<= %.2fx", targetCPURatio),
+			Verdict:  bench.Check(mr <= targetCPURatio)})
+	}
+	if okPass {
+		var parts, gcs []string
+		for _, mode := range []string{bench.ModePassThrough, bench.ModeDedup, bench.ModeDedupRedis} {
+			if m, ok := bench.Median(rss[mode]); ok {
+				parts = append(parts, fmt.Sprintf("%s %s", mode, bench.MiB(int64(m))))
+			}
+			if m, ok := bench.Median(gc[mode]); ok {
+				gcs = append(gcs, fmt.Sprintf("%s %.0f", mode, m))
+			}
+		}
+		rows = append(rows, bench.Row{Target: "4", Figure: "collector peak RSS (VmHWM), median", Measured: strings.Join(parts, ", "), Verdict: bench.Info})
+		rows = append(rows, bench.Row{Target: "4", Figure: "collector GC cycles during the load (gctrace), median", Measured: strings.Join(gcs, ", "), Verdict: bench.Info})
+	}
+	return rows
+}
+
+func maxTrips(ts []bench.TripCount, claim bool) int64 {
+	var m int64
+	for _, t := range ts {
+		if claim {
+			m = max(m, t.Claim)
+		} else {
+			m = max(m, t.Commit)
+		}
+	}
+	return m
+}
+
+func phaseLoads(res *results) string {
+	var parts []string
+	for _, p := range []string{"gotest", "sweep", "redis", "e2e", "profile"} {
+		if l, ok := res.Load[p]; ok {
+			parts = append(parts, fmt.Sprintf("%s %s/%s/%s", p, l, res.Busy[p], res.Others[p]))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// othersCPU starts measuring the CPU the rest of the machine uses: the
+// returned function gives the share of all CPUs' time, since the start, not
+// used by this process, its waited-for children or the redis-server (pid,
+// if not 0). Children still running when it is called (none: every phase
+// waits for its own) would be counted as others.
+func othersCPU(redisPID int) func() float64 {
+	ticks := float64(bench.ClockTicksPerSecond())
+	stat0, err1 := bench.ReadCPUStat()
+	own0, err2 := bench.OwnCPU()
+	redis0, _ := bench.ReadProcCPU(redisPID)
+	return func() float64 {
+		stat1, err3 := bench.ReadCPUStat()
+		own1, err4 := bench.OwnCPU()
+		if err := errors.Join(err1, err2, err3, err4); err != nil {
+			return 0
+		}
+		var redis float64
+		if redisPID != 0 {
+			if r1, err := bench.ReadProcCPU(redisPID); err == nil {
+				redis = r1.Sub(redis0).Seconds(int64(ticks))
+			}
+		}
+		total := float64(stat1.Total-stat0.Total) / ticks
+		busy := float64((stat1.Total-stat1.Idle)-(stat0.Total-stat0.Idle)) / ticks
+		if total <= 0 {
+			return 0
+		}
+		return max(0, busy-(own1-own0).Seconds()-redis) / total
+	}
+}
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	return s
+}
+
+func shellJoin(args []string) string {
+	q := make([]string, len(args))
+	for i, a := range args {
+		if a == "" || strings.ContainsAny(a, " '\"*$%\\()^|[]{}?<>;&") {
+			q[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		} else {
+			q[i] = a
+		}
+	}
+	return strings.Join(q, " ")
+}
+
+// sourceState names the commit and counts the paths that differ from it
+// (read-only git commands), since the figures are of the working tree.
+func sourceState(ctx context.Context) string {
+	head, err := exec.CommandContext(ctx, "git", "rev-parse", "--short", "HEAD").Output()
+	if err != nil {
+		return "unknown (no git)"
+	}
+	st, err := exec.CommandContext(ctx, "git", "status", "--porcelain", "--untracked-files=all").Output()
+	if err != nil {
+		return strings.TrimSpace(string(head))
+	}
+	n := len(strings.Split(strings.TrimSpace(string(st)), "\n"))
+	if strings.TrimSpace(string(st)) == "" {
+		n = 0
+	}
+	return fmt.Sprintf("commit %s + %d changed or new paths in the working tree", strings.TrimSpace(string(head)), n)
+}
+
+func redisVersion(bin string) string {
+	out, err := exec.Command(bin, "--version").Output()
+	if err != nil {
+		return "redis-server: " + err.Error()
+	}
+	// "Redis server v=7.0.15 sha=... malloc=jemalloc-5.3.0 bits=64 build=..."
+	for _, f := range strings.Fields(string(out)) {
+		if v, ok := strings.CutPrefix(f, "v="); ok {
+			return "Redis " + v
+		}
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// pprofTop runs go tool pprof -top on a profile, optionally focused (with
+// percentages of the focused samples), sorted by flat then by cumulative
+// time.
+func pprofTop(ctx context.Context, bin, profile, focus string) (string, error) {
+	var b strings.Builder
+	for _, sort := range []string{"-flat", "-cum"} {
+		args := []string{"tool", "pprof", "-top", sort, "-nodecount", "25"}
+		if focus != "" {
+			args = append(args, "-focus", focus, "-relative_percentages")
+		}
+		args = append(args, bin, profile)
+		out, err := exec.CommandContext(ctx, "go", args...).Output()
+		if err != nil {
+			return "", fmt.Errorf("go %s: %w", strings.Join(args, " "), err)
+		}
+		fmt.Fprintf(&b, "$ go %s %s\n%s\n", shellJoin(args[:len(args)-2]), filepath.Base(profile), out)
+	}
+	return b.String(), nil
+}
+
+// resultLines passes the benchmark result lines of go test output on to w
+// as they complete, so a long run shows progress. The testing package
+// writes a benchmark's name when it starts and its figures when it ends,
+// so lines are put together first.
+type resultLines struct {
+	w    io.Writer
+	line []byte
+}
+
+func (r *resultLines) Write(p []byte) (int, error) {
+	for _, b := range p {
+		r.line = append(r.line, b)
+		if b != '\n' {
+			continue
+		}
+		if bytes.HasPrefix(r.line, []byte("Benchmark")) && bytes.Contains(r.line, []byte("ns/op")) {
+			_, _ = r.w.Write(r.line)
+		}
+		r.line = r.line[:0]
+	}
+	return len(p), nil
+}
+
+func chartFooter(res *results) string {
+	return fmt.Sprintf("MAKE BENCH %s; %s, %d CORES; %s; GOMAXPROCS=1; DEFAULT CACHE (10^6 KEYS) FULL; CONTENT COPIES OF EARLIER RECORDS",
+		res.Date, res.Machine.CPUModel, res.Machine.Cores, res.Go)
+}
+
+func drawChart(csvPath, pngPath, footer string) error {
+	f, err := os.Open(csvPath)
+	if err != nil {
+		return err
+	}
+	pts, err := bench.ReadSweepCSV(f)
+	f.Close()
+	if err != nil {
+		return err
+	}
+	img, err := bench.SweepChart(pts, 1e9/targetNsPerRecord, footer).Draw()
+	if err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	if err := bench.WritePNG(&buf, img); err != nil {
+		return err
+	}
+	return os.WriteFile(pngPath, buf.Bytes(), 0o644)
+}
+
+// chartCmd redraws the chart from a sweep CSV.
+func chartCmd(args []string) error {
+	fs := flag.NewFlagSet("chart", flag.ContinueOnError)
+	csvPath := fs.String("csv", "docs/bench/sweep.csv", "sweep CSV written by make bench")
+	out := fs.String("o", "docs/bench/throughput.png", "PNG to write")
+	footer := fs.String("footer", "", "footer line (default: from results.json next to the CSV)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *footer == "" {
+		if js, err := os.ReadFile(filepath.Join(filepath.Dir(*csvPath), "results.json")); err == nil {
+			var res results
+			if json.Unmarshal(js, &res) == nil && res.Date != "" {
+				*footer = chartFooter(&res)
+			}
+		}
+	}
+	if err := drawChart(*csvPath, *out, *footer); err != nil {
+		return err
+	}
+	fmt.Println("wrote", *out)
+	return nil
+}

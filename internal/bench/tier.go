@@ -1,0 +1,244 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"time"
+
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+)
+
+// RedisCounts is the server's side of a run: CPU and commands, from INFO
+// deltas.
+type RedisCounts struct {
+	CPUSeconds float64
+	// Calls by command name (evalsha, eval, set, ...), commands run by
+	// scripts included, and the server time they took in microseconds.
+	Calls map[string]int64
+	Usec  map[string]int64
+}
+
+func redisCounts(ctx context.Context, s *RedisServer) (RedisCounts, error) {
+	info, err := s.Info(ctx, "everything")
+	if err != nil {
+		return RedisCounts{}, err
+	}
+	cpu, err := RedisCPUSeconds(info)
+	if err != nil {
+		return RedisCounts{}, err
+	}
+	c := RedisCounts{CPUSeconds: cpu, Calls: map[string]int64{}, Usec: map[string]int64{}}
+	for _, cmd := range []string{"evalsha", "eval", "set", "exists", "get", "del", "script|load", "hello", "client|setinfo", "ping"} {
+		n, us, err := CommandStat(info, cmd)
+		if err != nil {
+			return c, err
+		}
+		c.Calls[cmd], c.Usec[cmd] = n, us
+	}
+	return c, nil
+}
+
+func (c RedisCounts) sub(before RedisCounts) RedisCounts {
+	d := RedisCounts{CPUSeconds: c.CPUSeconds - before.CPUSeconds, Calls: map[string]int64{}, Usec: map[string]int64{}}
+	for k, v := range c.Calls {
+		if n := v - before.Calls[k]; n != 0 {
+			d.Calls[k] = n
+			d.Usec[k] = c.Usec[k] - before.Usec[k]
+		}
+	}
+	return d
+}
+
+// BaselineResult is one redis-benchmark run.
+type BaselineResult struct {
+	OpsPerSecond float64
+	Server       RedisCounts
+	Args         []string
+}
+
+// RunRedisBenchmark runs redis-benchmark (bin) with RedisBenchmarkArgs
+// against s and returns its requests per second.
+func RunRedisBenchmark(ctx context.Context, bin string, s *RedisServer, clients, pipeline, n int) (BaselineResult, error) {
+	args := RedisBenchmarkArgs(s.Port, clients, pipeline, n)
+	before, err := redisCounts(ctx, s)
+	if err != nil {
+		return BaselineResult{}, err
+	}
+	out, err := exec.CommandContext(ctx, bin, args...).Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return BaselineResult{}, fmt.Errorf("redis-benchmark: %w: %s", err, bytes.TrimSpace(ee.Stderr))
+		}
+		return BaselineResult{}, fmt.Errorf("redis-benchmark: %w", err)
+	}
+	rps, err := ParseRedisBenchmarkCSV(bytes.NewReader(out))
+	if err != nil {
+		return BaselineResult{}, err
+	}
+	after, err := redisCounts(ctx, s)
+	if err != nil {
+		return BaselineResult{}, err
+	}
+	return BaselineResult{OpsPerSecond: rps, Server: after.sub(before), Args: append([]string{bin}, args...)}, nil
+}
+
+// TierResult is one run of unique records through the processor with the
+// shared tier.
+type TierResult struct {
+	Records   int64 // records sent, all unique
+	Batches   int64
+	Delivered int64 // records the next consumer received
+	Seconds   float64
+	// Requests are the tier's calls as its Observe hook reported them, by
+	// "op/result" (claim/ok, commit/ok, ...): one per round trip on a
+	// standalone server.
+	Requests map[string]int64
+	Server   RedisCounts
+	// ClientCPUSeconds is the CPU time of this process during the run.
+	ClientCPUSeconds float64
+}
+
+// RecordsPerSecond is Records / Seconds.
+func (r TierResult) RecordsPerSecond() float64 { return float64(r.Records) / r.Seconds }
+
+// RunTier sends records unique records in batches of batch from goroutines
+// goroutines through a dedup processor (key event.id) whose shared tier is
+// s, and measures the wall time: key derivation, local claim, the claim
+// round trip, the (free) next consumer and the commit round trip, the
+// processor's whole path with the tier.
+func RunTier(ctx context.Context, s *RedisServer, records int64, batch, goroutines int) (TierResult, error) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer func() { _ = mp.Shutdown(context.Background()) }()
+	sink := &CountingConsumer{}
+	p, err := NewProcessor(ctx, ProcOptions{
+		Key: KeyEventID, MaxEntries: int(records) + 1_000_000, Redis: s.Addr,
+		Next: sink, MeterProvider: mp,
+	})
+	if err != nil {
+		return TierResult{}, err
+	}
+	defer func() { _ = p.Shutdown(context.Background()) }()
+
+	// Warm-up: every goroutine's connection opened, the script loaded.
+	var passes Passes
+	if _, err := ReplayParallel(p, goroutines, 1, batch, int64(goroutines*batch), &passes); err != nil {
+		return TierResult{}, fmt.Errorf("warm-up: %w", err)
+	}
+	reqBefore, err := collectRequests(ctx, reader)
+	if err != nil {
+		return TierResult{}, err
+	}
+	sinkBefore := sink.Records.Load()
+	srvBefore, err := redisCounts(ctx, s)
+	if err != nil {
+		return TierResult{}, err
+	}
+	cpuBefore, err := selfCPU()
+	if err != nil {
+		return TierResult{}, err
+	}
+	elapsed, err := ReplayParallel(p, goroutines, 8, batch, records, &passes)
+	if err != nil {
+		return TierResult{}, err
+	}
+	cpuAfter, err := selfCPU()
+	if err != nil {
+		return TierResult{}, err
+	}
+	srvAfter, err := redisCounts(ctx, s)
+	if err != nil {
+		return TierResult{}, err
+	}
+	reqAfter, err := collectRequests(ctx, reader)
+	if err != nil {
+		return TierResult{}, err
+	}
+	r := TierResult{
+		Records:   records / int64(batch) * int64(batch),
+		Batches:   records / int64(batch),
+		Delivered: sink.Records.Load() - sinkBefore,
+		Seconds:   elapsed.Seconds(),
+		Requests:  map[string]int64{},
+		Server:    srvAfter.sub(srvBefore),
+		// The whole driver process: the processor, go-redis, the GC.
+		ClientCPUSeconds: (cpuAfter - cpuBefore).Seconds(),
+	}
+	for k, v := range reqAfter {
+		if d := v - reqBefore[k]; d != 0 {
+			r.Requests[k] = d
+		}
+	}
+	return r, nil
+}
+
+// collectRequests reads otelcol_processor_dedup_redis_requests by
+// "op/result".
+func collectRequests(ctx context.Context, reader *sdkmetric.ManualReader) (map[string]int64, error) {
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(ctx, &rm); err != nil {
+		return nil, err
+	}
+	out := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != "otelcol_processor_dedup_redis_requests" {
+				continue
+			}
+			sum, ok := m.Data.(metricdata.Sum[int64])
+			if !ok {
+				return nil, fmt.Errorf("%s: unexpected data %T", m.Name, m.Data)
+			}
+			for _, dp := range sum.DataPoints {
+				op, _ := dp.Attributes.Value("op")
+				res, _ := dp.Attributes.Value("result")
+				out[op.AsString()+"/"+res.AsString()] += dp.Value
+			}
+		}
+	}
+	return out, nil
+}
+
+// TripCount is the round trips of one batch on each path.
+type TripCount struct{ Claim, Commit int64 }
+
+// CountRoundTrips sends batches batches of batch unique records, one at a
+// time, through a dedup processor whose shared tier reaches s through a
+// RoundTripProxy, and returns each batch's round trips before the next
+// consumer saw the batch (the claim path: key derivation, local and shared
+// claims) and after it (the commit). The first batch also pays for opening
+// the connection and loading the script.
+func CountRoundTrips(ctx context.Context, s *RedisServer, batches, batch int) ([]TripCount, error) {
+	proxy, err := NewRoundTripProxy(s.Addr)
+	if err != nil {
+		return nil, err
+	}
+	defer proxy.Close()
+	var mid int64
+	sink := &CountingConsumer{OnBatch: func() { mid = proxy.Count() }}
+	p, err := NewProcessor(ctx, ProcOptions{Key: KeyEventID, Redis: proxy.Addr(), Next: sink})
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = p.Shutdown(context.Background()) }()
+	src := GenLogs(batches, batch, 0)
+	out := make([]TripCount, 0, batches)
+	pctx := PassContext("round-trips-" + time.Now().Format(time.RFC3339Nano))
+	for _, ld := range src {
+		before := proxy.Count()
+		mid = -1
+		if err := p.ConsumeLogs(pctx, ld); err != nil {
+			return out, err
+		}
+		if mid < 0 {
+			return out, errors.New("round trips: the batch never reached the next consumer")
+		}
+		out = append(out, TripCount{Claim: mid - before, Commit: proxy.Count() - mid})
+	}
+	return out, nil
+}
