@@ -56,20 +56,7 @@ func CollectorConfig(mode string, ports e2e.Ports, redisAddr string) ([]byte, er
 		"exporters": map[string]any{"nop": map[string]any{}},
 		"service": map[string]any{
 			"extensions": []string{"health_check"},
-			"telemetry": map[string]any{
-				"metrics": map[string]any{
-					"level": "normal",
-					"readers": []any{map[string]any{
-						"pull": map[string]any{"exporter": map[string]any{"prometheus": map[string]any{
-							"host":                "127.0.0.1",
-							"port":                ports.Metrics,
-							"without_units":       true,
-							"without_type_suffix": true,
-							"without_scope_info":  true,
-						}}},
-					}},
-				},
-			},
+			"telemetry":  e2e.Telemetry("normal", ports.Metrics),
 			"pipelines": map[string]any{
 				"logs": map[string]any{
 					"receivers":  []string{"otlp"},

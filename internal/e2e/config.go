@@ -60,26 +60,33 @@ func BaseConfig(ports Ports, sink *Sink) ([]byte, error) {
 		},
 		"service": map[string]any{
 			"extensions": []string{"health_check"},
-			"telemetry": map[string]any{
-				"metrics": map[string]any{
-					"level": "detailed",
-					"readers": []any{map[string]any{
-						"pull": map[string]any{"exporter": map[string]any{"prometheus": map[string]any{
-							"host":                "127.0.0.1",
-							"port":                ports.Metrics,
-							"without_units":       true,
-							"without_type_suffix": true,
-							"without_scope_info":  true,
-						}}},
-					}},
-				},
-			},
+			"telemetry":  Telemetry("detailed", ports.Metrics),
 		},
 	}
 	return json.MarshalIndent(cfg, "", "  ")
 }
 
 // WriteFile writes a config file readable only by its owner.
+// Telemetry is the service.telemetry section every test collector uses: its
+// own metrics at level on 127.0.0.1:port, named exactly as the instruments
+// are written (no unit or type suffix, no scope labels).
+func Telemetry(level string, port int) map[string]any {
+	return map[string]any{
+		"metrics": map[string]any{
+			"level": level,
+			"readers": []any{map[string]any{
+				"pull": map[string]any{"exporter": map[string]any{"prometheus": map[string]any{
+					"host":                "127.0.0.1",
+					"port":                port,
+					"without_units":       true,
+					"without_type_suffix": true,
+					"without_scope_info":  true,
+				}}},
+			}},
+		},
+	}
+}
+
 func WriteFile(path string, data []byte) error {
 	return os.WriteFile(path, data, 0o600)
 }
