@@ -535,6 +535,7 @@ func TestReliabilityGracefulShutdownInFlight(t *testing.T) {
 		t.Fatal("Y, held past the export timeout during shutdown: the sender was told it was delivered")
 	}
 	c2.stop()
+	relWaitAbandoned(t, h.sink)
 	h.sink.Unhold()
 	if got := c2.logLines(relLogRestored); len(got) != 1 {
 		t.Fatalf("second run: %d restore lines", len(got))
@@ -565,6 +566,19 @@ func TestReliabilityGracefulShutdownInFlight(t *testing.T) {
 	}
 }
 
+// relWaitAbandoned waits until the requests the sink holds have all given
+// up, as they do once the sink's server sees their collector's connection
+// close: releasing the hold earlier could still record a request whose
+// sender was already told it failed.
+func relWaitAbandoned(t *testing.T, sink *Sink) {
+	t.Helper()
+	for deadline := time.Now().Add(opTimeout); sink.Holding() > 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d requests of a stopped collector are still held by the sink", sink.Holding())
+		}
+	}
+}
+
 // TestReliabilityCrashWithBatchInFlight: a periodic snapshot is taken while
 // a batch is in the exporter (its keys claimed, not yet delivered), then
 // the collector is SIGKILLed before the batch is delivered. The batch never
@@ -584,6 +598,7 @@ func TestReliabilityCrashWithBatchInFlight(t *testing.T) {
 	if err := <-done; err == nil {
 		t.Fatal("the sender was told a batch delivered that the killed collector never exported")
 	}
+	relWaitAbandoned(t, h.sink)
 	h.sink.Unhold()
 	if n := h.sink.LogRecordCount(); n != 0 {
 		t.Fatalf("the sink recorded %d records of the killed request", n)
