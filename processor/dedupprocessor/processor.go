@@ -234,8 +234,8 @@ func (e *engine) pass(b *batch, o outcome) {
 	b.verdicts = append(b.verdicts, verdictKeep)
 }
 
-// missing applies on_missing_key's pass or drop (content is handled by the
-// adapter, which derives the content digest and calls claim).
+// missing applies on_missing_key's pass or drop (content is handled by
+// decide, which derives the content digest and calls claim).
 func (e *engine) missing(b *batch) {
 	b.outcomes[outcomeMissingKey]++
 	if e.cfg.OnMissingKey == MissingKeyDrop {
