@@ -169,12 +169,34 @@ func (si *signalIdentity[K]) usesContent(policy MissingKeyPolicy) bool {
 
 // scopeKey carries the per-batch and per-group parts every unit's identity
 // starts with: the tenant (metadata_keys) and, for content identities, the
-// resource and scope digests, each computed once per group.
+// resource and scope digests, each computed once per group. A content
+// identity starts with the digest of all of them, made once per group too.
 type scopeKey struct {
-	tenant   [digest.Size]byte
-	resource [digest.Size]byte
-	scope    [digest.Size]byte
-	group    [digest.Size]byte // e.g. a metric's name, type and unit
+	tenant    [digest.Size]byte
+	resource  [digest.Size]byte
+	scope     [digest.Size]byte
+	group     [digest.Size]byte // e.g. a metric's name, type and unit
+	prefix    [digest.Size]byte // of the above, valid if hasPrefix
+	hasPrefix bool
+}
+
+func (sk *scopeKey) setResource(d [digest.Size]byte) { sk.resource, sk.hasPrefix = d, false }
+func (sk *scopeKey) setScope(d [digest.Size]byte)    { sk.scope, sk.hasPrefix = d, false }
+func (sk *scopeKey) setGroup(d [digest.Size]byte)    { sk.group, sk.hasPrefix = d, false }
+
+// contentPrefix is the digest that opens the content identities of the
+// current group; enc is used to make it.
+func (sk *scopeKey) contentPrefix(enc *identity.Encoder, tag byte) []byte {
+	if !sk.hasPrefix {
+		enc.Reset()
+		enc.Raw([]byte{tag, domainContent})
+		enc.Raw(sk.tenant[:])
+		enc.Raw(sk.resource[:])
+		enc.Raw(sk.scope[:])
+		enc.Raw(sk.group[:])
+		sk.prefix, sk.hasPrefix = enc.Digest().Bytes(), true
+	}
+	return sk.prefix[:]
 }
 
 // decide gives one unit its verdict: skipped if it matches no condition,
@@ -211,12 +233,9 @@ func decide[K any](ctx context.Context, e *engine, b *batch, enc *identity.Encod
 			return
 		}
 	}
+	prefix := sk.contentPrefix(enc, si.spec.tag)
 	enc.Reset()
-	enc.Raw([]byte{si.spec.tag, domainContent})
-	enc.Raw(sk.tenant[:])
-	enc.Raw(sk.resource[:])
-	enc.Raw(sk.scope[:])
-	enc.Raw(sk.group[:])
+	enc.Raw(prefix)
 	view.content(enc, &si.ignore)
 	e.claim(b, enc.Digest())
 }

@@ -146,13 +146,13 @@ func (p *logsProcessor) decideAll(ctx context.Context, b *batch, enc *identity.E
 	for i := 0; i < rls.Len(); i++ {
 		view.rl = rls.At(i)
 		if content {
-			sk.resource = si.ignore.resourceDigest(enc, view.rl.Resource())
+			sk.setResource(si.ignore.resourceDigest(enc, view.rl.Resource()))
 		}
 		sls := view.rl.ScopeLogs()
 		for j := 0; j < sls.Len(); j++ {
 			view.sl = sls.At(j)
 			if content {
-				sk.scope = si.ignore.scopeDigest(enc, view.sl.Scope())
+				sk.setScope(si.ignore.scopeDigest(enc, view.sl.Scope()))
 			}
 			lrs := view.sl.LogRecords()
 			for k := 0; k < lrs.Len(); k++ {

@@ -161,20 +161,20 @@ func (p *metricsProcessor) decideAll(ctx context.Context, b *batch, enc *identit
 	for i := 0; i < rms.Len(); i++ {
 		w.view.rm = rms.At(i)
 		if content {
-			w.sk.resource = si.ignore.resourceDigest(enc, w.view.rm.Resource())
+			w.sk.setResource(si.ignore.resourceDigest(enc, w.view.rm.Resource()))
 		}
 		sms := w.view.rm.ScopeMetrics()
 		for j := 0; j < sms.Len(); j++ {
 			w.view.sm = sms.At(j)
 			if content {
-				w.sk.scope = si.ignore.scopeDigest(enc, w.view.sm.Scope())
+				w.sk.setScope(si.ignore.scopeDigest(enc, w.view.sm.Scope()))
 			}
 			ms := w.view.sm.Metrics()
 			for k := 0; k < ms.Len(); k++ {
 				m := ms.At(k)
 				w.view.metric = m
 				if content {
-					w.sk.group = metricDigest(enc, m)
+					w.sk.setGroup(metricDigest(enc, m))
 				}
 				switch m.Type() {
 				case pmetric.MetricTypeGauge:

@@ -24,10 +24,17 @@ func defaultKeyPrefix(cfg *Config) string {
 	return fmt.Sprintf("otelcol-dedup:%016x:", identityFingerprint(cfg))
 }
 
+// identityEncoding is the version of how records are encoded into digests.
+// It is part of the fingerprint, so a build that encodes differently never
+// reuses a snapshot or shared keys of one that did not. 2: small maps are
+// encoded sorted, and content identities open with one per-group digest.
+const identityEncoding = 2
+
 // identityFingerprint hashes the settings that decide what a digest means:
 // a snapshot or a shared key made under other settings is not reused.
 func identityFingerprint(cfg *Config) uint64 {
 	var e identity.Encoder
+	e.Uint(identityEncoding)
 	e.Int(int64(cfg.Window))
 	for _, list := range [][]string{
 		cfg.MetadataKeys,

@@ -173,13 +173,13 @@ func (p *tracesProcessor) decideAll(ctx context.Context, b *batch, enc *identity
 	for i := 0; i < rss.Len(); i++ {
 		view.rs = rss.At(i)
 		if content {
-			sk.resource = si.ignore.resourceDigest(enc, view.rs.Resource())
+			sk.setResource(si.ignore.resourceDigest(enc, view.rs.Resource()))
 		}
 		sss := view.rs.ScopeSpans()
 		for j := 0; j < sss.Len(); j++ {
 			view.ss = sss.At(j)
 			if content {
-				sk.scope = si.ignore.scopeDigest(enc, view.ss.Scope())
+				sk.setScope(si.ignore.scopeDigest(enc, view.ss.Scope()))
 			}
 			spans := view.ss.Spans()
 			for k := 0; k < spans.Len(); k++ {

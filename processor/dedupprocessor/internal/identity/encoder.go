@@ -34,6 +34,7 @@ const (
 	tagDuration = 0x0b
 	tagUint     = 0x0c
 	tagOther    = 0x0d
+	tagSmallMap = 0x0e
 	tagField    = 0x10
 )
 
@@ -165,10 +166,60 @@ func (e *Encoder) ValueOrMissing(v pcommon.Value) {
 	}
 }
 
-// Map encodes a map independently of its entry order: each entry is hashed
-// on its own and the 128-bit hashes are summed, a commutative combination
-// that still counts repeated entries. skip, when not nil, leaves keys out.
+// maxSortedEntries is the largest map encoded with its entries sorted.
+const maxSortedEntries = 8
+
+// Map encodes a map independently of its entry order. skip, when not nil,
+// leaves keys out. A map of at most maxSortedEntries entries with distinct
+// keys, as nearly every record's attributes are, is encoded with its entries
+// in key order; a larger one, or one with a repeated key, as the sum of its
+// entries' hashes. Which form a map takes depends only on its entries, and
+// the two forms have their own tags, so equal maps always encode alike.
 func (e *Encoder) Map(m pcommon.Map, skip func(key string) bool) {
+	if m.Len() <= maxSortedEntries || skip != nil {
+		if e.sortedMap(m, skip) {
+			return
+		}
+	}
+	e.hashedMap(m, skip)
+}
+
+// sortedMap encodes m with its entries in key order, sorted by insertion
+// into arrays on the stack. It encodes nothing and returns false when m has
+// more than maxSortedEntries entries left after skip, or a repeated key.
+func (e *Encoder) sortedMap(m pcommon.Map, skip func(key string) bool) bool {
+	var keys [maxSortedEntries]string
+	var vals [maxSortedEntries]pcommon.Value
+	n := 0
+	for k, v := range m.All() {
+		if skip != nil && skip(k) {
+			continue
+		}
+		if n == maxSortedEntries {
+			return false
+		}
+		j := n
+		for j > 0 && keys[j-1] > k {
+			keys[j], vals[j] = keys[j-1], vals[j-1]
+			j--
+		}
+		if j > 0 && keys[j-1] == k {
+			return false
+		}
+		keys[j], vals[j] = k, v
+		n++
+	}
+	e.buf = append(e.buf, tagSmallMap, byte(n))
+	for i := range n {
+		e.String(keys[i])
+		e.ValueOrMissing(vals[i])
+	}
+	return true
+}
+
+// hashedMap hashes each entry on its own and sums the 128-bit hashes, a
+// commutative combination that still counts repeated entries.
+func (e *Encoder) hashedMap(m pcommon.Map, skip func(key string) bool) {
 	var accHi, accLo uint64
 	n := 0
 	start := len(e.buf)

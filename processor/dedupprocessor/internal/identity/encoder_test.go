@@ -1,10 +1,13 @@
 package identity
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/plog"
 	"go.uber.org/goleak"
 
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
@@ -99,6 +102,77 @@ func TestMapOrderDoesNotMatterButContentDoes(t *testing.T) {
 	if digestOf(func(e *Encoder) { e.Map(b, skip) }) != da {
 		t.Fatal("a skipped key changed the digest")
 	}
+}
+
+// TestMapFormsDependOnContentOnly covers both encodings of a map: sorted
+// (up to maxSortedEntries distinct keys) and hashed (more entries, or a
+// repeated key). Order never matters, and the form is chosen by the entries
+// left after skip, so a skipped key never changes the form.
+func TestMapFormsDependOnContentOnly(t *testing.T) {
+	build := func(n int, reverse bool, extra ...string) pcommon.Map {
+		m := pcommon.NewMap()
+		for i := range n {
+			k := i
+			if reverse {
+				k = n - 1 - i
+			}
+			m.PutInt(fmt.Sprintf("k%02d", k), int64(k))
+		}
+		for _, x := range extra {
+			m.PutStr(x, "skipped")
+		}
+		return m
+	}
+	for _, n := range []int{0, 1, 2, maxSortedEntries, maxSortedEntries + 1, 20} {
+		fwd := digestOf(func(e *Encoder) { e.Map(build(n, false), nil) })
+		rev := digestOf(func(e *Encoder) { e.Map(build(n, true), nil) })
+		if fwd != rev {
+			t.Errorf("%d entries: order changed the digest", n)
+		}
+		skip := func(k string) bool { return k == "a" || k == "b" || k == "c" }
+		if got := digestOf(func(e *Encoder) { e.Map(build(n, true, "a", "b", "c"), skip) }); got != fwd {
+			t.Errorf("%d entries: skipping 3 extra keys changed the digest", n)
+		}
+		if n > 0 {
+			other := build(n, false)
+			other.PutInt("k00", 99)
+			if digestOf(func(e *Encoder) { e.Map(other, nil) }) == fwd {
+				t.Errorf("%d entries: a changed value kept the digest", n)
+			}
+		}
+	}
+	// A repeated key (not valid OTLP, but possible in pdata) takes the hashed
+	// form, still independent of order and still counting each entry.
+	a := rawMap(t, "x", "1", "x", "2", "y", "3")
+	b := rawMap(t, "y", "3", "x", "2", "x", "1")
+	if digestOf(func(e *Encoder) { e.Map(a, nil) }) != digestOf(func(e *Encoder) { e.Map(b, nil) }) {
+		t.Error("a map with a repeated key: order changed the digest")
+	}
+	for _, other := range []pcommon.Map{rawMap(t, "x", "1", "y", "3"), rawMap(t, "x", "2", "y", "3"), rawMap(t, "x", "1", "x", "1", "y", "3")} {
+		if digestOf(func(e *Encoder) { e.Map(a, nil) }) == digestOf(func(e *Encoder) { e.Map(other, nil) }) {
+			t.Errorf("%v encodes like %v", a.AsRaw(), other.AsRaw())
+		}
+	}
+}
+
+// rawMap builds a map entry by entry as a decoded OTLP request would, so a
+// key may repeat (pdata's Put methods would replace it).
+func rawMap(t *testing.T, kv ...string) pcommon.Map {
+	t.Helper()
+	var attrs []string
+	for i := 0; i < len(kv); i += 2 {
+		attrs = append(attrs, fmt.Sprintf(`{"key":%q,"value":{"stringValue":%q}}`, kv[i], kv[i+1]))
+	}
+	js := `{"resourceLogs":[{"scopeLogs":[{"logRecords":[{"attributes":[` + strings.Join(attrs, ",") + `]}]}]}]}`
+	ld, err := (&plog.JSONUnmarshaler{}).UnmarshalLogs([]byte(js))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := ld.ResourceLogs().At(0).ScopeLogs().At(0).LogRecords().At(0).Attributes()
+	if m.Len() != len(kv)/2 {
+		t.Fatalf("decoded %d entries, want %d", m.Len(), len(kv)/2)
+	}
+	return m
 }
 
 // TestAnyMatchesValue is the promise the fast path rests on: a pdata value

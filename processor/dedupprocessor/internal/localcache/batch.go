@@ -104,11 +104,11 @@ func (s *shard) prefetch(ds []digest.Digest, group []int32) {
 
 // claim is Claim under the shard's lock, with expiry already done.
 func (s *shard) claim(d digest.Digest, token uint64, now, window int64) Result {
-	if pos, ok := s.find(d); ok {
+	if pos, ci, ok := s.find(d); ok {
 		sl := s.at(pos)
 		switch {
 		case sl.expires <= now:
-			s.forget(sl)
+			s.forget(sl, ci)
 		case token != NoToken && sl.token == token:
 			return HeldBySelf
 		default:

@@ -1,6 +1,7 @@
 package localcache
 
 import (
+	"fmt"
 	"runtime"
 	"testing"
 
@@ -13,19 +14,19 @@ func BenchmarkClaim(b *testing.B) {
 	const size = 1 << 20
 	c := New(size, 1<<62)
 	for i := uint64(0); i < size; i++ {
-		c.Claim(d(i), 1, 0)
+		c.Claim(hd(i), 1, 0)
 	}
 	b.Run("new", func(b *testing.B) {
 		b.ReportAllocs()
 		for i := 0; i < b.N; i++ {
-			c.Claim(d(uint64(size+i)), 2, 0)
+			c.Claim(hd(uint64(size+i)), 2, 0)
 		}
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "claims/s")
 	})
 	b.Run("held", func(b *testing.B) {
 		b.ReportAllocs()
 		for i := 0; i < b.N; i++ {
-			c.Claim(d(uint64(size+i%size)), 3, 0)
+			c.Claim(hd(uint64(size+i%size)), 3, 0)
 		}
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "claims/s")
 	})
@@ -41,7 +42,7 @@ func BenchmarkMemoryPerKey(b *testing.B) {
 		runtime.ReadMemStats(&before)
 		c := New(size, 1<<62)
 		for k := uint64(0); k < size; k++ {
-			c.Claim(d(k), 1, 0)
+			c.Claim(hd(k), 1, 0)
 		}
 		runtime.GC()
 		runtime.ReadMemStats(&after)
@@ -58,7 +59,7 @@ func BenchmarkClaimBatch(b *testing.B) {
 		b.Run(mode, func(b *testing.B) {
 			c := New(size, 1<<62)
 			for i := uint64(0); i < size; i++ {
-				c.Claim(d(i), 1, 0)
+				c.Claim(hd(i), 1, 0)
 			}
 			ds := make([]digest.Digest, batch)
 			out := make([]Result, batch)
@@ -68,9 +69,9 @@ func BenchmarkClaimBatch(b *testing.B) {
 			for n := 0; n < b.N; n++ {
 				for i := range ds {
 					if i%10 < 3 {
-						ds[i] = d(next - uint64(i) - 1)
+						ds[i] = hd(next - uint64(i) - 1)
 					} else {
-						ds[i] = d(next)
+						ds[i] = hd(next)
 						next++
 					}
 				}
@@ -85,4 +86,76 @@ func BenchmarkClaimBatch(b *testing.B) {
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*batch), "ns/claim")
 		})
 	}
+}
+
+// BenchmarkClaimBatchSize claims batches of 1000 new keys in full caches
+// of growing size: from one that fits the CPU's caches to one far larger,
+// it shows how much of a claim is waiting for memory.
+func BenchmarkClaimBatchSize(b *testing.B) {
+	const batch = 1000
+	for _, size := range []int{1 << 12, 1 << 16, 1 << 20, 1 << 22} {
+		b.Run(fmt.Sprint("keys=", size), func(b *testing.B) {
+			c := New(size, 1<<62)
+			for i := uint64(0); i < uint64(size); i++ {
+				c.Claim(hd(i), 1, 0)
+			}
+			ds := make([]digest.Digest, batch)
+			out := make([]Result, batch)
+			next := uint64(size)
+			b.ResetTimer()
+			for n := 0; n < b.N; n++ {
+				for i := range ds {
+					ds[i] = hd(next)
+					next++
+				}
+				c.ClaimBatch(ds, uint64(n+2), 0, out)
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*batch), "ns/claim")
+		})
+	}
+}
+
+// hd is the digest of key i as a hash would give it: every bit depends on
+// every bit of i. The tests' d(i) keeps i's low bits in both halves, which
+// packs a shard's keys into few index cells and measures probe runs no real
+// digest makes.
+func hd(i uint64) digest.Digest {
+	return digest.Digest{Hi: mix64(i), Lo: mix64(i ^ 0x5bd1e9955bd1e995)}
+}
+
+// mix64 is splitmix64's finalizer.
+func mix64(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
+	x = (x ^ x>>27) * 0x94d049bb133111eb
+	return x ^ x>>31
+}
+
+// latencySink keeps the reads of BenchmarkMemoryLatency from being optimized away.
+var latencySink uint64
+
+// BenchmarkMemoryLatency is the machine's side of a full cache's claim: a
+// read of a random 8 bytes in 64 MiB, one at a time (each read needs the one
+// before, as a lookup's slot read needs its cell) and independent (as the
+// batch prefetch issues them).
+func BenchmarkMemoryLatency(b *testing.B) {
+	const n = 8 << 20
+	mem := make([]uint64, n)
+	for i := range mem {
+		mem[i] = mix64(uint64(i))
+	}
+	b.Run("dependent", func(b *testing.B) {
+		x := uint64(1)
+		for i := 0; i < b.N; i++ {
+			x = mem[(x^uint64(i))&(n-1)]
+		}
+		latencySink = x
+	})
+	b.Run("independent", func(b *testing.B) {
+		var acc uint64
+		for i := 0; i < b.N; i++ {
+			acc ^= mem[mix64(uint64(i))&(n-1)]
+		}
+		latencySink = acc
+	})
 }

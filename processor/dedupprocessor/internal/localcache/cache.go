@@ -107,12 +107,12 @@ func (c *Cache) Claim(d digest.Digest, token uint64, now int64) (Result, uint64)
 	s := c.shardOf(d)
 	s.mu.Lock()
 	s.expire(now)
-	if pos, ok := s.find(d); ok {
+	if pos, ci, ok := s.find(d); ok {
 		sl := s.at(pos)
 		switch {
 		case sl.expires <= now:
 			// Only an inserted key can expire behind a later one; it is gone.
-			s.forget(sl)
+			s.forget(sl, ci)
 		case token != NoToken && sl.token == token:
 			s.mu.Unlock()
 			return HeldBySelf, token
@@ -138,7 +138,7 @@ func (c *Cache) Insert(d digest.Digest, expires, now int64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.expire(now)
-	if _, ok := s.find(d); ok {
+	if _, _, ok := s.find(d); ok {
 		return false
 	}
 	s.push(d, expires, NoToken, now)
@@ -151,7 +151,7 @@ func (c *Cache) Release(d digest.Digest, token uint64) bool {
 	s := c.shardOf(d)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	pos, ok := s.find(d)
+	pos, ci, ok := s.find(d)
 	if !ok {
 		return false
 	}
@@ -159,7 +159,7 @@ func (c *Cache) Release(d digest.Digest, token uint64) bool {
 	if sl.token != token || token == NoToken {
 		return false
 	}
-	s.forget(sl)
+	s.forget(sl, ci)
 	return true
 }
 
@@ -170,7 +170,7 @@ func (c *Cache) Disown(d digest.Digest, token uint64) {
 	s := c.shardOf(d)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if pos, ok := s.find(d); ok {
+	if pos, _, ok := s.find(d); ok {
 		if sl := s.at(pos); sl.token == token {
 			sl.token = NoToken
 		}
@@ -246,27 +246,28 @@ func (s *shard) expire(now int64) {
 	}
 }
 
-// find returns the ring position holding d.
-func (s *shard) find(d digest.Digest) (int, bool) {
-	i, ok := s.index.lookup(d, s)
+// find returns the ring position holding d and the index cell pointing to it.
+func (s *shard) find(d digest.Digest) (pos int, ci uint64, ok bool) {
+	ci, ok = s.index.lookup(d, s)
 	if !ok {
-		return 0, false
+		return 0, 0, false
 	}
-	return s.index.cells[i].pos(), true
+	return s.index.cells[ci].pos(), ci, true
 }
 
-// forget removes a held key, leaving its ring slot released.
-func (s *shard) forget(sl *slot) {
-	if i, ok := s.index.lookup(sl.d, s); ok {
-		s.index.remove(i)
-	}
+// forget removes a held key found at index cell ci, leaving its ring slot
+// released.
+func (s *shard) forget(sl *slot, ci uint64) {
+	s.index.remove(ci)
 	sl.expires = 0
 	s.live--
 }
 
+// pop drops the head of the ring. Its index cell is the one with the head's
+// position and fingerprint: found by comparing cells alone, no slot read.
 func (s *shard) pop(sl *slot) {
 	if sl.expires != 0 {
-		if i, ok := s.index.lookup(sl.d, s); ok {
+		if i, ok := s.index.locate(makeCell(sl.d, s.head)); ok {
 			s.index.remove(i)
 		}
 		s.live--

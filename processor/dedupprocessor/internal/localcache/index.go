@@ -65,6 +65,19 @@ func (x *index) lookup(d digest.Digest, s *shard) (uint64, bool) {
 	}
 }
 
+// locate returns the index of cell c. A cell is unique, since no two live
+// keys share a ring position.
+func (x *index) locate(c cell) (uint64, bool) {
+	for i := x.home(c); ; i = (i + 1) & x.mask {
+		switch x.cells[i] {
+		case c:
+			return i, true
+		case 0:
+			return 0, false
+		}
+	}
+}
+
 // insert adds d at ring position pos; d must not be present.
 func (x *index) insert(d digest.Digest, pos int) {
 	x.place(makeCell(d, pos))
