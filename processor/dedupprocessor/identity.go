@@ -122,7 +122,7 @@ const (
 // encodeKey encodes the configured key expressions. A key is missing when
 // any expression yields no value: an identity built from the parts that are
 // present would merge units that differ in the absent part.
-func (si *signalIdentity[K]) encodeKey(ctx context.Context, e *identity.Encoder, tctx K, view recordView) (keyStatus, error) {
+func encodeKey[K any, V recordView](ctx context.Context, si *signalIdentity[K], e *identity.Encoder, tctx K, view V) (keyStatus, error) {
 	for i := range si.parts {
 		part := &si.parts[i]
 		if part.expr == nil {
@@ -202,7 +202,11 @@ func (sk *scopeKey) contentPrefix(enc *identity.Encoder, tag byte) []byte {
 // decide gives one unit its verdict: skipped if it matches no condition,
 // else keyed, else the missing-key policy, else its content. It is the one
 // decision path of every signal.
-func decide[K any](ctx context.Context, e *engine, b *batch, enc *identity.Encoder, si *signalIdentity[K], tctx K, view recordView, sk *scopeKey) {
+//
+// The view is a type parameter passed by value, not an interface, so the
+// compiler makes one decide per signal with direct calls, and the walkers'
+// views stay on their stacks (no write barriers while the GC runs).
+func decide[K any, V recordView](ctx context.Context, e *engine, b *batch, enc *identity.Encoder, si *signalIdentity[K], tctx K, view V, sk *scopeKey) {
 	if len(si.conditions) > 0 {
 		ok, err := si.matches(ctx, tctx)
 		if err != nil {
@@ -219,7 +223,7 @@ func decide[K any](ctx context.Context, e *engine, b *batch, enc *identity.Encod
 		enc.Reset()
 		enc.Raw([]byte{si.spec.tag, domainKey})
 		enc.Raw(sk.tenant[:])
-		status, err := si.encodeKey(ctx, enc, tctx, view)
+		status, err := encodeKey(ctx, si, enc, tctx, view)
 		switch {
 		case status == keyOK:
 			e.claim(b, enc.Digest())

@@ -39,7 +39,7 @@ type logView struct {
 }
 
 // path evaluates a plain path; each returns what OTTL returns for it.
-func (v *logView) path(e *identity.Encoder, p plainPath) bool {
+func (v logView) path(e *identity.Encoder, p plainPath) bool {
 	lr := v.lr
 	if handled, ok := commonPath(e, p, v.rl.Resource(), v.sl.Scope(), lr.Attributes()); handled {
 		return ok
@@ -69,7 +69,7 @@ func (v *logView) path(e *identity.Encoder, p plainPath) bool {
 
 // content encodes everything a sender puts in a record, but not the
 // observed timestamp, which a re-sent record gets anew.
-func (v *logView) content(e *identity.Encoder, ign *contentIgnore) {
+func (v logView) content(e *identity.Encoder, ign *contentIgnore) {
 	lr, f := v.lr, ign.fields
 	if !f.has(ignBody) {
 		e.Field(fieldBody)
@@ -158,11 +158,11 @@ func (p *logsProcessor) decideAll(ctx context.Context, b *batch, enc *identity.E
 			for k := 0; k < lrs.Len(); k++ {
 				view.lr = lrs.At(k)
 				if !si.needsOTTL {
-					decide(ctx, p.engine, b, enc, si, nil, &view, &sk)
+					decide(ctx, p.engine, b, enc, si, nil, view, &sk)
 					continue
 				}
 				tctx := ottllog.NewTransformContext(view.rl, view.sl, view.lr)
-				decide(ctx, p.engine, b, enc, si, tctx, &view, &sk)
+				decide(ctx, p.engine, b, enc, si, tctx, view, &sk)
 				tctx.Close()
 			}
 		}

@@ -55,7 +55,7 @@ type pointView struct {
 	ts     pcommon.Timestamp
 }
 
-func (v *pointView) path(e *identity.Encoder, p plainPath) bool {
+func (v pointView) path(e *identity.Encoder, p plainPath) bool {
 	if handled, ok := commonPath(e, p, v.rm.Resource(), v.sm.Scope(), v.attrs); handled {
 		return ok
 	}
@@ -76,7 +76,7 @@ func (v *pointView) path(e *identity.Encoder, p plainPath) bool {
 // metric name, type, unit and temporality are in the group digest. The
 // value is not part of the identity: a point is one observation of a
 // stream at a time, and a second copy of it is a repeat whatever it says.
-func (v *pointView) content(e *identity.Encoder, ign *contentIgnore) {
+func (v pointView) content(e *identity.Encoder, ign *contentIgnore) {
 	e.Field(fieldAttributes)
 	e.Map(v.attrs, ign.skipAttr)
 	if !ign.fields.has(ignStartTimeUnixNano) {
@@ -199,11 +199,11 @@ func decidePoints[P dataPoint](w *metricWalk, points pointSlice[P]) {
 		dp := points.At(i)
 		w.view.attrs, w.view.start, w.view.ts = dp.Attributes(), dp.StartTimestamp(), dp.Timestamp()
 		if !si.needsOTTL {
-			decide(w.ctx, w.p.engine, w.b, w.enc, si, nil, &w.view, &w.sk)
+			decide(w.ctx, w.p.engine, w.b, w.enc, si, nil, w.view, &w.sk)
 			continue
 		}
 		tctx := ottldatapoint.NewTransformContext(w.view.rm, w.view.sm, w.view.metric, dp)
-		decide(w.ctx, w.p.engine, w.b, w.enc, si, tctx, &w.view, &w.sk)
+		decide(w.ctx, w.p.engine, w.b, w.enc, si, tctx, w.view, &w.sk)
 		tctx.Close()
 	}
 }

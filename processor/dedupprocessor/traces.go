@@ -38,7 +38,7 @@ type spanView struct {
 	sp ptrace.Span
 }
 
-func (v *spanView) path(e *identity.Encoder, p plainPath) bool {
+func (v spanView) path(e *identity.Encoder, p plainPath) bool {
 	sp := v.sp
 	if handled, ok := commonPath(e, p, v.rs.Resource(), v.ss.Scope(), sp.Attributes()); handled {
 		return ok
@@ -65,7 +65,7 @@ func (v *spanView) path(e *identity.Encoder, p plainPath) bool {
 }
 
 // content encodes a span whole: its events, links and status included.
-func (v *spanView) content(e *identity.Encoder, ign *contentIgnore) {
+func (v spanView) content(e *identity.Encoder, ign *contentIgnore) {
 	sp, f := v.sp, ign.fields
 	if !f.has(ignTraceId) {
 		e.Field(fieldTraceID)
@@ -185,11 +185,11 @@ func (p *tracesProcessor) decideAll(ctx context.Context, b *batch, enc *identity
 			for k := 0; k < spans.Len(); k++ {
 				view.sp = spans.At(k)
 				if !si.needsOTTL {
-					decide(ctx, p.engine, b, enc, si, nil, &view, &sk)
+					decide(ctx, p.engine, b, enc, si, nil, view, &sk)
 					continue
 				}
 				tctx := ottlspan.NewTransformContext(view.rs, view.ss, view.sp)
-				decide(ctx, p.engine, b, enc, si, tctx, &view, &sk)
+				decide(ctx, p.engine, b, enc, si, tctx, view, &sk)
 				tctx.Close()
 			}
 		}
