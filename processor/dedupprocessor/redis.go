@@ -135,7 +135,12 @@ func (e *engine) settle(ctx context.Context, b *batch) error {
 		b.answers = make([]redistier.Answer, len(b.claimed))
 	}
 	answers := b.answers[:len(b.claimed)]
-	err := e.tier.ClaimAnswers(ctx, b.redisToken, b.claimed, answers)
+	var err error
+	if e.cache.ClaimsStayDistinct(len(b.pending)) {
+		err = e.tier.ClaimDistinct(ctx, b.redisToken, b.claimed, answers)
+	} else {
+		err = e.tier.ClaimAnswers(ctx, b.redisToken, b.claimed, answers)
+	}
 	if err == nil {
 		err = e.awaitPending(ctx, b, answers)
 	}

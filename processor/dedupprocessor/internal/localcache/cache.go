@@ -63,9 +63,10 @@ type shard struct {
 // Cache is safe for concurrent use. Claims of different digests mostly take
 // different locks; no lock is held across more than one digest.
 type Cache struct {
-	shards []shard
-	mask   uint64
-	window int64
+	shards   []shard
+	mask     uint64
+	window   int64
+	minShard int // capacity of the smallest shard
 }
 
 // New returns a cache of at most maxEntries digests, each remembered for
@@ -74,6 +75,7 @@ func New(maxEntries int, windowNanos int64) *Cache {
 	n := shardCount(maxEntries)
 	c := &Cache{shards: make([]shard, n), mask: uint64(n - 1), window: windowNanos}
 	base, extra := maxEntries/n, maxEntries%n
+	c.minShard = base
 	for i := range c.shards {
 		size := base
 		if i < extra {
@@ -126,6 +128,14 @@ func (c *Cache) Claim(d digest.Digest, token uint64, now int64) (Result, uint64)
 	s.mu.Unlock()
 	return Claimed, token
 }
+
+// ClaimsStayDistinct reports whether a ClaimBatch of n digests is sure to
+// answer Claimed at most once per digest. It can answer twice only if the
+// batch itself evicts a digest it claimed before meeting it again, which
+// takes more claims in one shard than the shard holds: impossible when n is
+// no larger than the smallest shard, since a batch holds each shard's lock
+// over all of its claims there.
+func (c *Cache) ClaimsStayDistinct(n int) bool { return n <= c.minShard }
 
 // Insert remembers d as held until expires (unix nanoseconds) without a
 // token, e.g. when restoring a snapshot. It returns false if d is already

@@ -59,6 +59,42 @@ func runContractSuite(t *testing.T, tg suiteTarget) {
 			wantClaimed(t, claim(t, tr, "tok-d", ds...), false, false, false)
 		})
 
+		t.Run("distinct claims answer as claims do", func(t *testing.T) {
+			t.Parallel()
+			tr := newTier(t, "distinct:")
+			ds := digests(t, "", 300)
+			got := make([]Answer, len(ds))
+			for _, tok := range []string{"tok-a", "tok-p"} {
+				part := ds[:100]
+				if tok == "tok-p" {
+					part = ds[100:200]
+				}
+				if err := tr.ClaimDistinct(ctx, tok, part, got); err != nil {
+					t.Fatal(err)
+				}
+				for i, a := range got[:100] {
+					if a != Claimed {
+						t.Fatalf("%s: answer %d = %v", tok, i, a)
+					}
+				}
+			}
+			commit(t, tr, "tok-a", ds[:100]...)
+			// 100 delivered, 100 pending under tok-p, 100 free.
+			if err := tr.ClaimDistinct(ctx, "tok-b", ds, got); err != nil {
+				t.Fatal(err)
+			}
+			want := make([]Answer, len(ds))
+			if err := tr.ClaimAnswers(ctx, "tok-b", ds, want); err != nil { // tok-b's own: Claimed again
+				t.Fatal(err)
+			}
+			for i, a := range got {
+				w := []Answer{Held, Pending, Claimed}[i/100]
+				if a != w || want[i] != w {
+					t.Fatalf("digest %d: ClaimDistinct %v, ClaimAnswers %v, want %v", i, a, want[i], w)
+				}
+			}
+		})
+
 		t.Run("pending and committed holders are told apart", func(t *testing.T) {
 			t.Parallel()
 			tr := newTier(t, "answers:")

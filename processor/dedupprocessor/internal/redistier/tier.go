@@ -267,17 +267,25 @@ const (
 // another claim is told apart as Held (committed) or Pending. On error,
 // every answer is Held.
 func (t *Tier) ClaimAnswers(ctx context.Context, token string, ds []digest.Digest, answers []Answer) error {
-	return t.claimAs(ctx, OpClaim, token, ds, answers)
+	return t.claimAs(ctx, OpClaim, token, ds, answers, false)
+}
+
+// ClaimDistinct is ClaimAnswers for a caller that never passes a digest
+// twice in one call: it skips looking for repeats (a map of the batch's
+// digests, about a fifth of the client's CPU per claim). A digest passed
+// twice anyway would be answered Claimed at both positions.
+func (t *Tier) ClaimDistinct(ctx context.Context, token string, ds []digest.Digest, answers []Answer) error {
+	return t.claimAs(ctx, OpClaim, token, ds, answers, true)
 }
 
 // Recheck is ClaimAnswers for digests a previous call of the same token
 // found Pending, reported to Observe as OpRecheck so that waiting on other
 // claims is told apart from claiming.
 func (t *Tier) Recheck(ctx context.Context, token string, ds []digest.Digest, answers []Answer) error {
-	return t.claimAs(ctx, OpRecheck, token, ds, answers)
+	return t.claimAs(ctx, OpRecheck, token, ds, answers, false)
 }
 
-func (t *Tier) claimAs(ctx context.Context, op, token string, ds []digest.Digest, answers []Answer) error {
+func (t *Tier) claimAs(ctx context.Context, op, token string, ds []digest.Digest, answers []Answer, distinct bool) error {
 	if len(answers) < len(ds) {
 		return fmt.Errorf("dedup: redis claim: %d results for %d digests", len(answers), len(ds))
 	}
@@ -290,7 +298,7 @@ func (t *Tier) claimAs(ctx context.Context, op, token string, ds []digest.Digest
 		return nil
 	}
 	err := t.call(ctx, op, func(ctx context.Context) error {
-		return t.claim(ctx, token, ds, answers)
+		return t.claim(ctx, token, ds, answers, distinct)
 	})
 	if err != nil {
 		clear(answers)
@@ -330,7 +338,9 @@ func (t *Tier) Release(ctx context.Context, token string, ds []digest.Digest) er
 		return nil
 	}
 	return t.call(ctx, OpRelease, func(ctx context.Context) error {
-		b := t.prepare(ds)
+		// A repeated digest is harmless here (its second delete finds
+		// nothing), so no need to look for repeats.
+		b := t.prepare(ds, true)
 		defer b.free()
 		return t.execScripts(ctx, t.scriptCmds(ctx, releaseScript, b, token, ds))
 	})
@@ -408,8 +418,8 @@ func (b *batch) free() {
 const smallBatch = 16
 
 // prepare groups the digests of ds, dropping repeats of a digest within ds
-// (their claimed entries stay false).
-func (t *Tier) prepare(ds []digest.Digest) *batch {
+// (their claimed entries stay false) unless distinct says there are none.
+func (t *Tier) prepare(ds []digest.Digest, distinct bool) *batch {
 	b := batchPool.Get().(*batch)
 	ng := len(t.layout.groups)
 	b.bounds = resize(b.bounds, ng+1)
@@ -417,29 +427,15 @@ func (t *Tier) prepare(ds []digest.Digest) *batch {
 	b.next = resize(b.next, ng)
 	b.unique = resize(b.unique, len(ds))
 	clear(b.unique)
-	if len(ds) > smallBatch && b.seen == nil {
+	if !distinct && len(ds) > smallBatch && b.seen == nil {
 		b.seen = make(map[digest.Digest]struct{}, len(ds))
 	}
 	// Count per group, then place: a counting sort that keeps ds's order
 	// within each group.
 	unique := b.unique
 	for i, d := range ds {
-		if len(ds) <= smallBatch {
-			dup := false
-			for _, e := range ds[:i] {
-				if e == d {
-					dup = true
-					break
-				}
-			}
-			if dup {
-				continue
-			}
-		} else {
-			if _, dup := b.seen[d]; dup {
-				continue
-			}
-			b.seen[d] = struct{}{}
+		if !distinct && b.repeated(ds, i) {
+			continue
 		}
 		unique[i] = true
 		b.bounds[t.layout.groupOf(d)+1]++
@@ -459,6 +455,24 @@ func (t *Tier) prepare(ds []digest.Digest) *batch {
 		next[g]++
 	}
 	return b
+}
+
+// repeated reports whether ds[i] occurred earlier in ds.
+func (b *batch) repeated(ds []digest.Digest, i int) bool {
+	d := ds[i]
+	if len(ds) <= smallBatch {
+		for _, e := range ds[:i] {
+			if e == d {
+				return true
+			}
+		}
+		return false
+	}
+	if _, dup := b.seen[d]; dup {
+		return true
+	}
+	b.seen[d] = struct{}{}
+	return false
 }
 
 // resize returns s with length n, reusing its array if it is large enough.
@@ -554,8 +568,8 @@ func (t *Tier) scriptCmds(ctx context.Context, s *redis.Script, b *batch, token 
 }
 
 // claim runs the claim script over ds and fills answers.
-func (t *Tier) claim(ctx context.Context, token string, ds []digest.Digest, answers []Answer) error {
-	b := t.prepare(ds)
+func (t *Tier) claim(ctx context.Context, token string, ds []digest.Digest, answers []Answer, distinct bool) error {
+	b := t.prepare(ds, distinct)
 	defer b.free()
 	calls := t.scriptCmds(ctx, claimScript, b, token, ds)
 	if err := t.execScripts(ctx, calls); err != nil {
