@@ -75,28 +75,19 @@ func (c *Cache) ClaimBatch(ds []digest.Digest, token uint64, now int64, out []Re
 	}
 }
 
-// prefetch reads the index cells the coming claims will probe first, and
-// those of the keys they may evict from the head of the ring. The values are
-// discarded; the point is that these independent loads overlap.
+// prefetch reads the index cells the coming claims will probe first. The
+// values are discarded; the point is that these independent loads overlap.
+// (Evicting the oldest keys needs no index cell: see cell.)
 func (s *shard) prefetch(ds []digest.Digest, group []int32) {
 	x := &s.index
 	var acc cell
-	count := len(group)
 	if group == nil {
-		count = len(ds)
 		for _, d := range ds {
-			acc ^= x.cells[uint64(fingerprint(d))&x.mask]
+			acc ^= x.cells[x.home(fingerprint(d))]
 		}
 	} else {
 		for _, i := range group {
-			acc ^= x.cells[uint64(fingerprint(ds[i]))&x.mask]
-		}
-	}
-	if s.used+count > s.size {
-		evict := min(s.used+count-s.size, s.used)
-		for k := 0; k < evict; k++ {
-			sl := s.at((s.head + k) % s.size)
-			acc ^= x.cells[uint64(fingerprint(sl.d))&x.mask]
+			acc ^= x.cells[x.home(fingerprint(ds[i]))]
 		}
 	}
 	s.sink = acc
@@ -104,17 +95,19 @@ func (s *shard) prefetch(ds []digest.Digest, group []int32) {
 
 // claim is Claim under the shard's lock, with expiry already done.
 func (s *shard) claim(d digest.Digest, token uint64, now, window int64) Result {
-	if pos, ci, ok := s.find(d); ok {
+	pos, ci, ok, free := s.find(d)
+	if ok {
 		sl := s.at(pos)
 		switch {
 		case sl.expires <= now:
 			s.forget(sl, ci)
+			free = noCell // forget moved cells
 		case token != NoToken && sl.token == token:
 			return HeldBySelf
 		default:
 			return Held
 		}
 	}
-	s.push(d, now+window, token, now)
+	s.push(d, now+window, token, now, free)
 	return Claimed
 }

@@ -71,7 +71,7 @@ func TestClaimsStayDistinct(t *testing.T) {
 	}
 	small := New(4, 1<<40)
 	batch := ds(1, 2, 3, 1, 2, 3)
-	if !small.ClaimsStayDistinct(len(batch) - 2) || small.ClaimsStayDistinct(len(batch)-1) {
+	if !small.ClaimsStayDistinct(len(batch)-2) || small.ClaimsStayDistinct(len(batch)-1) {
 		t.Fatal("a 4-entry cache must promise batches of up to 4 and no more")
 	}
 	if got := claimed(small, batch[:4]); got != 3 {

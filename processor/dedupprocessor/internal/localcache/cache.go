@@ -6,12 +6,14 @@
 // ring in claim order: the head is both the next key to expire and the oldest
 // key, which makes expiry and evict-oldest-first the same O(1) pop.
 //
-// A key is found through an open-addressing index of 8-byte cells (ring
-// position and 32 bits of the digest), so a lookup touches one index cell and,
-// only when those 32 bits match, the ring slot. A key costs a 32-byte ring
-// slot and one or two index cells: about 50 bytes at any size. Neither the
-// ring nor the index holds pointers, so the garbage collector never scans
-// them, however many keys are remembered.
+// A key is found through an open-addressing index of 8-byte cells (32 bits
+// of the digest and the key's sequence number in the ring), so a lookup
+// touches one index cell and, only when those 32 bits match, the ring slot.
+// Evicting or expiring the oldest key touches no index cell: its cell turns
+// stale as the head of the ring passes it, and is reused or dropped later
+// (see cell). A key costs a 32-byte ring slot and two index cells: about 48
+// bytes at any size. Neither the ring nor the index holds pointers, so the
+// garbage collector never scans them, however many keys are remembered.
 package localcache
 
 import (
@@ -51,10 +53,11 @@ type shard struct {
 	mu      sync.Mutex
 	index   index
 	chunks  [][]slot
-	size    int // ring capacity of this shard
-	head    int // position of the oldest slot
-	used    int // slots between head and tail, released ones included
-	live    int // slots holding a key
+	size    int    // ring capacity of this shard
+	head    int    // position of the oldest slot
+	headSeq uint32 // its sequence number: keys are numbered as pushed
+	used    int    // slots between head and tail, released ones included
+	live    int    // slots holding a key
 	evicted int64
 	sink    cell     // where prefetch leaves its reads
 	_       [32]byte // keep shards on separate cache lines
@@ -109,12 +112,14 @@ func (c *Cache) Claim(d digest.Digest, token uint64, now int64) (Result, uint64)
 	s := c.shardOf(d)
 	s.mu.Lock()
 	s.expire(now)
-	if pos, ci, ok := s.find(d); ok {
+	pos, ci, ok, free := s.find(d)
+	if ok {
 		sl := s.at(pos)
 		switch {
 		case sl.expires <= now:
 			// Only an inserted key can expire behind a later one; it is gone.
 			s.forget(sl, ci)
+			free = noCell // forget moved cells
 		case token != NoToken && sl.token == token:
 			s.mu.Unlock()
 			return HeldBySelf, token
@@ -124,7 +129,7 @@ func (c *Cache) Claim(d digest.Digest, token uint64, now int64) (Result, uint64)
 			return Held, owner
 		}
 	}
-	s.push(d, now+c.window, token, now)
+	s.push(d, now+c.window, token, now, free)
 	s.mu.Unlock()
 	return Claimed, token
 }
@@ -148,10 +153,11 @@ func (c *Cache) Insert(d digest.Digest, expires, now int64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.expire(now)
-	if _, _, ok := s.find(d); ok {
+	_, _, ok, free := s.find(d)
+	if ok {
 		return false
 	}
-	s.push(d, expires, NoToken, now)
+	s.push(d, expires, NoToken, now, free)
 	return true
 }
 
@@ -161,7 +167,7 @@ func (c *Cache) Release(d digest.Digest, token uint64) bool {
 	s := c.shardOf(d)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	pos, ci, ok := s.find(d)
+	pos, ci, ok, _ := s.find(d)
 	if !ok {
 		return false
 	}
@@ -180,7 +186,7 @@ func (c *Cache) Disown(d digest.Digest, token uint64) {
 	s := c.shardOf(d)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if pos, _, ok := s.find(d); ok {
+	if pos, _, ok, _ := s.find(d); ok {
 		if sl := s.at(pos); sl.token == token {
 			sl.token = NoToken
 		}
@@ -256,14 +262,29 @@ func (s *shard) expire(now int64) {
 	}
 }
 
-// find returns the ring position holding d and the index cell pointing to it.
-func (s *shard) find(d digest.Digest) (pos int, ci uint64, ok bool) {
-	ci, ok = s.index.lookup(d, s)
-	if !ok {
-		return 0, 0, false
-	}
-	return s.index.cells[ci].pos(), ci, true
+// find returns the ring position holding d and the index cell pointing to
+// it; if d is absent, the cell push may use for it (see index.lookup).
+func (s *shard) find(d digest.Digest) (pos int, ci uint64, ok bool, free uint64) {
+	ci, pos, ok, free = s.index.lookup(d, s)
+	return pos, ci, ok, free
 }
+
+// posOf returns the ring position of the key numbered seq, and false if
+// that key has left the ring (its index cell is stale).
+func (s *shard) posOf(seq uint32) (int, bool) {
+	off := seq - s.headSeq
+	if off >= uint32(s.used) {
+		return 0, false
+	}
+	pos := s.head + int(off)
+	if pos >= s.size {
+		pos -= s.size
+	}
+	return pos, true
+}
+
+// tailSeq is the sequence number the next pushed key gets.
+func (s *shard) tailSeq() uint32 { return s.headSeq + uint32(s.used) }
 
 // forget removes a held key found at index cell ci, leaving its ring slot
 // released.
@@ -273,15 +294,13 @@ func (s *shard) forget(sl *slot, ci uint64) {
 	s.live--
 }
 
-// pop drops the head of the ring. Its index cell is the one with the head's
-// position and fingerprint: found by comparing cells alone, no slot read.
+// pop drops the head of the ring. Its index cell, if it has one, turns
+// stale by the head moving past it: no index work.
 func (s *shard) pop(sl *slot) {
 	if sl.expires != 0 {
-		if i, ok := s.index.locate(makeCell(sl.d, s.head)); ok {
-			s.index.remove(i)
-		}
 		s.live--
 	}
+	s.headSeq++
 	s.head++
 	if s.head == s.size {
 		s.head = 0
@@ -293,7 +312,8 @@ func (s *shard) pop(sl *slot) {
 // A key given to Insert may expire before keys ahead of it in the ring; it
 // then waits for the head to reach it (counting toward the bound meanwhile),
 // and Claim treats it as absent once its expiry has passed.
-func (s *shard) push(d digest.Digest, expires int64, token uint64, now int64) {
+// free is the index cell find offered, or noCell.
+func (s *shard) push(d digest.Digest, expires int64, token uint64, now int64, free uint64) {
 	if s.used == s.size {
 		sl := s.at(s.head)
 		if sl.expires > now {
@@ -307,10 +327,7 @@ func (s *shard) push(d digest.Digest, expires int64, token uint64, now int64) {
 	}
 	sl := s.at(pos)
 	*sl = slot{d: d, expires: expires, token: token}
-	if s.index.full() {
-		s.index.grow()
-	}
-	s.index.insert(d, pos)
+	s.index.insertAt(free, fingerprint(d), s.tailSeq(), s)
 	s.used++
 	s.live++
 }

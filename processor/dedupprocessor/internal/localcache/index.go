@@ -1,106 +1,250 @@
 package localcache
 
 import (
-	"math/bits"
-
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
 )
 
-// cell is one index entry: the ring position plus one, in the low 32 bits
-// (0 marks an empty cell), and 32 bits of the digest, in the high 32 bits,
-// compared before the ring slot is touched.
+// cell is one index entry: 32 bits of the digest (the fingerprint) in the
+// high half, compared before the ring slot is touched, and in the low half
+// the key's sequence number in its shard's ring, from which its ring
+// position follows. 0 marks an empty cell; the fingerprint's low bit is
+// always set, so no entry is 0.
+//
+// An evicted or expired key leaves its cell behind: its sequence number
+// has fallen behind the head of the ring, which makes the cell stale
+// without any write. Evicting the oldest key therefore costs no index work
+// (before, it was a random read and a delete in an index far larger than the
+// CPU caches, as much as the claim itself). A stale cell is taken over by
+// the next insert whose probe passes it, and when stale cells crowd the
+// index, it is rebuilt from its live cells (see reserve).
+//
+// Sequence numbers are compared modulo 2^32 against the ring's window of at
+// most size < 2^32 keys, so a live cell is always recognised as live. A
+// stale cell that survived 2^32 further keys would look live again; that
+// costs nothing but its place, since a lookup still compares the slot's
+// whole digest, and it turns stale again when the head passes.
 type cell uint64
 
-func (c cell) pos() int            { return int(uint32(c)) - 1 }
+func (c cell) seq() uint32         { return uint32(c) }
 func (c cell) fingerprint() uint32 { return uint32(c >> 32) }
 
-func makeCell(d digest.Digest, pos int) cell {
-	return cell(uint64(fingerprint(d))<<32 | uint64(uint32(pos+1)))
-}
+func makeCell(fp, seq uint32) cell { return cell(uint64(fp)<<32 | uint64(seq)) }
 
-// The shard is chosen by the low bits of Lo, independent of Hi. The low 32
-// bits of Hi are the fingerprint, and their low bits the home cell, so a
-// cell alone says where it belongs: growing and deleting never read the ring.
-func fingerprint(d digest.Digest) uint32 { return uint32(d.Hi) }
+// fingerprint is the part of d the index keeps. The shard is chosen by the
+// low bits of Lo, independent of Hi; the home cell by the high bits of the
+// fingerprint, so a cell alone says where it belongs: rebuilding and
+// deleting never read the ring.
+func fingerprint(d digest.Digest) uint32 { return uint32(d.Hi) | 1 }
 
-func (x *index) home(c cell) uint64 { return uint64(c.fingerprint()) & x.mask }
-
-// index maps digests to ring positions with linear probing. It grows by
-// doubling, from a small start up to the size its shard's capacity needs at
-// a load of at most 3/4, so an idle cache with a large bound stays small.
+// index maps digests to ring sequence numbers with linear probing. At full
+// size it has twice as many cells as its shard has ring slots, so live keys
+// fill at most half of it; it starts small and doubles up to that size, so
+// an idle cache with a large bound stays small. Live and stale cells
+// together are kept to at most 3/4 of the cells.
 type index struct {
 	cells []cell
-	mask  uint64
-	count int
-	max   int // cells at full size
+	n     uint64 // len(cells)
+	count int    // cells not empty: live and stale
+	max   int    // cells at full size
 }
 
 const minIndexCells = 1024
 
 func (x *index) init(capacity int) {
-	x.max = 1 << bits.Len(uint(capacity*4/3+1))
-	n := min(minIndexCells, x.max)
+	x.max = 2 * max(capacity, 1)
+	x.alloc(min(minIndexCells, x.max))
+}
+
+func (x *index) alloc(n int) {
 	x.cells = make([]cell, n)
-	x.mask = uint64(n - 1)
+	x.n = uint64(n)
 	x.count = 0
 }
 
-// full reports whether one more entry would pass a load of 3/4 and the
-// index may still grow.
-func (x *index) full() bool {
-	return (x.count+1)*4 > len(x.cells)*3 && len(x.cells) < x.max
+// home is where the probe for fingerprint fp starts: a multiply-shift maps
+// the fingerprint onto any number of cells, not only powers of two.
+func (x *index) home(fp uint32) uint64 { return uint64(fp) * x.n >> 32 }
+
+func (x *index) next(i uint64) uint64 {
+	i++
+	if i == x.n {
+		return 0
+	}
+	return i
 }
 
-// lookup returns the cell index holding d.
-func (x *index) lookup(d digest.Digest, s *shard) (uint64, bool) {
+// dist is how far cell j lies after cell i, going round.
+func (x *index) dist(i, j uint64) uint64 {
+	if j >= i {
+		return j - i
+	}
+	return j + x.n - i
+}
+
+// noCell is a cell index no index has.
+const noCell = ^uint64(0)
+
+// lookup returns the cell holding d and d's ring position. The probe passes
+// stale cells and ends at an empty cell. When d is absent, free is where
+// insertAt may put it: the first stale cell of the probe, or the empty cell
+// that ended it.
+func (x *index) lookup(d digest.Digest, s *shard) (ci uint64, pos int, ok bool, free uint64) {
 	fp := fingerprint(d)
-	for i := uint64(fp) & x.mask; ; i = (i + 1) & x.mask {
+	free = noCell
+	for i := x.home(fp); ; i = x.next(i) {
 		c := x.cells[i]
 		if c == 0 {
-			return 0, false
+			x.trim(i, s)
+			if free == noCell {
+				free = i
+			}
+			return 0, 0, false, free
 		}
-		if c.fingerprint() == fp && s.at(c.pos()).d == d {
-			return i, true
+		p, live := s.posOf(c.seq())
+		if !live {
+			if free == noCell {
+				free = i
+			}
+			continue
+		}
+		if c.fingerprint() == fp {
+			if sl := s.at(p); sl.d == d && sl.expires != 0 {
+				return i, p, true, noCell
+			}
 		}
 	}
 }
 
-// locate returns the index of cell c. A cell is unique, since no two live
-// keys share a ring position.
-func (x *index) locate(c cell) (uint64, bool) {
-	for i := x.home(c); ; i = (i + 1) & x.mask {
-		switch x.cells[i] {
-		case c:
-			return i, true
-		case 0:
-			return 0, false
+// trim empties the stale cells that end the run before the empty cell i.
+// A cell followed by an empty one is on no other cell's probe path, so it
+// can be emptied without moving any: this keeps runs short between
+// rebuilds at the cost of a few reads of cells just loaded. A free cell
+// lookup chose among them is then empty, and still where d's probe ends.
+func (x *index) trim(i uint64, s *shard) {
+	for {
+		if i == 0 {
+			i = x.n
+		}
+		i--
+		c := x.cells[i]
+		if c == 0 {
+			return
+		}
+		if _, live := s.posOf(c.seq()); live {
+			return
+		}
+		x.cells[i] = 0
+		x.count--
+	}
+}
+
+// insertAt adds a cell for the key with fingerprint fp at ring sequence
+// seq, at cell free if lookup found it and the index has not changed since,
+// else (free is noCell) wherever a probe finds room.
+func (x *index) insertAt(free uint64, fp, seq uint32, s *shard) {
+	if free != noCell {
+		if x.cells[free] != 0 { // stale: taken over
+			x.cells[free] = makeCell(fp, seq)
+			return
+		}
+		if x.reserve(s) {
+			x.cells[free] = makeCell(fp, seq)
+			x.count++
+			return
 		}
 	}
+	x.insert(fp, seq, s)
 }
 
-// insert adds d at ring position pos; d must not be present.
-func (x *index) insert(d digest.Digest, pos int) {
-	x.place(makeCell(d, pos))
-	x.count++
-}
-
-func (x *index) place(c cell) {
-	i := x.home(c)
-	for x.cells[i] != 0 {
-		i = (i + 1) & x.mask
+// insert adds a cell for the key with fingerprint fp at ring sequence seq;
+// the key must not be present. It takes the first stale or empty cell of
+// the probe.
+func (x *index) insert(fp, seq uint32, s *shard) {
+	for {
+		i := x.home(fp)
+		for {
+			c := x.cells[i]
+			if c == 0 {
+				break
+			}
+			if _, live := s.posOf(c.seq()); !live {
+				x.cells[i] = makeCell(fp, seq) // a stale cell taken over
+				return
+			}
+			i = x.next(i)
+		}
+		if x.reserve(s) {
+			x.cells[i] = makeCell(fp, seq)
+			x.count++
+			return
+		}
+		// Rebuilt: probe again.
 	}
-	x.cells[i] = c
 }
 
-// grow doubles the index and re-places every cell.
-func (x *index) grow() {
+// reserve makes room for one more non-empty cell: it reports true if there
+// is room, or rebuilds the index and reports false, so the caller probes
+// again. After a rebuild there is room: the live cells fill at most half of
+// the full-size index, and the ring has just been given a free slot.
+func (x *index) reserve(s *shard) bool {
+	if (x.count+1)*4 <= int(x.n)*3 {
+		return true
+	}
+	x.rebuild(s)
+	return false
+}
+
+// rebuild drops the stale cells. While the live cells alone would fill
+// more than half of the array and it is below full size, it moves them into
+// one twice as large; otherwise it deletes the stale cells in place, with
+// no allocation. It reads cells only.
+func (x *index) rebuild(s *shard) {
+	n := int(x.n)
+	for (s.live+1)*2 > n && n < x.max {
+		n = min(2*n, x.max)
+	}
+	if n == int(x.n) {
+		x.purge(s)
+		return
+	}
 	old := x.cells
-	x.cells = make([]cell, 2*len(old))
-	x.mask = uint64(len(x.cells) - 1)
+	x.alloc(n)
 	for _, c := range old {
-		if c != 0 {
-			x.place(c)
+		if c == 0 {
+			continue
 		}
+		if _, live := s.posOf(c.seq()); !live {
+			continue
+		}
+		i := x.home(c.fingerprint())
+		for x.cells[i] != 0 {
+			i = x.next(i)
+		}
+		x.cells[i] = c
+		x.count++
+	}
+}
+
+// purge deletes every stale cell in place. It walks once round the array
+// from an empty cell, so no probe run is cut by the start of the walk; a
+// deletion shifts later cells of the run back into the hole, which is then
+// looked at again.
+func (x *index) purge(s *shard) {
+	start := uint64(0)
+	for x.cells[start] != 0 {
+		start++ // count < n: there is an empty cell
+	}
+	i := x.next(start)
+	for steps := uint64(1); steps < x.n; {
+		c := x.cells[i]
+		if c != 0 {
+			if _, live := s.posOf(c.seq()); !live {
+				x.remove(i)
+				continue
+			}
+		}
+		i = x.next(i)
+		steps++
 	}
 }
 
@@ -109,10 +253,10 @@ func (x *index) grow() {
 func (x *index) remove(i uint64) {
 	x.cells[i] = 0
 	x.count--
-	for j := (i + 1) & x.mask; x.cells[j] != 0; j = (j + 1) & x.mask {
-		home := x.home(x.cells[j])
+	for j := x.next(i); x.cells[j] != 0; j = x.next(j) {
+		home := x.home(x.cells[j].fingerprint())
 		// Move cell j into the hole at i if its home is not in (i, j].
-		if (j-home)&x.mask >= (j-i)&x.mask {
+		if x.dist(home, j) >= x.dist(i, j) {
 			x.cells[i], x.cells[j] = x.cells[j], 0
 			i = j
 		}

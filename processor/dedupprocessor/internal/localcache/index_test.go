@@ -1,6 +1,7 @@
 package localcache
 
 import (
+	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -16,14 +17,24 @@ import (
 func TestCacheMatchesReferenceUnderChurn(t *testing.T) {
 	// 500 fits the first index size; 5000 makes the index grow thrice.
 	for _, bound := range []int{500, 5000} {
-		churn(t, bound)
+		churn(t, bound, 0)
 	}
 }
 
-func churn(t *testing.T, bound int) {
+// TestCacheSurvivesSequenceWrap runs the same churn with ring sequence
+// numbers starting just before they wrap around 2^32, so stale and live
+// index cells are told apart across the wrap.
+func TestCacheSurvivesSequenceWrap(t *testing.T) {
+	churn(t, 500, math.MaxUint32-2000)
+}
+
+func churn(t *testing.T, bound int, seqStart uint32) {
 	window := int64(bound) * 3 // long enough for the bound to be reached
 	rng := rand.New(rand.NewPCG(1, 2))
 	c := New(bound, window)
+	for i := range c.shards {
+		c.shards[i].headSeq = seqStart
+	}
 	type entry struct {
 		d       digest.Digest
 		expires int64
