@@ -1,6 +1,8 @@
 package identity
 
 import (
+	"bytes"
+	"encoding/binary"
 	"fmt"
 	"strings"
 	"testing"
@@ -236,8 +238,8 @@ func TestResetDropsHugeBuffers(t *testing.T) {
 	var e Encoder
 	e.String(string(make([]byte, 1<<20)))
 	e.Reset()
-	if cap(e.buf) > maxRetainedBuffer {
-		t.Fatalf("kept a %d-byte buffer after Reset", cap(e.buf))
+	if len(e.buf) > maxRetainedBuffer {
+		t.Fatalf("kept a %d-byte buffer after Reset", len(e.buf))
 	}
 }
 
@@ -262,4 +264,40 @@ func FuzzEncodingIsInjective(f *testing.F) {
 			t.Fatalf("Value and Any differ for %q", s)
 		}
 	})
+}
+
+// TestEncodingAcrossTheInPlaceBuffer checks the bytes of encodings that
+// start in the Encoder's in-place array and outgrow it, and of the small
+// encodings that follow a large one, against the format written out by
+// hand: tag, uvarint length, bytes.
+func TestEncodingAcrossTheInPlaceBuffer(t *testing.T) {
+	str := func(s string) []byte {
+		b := []byte{tagString}
+		b = binary.AppendUvarint(b, uint64(len(s)))
+		return append(b, s...)
+	}
+	var e Encoder
+	for _, n := range []int{0, 1, 127, 128, initialBuffer - 20, initialBuffer - 6, initialBuffer - 5, initialBuffer, 3 * initialBuffer, 5, 70 << 10, 9} {
+		head := strings.Repeat("h", n)
+		e.Reset()
+		e.String(head)
+		e.String("tail")
+		e.Uint(7)
+		want := append(append(str(head), str("tail")...), tagUint, 0, 0, 0, 0, 0, 0, 0, 7)
+		if !bytes.Equal(e.Encoded(), want) {
+			t.Fatalf("head of %d bytes: encoded %d bytes, want %d (first difference at %d)", n, e.Len(), len(want), firstDiff(e.Encoded(), want))
+		}
+		if e.Digest() != digest.Of(want) {
+			t.Fatalf("head of %d bytes: digest differs from the digest of the bytes", n)
+		}
+	}
+}
+
+func firstDiff(a, b []byte) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
 }
