@@ -13,8 +13,9 @@
 //     waits (bounded by -load-wait) for the 1-minute load average to drop
 //     below -load-max, since the machine is shared;
 //  2. runs BenchmarkConsumeLogs (batch 1000, 30% duplicates, cache empty and
-//     full with 10^6 keys, content and event.id keys) and the local cache's
-//     BenchmarkClaim, BenchmarkClaimBatch and BenchmarkMemoryPerKey, -count
+//     full with 10^6 keys, content and event.id keys), BenchmarkDecide (key
+//     derivation alone) and the local cache's BenchmarkClaim,
+//     BenchmarkClaimBatch, BenchmarkMemoryPerKey and BenchmarkMemoryLatency, -count
 //     times on one core (-cpu 1), and summarizes them with benchstat;
 //  3. sweeps the processor's throughput on one core over duplicate ratios
 //     and batch sizes (sweep.csv) and draws the chart (throughput.png);
@@ -63,7 +64,8 @@ const (
 	processorPkg          = "./processor/dedupprocessor"
 	localcachePkg         = "./processor/dedupprocessor/internal/localcache"
 	consumeLogsBench      = `^BenchmarkConsumeLogs$/^cache=(empty|1M)$/^key=/^batch=1000$/^dup=30%$`
-	localcacheBench       = `^(BenchmarkClaim|BenchmarkClaimBatch|BenchmarkMemoryPerKey)$`
+	decideBench           = `^BenchmarkDecide$`
+	localcacheBench       = `^(BenchmarkClaim|BenchmarkClaimBatch|BenchmarkMemoryPerKey|BenchmarkMemoryLatency)$`
 	profileBench          = `^BenchmarkConsumeLogs$/^cache=1M$/^key=content$/^batch=1000$/^dup=30%$`
 	consumeLogsName       = "BenchmarkConsumeLogs/cache=%s/key=%s/batch=1000/dup=30%%"
 	// The processor's ConsumeLogs, not the benchmark function around it
@@ -247,6 +249,7 @@ func run(ctx context.Context, o options) error {
 		var raw bytes.Buffer
 		for _, job := range []struct{ pkg, pattern string }{
 			{processorPkg, consumeLogsBench},
+			{processorPkg, decideBench},
 			{localcachePkg, localcacheBench},
 		} {
 			args := []string{"-test.run", "^$", "-test.bench", job.pattern, "-test.benchmem", "-test.cpu", "1",
