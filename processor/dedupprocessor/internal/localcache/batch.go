@@ -27,7 +27,7 @@ func (c *Cache) ClaimBatch(ds []digest.Digest, token uint64, now int64, out []Re
 		s.expire(now)
 		s.prefetch(ds, nil)
 		for i, d := range ds {
-			out[i] = s.claim(d, token, now, c.window)
+			out[i], _ = s.claim(d, token, now, c.window)
 		}
 		s.mu.Unlock()
 		return
@@ -68,7 +68,7 @@ func (c *Cache) ClaimBatch(ds []digest.Digest, token uint64, now int64, out []Re
 		s.expire(now)
 		s.prefetch(ds, group)
 		for _, i := range group {
-			out[i] = s.claim(ds[i], token, now, c.window)
+			out[i], _ = s.claim(ds[i], token, now, c.window)
 		}
 		s.mu.Unlock()
 		begin = end
@@ -93,21 +93,23 @@ func (s *shard) prefetch(ds []digest.Digest, group []int32) {
 	s.sink = acc
 }
 
-// claim is Claim under the shard's lock, with expiry already done.
-func (s *shard) claim(d digest.Digest, token uint64, now, window int64) Result {
+// claim is Claim under the shard's lock, with expiry already done. It
+// returns the token that holds d.
+func (s *shard) claim(d digest.Digest, token uint64, now, window int64) (Result, uint64) {
 	pos, ci, ok, free := s.find(d)
 	if ok {
 		sl := s.at(pos)
 		switch {
 		case sl.expires <= now:
+			// Only an inserted key can expire behind a later one; it is gone.
 			s.forget(sl, ci)
 			free = noCell // forget moved cells
 		case token != NoToken && sl.token == token:
-			return HeldBySelf
+			return HeldBySelf, token
 		default:
-			return Held
+			return Held, sl.token
 		}
 	}
 	s.push(d, now+window, token, now, free)
-	return Claimed
+	return Claimed, token
 }

@@ -112,26 +112,9 @@ func (c *Cache) Claim(d digest.Digest, token uint64, now int64) (Result, uint64)
 	s := c.shardOf(d)
 	s.mu.Lock()
 	s.expire(now)
-	pos, ci, ok, free := s.find(d)
-	if ok {
-		sl := s.at(pos)
-		switch {
-		case sl.expires <= now:
-			// Only an inserted key can expire behind a later one; it is gone.
-			s.forget(sl, ci)
-			free = noCell // forget moved cells
-		case token != NoToken && sl.token == token:
-			s.mu.Unlock()
-			return HeldBySelf, token
-		default:
-			owner := sl.token
-			s.mu.Unlock()
-			return Held, owner
-		}
-	}
-	s.push(d, now+c.window, token, now, free)
+	res, owner := s.claim(d, token, now, c.window)
 	s.mu.Unlock()
-	return Claimed, token
+	return res, owner
 }
 
 // ClaimsStayDistinct reports whether a ClaimBatch of n digests is sure to
