@@ -11,8 +11,8 @@
 // touches one index cell and, only when those 32 bits match, the ring slot.
 // Evicting or expiring the oldest key touches no index cell: its cell turns
 // stale as the head of the ring passes it, and is reused or dropped later
-// (see cell). A key costs a 32-byte ring slot and two index cells: about 48
-// bytes at any size. Neither the ring nor the index holds pointers, so the
+// (see cell). A key costs a 32-byte ring slot and 2.5 index cells: about 52
+// bytes at any size once the cache has been full. Neither the ring nor the index holds pointers, so the
 // garbage collector never scans them, however many keys are remembered.
 package localcache
 

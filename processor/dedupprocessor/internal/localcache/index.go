@@ -37,10 +37,13 @@ func makeCell(fp, seq uint32) cell { return cell(uint64(fp)<<32 | uint64(seq)) }
 func fingerprint(d digest.Digest) uint32 { return uint32(d.Hi) | 1 }
 
 // index maps digests to ring sequence numbers with linear probing. At full
-// size it has twice as many cells as its shard has ring slots, so live keys
-// fill at most half of it; it starts small and doubles up to that size, so
-// an idle cache with a large bound stays small. Live and stale cells
-// together are kept to at most 3/4 of the cells.
+// size it has 2.5 cells per ring slot of its shard, so live keys fill at
+// most 40% of it; it starts small and doubles up to that size, so an idle
+// cache with a large bound stays small. Live and stale cells together are
+// kept to at most 3/4 of the cells: the 35% between is room for stale cells,
+// and the larger it is, the rarer the purges that delete them (2.5 cells per
+// slot rather than 2 made a full cache's claims about 10% cheaper, for 4
+// more bytes per key).
 type index struct {
 	cells []cell
 	n     uint64 // len(cells)
@@ -51,7 +54,7 @@ type index struct {
 const minIndexCells = 1024
 
 func (x *index) init(capacity int) {
-	x.max = 2 * max(capacity, 1)
+	x.max = 5 * max(capacity, 1) / 2
 	x.alloc(min(minIndexCells, x.max))
 }
 
@@ -184,7 +187,7 @@ func (x *index) insert(fp, seq uint32, s *shard) {
 
 // reserve makes room for one more non-empty cell: it reports true if there
 // is room, or rebuilds the index and reports false, so the caller probes
-// again. After a rebuild there is room: the live cells fill at most half of
+// again. After a rebuild there is room: the live cells fill at most 40% of
 // the full-size index, and the ring has just been given a free slot.
 func (x *index) reserve(s *shard) bool {
 	if (x.count+1)*4 <= int(x.n)*3 {
@@ -195,12 +198,12 @@ func (x *index) reserve(s *shard) bool {
 }
 
 // rebuild drops the stale cells. While the live cells alone would fill
-// more than half of the array and it is below full size, it moves them into
-// one twice as large; otherwise it deletes the stale cells in place, with
-// no allocation. It reads cells only.
+// more than 40% of the array and it is below full size, it moves them into
+// one twice as large (at most full size); otherwise it deletes the stale
+// cells in place, with no allocation. It reads cells only.
 func (x *index) rebuild(s *shard) {
 	n := int(x.n)
-	for (s.live+1)*2 > n && n < x.max {
+	for (s.live+1)*5/2 > n && n < x.max {
 		n = min(2*n, x.max)
 	}
 	if n == int(x.n) {
