@@ -96,7 +96,7 @@ func (s *shard) prefetch(ds []digest.Digest, group []int32) {
 // claim is Claim under the shard's lock, with expiry already done. It
 // returns the token that holds d.
 func (s *shard) claim(d digest.Digest, token uint64, now, window int64) (Result, uint64) {
-	pos, ci, ok, free := s.find(d)
+	pos, ci, ok, free := s.index.lookup(d, s)
 	if ok {
 		sl := s.at(pos)
 		switch {

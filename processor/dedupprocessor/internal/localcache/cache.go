@@ -136,7 +136,7 @@ func (c *Cache) Insert(d digest.Digest, expires, now int64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.expire(now)
-	_, _, ok, free := s.find(d)
+	_, _, ok, free := s.index.lookup(d, s)
 	if ok {
 		return false
 	}
@@ -150,7 +150,7 @@ func (c *Cache) Release(d digest.Digest, token uint64) bool {
 	s := c.shardOf(d)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	pos, ci, ok, _ := s.find(d)
+	pos, ci, ok, _ := s.index.lookup(d, s)
 	if !ok {
 		return false
 	}
@@ -169,7 +169,7 @@ func (c *Cache) Disown(d digest.Digest, token uint64) {
 	s := c.shardOf(d)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if pos, _, ok, _ := s.find(d); ok {
+	if pos, _, ok, _ := s.index.lookup(d, s); ok {
 		if sl := s.at(pos); sl.token == token {
 			sl.token = NoToken
 		}
@@ -243,13 +243,6 @@ func (s *shard) expire(now int64) {
 		}
 		s.pop(sl)
 	}
-}
-
-// find returns the ring position holding d and the index cell pointing to
-// it; if d is absent, the cell push may use for it (see index.lookup).
-func (s *shard) find(d digest.Digest) (pos int, ci uint64, ok bool, free uint64) {
-	ci, pos, ok, free = s.index.lookup(d, s)
-	return pos, ci, ok, free
 }
 
 // posOf returns the ring position of the key numbered seq, and false if

@@ -87,11 +87,11 @@ func (x *index) dist(i, j uint64) uint64 {
 // noCell is a cell index no index has.
 const noCell = ^uint64(0)
 
-// lookup returns the cell holding d and d's ring position. The probe passes
+// lookup returns d's ring position and the index cell holding it. The probe passes
 // stale cells and ends at an empty cell. When d is absent, free is where
 // insertAt may put it: the first stale cell of the probe, or the empty cell
 // that ended it.
-func (x *index) lookup(d digest.Digest, s *shard) (ci uint64, pos int, ok bool, free uint64) {
+func (x *index) lookup(d digest.Digest, s *shard) (pos int, ci uint64, ok bool, free uint64) {
 	fp := fingerprint(d)
 	free = noCell
 	for i := x.home(fp); ; i = x.next(i) {
@@ -112,7 +112,7 @@ func (x *index) lookup(d digest.Digest, s *shard) (ci uint64, pos int, ok bool, 
 		}
 		if c.fingerprint() == fp {
 			if sl := s.at(p); sl.d == d && sl.expires != 0 {
-				return i, p, true, noCell
+				return p, i, true, noCell
 			}
 		}
 	}
@@ -142,10 +142,14 @@ func (x *index) trim(i uint64, s *shard) {
 }
 
 // insertAt adds a cell for the key with fingerprint fp at ring sequence
-// seq, at cell free if lookup found it and the index has not changed since,
-// else (free is noCell) wherever a probe finds room.
+// seq; the key must not be present. It takes cell free if lookup offered it
+// and the index has not changed since, else (free is noCell) the first stale
+// or empty cell of the probe.
 func (x *index) insertAt(free uint64, fp, seq uint32, s *shard) {
-	if free != noCell {
+	for {
+		if free == noCell {
+			free = x.firstFree(fp, s)
+		}
 		if x.cells[free] != 0 { // stale: taken over
 			x.cells[free] = makeCell(fp, seq)
 			return
@@ -155,33 +159,22 @@ func (x *index) insertAt(free uint64, fp, seq uint32, s *shard) {
 			x.count++
 			return
 		}
+		free = noCell // rebuilt: probe again
 	}
-	x.insert(fp, seq, s)
 }
 
-// insert adds a cell for the key with fingerprint fp at ring sequence seq;
-// the key must not be present. It takes the first stale or empty cell of
-// the probe.
-func (x *index) insert(fp, seq uint32, s *shard) {
+// firstFree returns the first stale or empty cell of fp's probe.
+func (x *index) firstFree(fp uint32, s *shard) uint64 {
+	i := x.home(fp)
 	for {
-		i := x.home(fp)
-		for {
-			c := x.cells[i]
-			if c == 0 {
-				break
-			}
-			if _, live := s.posOf(c.seq()); !live {
-				x.cells[i] = makeCell(fp, seq) // a stale cell taken over
-				return
-			}
-			i = x.next(i)
+		c := x.cells[i]
+		if c == 0 {
+			return i
 		}
-		if x.reserve(s) {
-			x.cells[i] = makeCell(fp, seq)
-			x.count++
-			return
+		if _, live := s.posOf(c.seq()); !live {
+			return i
 		}
-		// Rebuilt: probe again.
+		i = x.next(i)
 	}
 }
 
