@@ -83,11 +83,11 @@ func (s *shard) prefetch(ds []digest.Digest, group []int32) {
 	var acc cell
 	if group == nil {
 		for _, d := range ds {
-			acc ^= x.cells[x.home(fingerprint(d))]
+			acc ^= x.words[x.home(fingerprint(d))*bucketWords]
 		}
 	} else {
 		for _, i := range group {
-			acc ^= x.cells[x.home(fingerprint(ds[i]))]
+			acc ^= x.words[x.home(fingerprint(ds[i]))*bucketWords]
 		}
 	}
 	s.sink = acc
@@ -96,20 +96,19 @@ func (s *shard) prefetch(ds []digest.Digest, group []int32) {
 // claim is Claim under the shard's lock, with expiry already done. It
 // returns the token that holds d.
 func (s *shard) claim(d digest.Digest, token uint64, now, window int64) (Result, uint64) {
-	pos, ci, ok, free := s.index.lookup(d, s)
+	pos, ci, ok := s.index.lookup(d, s)
 	if ok {
 		sl := s.at(pos)
 		switch {
 		case sl.expires <= now:
 			// Only an inserted key can expire behind a later one; it is gone.
 			s.forget(sl, ci)
-			free = noCell // forget moved cells
 		case token != NoToken && sl.token == token:
 			return HeldBySelf, token
 		default:
 			return Held, sl.token
 		}
 	}
-	s.push(d, now+window, token, now, free)
+	s.push(d, now+window, token, now)
 	return Claimed, token
 }

@@ -6,14 +6,16 @@
 // ring in claim order: the head is both the next key to expire and the oldest
 // key, which makes expiry and evict-oldest-first the same O(1) pop.
 //
-// A key is found through an open-addressing index of 8-byte cells (32 bits
-// of the digest and the key's sequence number in the ring), so a lookup
-// touches one index cell and, only when those 32 bits match, the ring slot.
-// Evicting or expiring the oldest key touches no index cell: its cell turns
-// stale as the head of the ring passes it, and is reused or dropped later
-// (see cell). A key costs a 32-byte ring slot and 2.5 index cells: about 52
-// bytes at any size once the cache has been full. Neither the ring nor the index holds pointers, so the
-// garbage collector never scans them, however many keys are remembered.
+// A key is found through an index of 8-byte cells (32 bits of the digest
+// and the key's sequence number in the ring) in buckets of one cache line,
+// so a lookup reads one line of the index and, only when those 32 bits
+// match, the ring slot. Evicting or expiring the oldest key touches no
+// index cell: its cell turns stale as the head of the ring passes it, and
+// the next key inserted into its bucket reuses it (see index). A key costs
+// a 32-byte ring slot and 2.5 index cells (7 to a 64-byte bucket): about
+// 56 bytes once the cache has been full. Neither the ring nor the index
+// holds pointers, so the garbage collector never scans them, however many
+// keys are remembered.
 package localcache
 
 import (
@@ -136,11 +138,10 @@ func (c *Cache) Insert(d digest.Digest, expires, now int64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.expire(now)
-	_, _, ok, free := s.index.lookup(d, s)
-	if ok {
+	if _, _, ok := s.index.lookup(d, s); ok {
 		return false
 	}
-	s.push(d, expires, NoToken, now, free)
+	s.push(d, expires, NoToken, now)
 	return true
 }
 
@@ -150,7 +151,7 @@ func (c *Cache) Release(d digest.Digest, token uint64) bool {
 	s := c.shardOf(d)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	pos, ci, ok, _ := s.index.lookup(d, s)
+	pos, ci, ok := s.index.lookup(d, s)
 	if !ok {
 		return false
 	}
@@ -169,7 +170,7 @@ func (c *Cache) Disown(d digest.Digest, token uint64) {
 	s := c.shardOf(d)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if pos, _, ok, _ := s.index.lookup(d, s); ok {
+	if pos, _, ok := s.index.lookup(d, s); ok {
 		if sl := s.at(pos); sl.token == token {
 			sl.token = NoToken
 		}
@@ -262,8 +263,8 @@ func (s *shard) posOf(seq uint32) (int, bool) {
 // tailSeq is the sequence number the next pushed key gets.
 func (s *shard) tailSeq() uint32 { return s.headSeq + uint32(s.used) }
 
-// forget removes a held key found at index cell ci, leaving its ring slot
-// released.
+// forget removes a held key whose cell is index word ci, leaving its ring
+// slot released.
 func (s *shard) forget(sl *slot, ci uint64) {
 	s.index.remove(ci)
 	sl.expires = 0
@@ -288,8 +289,7 @@ func (s *shard) pop(sl *slot) {
 // A key given to Insert may expire before keys ahead of it in the ring; it
 // then waits for the head to reach it (counting toward the bound meanwhile),
 // and Claim treats it as absent once its expiry has passed.
-// free is the index cell find offered, or noCell.
-func (s *shard) push(d digest.Digest, expires int64, token uint64, now int64, free uint64) {
+func (s *shard) push(d digest.Digest, expires int64, token uint64, now int64) {
 	if s.used == s.size {
 		sl := s.at(s.head)
 		if sl.expires > now {
@@ -303,7 +303,7 @@ func (s *shard) push(d digest.Digest, expires int64, token uint64, now int64, fr
 	}
 	sl := s.at(pos)
 	*sl = slot{d: d, expires: expires, token: token}
-	s.index.insertAt(free, fingerprint(d), s.tailSeq(), s)
+	s.index.insert(fingerprint(d), s.tailSeq(), s)
 	s.used++
 	s.live++
 }

@@ -106,3 +106,85 @@ func churn(t *testing.T, bound int, seqStart uint32) {
 		}
 	}
 }
+
+// TestIndexFindsOverflowedKeysAcrossGrowth claims keys that all share one
+// fingerprint, so they overflow their home bucket into a chain, lets the
+// index grow under them and the oldest of them leave the ring, and checks
+// that exactly the keys still in the ring are found.
+func TestIndexFindsOverflowedKeysAcrossGrowth(t *testing.T) {
+	const bound, chain = 2000, 40
+	c := New(bound, 1<<40)
+	s := &c.shards[0]
+	same := func(i int) digest.Digest { return digest.Digest{Hi: uint64(i)<<32 | 7, Lo: uint64(i)} }
+	claims := 0
+	claimedAt := make([]int, chain) // the chain keys' places in claim order
+	claimOther := func() {
+		if res, _ := c.Claim(hd(1<<40+uint64(claims)), 1, 0); res != Claimed {
+			t.Fatalf("claim %d: %v", claims, res)
+		}
+		claims++
+	}
+	// The chain, spread over the first 1500 claims: the index grows thrice
+	// (at about 358, 716 and 1433 keys) while it is being built.
+	nb := s.index.nb
+	for i := range chain {
+		claimedAt[i] = claims
+		if res, _ := c.Claim(same(i), 1, 0); res != Claimed {
+			t.Fatalf("chain key %d: %v", i, res)
+		}
+		claims++
+		for range 36 {
+			claimOther()
+		}
+	}
+	if s.index.nb <= 4*nb {
+		t.Fatalf("the index grew from %d to only %d buckets", nb, s.index.nb)
+	}
+	check := func(when string) {
+		t.Helper()
+		for i := range chain {
+			res, _ := c.Claim(same(i), 2, 0)
+			inRing := claimedAt[i] >= claims-bound
+			if res == Claimed {
+				claims++ // it is in the ring again
+			}
+			if (res == Held) != inRing {
+				t.Fatalf("%s: chain key %d claimed %d of %d: %v, want held = %v", when, i, claimedAt[i], claims, res, inRing)
+			}
+			if res == Claimed {
+				c.Release(same(i), 2)
+			}
+		}
+	}
+	check("after growth")
+	// Let the first half of the chain leave the ring.
+	for claims < claimedAt[chain/2]+bound {
+		claimOther()
+	}
+	check("half evicted")
+}
+
+// TestMarkKeepsTheNewestOverflow: a bucket's mark names the newest key that
+// passed it, whatever the order keys are placed in (growing the index
+// places them in array order), since it must stay live as long as any of
+// them does.
+func TestMarkKeepsTheNewestOverflow(t *testing.T) {
+	c := New(100, 1<<40)
+	s := &c.shards[0]
+	for k := range uint64(10) {
+		c.Claim(hd(k), 1, 0)
+	}
+	var w [bucketWords]cell
+	newer, older := s.headSeq+8, s.headSeq+2
+	mark(&w, newer, s)
+	mark(&w, older, s)
+	if got := w[0].seq(); got != newer {
+		t.Fatalf("mark = %d, want %d", got, newer)
+	}
+	// A stale mark is replaced by any live key.
+	w[0] = makeCell(1, s.headSeq-1)
+	mark(&w, older, s)
+	if got := w[0].seq(); got != older {
+		t.Fatalf("mark = %d, want %d", got, older)
+	}
+}
