@@ -72,36 +72,32 @@ func (v logView) path(e *identity.Encoder, p plainPath) bool {
 func (v logView) content(e *identity.Encoder, ign *contentIgnore) {
 	lr, f := v.lr, ign.fields
 	if !f.has(ignBody) {
-		e.Field(fieldBody)
-		e.ValueOrMissing(lr.Body())
+		e.FieldValue(fieldBody, lr.Body())
 	}
 	e.Field(fieldAttributes)
 	e.Map(lr.Attributes(), ign.skipAttr)
 	if !f.has(ignSeverityNumber) {
-		e.Field(fieldSeverityNumber)
-		e.Int(int64(lr.SeverityNumber()))
+		e.FieldInt(fieldSeverityNumber, int64(lr.SeverityNumber()))
 	}
 	if !f.has(ignSeverityText) {
-		e.Field(fieldSeverityText)
-		e.String(lr.SeverityText())
+		e.FieldString(fieldSeverityText, lr.SeverityText())
 	}
 	if !f.has(ignEventName) {
-		e.Field(fieldEventName)
-		e.String(lr.EventName())
+		e.FieldString(fieldEventName, lr.EventName())
 	}
 	if !f.has(ignTimeUnixNano) {
-		e.Field(fieldTimestamp)
-		e.Uint(uint64(lr.Timestamp()))
+		e.FieldUint(fieldTimestamp, uint64(lr.Timestamp()))
 	}
 	if !f.has(ignFlags) {
-		e.Field(fieldFlags)
-		e.Uint(uint64(lr.Flags()))
+		e.FieldUint(fieldFlags, uint64(lr.Flags()))
 	}
-	if !f.has(ignTraceId) {
+	switch {
+	case !f.has(ignTraceId | ignSpanId):
+		e.FieldIDs(fieldTraceID, lr.TraceID(), fieldSpanID, lr.SpanID())
+	case !f.has(ignTraceId):
 		e.Field(fieldTraceID)
 		e.TraceID(lr.TraceID())
-	}
-	if !f.has(ignSpanId) {
+	case !f.has(ignSpanId):
 		e.Field(fieldSpanID)
 		e.SpanID(lr.SpanID())
 	}

@@ -148,6 +148,55 @@ func (e *Encoder) Field(id byte) {
 	w[0], w[1] = tagField, id
 }
 
+// The Field* methods write Field(id) and the value in one reservation: the
+// same bytes as the two calls, in one bounds check instead of two, which
+// counts at a dozen fields per record.
+
+// FieldValue is Field(id) then ValueOrMissing(v).
+func (e *Encoder) FieldValue(id byte, v pcommon.Value) {
+	if v.Type() == pcommon.ValueTypeStr {
+		e.FieldString(id, v.Str())
+		return
+	}
+	e.Field(id)
+	e.ValueOrMissing(v)
+}
+
+// FieldString is Field(id) then String(s).
+func (e *Encoder) FieldString(id byte, s string) {
+	if len(s) < 0x80 {
+		w := e.room(4 + len(s))
+		w[0], w[1], w[2], w[3] = tagField, id, tagString, byte(len(s))
+		copy(w[4:], s)
+		return
+	}
+	e.Field(id)
+	e.putTaggedLong(tagString, s)
+}
+
+// FieldInt is Field(id) then Int(v).
+func (e *Encoder) FieldInt(id byte, v int64) { e.field64(id, tagInt, uint64(v)) }
+
+// FieldUint is Field(id) then Uint(v).
+func (e *Encoder) FieldUint(id byte, v uint64) { e.field64(id, tagUint, v) }
+
+func (e *Encoder) field64(id, tag byte, v uint64) {
+	w := e.room(11)
+	w[0], w[1], w[2] = tagField, id, tag
+	binary.BigEndian.PutUint64(w[3:], v)
+}
+
+// FieldIDs is Field(traceField) then TraceID(t), then Field(spanField) then
+// SpanID(s).
+func (e *Encoder) FieldIDs(traceField byte, t pcommon.TraceID, spanField byte, s pcommon.SpanID) {
+	w := e.room(2 + 1 + len(t) + 2 + 1 + len(s))
+	w[0], w[1], w[2] = tagField, traceField, tagTraceID
+	copy(w[3:3+len(t)], t[:])
+	w = w[3+len(t):]
+	w[0], w[1], w[2] = tagField, spanField, tagSpanID
+	copy(w[3:], s[:])
+}
+
 // Raw appends opaque bytes that are already canonical (e.g. a domain tag).
 func (e *Encoder) Raw(b []byte) {
 	ln := uvarintLen(uint64(len(b)))
@@ -281,10 +330,38 @@ func (e *Encoder) sortedMap(m pcommon.Map, skip func(key string) bool) bool {
 	w := e.room(2)
 	w[0], w[1] = tagSmallMap, byte(n)
 	for i := range n {
-		e.String(keys[i])
-		e.ValueOrMissing(vals[i])
+		e.entry(keys[i], vals[i])
 	}
 	return true
+}
+
+// entry is String(k) then ValueOrMissing(v), in one write for short keys
+// with a short string or an int value, as most attributes are.
+func (e *Encoder) entry(k string, v pcommon.Value) {
+	if len(k) < 0x80 {
+		switch v.Type() {
+		case pcommon.ValueTypeStr:
+			if s := v.Str(); len(s) < 0x80 {
+				w := e.room(4 + len(k) + len(s))
+				w[0], w[1] = tagString, byte(len(k))
+				copy(w[2:], k)
+				w = w[2+len(k):]
+				w[0], w[1] = tagString, byte(len(s))
+				copy(w[2:], s)
+				return
+			}
+		case pcommon.ValueTypeInt:
+			w := e.room(2 + len(k) + 9)
+			w[0], w[1] = tagString, byte(len(k))
+			copy(w[2:], k)
+			w = w[2+len(k):]
+			w[0] = tagInt
+			binary.BigEndian.PutUint64(w[1:9], uint64(v.Int()))
+			return
+		}
+	}
+	e.String(k)
+	e.ValueOrMissing(v)
 }
 
 // hashedMap hashes each entry on its own and sums the 128-bit hashes, a

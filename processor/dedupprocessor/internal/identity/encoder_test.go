@@ -301,3 +301,55 @@ func firstDiff(a, b []byte) int {
 	}
 	return min(len(a), len(b))
 }
+
+// TestOneWriteFormsEncodeAsTheirParts: each Field* method and the map entry
+// writer produce exactly the bytes of the calls they stand for, for short
+// and long strings, so using them changes no digest.
+func TestOneWriteFormsEncodeAsTheirParts(t *testing.T) {
+	long := strings.Repeat("x", 200)
+	encoded := func(fn func(e *Encoder)) []byte {
+		var e Encoder
+		e.Raw([]byte("prefix"))
+		fn(&e)
+		return bytes.Clone(e.Encoded())
+	}
+	tid := pcommon.TraceID{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}
+	sid := pcommon.SpanID{9, 8, 7, 6, 5, 4, 3, 2}
+	values := map[string]func() pcommon.Value{
+		"short string": func() pcommon.Value { return pcommon.NewValueStr("GET") },
+		"long string":  func() pcommon.Value { return pcommon.NewValueStr(long) },
+		"empty string": func() pcommon.Value { return pcommon.NewValueStr("") },
+		"int":          func() pcommon.Value { return pcommon.NewValueInt(-42) },
+		"double":       func() pcommon.Value { return pcommon.NewValueDouble(1.5) },
+		"empty":        func() pcommon.Value { return pcommon.NewValueEmpty() },
+		"map": func() pcommon.Value {
+			v := pcommon.NewValueMap()
+			v.Map().PutStr("a", "b")
+			return v
+		},
+	}
+	for name, v := range values {
+		if a, b := encoded(func(e *Encoder) { e.FieldValue(7, v()) }), encoded(func(e *Encoder) { e.Field(7); e.ValueOrMissing(v()) }); !bytes.Equal(a, b) {
+			t.Errorf("FieldValue(%s) = %x, want %x", name, a, b)
+		}
+		for _, k := range []string{"k", long} {
+			if a, b := encoded(func(e *Encoder) { e.entry(k, v()) }), encoded(func(e *Encoder) { e.String(k); e.ValueOrMissing(v()) }); !bytes.Equal(a, b) {
+				t.Errorf("entry(%d-byte key, %s) = %x, want %x", len(k), name, a, b)
+			}
+		}
+	}
+	for _, s := range []string{"", "WARN", long} {
+		if a, b := encoded(func(e *Encoder) { e.FieldString(3, s) }), encoded(func(e *Encoder) { e.Field(3); e.String(s) }); !bytes.Equal(a, b) {
+			t.Errorf("FieldString(%d bytes) = %x, want %x", len(s), a, b)
+		}
+	}
+	if a, b := encoded(func(e *Encoder) { e.FieldInt(4, -7) }), encoded(func(e *Encoder) { e.Field(4); e.Int(-7) }); !bytes.Equal(a, b) {
+		t.Errorf("FieldInt = %x, want %x", a, b)
+	}
+	if a, b := encoded(func(e *Encoder) { e.FieldUint(5, 1<<63+9) }), encoded(func(e *Encoder) { e.Field(5); e.Uint(1<<63 + 9) }); !bytes.Equal(a, b) {
+		t.Errorf("FieldUint = %x, want %x", a, b)
+	}
+	if a, b := encoded(func(e *Encoder) { e.FieldIDs(10, tid, 11, sid) }), encoded(func(e *Encoder) { e.Field(10); e.TraceID(tid); e.Field(11); e.SpanID(sid) }); !bytes.Equal(a, b) {
+		t.Errorf("FieldIDs = %x, want %x", a, b)
+	}
+}

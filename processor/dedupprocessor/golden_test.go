@@ -1,0 +1,160 @@
+package dedupprocessor
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/plog"
+	"go.opentelemetry.io/collector/pdata/pmetric"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+	"go.opentelemetry.io/collector/processor/processortest"
+
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/identity"
+)
+
+// TestIdentityEncodingIsPinned pins the digests of a few records under
+// identity encoding version 2 (identityEncoding). Snapshots and the shared
+// tier's keys outlive a build: a change to the encoder that alters a digest
+// must bump identityEncoding, and this test says when one does.
+func TestIdentityEncodingIsPinned(t *testing.T) {
+	set := processortest.NewNopSettings(componentType)
+	ctx := context.Background()
+	digests := func(pending func(cfg *Config) []string, key []string) []string {
+		cfg := defaultConfig()
+		cfg.Logs.Key, cfg.Traces.Key, cfg.Metrics.Key = key, key, key
+		return pending(cfg)
+	}
+	logs := func(cfg *Config) []string {
+		p, err := newLogsProcessor(set.TelemetrySettings, set.ID, cfg, consumertest.NewNop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = p.Shutdown(ctx) }()
+		ld := goldenLogs()
+		b := p.begin(ld.LogRecordCount())
+		defer p.end(b)
+		var enc identity.Encoder
+		p.decideAll(ctx, b, &enc, ld)
+		return hexDigests(b)
+	}
+	traces := func(cfg *Config) []string {
+		p, err := newTracesProcessor(set.TelemetrySettings, set.ID, cfg, consumertest.NewNop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = p.Shutdown(ctx) }()
+		td := goldenTraces()
+		b := p.begin(td.SpanCount())
+		defer p.end(b)
+		var enc identity.Encoder
+		p.decideAll(ctx, b, &enc, td)
+		return hexDigests(b)
+	}
+	metrics := func(cfg *Config) []string {
+		p, err := newMetricsProcessor(set.TelemetrySettings, set.ID, cfg, consumertest.NewNop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = p.Shutdown(ctx) }()
+		md := goldenMetrics()
+		b := p.begin(md.DataPointCount())
+		defer p.end(b)
+		var enc identity.Encoder
+		p.decideAll(ctx, b, &enc, md)
+		return hexDigests(b)
+	}
+	for _, tc := range []struct {
+		name string
+		got  []string
+		want []string
+	}{
+		{"logs/content", digests(logs, nil), []string{"0e169fe74c24d2e560c596f084c7a99c", "08bb04dc4336b454b0312725fc81ea56", "0bddd25a2dc26652f879827ed8d03a8f"}},
+		{"logs/event.id", digests(logs, []string{`attributes["event.id"]`}), []string{"ebc16f312659db4297ed3c92d8f7e664", "9c0f5db4f9060200b2b4c414c3d8e4d7", "d0f2c70a1e3653254177e7b5b9ed3d65"}},
+		{"traces/content", digests(traces, nil), []string{"e8c3599b361070fe542c94ac39ea7489", "afb41325af2e765e43bdd18495397112"}},
+		{"metrics/content", digests(metrics, nil), []string{"ff4c6da777653c86ddd2f39765bcb468", "d6e53df273954ad3b2ce6bcc2a55ee44"}},
+	} {
+		if fmt.Sprint(tc.got) != fmt.Sprint(tc.want) {
+			t.Errorf("%s: digests %q, want %q", tc.name, tc.got, tc.want)
+		}
+	}
+}
+
+func hexDigests(b *batch) []string {
+	out := make([]string, len(b.pending))
+	for i, d := range b.pending {
+		out[i] = fmt.Sprintf("%016x%016x", d.Hi, d.Lo)
+	}
+	return out
+}
+
+func goldenLogs() plog.Logs {
+	ld := plog.NewLogs()
+	rl := ld.ResourceLogs().AppendEmpty()
+	rl.Resource().Attributes().PutStr("service.name", "checkout")
+	sl := rl.ScopeLogs().AppendEmpty()
+	sl.Scope().SetName("io.example")
+	sl.Scope().SetVersion("1.2.3")
+	for i := range 3 {
+		lr := sl.LogRecords().AppendEmpty()
+		lr.SetTimestamp(pcommon.Timestamp(1_700_000_000_000_000_000 + i))
+		lr.SetObservedTimestamp(pcommon.Timestamp(1_800_000_000_000_000_000))
+		lr.SetSeverityNumber(plog.SeverityNumberWarn)
+		lr.SetSeverityText("WARN")
+		lr.SetEventName("order.placed")
+		lr.SetFlags(plog.DefaultLogRecordFlags.WithIsSampled(true))
+		lr.SetTraceID(pcommon.TraceID{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, byte(i)})
+		lr.SetSpanID(pcommon.SpanID{1, 2, 3, 4, 5, 6, 7, byte(i)})
+		lr.Body().SetStr(fmt.Sprintf("order %d placed", i))
+		lr.Attributes().PutStr("event.id", fmt.Sprintf("evt-%d", i))
+		lr.Attributes().PutInt("http.status_code", 200)
+		lr.Attributes().PutDouble("amount", 12.5)
+		lr.Attributes().PutBool("retry", i == 2)
+	}
+	return ld
+}
+
+func goldenTraces() ptrace.Traces {
+	td := ptrace.NewTraces()
+	rs := td.ResourceSpans().AppendEmpty()
+	rs.Resource().Attributes().PutStr("service.name", "checkout")
+	ss := rs.ScopeSpans().AppendEmpty()
+	ss.Scope().SetName("io.example")
+	for i := range 2 {
+		sp := ss.Spans().AppendEmpty()
+		sp.SetName("GET /orders")
+		sp.SetKind(ptrace.SpanKindServer)
+		sp.SetTraceID(pcommon.TraceID{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, byte(i)})
+		sp.SetSpanID(pcommon.SpanID{1, 2, 3, 4, 5, 6, 7, byte(i)})
+		sp.SetStartTimestamp(pcommon.Timestamp(1_700_000_000_000_000_000 + i))
+		sp.SetEndTimestamp(pcommon.Timestamp(1_700_000_001_000_000_000 + i))
+		sp.Attributes().PutStr("http.route", "/orders")
+		sp.Status().SetCode(ptrace.StatusCodeOk)
+		ev := sp.Events().AppendEmpty()
+		ev.SetName("retry")
+		ev.Attributes().PutInt("attempt", int64(i))
+	}
+	return td
+}
+
+func goldenMetrics() pmetric.Metrics {
+	md := pmetric.NewMetrics()
+	rm := md.ResourceMetrics().AppendEmpty()
+	rm.Resource().Attributes().PutStr("service.name", "checkout")
+	sm := rm.ScopeMetrics().AppendEmpty()
+	m := sm.Metrics().AppendEmpty()
+	m.SetName("orders")
+	m.SetUnit("1")
+	sum := m.SetEmptySum()
+	sum.SetIsMonotonic(true)
+	sum.SetAggregationTemporality(pmetric.AggregationTemporalityCumulative)
+	for i := range 2 {
+		dp := sum.DataPoints().AppendEmpty()
+		dp.SetTimestamp(pcommon.Timestamp(1_700_000_000_000_000_000 + i))
+		dp.SetIntValue(int64(40 + i))
+		dp.Attributes().PutStr("region", "eu")
+	}
+	return md
+}
