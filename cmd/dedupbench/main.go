@@ -15,8 +15,9 @@
 //  2. runs BenchmarkConsumeLogs (batch 1000, 30% duplicates, cache empty and
 //     full with 10^6 keys, content and event.id keys), BenchmarkDecide (key
 //     derivation alone) and the local cache's BenchmarkClaim,
-//     BenchmarkClaimBatch, BenchmarkMemoryPerKey and BenchmarkMemoryLatency, -count
-//     times on one core (-cpu 1), and summarizes them with benchstat;
+//     BenchmarkClaimBatch, BenchmarkClaimBatchSize, BenchmarkMemoryPerKey,
+//     BenchmarkMemoryLatency and BenchmarkFirstTouch, -count times on one
+//     core (-cpu 1), and summarizes them with benchstat;
 //  3. sweeps the processor's throughput on one core over duplicate ratios
 //     and batch sizes (sweep.csv) and draws the chart (throughput.png);
 //  4. starts a redis-server and alternates redis-benchmark's pipelined
@@ -65,7 +66,7 @@ const (
 	localcachePkg         = "./processor/dedupprocessor/internal/localcache"
 	consumeLogsBench      = `^BenchmarkConsumeLogs$/^cache=(empty|1M)$/^key=/^batch=1000$/^dup=30%$`
 	decideBench           = `^BenchmarkDecide$`
-	localcacheBench       = `^(BenchmarkClaim|BenchmarkClaimBatch|BenchmarkMemoryPerKey|BenchmarkMemoryLatency)$`
+	localcacheBench       = `^(BenchmarkClaim|BenchmarkClaimBatch|BenchmarkClaimBatchSize|BenchmarkMemoryPerKey|BenchmarkMemoryLatency|BenchmarkFirstTouch)$`
 	profileBench          = `^BenchmarkConsumeLogs$/^cache=1M$/^key=content$/^batch=1000$/^dup=30%$`
 	consumeLogsName       = "BenchmarkConsumeLogs/cache=%s/key=%s/batch=1000/dup=30%%"
 	// The processor's ConsumeLogs, not the benchmark function around it

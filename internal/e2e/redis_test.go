@@ -131,11 +131,11 @@ func dumpRedis(t *testing.T, nodes []*redistest.Server) []redisEntry {
 }
 
 // The shared tier's key layout as the processor's README and redistier
-// describe it: the default prefix "otelcol-dedup:<16 hex>:", in a Cluster a
+// describe it: the default prefix "dedup:<8 hex>:", in a Cluster a
 // hash tag, then either a 16-byte digest (value: the claim token) or
 // "claim:" and the token (value "p" pending, "c" committed).
 var (
-	redisKeyRE   = regexp.MustCompile(`^(otelcol-dedup:[0-9a-f]{16}:(?:\{[0-9a-z]+\})?)((?s).*)$`)
+	redisKeyRE   = regexp.MustCompile(`^(dedup:[0-9a-f]{8}:(?:\{[0-9a-z]+\})?)((?s).*)$`)
 	redisTokenRE = regexp.MustCompile(`^[A-Za-z0-9_-]{16}$`)
 )
 
@@ -162,7 +162,7 @@ func checkRedisContents(t *testing.T, entries []redisEntry, digests int, window 
 		}
 		m := redisKeyRE.FindStringSubmatch(e.key)
 		if m == nil {
-			t.Errorf("key %q does not follow the layout otelcol-dedup:<hex>:[{tag}](<digest>|claim:<token>)", e.key)
+			t.Errorf("key %q does not follow the layout dedup:<hex>:[{tag}](<digest>|claim:<token>)", e.key)
 			continue
 		}
 		group, rest := m[1], m[2]

@@ -107,9 +107,9 @@ type RedisConfig struct {
 	// TLS, when present, encrypts the connection (configtls client
 	// settings). Absent, or insecure: true, is plain TCP.
 	TLS configoptional.Optional[configtls.ClientConfig] `mapstructure:"tls"`
-	// KeyPrefix starts every key. Empty: "otelcol-dedup:" followed by a hash
-	// of the settings that shape identities, so differently configured
-	// processors never share keys and identically configured ones do.
+	// KeyPrefix starts every key. Empty: "dedup:" followed by a hash of the
+	// settings that shape identities, so differently configured processors
+	// never share keys and identically configured ones do.
 	KeyPrefix string `mapstructure:"key_prefix"`
 	// Timeout bounds each round trip.
 	Timeout time.Duration `mapstructure:"timeout"`

@@ -130,7 +130,7 @@ func assertOnlyDigestsInRedis(t *testing.T, srv *redistest.Server) {
 		t.Fatal("no keys in Redis")
 	}
 	for _, k := range keys {
-		if !strings.HasPrefix(k, "otelcol-dedup:") {
+		if !strings.HasPrefix(k, "dedup:") {
 			t.Fatalf("key %q lacks the namespace prefix", k)
 		}
 		v, err := c.Get(ctx, k).Result()
