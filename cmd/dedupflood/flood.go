@@ -94,7 +94,8 @@ type Result struct {
 	NumGC          uint32  `json:"num_gc"`
 	// Process resident set: the high-water mark (VmHWM) and the current
 	// size (VmRSS) at the end, from /proc/self/status (0 where there is
-	// none). RSSBaseline is VmRSS before the processor was made.
+	// none). RSSBaseline is VmRSS before the processor was made, with VmHWM
+	// reset to it (see rssBaseline).
 	RSSBaseline uint64 `json:"rss_baseline_bytes"`
 	RSSPeak     uint64 `json:"rss_peak_bytes"`
 	RSSAfter    uint64 `json:"rss_after_bytes"`
@@ -117,7 +118,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	res := Result{Keys: cfg.Keys, MaxEntries: cfg.MaxEntries, Batch: cfg.Batch, Senders: cfg.Senders}
 
 	res.HeapBaseline = heapInUse()
-	res.RSSBaseline, _ = procStatus("VmRSS")
+	res.RSSBaseline = rssBaseline()
 
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
@@ -235,6 +236,20 @@ func heapInUse() uint64 {
 }
 
 // procStatus reads a "kB" field of /proc/self/status, in bytes.
+// rssBaseline is the resident set the peak is measured from. VmHWM is the
+// peak of the whole process's life, so an earlier run in the same process
+// (a test before this one) could have set it: the peak is reset first
+// (writing 5 to /proc/self/clear_refs, Linux 4.0+). Where it cannot be,
+// the baseline is the old peak, so only growth beyond it counts.
+func rssBaseline() uint64 {
+	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
+		hwm, _ := procStatus("VmHWM")
+		return hwm
+	}
+	rss, _ := procStatus("VmRSS")
+	return rss
+}
+
 func procStatus(field string) (uint64, error) {
 	f, err := os.Open("/proc/self/status")
 	if err != nil {
