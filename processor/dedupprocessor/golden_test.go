@@ -27,44 +27,42 @@ func TestIdentityEncodingIsPinned(t *testing.T) {
 		cfg.Logs.Key, cfg.Traces.Key, cfg.Metrics.Key = key, key, key
 		return pending(cfg)
 	}
+	// pending runs one batch's decisions and returns its digests in hex.
+	pending := func(p interface {
+		begin(int) *batch
+		end(*batch)
+		Shutdown(context.Context) error
+	}, n int, decideAll func(*batch, *identity.Encoder)) []string {
+		defer func() { _ = p.Shutdown(ctx) }()
+		b := p.begin(n)
+		defer p.end(b)
+		var enc identity.Encoder
+		decideAll(b, &enc)
+		return hexDigests(b)
+	}
 	logs := func(cfg *Config) []string {
 		p, err := newLogsProcessor(set.TelemetrySettings, set.ID, cfg, consumertest.NewNop())
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer func() { _ = p.Shutdown(ctx) }()
 		ld := goldenLogs()
-		b := p.begin(ld.LogRecordCount())
-		defer p.end(b)
-		var enc identity.Encoder
-		p.decideAll(ctx, b, &enc, ld)
-		return hexDigests(b)
+		return pending(p, ld.LogRecordCount(), func(b *batch, enc *identity.Encoder) { p.decideAll(ctx, b, enc, ld) })
 	}
 	traces := func(cfg *Config) []string {
 		p, err := newTracesProcessor(set.TelemetrySettings, set.ID, cfg, consumertest.NewNop())
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer func() { _ = p.Shutdown(ctx) }()
 		td := goldenTraces()
-		b := p.begin(td.SpanCount())
-		defer p.end(b)
-		var enc identity.Encoder
-		p.decideAll(ctx, b, &enc, td)
-		return hexDigests(b)
+		return pending(p, td.SpanCount(), func(b *batch, enc *identity.Encoder) { p.decideAll(ctx, b, enc, td) })
 	}
 	metrics := func(cfg *Config) []string {
 		p, err := newMetricsProcessor(set.TelemetrySettings, set.ID, cfg, consumertest.NewNop())
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer func() { _ = p.Shutdown(ctx) }()
 		md := goldenMetrics()
-		b := p.begin(md.DataPointCount())
-		defer p.end(b)
-		var enc identity.Encoder
-		p.decideAll(ctx, b, &enc, md)
-		return hexDigests(b)
+		return pending(p, md.DataPointCount(), func(b *batch, enc *identity.Encoder) { p.decideAll(ctx, b, enc, md) })
 	}
 	for _, tc := range []struct {
 		name string

@@ -107,7 +107,7 @@ func uvarintLen(v uint64) int {
 }
 
 // putTagged writes tag, then the length of b as a uvarint, then b.
-func (e *Encoder) putTagged(tag byte, b []byte) {
+func putTagged[T string | []byte](e *Encoder, tag byte, b T) {
 	ln := uvarintLen(uint64(len(b)))
 	w := e.room(1 + ln + len(b))
 	w[0] = tag
@@ -115,7 +115,8 @@ func (e *Encoder) putTagged(tag byte, b []byte) {
 	copy(w[1+ln:], b)
 }
 
-// putTaggedString is putTagged for a string, without converting it.
+// putTaggedString is putTagged for a string, with a short path for the
+// one-byte lengths nearly every string has.
 func (e *Encoder) putTaggedString(tag byte, s string) {
 	if len(s) < 0x80 { // a one-byte uvarint
 		w := e.room(2 + len(s))
@@ -123,15 +124,7 @@ func (e *Encoder) putTaggedString(tag byte, s string) {
 		copy(w[2:], s)
 		return
 	}
-	e.putTaggedLong(tag, s)
-}
-
-func (e *Encoder) putTaggedLong(tag byte, s string) {
-	ln := uvarintLen(uint64(len(s)))
-	w := e.room(1 + ln + len(s))
-	w[0] = tag
-	binary.PutUvarint(w[1:1+ln], uint64(len(s)))
-	copy(w[1+ln:], s)
+	putTagged(e, tag, s)
 }
 
 // put64 writes tag and v big-endian.
@@ -171,7 +164,7 @@ func (e *Encoder) FieldString(id byte, s string) {
 		return
 	}
 	e.Field(id)
-	e.putTaggedLong(tagString, s)
+	putTagged(e, tagString, s)
 }
 
 // FieldInt is Field(id) then Int(v).
@@ -235,7 +228,7 @@ func (e *Encoder) Bool(v bool) {
 }
 
 // Bytes encodes a byte string.
-func (e *Encoder) Bytes(b []byte) { e.putTagged(tagBytes, b) }
+func (e *Encoder) Bytes(b []byte) { putTagged(e, tagBytes, b) }
 
 // TraceID encodes a trace ID.
 func (e *Encoder) TraceID(id pcommon.TraceID) {
