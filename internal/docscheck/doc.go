@@ -11,5 +11,5 @@
 //     pass `promtool check rules` and their own `promtool test rules`.
 //
 // The binary is $OTELCOL_DEDUP_BIN when set (`make test` sets it), else the
-// one internal/e2e builds with ocb. Redis servers are real (internal/redistest).
+// one internal/e2e builds with ocb. Redis servers are real (processor/dedupprocessor/redistest).
 package docscheck

@@ -30,7 +30,7 @@ func TestOCBManifestInReadme(t *testing.T) {
 }
 
 // TestOCBManifestBuildsFromCleanDir builds a collector from the README's
-// manifest the way a user would: in an empty directory, with ocb v0.162.0
+// manifest the way a user would: in an empty directory, with ocb v0.165.0
 // (built from this repository's go.mod tool line), the replaces line
 // pointing at this clone. The binary must list the dedup processor and
 // accept a config that uses it.

@@ -29,7 +29,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/plog"
 
 	"github.com/otelcol-dedup/otelcol-dedup/cmd/dedupload/loadgen"
-	"github.com/otelcol-dedup/otelcol-dedup/internal/redistest"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/redistest"
 )
 
 // relSnapshotFile is the bbolt file file_storage keeps the logs snapshot of
@@ -871,7 +871,7 @@ service:
 			t.Fatal(err)
 		}
 		bin := collectorBinary(t)
-		// v0.162 has print-config (alias print-initial-config) without a
+		// v0.165 has print-config (alias print-initial-config) without a
 		// feature gate; its modes are redacted (default) and unredacted.
 		for _, args := range [][]string{
 			{"print-config"},

@@ -42,9 +42,11 @@ const (
 var tierNames = [numTiers]string{"batch", "local", "redis"}
 
 // telemetry holds one processor instance's instruments. Every series carries
-// the processor's component ID and signal, because the pinned collector
-// release (v0.162) does not add them itself: two dedup processors, or one in
-// two signals' pipelines, never share a series.
+// the processor's component ID and signal as attributes of its own: the
+// collector adds them to its own processor metrics, but to a component's
+// instruments only as instrumentation scope attributes (behind a feature
+// gate), which the Prometheus endpoint drops with without_scope_info. So two
+// dedup processors, or one in two signals' pipelines, never share a series.
 type telemetry struct {
 	records    metric.Int64Counter
 	duplicates metric.Int64Counter

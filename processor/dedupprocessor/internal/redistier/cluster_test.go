@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/otelcol-dedup/otelcol-dedup/internal/redistest"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/redistest"
 )
 
 func TestCluster(t *testing.T) {

@@ -3,7 +3,7 @@ package redistier
 import (
 	"testing"
 
-	"github.com/otelcol-dedup/otelcol-dedup/internal/redistest"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/redistest"
 )
 
 func TestStandalone(t *testing.T) {
