@@ -75,10 +75,11 @@ deps:
 # Both modules run in one `go test` process tree at a time: the 2-core
 # machines this runs on have no room for two -race runs side by side.
 test: build deps
-	@for m in $(MODULES); do \
+	@failed=""; for m in $(MODULES); do \
 		echo "go test: module $$m"; \
-		(cd $$m && OTELCOL_DEDUP_BIN=$(CURDIR)/$(BIN) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./...) || exit 1; \
-	done
+		(cd $$m && OTELCOL_DEDUP_BIN=$(CURDIR)/$(BIN) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./...) || failed="$$failed $$m"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "go test: FAILED in module(s):$$failed"; exit 1; fi
 
 # The performance targets in one run (cmd/dedupbench, about 6-8 minutes after a
 # wait of at most BENCH_LOAD_WAIT for the shared machine's 1-minute load to

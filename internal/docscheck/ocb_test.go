@@ -47,8 +47,8 @@ func TestOCBManifestBuildsFromCleanDir(t *testing.T) {
 
 	clean := t.TempDir()
 	manifest := strings.Replace(manifestBody(t), "/path/to/otelcol-dedup", repo, 1)
-	if !strings.Contains(manifest, "=> "+repo+"\n") {
-		t.Fatalf("the manifest has no `=> /path/to/otelcol-dedup` replaces line:\n%s", manifest)
+	if !strings.Contains(manifest, "=> "+repo+"/processor/dedupprocessor\n") {
+		t.Fatalf("the manifest has no `=> /path/to/otelcol-dedup/processor/dedupprocessor` replaces line:\n%s", manifest)
 	}
 	if err := os.WriteFile(filepath.Join(clean, "builder-config.yaml"), []byte(manifest), 0o644); err != nil {
 		t.Fatal(err)
@@ -64,7 +64,7 @@ func TestOCBManifestBuildsFromCleanDir(t *testing.T) {
 		t.Fatalf("otelcol-custom components: %v\n%s", err, out)
 	}
 	for _, want := range []string{
-		"- name: dedup\n      module: github.com/otelcol-dedup/otelcol-dedup v0.0.0",
+		"- name: dedup\n      module: github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor v0.0.0",
 		"- name: otlp\n", "- name: otlp_grpc\n", "- name: debug\n", "- name: batch\n", "- name: memory_limiter\n",
 	} {
 		if !strings.Contains(out, want) {

@@ -90,8 +90,8 @@ func TestConfigMatrixValidateErrors(t *testing.T) {
 		{`logs: {key: [null]}`, `logs.key[0]: expression must not be empty`},
 		{`traces: {key: [""]}`, `traces.key[0]: expression must not be empty`},
 		{`metrics: {key: [metric.name, "  "]}`, `metrics.key[1]: expression must not be empty`},
-		{`traces: {conditions: ["name =="]}`, `traces.conditions[0] "name ==": condition has invalid syntax at 1:8: (expected Field ("." Field)*)`},
-		{`logs: {key: [name]}`, `logs.key[0] "name": segment "name" from path "name" is not a valid path nor a valid OTTL keyword for the log context - review https://github.com/open-telemetry/opentelemetry-collector-contrib/tree/main/pkg/ottl/contexts/ottllog to see all valid paths`},
+		{`traces: {conditions: ["name =="]}`, `traces.conditions[0] "name ==": 1:8: condition has invalid syntax: (expected Field ("." Field)*)`},
+		{`logs: {key: [name]}`, `logs.key[0] "name": 1:1: segment "name" from path "name" is not a valid path nor a valid OTTL keyword for the log context - review https://github.com/open-telemetry/opentelemetry-collector-contrib/tree/main/pkg/ottl/contexts/ottllog to see all valid paths`},
 		{`logs: {ignore: [observed_time_unix_nano, 'attributes["ok"]', bogus]}`,
 			`logs.ignore[0] "observed_time_unix_nano": not an ignorable field; use attributes["k"], resource.attributes["k"], instrumentation_scope.attributes["k"] or one of ` + ignorableLogs + "\n" +
 				`logs.ignore[2] "bogus": not an ignorable field; use attributes["k"], resource.attributes["k"], instrumentation_scope.attributes["k"] or one of ` + ignorableLogs},
