@@ -26,8 +26,16 @@ func (c *Cache) ClaimBatch(ds []digest.Digest, token uint64, now int64, out []Re
 		s.mu.Lock()
 		s.expire(now)
 		s.prefetch(ds, nil)
+		locked := false
 		for i, d := range ds {
-			out[i], _ = s.claim(d, token, now, c.window)
+			var owner uint64
+			out[i], owner = s.claim(d, token, now, c.window)
+			if out[i] == Held {
+				out[i], locked = c.heldStateLocked(token, owner, locked)
+			}
+		}
+		if locked {
+			c.flights.mu.Unlock()
 		}
 		s.mu.Unlock()
 		return
@@ -67,12 +75,34 @@ func (c *Cache) ClaimBatch(ds []digest.Digest, token uint64, now int64, out []Re
 		s.mu.Lock()
 		s.expire(now)
 		s.prefetch(ds, group)
+		locked := false
 		for _, i := range group {
-			out[i], _ = s.claim(ds[i], token, now, c.window)
+			var owner uint64
+			out[i], owner = s.claim(ds[i], token, now, c.window)
+			if out[i] == Held {
+				out[i], locked = c.heldStateLocked(token, owner, locked)
+			}
+		}
+		if locked {
+			c.flights.mu.Unlock()
 		}
 		s.mu.Unlock()
 		begin = end
 	}
+}
+
+// heldStateLocked is heldState for ClaimBatch, which takes c.flights.mu at
+// the first key held by a token (committed keys held by no token need no
+// look) and keeps it until the shard is done: locked says whether it is
+// taken, and is returned updated.
+func (c *Cache) heldStateLocked(token, owner uint64, locked bool) (Result, bool) {
+	if owner == NoToken {
+		return Held, locked
+	}
+	if !locked {
+		c.flights.mu.Lock()
+	}
+	return c.heldState(token, owner), true
 }
 
 // prefetch reads the index cells the coming claims will probe first. The

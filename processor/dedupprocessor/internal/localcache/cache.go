@@ -33,12 +33,20 @@ const (
 	// HeldBySelf: the digest is held by the caller's own token (a copy
 	// earlier in the same batch).
 	HeldBySelf
-	// Held: the digest is held by another claim within its window.
+	// Held: the digest is held within its window by a committed claim: its
+	// record was delivered.
 	Held
+	// Pending: the digest is held by the claim of a younger token that is
+	// still in flight (see Begin): its record is on its way downstream and
+	// may yet be released.
+	Pending
+	// PendingOlder: as Pending, but the holder's token is older than the
+	// caller's.
+	PendingOlder
 )
 
-// NoToken marks an entry that no in-flight claim owns (restored, committed
-// or learned from the shared tier); Release never removes it.
+// NoToken marks an entry that no claim owns (restored, or learned from the
+// shared tier): it counts as committed, and Release never removes it.
 const NoToken uint64 = 0
 
 // chunkSize is how many ring slots are allocated at a time, so an idle cache
@@ -67,18 +75,40 @@ type shard struct {
 
 // Cache is safe for concurrent use. Claims of different digests mostly take
 // different locks; no lock is held across more than one digest.
+//
+// A key is held by the token that claimed it. While that token is in flight
+// (between Begin and End) the key is pending: the batch that claimed it has
+// not been accepted downstream yet. Once the token has ended, the keys it
+// still holds are committed. Tokens also order claims by age: a smaller
+// token is an older claim, which lets callers tell Pending from
+// PendingOlder and settle who waits for whom.
 type Cache struct {
 	shards   []shard
 	mask     uint64
 	window   int64
 	minShard int // capacity of the smallest shard
+	flights  flights
+}
+
+// flights is the set of tokens in flight. It is only taken inside a shard's
+// lock or alone, never the other way round.
+type flights struct {
+	mu     sync.Mutex
+	tokens map[uint64]struct{}
+}
+
+// pending reports whether token is in flight; the caller holds f.mu.
+func (f *flights) pending(token uint64) bool {
+	_, ok := f.tokens[token]
+	return ok
 }
 
 // New returns a cache of at most maxEntries digests, each remembered for
 // window nanoseconds from its first claim. maxEntries must be >= 1.
 func New(maxEntries int, windowNanos int64) *Cache {
 	n := shardCount(maxEntries)
-	c := &Cache{shards: make([]shard, n), mask: uint64(n - 1), window: windowNanos}
+	c := &Cache{shards: make([]shard, n), mask: uint64(n - 1), window: windowNanos,
+		flights: flights{tokens: map[uint64]struct{}{}}}
 	base, extra := maxEntries/n, maxEntries%n
 	c.minShard = base
 	for i := range c.shards {
@@ -107,16 +137,53 @@ func (c *Cache) shardOf(d digest.Digest) *shard {
 	return &c.shards[d.Lo&c.mask]
 }
 
-// Claim records d for token unless it is already held within its window.
-// now is unix nanoseconds. When the cache is full, the oldest key is evicted
-// to make room: a new key is never refused.
+// Begin puts token in flight: the keys it claims are pending until End.
+// Tokens must be unique and not NoToken.
+func (c *Cache) Begin(token uint64) {
+	c.flights.mu.Lock()
+	c.flights.tokens[token] = struct{}{}
+	c.flights.mu.Unlock()
+}
+
+// End takes token out of flight: the keys it still holds are committed from
+// now on. Release the keys of a batch that was not delivered before End, so
+// that no claim ever reads them as committed.
+func (c *Cache) End(token uint64) {
+	c.flights.mu.Lock()
+	delete(c.flights.tokens, token)
+	c.flights.mu.Unlock()
+}
+
+// Claim records d for token unless it is already held within its window,
+// and returns who holds it. now is unix nanoseconds. When the cache is full,
+// the oldest key is evicted to make room: a new key is never refused.
 func (c *Cache) Claim(d digest.Digest, token uint64, now int64) (Result, uint64) {
 	s := c.shardOf(d)
 	s.mu.Lock()
 	s.expire(now)
 	res, owner := s.claim(d, token, now, c.window)
+	if res == Held {
+		var locked bool
+		if res, locked = c.heldStateLocked(token, owner, false); locked {
+			c.flights.mu.Unlock()
+		}
+	}
 	s.mu.Unlock()
 	return res, owner
+}
+
+// heldState tells a key held by owner apart as Held (committed), Pending or
+// PendingOlder, for a claim by token. The caller holds the key's shard lock,
+// so the key cannot be released meanwhile, and c.flights.mu: a holder that
+// is not in flight has ended without releasing the key, so it committed.
+func (c *Cache) heldState(token, owner uint64) Result {
+	if owner == NoToken || !c.flights.pending(owner) {
+		return Held
+	}
+	if owner < token {
+		return PendingOlder
+	}
+	return Pending
 }
 
 // ClaimsStayDistinct reports whether a ClaimBatch of n digests is sure to
@@ -164,8 +231,8 @@ func (c *Cache) Release(d digest.Digest, token uint64) bool {
 }
 
 // Disown clears the token of d if token holds it, so that a later Release by
-// that token keeps it: the key is now owned by someone else (the shared tier
-// said so) or committed.
+// that token keeps it and it counts as committed: the shared tier said
+// another instance delivered it.
 func (c *Cache) Disown(d digest.Digest, token uint64) {
 	s := c.shardOf(d)
 	s.mu.Lock()
@@ -203,20 +270,23 @@ func (c *Cache) Evictions() int64 {
 	return n
 }
 
-// Range calls fn for each held key with its expiry and the token of the
-// claim that holds it (NoToken if none), oldest first per shard, holding
-// one shard's lock at a time. fn must not call the cache.
-func (c *Cache) Range(now int64, fn func(d digest.Digest, expires int64, token uint64)) {
+// Range calls fn for each committed key with its expiry, oldest first per
+// shard, holding one shard's lock at a time. Pending keys are left out:
+// their batches are still on their way downstream. fn must not call the
+// cache.
+func (c *Cache) Range(now int64, fn func(d digest.Digest, expires int64)) {
 	for i := range c.shards {
 		s := &c.shards[i]
 		s.mu.Lock()
 		s.expire(now)
+		c.flights.mu.Lock()
 		for k := 0; k < s.used; k++ {
 			sl := s.at((s.head + k) % s.size)
-			if sl.expires != 0 {
-				fn(sl.d, sl.expires, sl.token)
+			if sl.expires != 0 && (sl.token == NoToken || !c.flights.pending(sl.token)) {
+				fn(sl.d, sl.expires)
 			}
 		}
+		c.flights.mu.Unlock()
 		s.mu.Unlock()
 	}
 }

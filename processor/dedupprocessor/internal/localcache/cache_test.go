@@ -1,6 +1,7 @@
 package localcache
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -131,7 +132,7 @@ func TestInsertAndRange(t *testing.T) {
 	}
 	c.Claim(d(3), 3, 20)
 	got := map[digest.Digest]int64{}
-	c.Range(20, func(k digest.Digest, exp int64, _ uint64) { got[k] = exp })
+	c.Range(20, func(k digest.Digest, exp int64) { got[k] = exp })
 	if len(got) != 2 || got[d(1)] != 500 || got[d(3)] != 1020 {
 		t.Fatalf("Range = %v", got)
 	}
@@ -176,5 +177,64 @@ func TestConcurrentClaimsExactlyOnce(t *testing.T) {
 	wg.Wait()
 	if got := claimed.Load(); got != keys {
 		t.Fatalf("claimed %d times, want exactly %d", got, keys)
+	}
+}
+
+// TestPendingUntilEnd: a key is pending while the token that claimed it is
+// in flight, told apart by the holder's age, and committed once the token
+// has ended; a key released before End is gone, never committed.
+func TestPendingUntilEnd(t *testing.T) {
+	for _, size := range []int{100, 1 << 17} { // one shard, and 64
+		testPendingUntilEnd(t, New(size, 1000))
+	}
+}
+
+func testPendingUntilEnd(t *testing.T, c *Cache) {
+	c.Begin(5)
+	c.Begin(9)
+	if r, _ := c.Claim(d(1), 5, 0); r != Claimed {
+		t.Fatalf("first claim: %v", r)
+	}
+	if r, _ := c.Claim(d(2), 9, 0); r != Claimed {
+		t.Fatalf("first claim: %v", r)
+	}
+	c.Begin(7)
+	for _, tc := range []struct {
+		key  uint64
+		want Result
+	}{{1, PendingOlder}, {2, Pending}} {
+		if r, owner := c.Claim(d(tc.key), 7, 1); r != tc.want {
+			t.Errorf("key %d held by %d: %v, want %v", tc.key, owner, r, tc.want)
+		}
+	}
+	out := make([]Result, 3)
+	c.ClaimBatch([]digest.Digest{d(1), d(2), d(3)}, 7, 1, out)
+	if want := []Result{PendingOlder, Pending, Claimed}; !slices.Equal(out, want) {
+		t.Errorf("ClaimBatch: %v, want %v", out, want)
+	}
+
+	c.End(5) // delivered: its key is committed
+	if r, _ := c.Claim(d(1), 7, 2); r != Held {
+		t.Errorf("key of an ended token: %v, want Held", r)
+	}
+	if !c.Release(d(2), 9) { // refused downstream: released, then ended
+		t.Fatal("release")
+	}
+	c.End(9)
+	if r, _ := c.Claim(d(2), 7, 2); r != Claimed {
+		t.Errorf("key released before End: %v, want Claimed", r)
+	}
+
+	// Range leaves out what is still pending: token 7 holds 2 and 3.
+	var got []digest.Digest
+	c.Range(3, func(k digest.Digest, _ int64) { got = append(got, k) })
+	if want := []digest.Digest{d(1)}; !slices.Equal(got, want) {
+		t.Errorf("Range: %v, want %v", got, want)
+	}
+	c.End(7)
+	got = got[:0]
+	c.Range(3, func(k digest.Digest, _ int64) { got = append(got, k) })
+	if len(got) != 3 {
+		t.Errorf("Range after End: %d keys, want 3", len(got))
 	}
 }

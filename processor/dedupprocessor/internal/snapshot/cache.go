@@ -5,20 +5,19 @@ import (
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/localcache"
 )
 
-// Save returns a snapshot of the keys c holds at now, stamped with now as
-// meta.WrittenAt. It locks one shard of c at a time, so claims go on while it
-// runs; a key claimed meanwhile may or may not be in the snapshot.
-//
-// skip, if not nil, leaves out the keys held by the claim tokens it names:
-// the claims of batches still on their way downstream, which a crash would
-// leave undelivered and whose retries a restored key would drop.
-func Save(c *localcache.Cache, meta Meta, now int64, skip func(token uint64) bool) []byte {
+// Save returns a snapshot of the committed keys c holds at now, stamped with
+// now as meta.WrittenAt. It locks one shard of c at a time, so claims go on
+// while it runs; a key claimed meanwhile may or may not be in the snapshot.
+// Pending keys are left out: their batches are still on their way
+// downstream, a crash would leave them undelivered, and a restored key would
+// drop their retries.
+func Save(c *localcache.Cache, meta Meta, now int64) []byte {
 	meta.WrittenAt = now
 	dst := make([]byte, 0, EncodedLen(c.Len(now)))
 	return AppendEncode(dst, meta, func(yield func(digest.Digest, int64) bool) {
 		more := true
-		c.Range(now, func(d digest.Digest, expires int64, token uint64) {
-			if more && (skip == nil || token == localcache.NoToken || !skip(token)) {
+		c.Range(now, func(d digest.Digest, expires int64) {
+			if more {
 				more = yield(d, expires)
 			}
 		})

@@ -31,7 +31,7 @@ func filled(n int, span int64) (c *localcache.Cache, step, last int64) {
 
 func held(c *localcache.Cache, now int64) map[digest.Digest]int64 {
 	m := map[digest.Digest]int64{}
-	c.Range(now, func(d digest.Digest, expires int64, _ uint64) { m[d] = expires })
+	c.Range(now, func(d digest.Digest, expires int64) { m[d] = expires })
 	return m
 }
 
@@ -39,7 +39,7 @@ func TestSaveRestoreRoundTrip(t *testing.T) {
 	for _, n := range []int{0, 1, 100_000} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
 			src, step, saveAt := filled(n, 3*window/2)
-			b := Save(src, Meta{Window: window, Fingerprint: fp}, saveAt, nil)
+			b := Save(src, Meta{Window: window, Fingerprint: fp}, saveAt)
 			live := src.Len(saveAt)
 			if len(b) != EncodedLen(live) {
 				t.Fatalf("%d bytes for %d live keys, want %d", len(b), live, EncodedLen(live))
@@ -96,7 +96,7 @@ func TestSaveRestoreRoundTrip(t *testing.T) {
 func TestRestoreIntoSmallerCacheKeepsLatest(t *testing.T) {
 	const n, small = 100_000, 10_000
 	src, step, saveAt := filled(n, 3*window/2)
-	b := Save(src, Meta{Window: window, Fingerprint: fp}, saveAt, nil)
+	b := Save(src, Meta{Window: window, Fingerprint: fp}, saveAt)
 
 	want := map[digest.Digest]int64{}
 	for i := n - small; i < n; i++ {
@@ -125,7 +125,7 @@ func TestRestoreSortsByExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got []int64
-	dst.Range(t0, func(_ digest.Digest, exp int64, _ uint64) { got = append(got, exp) })
+	dst.Range(t0, func(_ digest.Digest, exp int64) { got = append(got, exp) })
 	want := []int64{t0 + 91, t0 + 92, t0 + 93, t0 + 94, t0 + 95, t0 + 96, t0 + 97, t0 + 98, t0 + 99, t0 + 100}
 	if !slices.Equal(got, want) {
 		t.Fatalf("held expiries %v, want %v", got, want)
@@ -163,7 +163,7 @@ func TestRestoreClampsToRestoringWindow(t *testing.T) {
 	long := 6 * window
 	src := localcache.New(10, long)
 	src.Claim(key(1), 1, t0)
-	b := Save(src, Meta{Window: long, Fingerprint: fp}, t0, nil)
+	b := Save(src, Meta{Window: long, Fingerprint: fp}, t0)
 	dst := localcache.New(10, window)
 	if _, n, err := Restore(dst, b, fp, window, t0+1); err != nil || n != 1 {
 		t.Fatalf("n=%d err=%v", n, err)
@@ -187,7 +187,7 @@ func TestRestoreSkipsKeysAlreadyHeld(t *testing.T) {
 
 func TestSaveStampsWrittenAt(t *testing.T) {
 	c := localcache.New(10, window)
-	b := Save(c, Meta{Window: window, WrittenAt: 42, Fingerprint: fp}, t0, nil)
+	b := Save(c, Meta{Window: window, WrittenAt: 42, Fingerprint: fp}, t0)
 	if _, meta, _, err := decodeAll(b, fp, window, t0); err != nil || meta.WrittenAt != t0 {
 		t.Fatalf("meta %+v, err %v", meta, err)
 	}
@@ -204,7 +204,7 @@ func BenchmarkSave(b *testing.B) {
 	var buf []byte
 	b.ReportAllocs()
 	for b.Loop() {
-		buf = Save(c, Meta{Window: window, Fingerprint: fp}, now, nil)
+		buf = Save(c, Meta{Window: window, Fingerprint: fp}, now)
 	}
 	b.ReportMetric(float64(len(buf))/float64(live), "bytes/entry")
 	b.ReportMetric(float64(live)*float64(b.N)/b.Elapsed().Seconds(), "entries/s")
@@ -212,7 +212,7 @@ func BenchmarkSave(b *testing.B) {
 
 func BenchmarkRestore(b *testing.B) {
 	src, _, now := filled(benchEntries, window/2)
-	snap := Save(src, Meta{Window: window, Fingerprint: fp}, now, nil)
+	snap := Save(src, Meta{Window: window, Fingerprint: fp}, now)
 	live := src.Len(now)
 	src = nil
 	b.ReportAllocs()
@@ -231,7 +231,7 @@ func BenchmarkRestore(b *testing.B) {
 // BenchmarkDecode is the format's share of Restore: checks and reads only.
 func BenchmarkDecode(b *testing.B) {
 	src, _, now := filled(benchEntries, window/2)
-	snap := Save(src, Meta{Window: window, Fingerprint: fp}, now, nil)
+	snap := Save(src, Meta{Window: window, Fingerprint: fp}, now)
 	live := src.Len(now)
 	src = nil
 	b.ReportAllocs()
@@ -243,12 +243,15 @@ func BenchmarkDecode(b *testing.B) {
 	b.ReportMetric(float64(live)*float64(b.N)/b.Elapsed().Seconds(), "entries/s")
 }
 
-func TestSaveSkipsNamedTokens(t *testing.T) {
+func TestSaveSkipsPendingKeys(t *testing.T) {
 	c := localcache.New(10, window)
+	c.Begin(7)
 	c.Claim(key(1), 7, t0) // a batch in flight
+	c.Begin(8)
 	c.Claim(key(2), 8, t0) // a delivered batch
+	c.End(8)
 	c.Insert(key(3), t0+window, t0)
-	b := Save(c, Meta{Window: window, Fingerprint: fp}, t0, func(token uint64) bool { return token == 7 })
+	b := Save(c, Meta{Window: window, Fingerprint: fp}, t0)
 	dst := localcache.New(10, window)
 	if _, n, err := Restore(dst, b, fp, window, t0); err != nil || n != 2 {
 		t.Fatalf("restored %d, %v; want 2 keys", n, err)

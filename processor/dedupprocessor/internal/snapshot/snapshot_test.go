@@ -392,7 +392,7 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("restored %d, held %d, want %d", restored, c.Len(now), len(distinct))
 		}
 		last := int64(math.MinInt64)
-		c.Range(now, func(_ digest.Digest, exp int64, _ uint64) {
+		c.Range(now, func(_ digest.Digest, exp int64) {
 			if exp < last {
 				t.Fatalf("restored out of expiry order: %d after %d", exp, last)
 			}
