@@ -24,7 +24,7 @@ func TestTLS(t *testing.T) {
 	noCert.Certificates = nil
 	var obs observations
 	tr = newTier(t, Options{Endpoints: []string{srv.Addr()}, TLS: noCert, Window: testWindow, Timeout: 2 * time.Second, Observe: obs.observe})
-	err := tr.Claim(context.Background(), "tok-c", ds, make([]bool, len(ds)))
+	err := tr.claimBools(context.Background(), "tok-c", ds, make([]bool, len(ds)))
 	if err == nil {
 		t.Fatal("Claim without a client certificate succeeded")
 	}
@@ -35,7 +35,7 @@ func TestTLS(t *testing.T) {
 
 	// Nor does plain text reach a TLS-only server.
 	tr = newTier(t, Options{Endpoints: []string{srv.Addr()}, Window: testWindow, Timeout: 2 * time.Second})
-	if err := tr.Claim(context.Background(), "tok-c", ds, make([]bool, len(ds))); err == nil {
+	if err := tr.claimBools(context.Background(), "tok-c", ds, make([]bool, len(ds))); err == nil {
 		t.Fatal("plain-text Claim to a TLS-only server succeeded")
 	}
 }
@@ -49,7 +49,7 @@ func TestACLUser(t *testing.T) {
 
 	var obs observations
 	tr = newTier(t, Options{Endpoints: []string{srv.Addr()}, Username: "dedup", Password: "wrong", Window: testWindow, Observe: obs.observe})
-	err := tr.Claim(context.Background(), "tok-b", ds, make([]bool, len(ds)))
+	err := tr.claimBools(context.Background(), "tok-b", ds, make([]bool, len(ds)))
 	if err == nil || !strings.Contains(err.Error(), "WRONGPASS") || !strings.HasPrefix(err.Error(), "dedup: redis claim: ") {
 		t.Fatalf("Claim with a wrong password: %v, want dedup: redis claim: WRONGPASS ...", err)
 	}

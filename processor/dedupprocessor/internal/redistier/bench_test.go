@@ -12,8 +12,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/redistest"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/redistest"
 )
 
 // The benchmarks push batches of benchBatch unique digests from 4 goroutines
@@ -66,8 +66,8 @@ func BenchmarkClaimCommit(b *testing.B) {
 		srv := redistest.Standalone(b)
 		tr := newTier(b, Options{Endpoints: []string{srv.Addr()}, KeyPrefix: "otelcol-dedup:", Window: 10 * time.Minute, Timeout: 5 * time.Second})
 		runBatches(b, srv.Client(), func(ctx context.Context, ds []digest.Digest, claimed []bool) error {
-			tok := NewToken()
-			if err := tr.Claim(ctx, tok, ds, claimed); err != nil {
+			tok := testToken()
+			if err := tr.claimBools(ctx, tok, ds, claimed); err != nil {
 				return err
 			}
 			return tr.Commit(ctx, tok, ds)
@@ -80,7 +80,7 @@ func BenchmarkClaimCommit(b *testing.B) {
 		srv := redistest.Standalone(b)
 		c := srv.Client()
 		runBatches(b, c, func(ctx context.Context, ds []digest.Digest, claimed []bool) error {
-			tok := NewToken()
+			tok := testToken()
 			cmds, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
 				for _, d := range ds {
 					p.SetNX(ctx, benchKey(d), tok, 30*time.Second)
@@ -105,7 +105,7 @@ for i = 1, #KEYS do
 end
 return 0`)
 		runBatches(b, c, func(ctx context.Context, ds []digest.Digest, claimed []bool) error {
-			tok := NewToken()
+			tok := testToken()
 			keys := make([]string, len(ds))
 			for i, d := range ds {
 				keys[i] = benchKey(d)
@@ -137,8 +137,8 @@ func BenchmarkClaimCommitCluster(b *testing.B) {
 		b.ReportMetric(float64(clusterCPU(b, cl)-cpuBefore)/float64(b.N*benchBatch), "redis-cpu-ns/record")
 	}()
 	runBatches(b, nil, func(ctx context.Context, ds []digest.Digest, claimed []bool) error {
-		tok := NewToken()
-		if err := tr.Claim(ctx, tok, ds, claimed); err != nil {
+		tok := testToken()
+		if err := tr.claimBools(ctx, tok, ds, claimed); err != nil {
 			return err
 		}
 		return tr.Commit(ctx, tok, ds)

@@ -17,7 +17,7 @@ func TestCluster(t *testing.T) {
 		ctx := context.Background()
 		tr := newTier(t, Options{Endpoints: cl.Addrs(), KeyPrefix: "spread:", Window: testWindow})
 		ds := digests(t, "", 3000)
-		claimed := claim(t, tr, NewToken(), ds...)
+		claimed := claim(t, tr, testToken(), ds...)
 		for i, ok := range claimed {
 			if !ok {
 				t.Fatalf("claimed[%d] = false", i)

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/redistest"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/breaker"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/redistest"
 )
 
 // hangBound is how much longer than its Timeout a failing call may take
@@ -33,7 +33,7 @@ func TestKillAndRestart(t *testing.T) {
 	srv.Kill()
 	claimed := []bool{true, true}
 	start := time.Now()
-	err := tr.Claim(context.Background(), NewToken(), ds[:2], claimed)
+	err := tr.claimBools(context.Background(), testToken(), ds[:2], claimed)
 	if elapsed := time.Since(start); elapsed > timeout+hangBound {
 		t.Errorf("Claim against a killed server took %v, want about the %v timeout", elapsed, timeout)
 	}
@@ -75,7 +75,7 @@ func TestSlowServerTimesOut(t *testing.T) {
 
 	srv.Pause()
 	start := time.Now()
-	err := tr.Claim(context.Background(), NewToken(), ds[5:], make([]bool, 5))
+	err := tr.claimBools(context.Background(), testToken(), ds[5:], make([]bool, 5))
 	if elapsed := time.Since(start); elapsed < timeout || elapsed > timeout+hangBound {
 		t.Errorf("Claim against a paused server took %v, want about the %v timeout", elapsed, timeout)
 	}
@@ -127,7 +127,7 @@ func TestBreaker(t *testing.T) {
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
 	for range 5 {
-		if err := tr.Claim(cancelled, NewToken(), ds, make([]bool, len(ds))); !errors.Is(err, context.Canceled) {
+		if err := tr.claimBools(cancelled, testToken(), ds, make([]bool, len(ds))); !errors.Is(err, context.Canceled) {
 			t.Fatalf("Claim with a cancelled context: %v", err)
 		}
 	}
@@ -139,7 +139,7 @@ func TestBreaker(t *testing.T) {
 		t.Helper()
 		srv.Pause()
 		for range 3 {
-			if err := tr.Claim(ctx, NewToken(), ds[1:], make([]bool, 3)); !IsTimeout(err) {
+			if err := tr.claimBools(ctx, testToken(), ds[1:], make([]bool, 3)); !IsTimeout(err) {
 				t.Fatalf("Claim against a paused server: %v, want a timeout", err)
 			}
 		}
@@ -154,7 +154,7 @@ func TestBreaker(t *testing.T) {
 	for range 3 {
 		claimed := []bool{true, true, true}
 		start := time.Now()
-		err := tr.Claim(ctx, NewToken(), ds[1:], claimed)
+		err := tr.claimBools(ctx, testToken(), ds[1:], claimed)
 		if !errors.Is(err, ErrBreakerOpen) || err.Error() != "dedup: redis claim: circuit breaker open" {
 			t.Fatalf("Claim with the breaker open: %v", err)
 		}
@@ -189,14 +189,14 @@ func TestBreaker(t *testing.T) {
 	openBreaker()
 	clk.Advance(5 * time.Second)
 	srv.Pause()
-	if err := tr.Claim(ctx, NewToken(), ds[2:3], make([]bool, 1)); !IsTimeout(err) {
+	if err := tr.claimBools(ctx, testToken(), ds[2:3], make([]bool, 1)); !IsTimeout(err) {
 		t.Fatalf("probe against a paused server: %v, want a timeout", err)
 	}
 	srv.Resume()
 	wantObserved(t, &obs, "claim/timeout")
 	wantState(t, tr, breaker.Open)
 	clk.Advance(5 * time.Second)
-	if err := tr.Claim(ctx, NewToken(), ds[2:3], make([]bool, 1)); !errors.Is(err, ErrBreakerOpen) {
+	if err := tr.claimBools(ctx, testToken(), ds[2:3], make([]bool, 1)); !errors.Is(err, ErrBreakerOpen) {
 		t.Fatalf("Claim 5 s into a 10 s cooldown: %v, want ErrBreakerOpen", err)
 	}
 	clk.Advance(5 * time.Second)
@@ -215,7 +215,7 @@ func wantState(t testing.TB, tr *Tier, want breaker.State) {
 // claimAll claims ds under a new token and fails unless every one is won.
 func claimAll(t testing.TB, tr *Tier, ds []digest.Digest) {
 	t.Helper()
-	got := claim(t, tr, NewToken(), ds...)
+	got := claim(t, tr, testToken(), ds...)
 	for i, ok := range got {
 		if !ok {
 			t.Fatalf("claimed[%d] = false, want true", i)

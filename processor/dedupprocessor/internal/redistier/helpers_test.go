@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -43,11 +44,27 @@ func newTier(t testing.TB, opts Options) *Tier {
 func claim(t testing.TB, tr *Tier, token string, ds ...digest.Digest) []bool {
 	t.Helper()
 	claimed := make([]bool, len(ds))
-	if err := tr.Claim(context.Background(), token, ds, claimed); err != nil {
+	if err := tr.claimBools(context.Background(), token, ds, claimed); err != nil {
 		t.Fatalf("Claim: %v", err)
 	}
 	return claimed
 }
+
+// claimBools is ClaimAnswers reduced to claimed or not.
+func (tr *Tier) claimBools(ctx context.Context, token string, ds []digest.Digest, claimed []bool) error {
+	answers := make([]Answer, len(claimed))
+	err := tr.ClaimAnswers(ctx, token, ds, answers)
+	for i, a := range answers {
+		claimed[i] = a == Claimed
+	}
+	return err
+}
+
+// ages makes test tokens younger with every call.
+var ages atomic.Uint64
+
+// testToken returns a token younger than every one made before it.
+func testToken() string { return NewToken(ages.Add(1)) }
 
 func commit(t testing.TB, tr *Tier, token string, ds ...digest.Digest) {
 	t.Helper()

@@ -43,7 +43,7 @@ func TestNewMakesNoNetworkCall(t *testing.T) {
 		t.Fatalf("defaults: timeout %v, lease %s ms, window %s ms", tr.timeout, tr.leaseArg, tr.winArg)
 	}
 	// Nothing to do: no round trip, no error.
-	if err := tr.Claim(context.Background(), "tok", nil, nil); err != nil {
+	if err := tr.claimBools(context.Background(), "tok", nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := tr.Commit(context.Background(), "tok", nil); err != nil {
@@ -53,21 +53,28 @@ func TestNewMakesNoNetworkCall(t *testing.T) {
 		t.Fatal(err)
 	}
 	ds := digests(t, "", 2)
-	if err := tr.Claim(context.Background(), "tok", ds, make([]bool, 1)); err == nil {
+	if err := tr.claimBools(context.Background(), "tok", ds, make([]bool, 1)); err == nil {
 		t.Fatal("Claim with too short a result slice succeeded")
 	}
-	if err := tr.Claim(context.Background(), "", ds, make([]bool, 2)); err == nil {
+	if err := tr.claimBools(context.Background(), "", ds, make([]bool, 2)); err == nil {
 		t.Fatal("Claim with an empty token succeeded")
 	}
 }
 
+// TestNewToken: tokens are 16 bytes, never repeat, and order by age first
+// (bytewise, as the claim script compares them), then by their random part.
 func TestNewToken(t *testing.T) {
 	seen := map[string]bool{}
-	for range 1000 {
-		tok := NewToken()
-		if len(tok) != 16 || seen[tok] {
-			t.Fatalf("NewToken() = %q (len %d, repeated %v)", tok, len(tok), seen[tok])
+	prev := ""
+	for age := range uint64(1000) {
+		tok := NewToken(age<<40 | age) // every byte of the age counts
+		same := NewToken(age<<40 | age)
+		if len(tok) != 16 || seen[tok] || tok == same {
+			t.Fatalf("NewToken(%d) = %q (len %d, repeated %v)", age, tok, len(tok), seen[tok] || tok == same)
 		}
-		seen[tok] = true
+		if prev >= tok {
+			t.Fatalf("NewToken(%d) = %x is not after the previous age's %x", age, tok, prev)
+		}
+		seen[tok], prev = true, max(tok, same)
 	}
 }

@@ -10,9 +10,11 @@ import "github.com/redis/go-redis/v9"
 // of keys if it claimed them all (the common case, which then builds no
 // per-key answer), else a string with one byte per key: '1' claimed by this
 // token, '0' held by a committed claim of another token, '2' held by a
-// pending claim of another token (its batch is still on its way downstream). A key is free if it is
-// absent, or if it holds a token whose status key is gone (a pending claim
-// whose lease ran out, or a released one). A key that already holds this
+// pending claim of a younger token (its batch is still on its way
+// downstream), '3' the same for an older token. Tokens compare bytewise
+// (string.byte, never the locale-dependent '<' of Lua strings). A key is
+// free if it is absent, or if it holds a token whose status key is gone (a
+// pending claim whose lease ran out, or a released one). A key that already holds this
 // token counts as claimed: that is a retried round trip of the same claim,
 // whose first reply was lost.
 //
@@ -32,6 +34,13 @@ var claimScript = redis.NewScript(claimSource)
 const claimSource = `
 local tok, window, sp = ARGV[1], ARGV[3], ARGV[4]
 local out, live, any = nil, {}, false
+local function older(a)
+  for i = 1, math.min(#a, #tok) do
+    local x, y = string.byte(a, i), string.byte(tok, i)
+    if x ~= y then return x < y end
+  end
+  return #a < #tok
+end
 for i = 2, #KEYS do
   local won = true
   local owner = redis.call('SET', KEYS[i], tok, 'NX', 'GET', 'PX', window)
@@ -44,7 +53,7 @@ for i = 2, #KEYS do
     end
     if state then
       won = false
-      if state == 'p' then held = '2' end
+      if state == 'p' then held = older(owner) and '3' or '2' end
     else
       redis.call('SET', KEYS[i], tok, 'PX', window)
     end

@@ -15,10 +15,10 @@ func TestSentinel(t *testing.T) {
 		Window:     testWindow,
 	})
 	ds := digests(t, "", 3)
-	tok := NewToken()
+	tok := testToken()
 	wantClaimed(t, claim(t, tr, tok, ds...), true, true, true)
 	commit(t, tr, tok, ds...)
-	wantClaimed(t, claim(t, tr, NewToken(), ds...), false, false, false)
+	wantClaimed(t, claim(t, tr, testToken(), ds...), false, false, false)
 
 	// The claims live on the master the sentinel named.
 	master := standaloneStore{s.Master.Client()}

@@ -26,7 +26,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/tls"
-	"encoding/base64"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -210,42 +210,20 @@ func (t *Tier) BreakerState() breaker.State {
 	return t.breaker.State()
 }
 
-// NewToken returns a random claim token (16 characters, 96 random bits).
-// Each Claim needs its own token: Commit and Release act on everything
-// claimed under a token.
-func NewToken() string {
-	var b [12]byte
-	_, _ = rand.Read(b[:]) // never fails (crypto/rand, Go >= 1.24)
-	return base64.RawURLEncoding.EncodeToString(b[:])
-}
-
-// Claim atomically claims, under token, every digest of ds that no live
-// claim holds, in one round trip (one per node in a Cluster). claimed[i] is
-// set to true if this call claimed ds[i], false if another claim, pending or
-// committed, holds it. Of any number of concurrent Claims of a digest, in
-// this process or in others sharing the Redis, exactly one gets true; so
-// does exactly one position if a digest occurs several times in ds.
+// NewToken returns a claim token of the given age: 16 bytes, the age
+// big-endian then 64 random bits. Tokens compare bytewise, so a token made
+// with a smaller age is older, and two tokens of one age still differ and
+// are ordered. Each claiming batch needs its own token: Commit and Release
+// act on everything claimed under it.
 //
-// A new claim is pending: it holds for the lease unless Commit makes it hold
-// for the window or Release ends it. A digest whose claim ended (window over,
-// lease over without commit, released) is claimed afresh, and its window
-// restarts. token must be unique to this call (see NewToken) and non-empty;
-// claimed must have at least len(ds) elements.
-//
-// On error, claimed is all false, and some digests may have been claimed
-// anyway (the reply was lost): they stay pending until the lease ends, or
-// until Release with the same token. Retrying Claim with the same token is
-// safe: digests already held by the token report true.
-func (t *Tier) Claim(ctx context.Context, token string, ds []digest.Digest, claimed []bool) error {
-	if len(claimed) < len(ds) {
-		return fmt.Errorf("dedup: redis claim: %d results for %d digests", len(claimed), len(ds))
-	}
-	answers := make([]Answer, len(ds))
-	err := t.ClaimAnswers(ctx, token, ds, answers)
-	for i, a := range answers {
-		claimed[i] = a == Claimed
-	}
-	return err
+// The age lets batches that meet each other's pending claims decide who
+// waits (see PendingOlder); any number that grows with the time a batch
+// started will do, e.g. microseconds since the epoch.
+func NewToken(age uint64) string {
+	var b [16]byte
+	binary.BigEndian.PutUint64(b[:8], age)
+	_, _ = rand.Read(b[8:]) // never fails (crypto/rand, Go >= 1.24)
+	return string(b[:])
 }
 
 // Answer is the shared tier's answer for one digest of a claim.
@@ -257,15 +235,39 @@ const (
 	Held Answer = iota
 	// Claimed: this call claimed the digest.
 	Claimed
-	// Pending: a pending claim of another token holds the digest: its
+	// Pending: a pending claim of a younger token holds the digest: its
 	// batch is still on its way downstream, and may yet be released (its
 	// next consumer failed) or end with its lease (its collector died).
 	Pending
+	// PendingOlder: as Pending, but the holder's token is older than the
+	// caller's (tokens compare bytewise; see NewToken).
+	PendingOlder
 )
 
-// ClaimAnswers is Claim with the full answer per digest: a digest held by
-// another claim is told apart as Held (committed) or Pending. On error,
-// every answer is Held.
+// ClaimAnswers atomically claims, under token, every digest of ds that no
+// live claim holds, in one round trip (one per node in a Cluster), and
+// answers for each: Claimed if this call claimed ds[i] (or token already
+// held it), else Held, Pending or PendingOlder by the state and age of the
+// claim that holds it. Of any number of concurrent claims of a digest, in
+// this process or in others sharing the Redis, exactly one gets Claimed; so
+// does exactly one position if a digest occurs several times in ds (the
+// others are Held).
+//
+// A new claim is pending: it holds for the lease unless Commit makes it hold
+// for the window or Release ends it. A digest whose claim ended (window over,
+// lease over without commit, released) is claimed afresh, and its window
+// restarts. token must be unique to its batch (see NewToken) and non-empty;
+// answers must have at least len(ds) elements.
+//
+// Atomicity is per script call: one group's digests, at most
+// maxKeysPerScript of them. A batch larger than that, or spread over a
+// Cluster's nodes, may win some digests and meet another batch's pending
+// claims on others; PendingOlder tells the caller which of the two yields.
+//
+// On error, every answer is Held, and some digests may have been claimed
+// anyway (the reply was lost): they stay pending until the lease ends, or
+// until Release with the same token. Retrying with the same token is safe:
+// digests already held by the token answer Claimed.
 func (t *Tier) ClaimAnswers(ctx context.Context, token string, ds []digest.Digest, answers []Answer) error {
 	return t.claimAs(ctx, OpClaim, token, ds, answers, false)
 }
@@ -594,6 +596,8 @@ func (t *Tier) claim(ctx context.Context, token string, ds []digest.Digest, answ
 					answers[i] = Claimed
 				case '2':
 					answers[i] = Pending
+				case '3':
+					answers[i] = PendingOlder
 				default:
 					answers[i] = Held
 				}
