@@ -56,6 +56,12 @@ type Config struct {
 	// at shutdown; 0 saves only at shutdown. A crash loses at most the keys
 	// of one interval.
 	SnapshotInterval time.Duration `mapstructure:"snapshot_interval"`
+	// PendingWait is how long a batch waits for another batch's pending
+	// claim on one of its records, in this collector or in another sharing
+	// Redis, to be committed (the record is a duplicate) or released (it is
+	// this batch's to deliver), before the batch is refused with a
+	// retryable error. 0 refuses at once.
+	PendingWait time.Duration `mapstructure:"pending_wait"`
 	// MetadataKeys names client metadata keys (e.g. X-Scope-OrgID) whose
 	// values partition every identity, so tenants never suppress each other.
 	MetadataKeys []string `mapstructure:"metadata_keys"`
@@ -117,10 +123,6 @@ type RedisConfig struct {
 	// accepted its batch; a collector that dies mid-batch blocks that
 	// batch's retries for at most this long.
 	Lease time.Duration `mapstructure:"lease"`
-	// PendingWait is how long a batch waits for another instance's pending
-	// claim on one of its records to be committed or released before the
-	// batch is refused with a retryable error.
-	PendingWait time.Duration `mapstructure:"pending_wait"`
 	// OnError is what happens to a batch when Redis fails: pass or refuse.
 	OnError ErrorPolicy `mapstructure:"on_error"`
 
@@ -147,6 +149,7 @@ const (
 	defaultMarkAttribute    = "dedup.duplicate"
 	defaultMaxEntries       = 1_000_000
 	defaultSnapshotInterval = time.Minute
+	defaultPendingWait      = time.Second
 	// minDuration catches a duration written without a unit, which the
 	// collector reads as nanoseconds.
 	minDuration = time.Millisecond
@@ -163,12 +166,12 @@ func createDefaultConfig() component.Config {
 		OnMissingKey:     MissingKeyPass,
 		Cache:            CacheConfig{MaxEntries: defaultMaxEntries},
 		SnapshotInterval: defaultSnapshotInterval,
+		PendingWait:      defaultPendingWait,
 		Traces:           SignalConfig{Key: []string{"trace_id", "span_id"}},
 		Redis: configoptional.Default(RedisConfig{
-			Timeout:     defaultRedisTimeout,
-			Lease:       defaultRedisLease,
-			PendingWait: defaultPendingWait,
-			OnError:     ErrorPass,
+			Timeout: defaultRedisTimeout,
+			Lease:   defaultRedisLease,
+			OnError: ErrorPass,
 		}),
 	}
 }
@@ -203,6 +206,9 @@ func (cfg *Config) Validate() error {
 	} else if cfg.SnapshotInterval > 0 && cfg.SnapshotInterval < minDuration {
 		errs = append(errs, fmt.Errorf("snapshot_interval must be 0 or >= 1ms, got %q (a number without a unit is nanoseconds: write e.g. 1m)", cfg.SnapshotInterval))
 	}
+	if cfg.PendingWait < 0 {
+		errs = append(errs, fmt.Errorf("pending_wait must be >= 0 (0 refuses at once), got %q", cfg.PendingWait))
+	}
 	for i, k := range cfg.MetadataKeys {
 		if strings.TrimSpace(k) == "" {
 			errs = append(errs, fmt.Errorf("metadata_keys[%d]: must not be empty", i))
@@ -210,6 +216,9 @@ func (cfg *Config) Validate() error {
 	}
 	if r := cfg.Redis.Get(); r != nil {
 		errs = append(errs, r.validate(cfg.Window)...)
+		if r.Lease > 0 && cfg.PendingWait > r.Lease {
+			errs = append(errs, fmt.Errorf("pending_wait must be <= redis.lease (%s): a claim older than its lease is free anyway, got %q", r.Lease, cfg.PendingWait))
+		}
 	}
 	set := nopTelemetry()
 	if _, err := newSignalIdentity(logSpec(set), cfg.Logs); err != nil {
@@ -227,7 +236,6 @@ func (cfg *Config) Validate() error {
 const (
 	defaultRedisTimeout = 250 * time.Millisecond
 	defaultRedisLease   = 30 * time.Second
-	defaultPendingWait  = time.Second
 )
 
 func (r *RedisConfig) validate(window time.Duration) []error {
@@ -251,9 +259,6 @@ func (r *RedisConfig) validate(window time.Duration) []error {
 	}
 	if r.Lease <= 0 || r.Lease > window {
 		errs = append(errs, fmt.Errorf("redis.lease must be > 0 and <= window (%s), got %q", window, r.Lease))
-	}
-	if r.PendingWait < 0 || r.Lease > 0 && r.PendingWait > r.Lease {
-		errs = append(errs, fmt.Errorf("redis.pending_wait must be >= 0 and <= redis.lease (%s), got %q", r.Lease, r.PendingWait))
 	}
 	switch r.OnError {
 	case ErrorPass, ErrorRefuse:

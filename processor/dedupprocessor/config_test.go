@@ -80,7 +80,7 @@ func TestLoadValidConfigs(t *testing.T) {
 			c.Logs.Key = []string{`attributes["event.id"]`}
 			c.Redis = configoptional.Some(RedisConfig{
 				Endpoints: []string{"127.0.0.1:6379"},
-				Timeout:   250 * time.Millisecond, Lease: 30 * time.Second, PendingWait: time.Second, OnError: ErrorPass,
+				Timeout:   250 * time.Millisecond, Lease: 30 * time.Second, OnError: ErrorPass,
 			})
 		}},
 		{name: "redis_cluster", want: func(c *Config) {
@@ -89,14 +89,14 @@ func TestLoadValidConfigs(t *testing.T) {
 			c.Redis = configoptional.Some(RedisConfig{
 				Endpoints: []string{"10.0.0.1:7000", "10.0.0.2:7000", "10.0.0.3:7000"},
 				Username:  "dedup", Password: "s3cret", TLS: configoptional.Some(tls), KeyPrefix: "dedup:prod:",
-				Timeout: 100 * time.Millisecond, Lease: time.Minute, PendingWait: time.Second, OnError: ErrorRefuse,
+				Timeout: 100 * time.Millisecond, Lease: time.Minute, OnError: ErrorRefuse,
 			})
 		}},
 		{name: "redis_sentinel", want: func(c *Config) {
 			c.Redis = configoptional.Some(RedisConfig{
 				Endpoints:  []string{"127.0.0.1:26379", "127.0.0.2:26379"},
 				MasterName: "mymaster", DB: 2,
-				Timeout: 250 * time.Millisecond, Lease: 30 * time.Second, PendingWait: time.Second, OnError: ErrorPass,
+				Timeout: 250 * time.Millisecond, Lease: 30 * time.Second, OnError: ErrorPass,
 			})
 		}},
 		{name: "content_ignore", want: func(c *Config) {

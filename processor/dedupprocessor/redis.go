@@ -3,7 +3,6 @@ package dedupprocessor
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -12,6 +11,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/identity"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/redistier"
 )
@@ -108,163 +108,30 @@ func (e *engine) startTier(ctx context.Context) error {
 	redisLog.Do(func() {
 		redis.SetLogger(zapRedisLogger{logger: e.logger.With(zap.String("client", "go-redis"))})
 	})
-	e.tier = tier
+	e.tier, e.redis = tier, tier
 	e.tel.observeBreaker(tier)
 	e.logger.Info("dedup: shared tier configured", zap.Strings("endpoints", r.Endpoints),
 		zap.String("master_name", r.MasterName), zap.String("key_prefix", prefix))
 	return nil
 }
 
-// errSharedTier is returned to senders under on_error: refuse. The
-// receivers turn it into a retryable status (gRPC Unavailable, HTTP 503).
-var errSharedTier = errors.New("dedup: shared tier unavailable; retry later")
-
-// errPendingElsewhere is returned when a record of the batch is held by
-// another instance's claim that is still pending after redis.pending_wait:
-// that instance has not delivered it yet and may never (its next consumer
-// may fail, the instance may have died). Dropping the copy could lose the
-// record, so the sender is asked to retry: by then the claim is committed
-// (the copy is a duplicate), released or past its lease (the copy is new).
-var errPendingElsewhere = errors.New("dedup: a record of this batch is being delivered by another collector; retry later")
-
-// settle claims the batch's digests in the local cache, then resolves the
-// new local claims against the shared tier in one round trip. A digest
-// another instance has delivered becomes a duplicate (tier redis) and is
-// remembered locally as not ours; one that another instance is delivering
-// right now is waited for, up to redis.pending_wait; the rest stay claimed
-// under the batch's token, to be committed or released with the batch.
-func (e *engine) settle(ctx context.Context, b *batch) error {
-	e.claimAll(b)
-	if e.tier == nil || len(b.claimed) == 0 {
-		return nil
-	}
-	b.redisToken = redistier.NewToken()
-	if cap(b.answers) < len(b.claimed) {
-		b.answers = make([]redistier.Answer, len(b.claimed))
-	}
-	answers := b.answers[:len(b.claimed)]
-	var err error
-	if e.cache.ClaimsStayDistinct(len(b.pending)) {
-		err = e.tier.ClaimDistinct(ctx, b.redisToken, b.claimed, answers)
-	} else {
-		err = e.tier.ClaimAnswers(ctx, b.redisToken, b.claimed, answers)
-	}
-	if err == nil {
-		err = e.awaitPending(ctx, b, answers)
-	}
-	if err != nil {
-		return e.tierFailed(ctx, b, err)
-	}
-	kept := 0
-	for i, d := range b.claimed {
-		if answers[i] == redistier.Claimed {
-			b.claimed[kept], b.claimedAt[kept] = d, b.claimedAt[i]
-			kept++
-			continue
-		}
-		e.cache.Disown(d, b.token)
-		b.outcomes[outcomeUnique]--
-		e.duplicate(b, int(b.claimedAt[i]), tierRedis)
-	}
-	b.claimed, b.claimedAt = b.claimed[:kept], b.claimedAt[:kept]
-	return nil
-}
-
-// awaitPending asks again, with a growing pause, about the digests another
-// instance's pending claim holds, until each is committed (a duplicate) or
-// freed (now ours), or redis.pending_wait has passed.
-func (e *engine) awaitPending(ctx context.Context, b *batch, answers []redistier.Answer) error {
-	pause := time.Millisecond
-	deadline := time.Now().Add(e.pendingWait)
-	for {
-		b.waiting, b.waitingAt = b.waiting[:0], b.waitingAt[:0]
-		for i, a := range answers {
-			if a == redistier.Pending {
-				b.waiting = append(b.waiting, b.claimed[i])
-				b.waitingAt = append(b.waitingAt, int32(i))
-			}
-		}
-		if len(b.waiting) == 0 {
-			return nil
-		}
-		if time.Now().Add(pause).After(deadline) {
-			return errPendingElsewhere
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(pause):
-		}
-		pause = min(2*pause, 50*time.Millisecond)
-		again := answers[len(b.claimed):cap(answers)]
-		if len(again) < len(b.waiting) {
-			again = make([]redistier.Answer, len(b.waiting))
-		}
-		again = again[:len(b.waiting)]
-		// The same token: a digest this batch already won stays won.
-		if err := e.tier.Recheck(ctx, b.redisToken, b.waiting, again); err != nil {
-			return err
-		}
-		for k, a := range again {
-			answers[b.waitingAt[k]] = a
-		}
-	}
-}
-
-// tierFailed decides a batch whose claim could not be settled. A claim that
-// Redis applied despite a lost reply stays pending until its lease ends;
-// the copies it meets meanwhile are refused for retry, never dropped, so it
-// needs no release here (which would cost another timeout).
-func (e *engine) tierFailed(ctx context.Context, b *batch, err error) error {
-	pending := errors.Is(err, errPendingElsewhere)
-	if pending || e.redisPolicy == ErrorRefuse || ctx.Err() != nil {
-		if pending {
-			e.releaseTier(ctx, b)
-		}
-		b.redisToken = ""
-		e.releaseLocal(b)
-		if pending {
-			e.pendingRefused.log(b.now, err, zap.Int("records", len(b.waiting)))
-			return err
-		}
-		e.tierError.log(b.now, err, zap.String("on_error", string(e.redisPolicy)))
-		return fmt.Errorf("%w: %w", errSharedTier, err)
-	}
-	// pass: the batch is delivered on the local tier's word. A claim that
-	// reached Redis despite the error rightly holds its record.
-	b.redisToken = ""
-	e.tierError.log(b.now, err, zap.String("on_error", "pass"))
-	return nil
-}
-
-// commitTier makes the batch's shared claims last their window. A failed
-// commit leaves them pending: they expire at the end of the lease, after
-// which a copy would be let through again, so it is logged and counted.
-func (e *engine) commitTier(ctx context.Context, b *batch) {
-	if b.redisToken == "" || len(b.claimed) == 0 {
-		return
-	}
-	if err := e.tier.Commit(context.WithoutCancel(ctx), b.redisToken, b.claimed); err != nil {
-		e.tierError.log(b.now, err, zap.String("op", redistier.OpCommit))
-	}
-}
-
-func (e *engine) releaseTier(ctx context.Context, b *batch) {
-	if b.redisToken == "" || len(b.claimed) == 0 {
-		return
-	}
-	if err := e.tier.Release(context.WithoutCancel(ctx), b.redisToken, b.claimed); err != nil {
-		e.tierError.log(b.now, err, zap.String("op", redistier.OpRelease))
-	}
-}
-
 func (e *engine) stopTier() error {
-	if e.tier == nil {
+	if e.redis == nil {
 		return nil
 	}
-	err := e.tier.Close()
-	e.tier = nil
+	err := e.redis.Close()
+	e.tier, e.redis = nil, nil
 	return err
+}
+
+// sharedTier is what the engine needs of the shared tier: redistier.Tier,
+// whose methods document the contract.
+type sharedTier interface {
+	ClaimAnswers(ctx context.Context, token string, ds []digest.Digest, answers []redistier.Answer) error
+	ClaimDistinct(ctx context.Context, token string, ds []digest.Digest, answers []redistier.Answer) error
+	Recheck(ctx context.Context, token string, ds []digest.Digest, answers []redistier.Answer) error
+	Commit(ctx context.Context, token string, ds []digest.Digest) error
+	Release(ctx context.Context, token string, ds []digest.Digest) error
 }
 
 // redisTelemetry is set up by newTelemetry; these are the hooks the tier

@@ -17,21 +17,21 @@ import (
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/otel/attribute"
 
-	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/redistest"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/identity"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/redistier"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/redistest"
 )
 
 func redisConfig(endpoints []string, onError ErrorPolicy) *Config {
 	cfg := defaultConfig()
 	cfg.Logs.Key = []string{`attributes["event.id"]`}
+	cfg.PendingWait = 5 * time.Second // generous: -race on 2 busy cores
 	cfg.Redis = configoptional.Some(RedisConfig{
-		Endpoints:   endpoints,
-		Timeout:     300 * time.Millisecond,
-		Lease:       30 * time.Second,
-		PendingWait: 5 * time.Second, // generous: -race on 2 busy cores
-		OnError:     onError,
+		Endpoints: endpoints,
+		Timeout:   300 * time.Millisecond,
+		Lease:     30 * time.Second,
+		OnError:   onError,
 	})
 	return cfg
 }
@@ -385,7 +385,7 @@ func TestCopyOfARecordPendingTooLongIsRefused(t *testing.T) {
 	srv := redistest.Standalone(t)
 	cfg := redisConfig([]string{srv.Addr()}, ErrorPass)
 	r := cfg.Redis.Get()
-	r.Lease, r.PendingWait = 700*time.Millisecond, 200*time.Millisecond
+	r.Lease, cfg.PendingWait = 700*time.Millisecond, 200*time.Millisecond
 	// The dead owner: a claim written through the tier and then abandoned.
 	owner, err := redistier.New(redistier.Options{Endpoints: r.Endpoints, KeyPrefix: defaultKeyPrefix(cfg), Window: cfg.Window, Lease: r.Lease})
 	if err != nil {
@@ -402,10 +402,10 @@ func TestCopyOfARecordPendingTooLongIsRefused(t *testing.T) {
 	lp.decideAll(context.Background(), b, enc, ld)
 	ds = append(ds, b.pending...)
 	lp.end(b)
-	if err := owner.Claim(context.Background(), redistier.NewToken(), ds, make([]bool, len(ds))); err != nil {
+	if err := owner.ClaimAnswers(context.Background(), redistier.NewToken(1), ds, make([]redistier.Answer, len(ds))); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.consume(events(7, 8)); !errors.Is(err, errPendingElsewhere) {
+	if err := h.consume(events(7, 8)); !errors.Is(err, errInFlight) {
 		t.Fatalf("error = %v, want the retryable pending error", err)
 	}
 	if n := sink.LogRecordCount(); n != 0 {

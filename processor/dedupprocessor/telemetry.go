@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync/atomic"
+	"time"
 
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/otel/attribute"
@@ -51,6 +52,8 @@ type telemetry struct {
 	records    metric.Int64Counter
 	duplicates metric.Int64Counter
 	released   metric.Int64Counter
+	waits      metric.Float64Histogram
+	waitOpts   [numWaitResults]metric.RecordOption
 
 	outcomeOpts [numOutcomes]metric.AddOption
 	tierOpts    [numTiers]metric.AddOption
@@ -64,6 +67,18 @@ type telemetry struct {
 
 	registration metric.Registration
 }
+
+// waitResult is how a batch's wait for pending claims ended; the
+// wait_duration histogram's attribute.
+type waitResult int
+
+const (
+	waitSettled waitResult = iota // every claim waited for was settled: the batch went on
+	waitRefused                   // pending_wait passed: the batch was refused for retry
+	numWaitResults
+)
+
+var waitResultNames = [numWaitResults]string{"settled", "refused"}
 
 type redisOpts struct {
 	add    metric.AddOption
@@ -91,6 +106,9 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, signal strin
 	for tr := range numTiers {
 		t.tierOpts[tr] = metric.WithAttributeSet(attribute.NewSet(append(base[:2:2], attribute.String("tier", tierNames[tr]))...))
 	}
+	for r := range numWaitResults {
+		t.waitOpts[r] = metric.WithAttributeSet(attribute.NewSet(append(base[:2:2], attribute.String("result", waitResultNames[r]))...))
+	}
 	var errs, err error
 	t.records, err = meter.Int64Counter("otelcol_processor_dedup_records",
 		metric.WithDescription("Records the dedup processor saw, by outcome: unique, duplicate, missing_key, skipped, key_error."),
@@ -103,6 +121,11 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, signal strin
 	t.released, err = meter.Int64Counter("otelcol_processor_dedup_released",
 		metric.WithDescription("Keys released because the next consumer refused the batch that claimed them."),
 		metric.WithUnit("{keys}"))
+	errs = errors.Join(errs, err)
+	t.waits, err = meter.Float64Histogram("otelcol_processor_dedup_wait_duration",
+		metric.WithDescription("Seconds a batch waited for other batches' pending claims on its records, by how the wait ended: settled (the batch went on), refused (returned to the sender for retry after pending_wait)."),
+		metric.WithUnit("s"),
+		metric.WithExplicitBucketBoundaries(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5))
 	errs = errors.Join(errs, err)
 	entries, err := meter.Int64ObservableGauge("otelcol_processor_dedup_cache_entries",
 		metric.WithDescription("Keys held in the local cache."),
@@ -169,6 +192,11 @@ func (t *telemetry) recordReleased(ctx context.Context, n int) {
 	if n > 0 {
 		t.released.Add(ctx, int64(n), t.baseOpt)
 	}
+}
+
+// recordWait records one batch's wait for pending claims.
+func (t *telemetry) recordWait(ctx context.Context, d time.Duration, r waitResult) {
+	t.waits.Record(ctx, d.Seconds(), t.waitOpts[r])
 }
 
 func (t *telemetry) shutdown() error {

@@ -1,0 +1,371 @@
+package dedupprocessor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/localcache"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/redistier"
+)
+
+// The claim discipline, the same in both tiers.
+//
+// A batch claims each record's digest, first in the local cache, then, for
+// the digests it won there, in the shared tier. A claim is pending until the
+// next consumer has accepted the batch (committed) or refused it (released).
+// A copy is a duplicate only on the word of a committed claim: its record
+// was delivered. A copy whose digest is held by a pending claim, of another
+// batch in this collector or in another one, waits for that batch: if it
+// commits, the copy is a duplicate; if it releases, the copy is claimed and
+// delivered. The wait is bounded by pending_wait; after it the batch is
+// refused with a retryable error, so the sender tries again later. Dropping
+// the copy instead could lose the record for good: its other copy's delivery
+// may fail, and a sender that was told "accepted" never sends it again.
+//
+// Waiting must never deadlock. A batch's claims are atomic only in pieces
+// (per cache shard, per script call of at most maxKeysPerScript digests, per
+// Cluster node), so two batches can each win some digests and meet the
+// other's pending claims on the rest. The rule that keeps them apart is
+// wait-die, by age: every batch has a token that orders it against every
+// other (older = began earlier; nextToken, and redistier.NewToken for the
+// shared tier, which embeds the same age). A batch that meets a pending
+// claim of a younger batch waits, holding its own claims. A batch that meets
+// a pending claim of an older batch yields: it releases every claim it holds,
+// in both tiers, and only then waits, holding nothing, before it claims
+// again. So a batch that waits while holding claims waits only for younger
+// batches, and a batch that waits for an older one holds nothing anyone can
+// wait for: every chain of waits runs from older to younger batches, and
+// none can close into a cycle. A batch keeps its token, and so its age,
+// across its yields, so it ends up the oldest of those it meets and is no
+// longer turned back.
+//
+// The common case meets no pending claim: one ClaimBatch, one shared round
+// trip, and none of the code below the fast path runs.
+
+// errInFlight is returned when a record of the batch is still held by
+// another batch's pending claim after pending_wait: that batch has not
+// delivered it yet and may never (its next consumer may fail, its collector
+// may have died). Dropping the copy could lose the record, so the sender is
+// asked to retry: by then that claim is committed (the copy is a duplicate),
+// released, or past its lease (the copy is new).
+var errInFlight = errors.New("dedup: a record of this batch is still being delivered by another batch; retry later")
+
+// errSharedTier is returned to senders under on_error: refuse. The
+// receivers turn it into a retryable status (gRPC Unavailable, HTTP 503).
+var errSharedTier = errors.New("dedup: shared tier unavailable; retry later")
+
+// maxPause bounds the pause between two looks at the claims a batch waits
+// for; the first look comes after a millisecond.
+const maxPause = 50 * time.Millisecond
+
+// settle decides every keyed record of the batch: a claim of this batch, a
+// duplicate, or, after waiting, either of the two. On error the batch holds
+// no claim and is not to be delivered.
+func (e *engine) settle(ctx context.Context, b *batch) error {
+	if len(b.pending) == 0 {
+		return nil
+	}
+	if e.tier != nil {
+		b.redisToken = redistier.NewToken(b.token)
+	}
+	e.claimLocal(b, b.pending, b.pendingAt)
+	if err := e.claimShared(ctx, b, 0, redistier.OpClaim); err != nil {
+		if err := e.sharedFailed(ctx, b, err); err != nil {
+			return err
+		}
+	}
+	if len(b.localWait) > 0 || len(b.sharedWait) > 0 {
+		if err := e.await(ctx, b); err != nil {
+			return err
+		}
+	}
+	b.outcomes[outcomeUnique] = int64(len(b.claimed))
+	return nil
+}
+
+// claimLocal claims ds (at: their verdict indexes) in the local cache, in
+// one ClaimBatch so the cache takes each shard's lock once and overlaps its
+// memory reads. Won digests join b.claimed, still to be claimed in the
+// shared tier; digests held by a pending claim join b.localWait.
+func (e *engine) claimLocal(b *batch, ds []digest.Digest, at []int32) {
+	if cap(b.results) < len(ds) {
+		b.results = make([]localcache.Result, len(ds))
+	}
+	results := b.results[:len(ds)]
+	e.cache.ClaimBatch(ds, b.token, b.now, results)
+	for i, res := range results {
+		switch res {
+		case localcache.Claimed:
+			b.claimed = append(b.claimed, ds[i])
+			b.claimedAt = append(b.claimedAt, at[i])
+		case localcache.HeldBySelf:
+			e.duplicate(b, int(at[i]), tierBatch)
+		case localcache.Held:
+			e.duplicate(b, int(at[i]), tierLocal)
+		default: // Pending, PendingOlder
+			b.yield = b.yield || res == localcache.PendingOlder
+			b.localWait = append(b.localWait, ds[i])
+			b.localWaitAt = append(b.localWaitAt, at[i])
+		}
+	}
+}
+
+// claimShared claims b.claimed[from:] in the shared tier, in one round trip
+// (one per node in a Cluster). A digest another instance delivered becomes a
+// duplicate, remembered locally as committed; one held by a pending claim
+// moves to b.sharedWait, still held here locally. Without a shared tier the
+// local claims stand as they are.
+func (e *engine) claimShared(ctx context.Context, b *batch, from int, op string) error {
+	if b.redisToken == "" || b.sharedOff || len(b.claimed) == from {
+		return nil
+	}
+	ds := b.claimed[from:]
+	if cap(b.answers) < len(ds) {
+		b.answers = make([]redistier.Answer, len(ds))
+	}
+	answers := b.answers[:len(ds)]
+	var err error
+	switch {
+	case op == redistier.OpRecheck:
+		err = e.tier.Recheck(ctx, b.redisToken, ds, answers)
+	case e.cache.ClaimsStayDistinct(len(b.pending)):
+		err = e.tier.ClaimDistinct(ctx, b.redisToken, ds, answers)
+	default:
+		err = e.tier.ClaimAnswers(ctx, b.redisToken, ds, answers)
+	}
+	if err != nil {
+		return err
+	}
+	b.sharedOK = true
+	kept := from
+	for i, a := range answers {
+		d, at := ds[i], b.claimedAt[from+i]
+		switch a {
+		case redistier.Claimed:
+			b.claimed[kept], b.claimedAt[kept] = d, at
+			kept++
+		case redistier.Held:
+			e.cache.Disown(d, b.token)
+			e.duplicate(b, int(at), tierRedis)
+		default: // Pending, PendingOlder
+			b.yield = b.yield || a == redistier.PendingOlder
+			b.sharedWait = append(b.sharedWait, d)
+			b.sharedWaitAt = append(b.sharedWaitAt, at)
+		}
+	}
+	b.claimed, b.claimedAt = b.claimed[:kept], b.claimedAt[:kept]
+	return nil
+}
+
+// await waits for the pending claims the batch met, by the discipline above,
+// until none is left or pending_wait has passed.
+func (e *engine) await(ctx context.Context, b *batch) error {
+	b.waitedSince = e.clock.now()
+	deadline := b.waitedSince.Add(e.cfg.PendingWait)
+	e.ended.waiters.Add(1)
+	defer e.ended.waiters.Add(-1)
+	e.released.waiters.Add(1)
+	defer e.released.waiters.Add(-1)
+	pause := time.Millisecond
+	for {
+		// A batch that holds claims while it waits is woken when any
+		// batch releases claims; one that yielded only when a batch ends.
+		// Were yielders woken by each other's yields, two of them blocked
+		// by the same older batch would wake each other without end.
+		// The channel is taken before the look below, so that a batch
+		// settling after it wakes this one.
+		var settled <-chan struct{}
+		if b.yield {
+			e.yieldClaims(ctx, b)
+			settled = e.ended.channel()
+		} else {
+			settled = e.released.channel()
+		}
+		if e.clock.now().Add(pause).After(deadline) {
+			e.refused.log(b.now, errInFlight, zap.Int("records", len(b.localWait)+len(b.sharedWait)))
+			e.tel.recordWait(ctx, e.clock.now().Sub(b.waitedSince), waitRefused)
+			e.releaseAll(ctx, b)
+			return errInFlight
+		}
+		if err := e.clock.pause(ctx, settled, pause); err != nil {
+			e.releaseAll(ctx, b)
+			return err
+		}
+		pause = min(2*pause, maxPause)
+		if err := e.lookAgain(ctx, b); err != nil {
+			if err := e.sharedFailed(ctx, b, err); err != nil {
+				return err
+			}
+		}
+		if len(b.localWait) == 0 && len(b.sharedWait) == 0 {
+			e.tel.recordWait(ctx, e.clock.now().Sub(b.waitedSince), waitSettled)
+			return nil
+		}
+	}
+}
+
+// clock is the time of waits: the wall clock, or a simulated one in tests
+// that interleave batches deterministically.
+type clock interface {
+	now() time.Time
+	// pause returns after d, when settled is closed, or with ctx's error
+	// when ctx is done.
+	pause(ctx context.Context, settled <-chan struct{}, d time.Duration) error
+}
+
+type wallClock struct{}
+
+func (wallClock) now() time.Time { return time.Now() }
+
+func (wallClock) pause(ctx context.Context, settled <-chan struct{}, d time.Duration) error {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-settled:
+	case <-timer.C:
+	}
+	return nil
+}
+
+// lookAgain claims the digests the batch waits for once more: those pending
+// locally in the local cache (and, if won, in the shared tier), those
+// pending in the shared tier there, under the batch's own tokens, so a
+// digest it already won stays won.
+func (e *engine) lookAgain(ctx context.Context, b *batch) error {
+	local, localAt := b.localWait, b.localWaitAt
+	shared, sharedAt := b.sharedWait, b.sharedWaitAt
+	b.localWait, b.localWaitAt = nil, nil
+	b.sharedWait, b.sharedWaitAt = nil, nil
+	b.yield = false
+	from := len(b.claimed)
+	b.claimed = append(b.claimed, shared...)
+	b.claimedAt = append(b.claimedAt, sharedAt...)
+	e.claimLocal(b, local, localAt)
+	// Recycle the old lists' arrays for the next round.
+	b.localWait, b.localWaitAt = append(local[:0], b.localWait...), append(localAt[:0], b.localWaitAt...)
+	return e.claimShared(ctx, b, from, redistier.OpRecheck)
+}
+
+// yieldClaims releases every claim the batch holds, in both tiers, and puts
+// their digests back with those it waits for in the local cache, to be
+// claimed again from the start after the wait.
+func (e *engine) yieldClaims(ctx context.Context, b *batch) {
+	e.releaseAll(ctx, b)
+	b.localWait = append(append(b.localWait, b.claimed...), b.sharedWait...)
+	b.localWaitAt = append(append(b.localWaitAt, b.claimedAt...), b.sharedWaitAt...)
+	b.claimed, b.claimedAt = b.claimed[:0], b.claimedAt[:0]
+	b.sharedWait, b.sharedWaitAt = b.sharedWait[:0], b.sharedWaitAt[:0]
+	b.yield = false
+	// Restore walk order, so in-batch copies resolve as on the first claim:
+	// the first one claims, the others are its duplicates.
+	sortByVerdict(b.localWait, b.localWaitAt)
+	e.released.broadcast()
+}
+
+// sortByVerdict sorts ds and at together by verdict index (insertion sort:
+// the lists are short, and nearly sorted).
+func sortByVerdict(ds []digest.Digest, at []int32) {
+	for i := 1; i < len(at); i++ {
+		for j := i; j > 0 && at[j] < at[j-1]; j-- {
+			at[j], at[j-1] = at[j-1], at[j]
+			ds[j], ds[j-1] = ds[j-1], ds[j]
+		}
+	}
+}
+
+// releaseAll releases the batch's claims: in the shared tier (the digests it
+// holds there, and those it holds only locally while waiting, whose claim
+// may have reached Redis despite an error) and in the local cache. It
+// returns how many local keys it released.
+func (e *engine) releaseAll(ctx context.Context, b *batch) int {
+	if b.sharedOK {
+		if err := e.tier.Release(context.WithoutCancel(ctx), b.redisToken, append(b.claimed, b.sharedWait...)); err != nil {
+			e.tierError.log(b.now, err, zap.String("op", redistier.OpRelease))
+		}
+	}
+	n := 0
+	for _, list := range [][]digest.Digest{b.claimed, b.sharedWait} {
+		for _, d := range list {
+			if e.cache.Release(d, b.token) {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// sharedFailed decides a batch whose shared claim failed. Under refuse, or
+// when the caller gave up, the batch releases what it holds and is refused.
+// Under pass it goes on without the shared tier: the records it holds
+// locally are delivered on the local tier's word (a claim that reached
+// Redis despite the error rightly holds its record), and those it waits for
+// locally are still waited for, since that wait involves no Redis.
+func (e *engine) sharedFailed(ctx context.Context, b *batch, err error) error {
+	if e.redisPolicy == ErrorRefuse || ctx.Err() != nil {
+		// A claim that Redis applied despite a lost reply stays pending
+		// until its lease ends (releaseAll reaches Redis only if a round
+		// trip of this batch succeeded before); the copies it meets
+		// meanwhile wait or are refused, never dropped.
+		e.releaseAll(ctx, b)
+		e.tierError.log(b.now, err, zap.String("on_error", string(e.redisPolicy)))
+		return fmt.Errorf("%w: %w", errSharedTier, err)
+	}
+	e.tierError.log(b.now, err, zap.String("on_error", "pass"))
+	b.sharedOff = true
+	b.claimed = append(b.claimed, b.sharedWait...)
+	b.claimedAt = append(b.claimedAt, b.sharedWaitAt...)
+	b.sharedWait, b.sharedWaitAt = b.sharedWait[:0], b.sharedWaitAt[:0]
+	return nil
+}
+
+// commitShared makes the batch's shared claims last their window. A failed
+// commit leaves them pending: they expire at the end of the lease, after
+// which a copy would be let through again, so it is logged and counted.
+func (e *engine) commitShared(ctx context.Context, b *batch) {
+	if !b.sharedOK || len(b.claimed) == 0 {
+		return
+	}
+	if err := e.tier.Commit(context.WithoutCancel(ctx), b.redisToken, b.claimed); err != nil {
+		e.tierError.log(b.now, err, zap.String("op", redistier.OpCommit))
+	}
+}
+
+// settledSignal wakes the batches waiting for local claims when a batch of
+// the engine settles. It costs a settling batch one atomic load while
+// nobody waits.
+type settledSignal struct {
+	waiters atomic.Int32
+	mu      sync.Mutex
+	ch      chan struct{}
+}
+
+// channel returns a channel closed at the next broadcast.
+func (s *settledSignal) channel() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ch == nil {
+		s.ch = make(chan struct{})
+	}
+	return s.ch
+}
+
+func (s *settledSignal) broadcast() {
+	if s.waiters.Load() == 0 {
+		return
+	}
+	s.mu.Lock()
+	if s.ch != nil {
+		close(s.ch)
+		s.ch = nil
+	}
+	s.mu.Unlock()
+}
