@@ -95,6 +95,32 @@ func (h *harness) metric(name string, attrs ...attribute.KeyValue) int64 {
 	return 0
 }
 
+// histogramCount returns the count of a histogram series whose attributes
+// include attrs (plus the processor's own), 0 if absent.
+func (h *harness) histogramCount(name string, attrs ...attribute.KeyValue) uint64 {
+	h.t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := h.reader.Collect(context.Background(), &rm); err != nil {
+		h.t.Fatal(err)
+	}
+	want := attribute.NewSet(append([]attribute.KeyValue{
+		attribute.String("processor", h.id.String()),
+		attribute.String("otel.signal", "logs"),
+	}, attrs...)...)
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if hist, ok := m.Data.(metricdata.Histogram[float64]); ok && m.Name == name {
+				for _, dp := range hist.DataPoints {
+					if dp.Attributes.Equals(&want) {
+						return dp.Count
+					}
+				}
+			}
+		}
+	}
+	return 0
+}
+
 func (h *harness) outcome(o string) int64 {
 	return h.metric("otelcol_processor_dedup_records", attribute.String("outcome", o))
 }

@@ -1,0 +1,179 @@
+package dedupprocessor
+
+import (
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/consumer/consumertest"
+
+	"go.opentelemetry.io/collector/pdata/plog"
+	"go.opentelemetry.io/otel/attribute"
+
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/redistest"
+)
+
+// consumeAsync runs ConsumeLogs on its own goroutine.
+func consumeAsync(h *harness, ld plog.Logs) <-chan error {
+	done := make(chan error, 1)
+	go func() { done <- h.consume(ld) }()
+	return done
+}
+
+// notYet fails if done has an answer within a short while.
+func notYet(t *testing.T, done <-chan error, what string) {
+	t.Helper()
+	select {
+	case err := <-done:
+		t.Fatalf("%s returned (%v) while the batch holding its record was still in flight", what, err)
+	case <-time.After(100 * time.Millisecond):
+	}
+}
+
+// TestCopyWaitsForTheBatchInFlight: on one collector, a copy of a record
+// whose batch is still being delivered is neither dropped nor delivered
+// at once: its request waits. If the first delivery fails (and its sender
+// never retries), the copy is delivered; if it succeeds, the copy is a
+// duplicate. Either way the record reaches the next consumer once.
+func TestCopyWaitsForTheBatchInFlight(t *testing.T) {
+	for _, firstFails := range []bool{true, false} {
+		name := map[bool]string{true: "first delivery fails", false: "first delivery succeeds"}[firstFails]
+		t.Run(name, func(t *testing.T) {
+			cfg := defaultConfig()
+			cfg.PendingWait = time.Minute
+			next := newGatedLogs()
+			h := newHarness(t, cfg, next)
+
+			first := consumeAsync(h, events(1, 2))
+			<-next.entered // the first batch is being delivered
+			copyDone := consumeAsync(h, events(2, 3))
+			notYet(t, copyDone, "the copy's request")
+
+			if firstFails {
+				next.release <- errors.New("backend refused")
+			} else {
+				next.release <- nil
+			}
+			if err := <-first; firstFails != (err != nil) {
+				t.Fatalf("first request: %v", err)
+			}
+			// The copy's batch goes on: with 2 and 3, or 3 alone.
+			<-next.entered
+			next.release <- nil
+			if err := <-copyDone; err != nil {
+				t.Fatalf("the copy's request: %v", err)
+			}
+			want := map[bool][]string{true: {"secret body 2", "secret body 3"}, false: {"secret body 1", "secret body 2", "secret body 3"}}[firstFails]
+			assertBodies(t, &next.sink, want...)
+			if n := h.histogramCount("otelcol_processor_dedup_wait_duration", attribute.String("result", "settled")); n != 1 {
+				t.Fatalf("settled waits = %d, want 1", n)
+			}
+		})
+	}
+}
+
+// TestCopyRefusedAfterPendingWait: when the batch in flight outlasts
+// pending_wait, the copy's request is refused with the retryable error and
+// delivers nothing; its retry after the first delivery is a duplicate.
+func TestCopyRefusedAfterPendingWait(t *testing.T) {
+	cfg := defaultConfig()
+	cfg.PendingWait = 50 * time.Millisecond
+	next := newGatedLogs()
+	h := newHarness(t, cfg, next)
+
+	first := consumeAsync(h, events(1))
+	<-next.entered
+	if err := h.consume(events(1, 2)); !errors.Is(err, errInFlight) {
+		t.Fatalf("copy: %v, want the retryable in-flight error", err)
+	}
+	next.release <- nil
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	// The retry: record 1 was delivered, so only record 2 goes on.
+	next.release <- nil
+	if err := h.consume(events(1, 2)); err != nil {
+		t.Fatal(err)
+	}
+	if n := h.histogramCount("otelcol_processor_dedup_wait_duration", attribute.String("result", "refused")); n != 1 {
+		t.Fatalf("refused waits = %d, want 1", n)
+	}
+	assertBodies(t, &next.sink, "secret body 1", "secret body 2")
+}
+
+// TestLargeRacingCopiesNeverDeadlock: two collectors get the same requests
+// at the same moment, each request larger than one claim script takes, so
+// on standalone Redis as on a Cluster each batch wins part of a record set
+// and meets the other's pending claims on the rest. None of them is refused
+// (they used to wait for each other until pending_wait), every record is
+// delivered once, and nothing is left pending in Redis.
+func TestLargeRacingCopiesNeverDeadlock(t *testing.T) {
+	cluster := redistest.Cluster(t, 3)
+	standalone := redistest.Standalone(t)
+	for _, topo := range []struct {
+		name      string
+		endpoints []string
+	}{
+		{"standalone", []string{standalone.Addr()}},
+		{"cluster", cluster.Addrs()},
+	} {
+		t.Run(topo.name, func(t *testing.T) {
+			const requests, size = 6, 2500
+			sinks := []*consumertest.LogsSink{new(consumertest.LogsSink), new(consumertest.LogsSink)}
+			var hs []*harness
+			for i := range sinks {
+				cfg := redisConfig(topo.endpoints, ErrorRefuse)
+				cfg.Redis.Get().KeyPrefix = "race:" + t.Name() + ":"
+				cfg.PendingWait = 10 * time.Second // a refusal would mean batches waited on each other
+				hs = append(hs, newHarness(t, cfg, sinks[i]))
+			}
+			var wg sync.WaitGroup
+			start := make(chan struct{})
+			for r := range requests {
+				ids := make([]int, size)
+				for i := range ids {
+					ids[i] = r*size + i
+				}
+				for i, h := range hs {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						<-start
+						// The two collectors walk the records in opposite
+						// orders: each claims first what the other claims last.
+						own := slices.Clone(ids)
+						if i == 1 {
+							slices.Reverse(own)
+						}
+						if err := h.consume(events(own...)); err != nil {
+							t.Errorf("collector %d, request %d: %v", i, r, err)
+						}
+					}()
+				}
+			}
+			close(start)
+			wg.Wait()
+			seen := map[string]int{}
+			for _, s := range sinks {
+				for _, b := range bodies(s) {
+					seen[b]++
+				}
+			}
+			if len(seen) != requests*size {
+				t.Fatalf("%d distinct records delivered, want %d", len(seen), requests*size)
+			}
+			for b, n := range seen {
+				if n != 1 {
+					t.Fatalf("%q delivered %d times", b, n)
+				}
+			}
+			for i, h := range hs {
+				if n := h.histogramCount("otelcol_processor_dedup_wait_duration", attribute.String("result", "refused")); n != 0 {
+					t.Errorf("collector %d refused %d batches", i, n)
+				}
+			}
+		})
+	}
+}
