@@ -126,6 +126,11 @@ func TestLargeRacingCopiesNeverDeadlock(t *testing.T) {
 			for i := range sinks {
 				cfg := redisConfig(topo.endpoints, ErrorRefuse)
 				cfg.Redis.Get().KeyPrefix = "race:" + t.Name() + ":"
+				// Large batches under -race on a busy machine: a timed-out
+				// claim would be refused for another reason than the one
+				// tested here.
+				cfg.Redis.Get().Timeout = 10 * time.Second
+				cfg.Redis.Get().Lease = time.Minute
 				cfg.PendingWait = 10 * time.Second // a refusal would mean batches waited on each other
 				hs = append(hs, newHarness(t, cfg, sinks[i]))
 			}
