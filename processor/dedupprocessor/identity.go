@@ -380,7 +380,7 @@ const (
 
 // resourceDigest is the resource part of a content identity, computed once
 // per resource and folded into each unit's encoding.
-func (ign *contentIgnore) resourceDigest(e *identity.Encoder, res pcommon.Resource) [digest.Size]byte {
+func (ign *contentIgnore) resourceDigest(e *identity.Encoder, res pcommon.Resource, schemaURL string) [digest.Size]byte {
 	e.Reset()
 	if !ign.fields.has(ignResource) {
 		e.Field(fieldResource)
@@ -389,7 +389,7 @@ func (ign *contentIgnore) resourceDigest(e *identity.Encoder, res pcommon.Resour
 	return e.Digest().Bytes()
 }
 
-func (ign *contentIgnore) scopeDigest(e *identity.Encoder, scope pcommon.InstrumentationScope) [digest.Size]byte {
+func (ign *contentIgnore) scopeDigest(e *identity.Encoder, scope pcommon.InstrumentationScope, schemaURL string) [digest.Size]byte {
 	e.Reset()
 	if !ign.fields.has(ignInstrumentationScope) {
 		e.Field(fieldScope)

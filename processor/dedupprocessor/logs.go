@@ -38,6 +38,10 @@ type logView struct {
 	lr plog.LogRecord
 }
 
+func (v logView) transformContext() *ottllog.TransformContext {
+	return ottllog.NewTransformContext(v.rl, v.sl, v.lr)
+}
+
 // path evaluates a plain path; each returns what OTTL returns for it.
 func (v logView) path(e *identity.Encoder, p plainPath) bool {
 	lr := v.lr
@@ -134,32 +138,20 @@ func (p *logsProcessor) send(ctx context.Context, ld plog.Logs) error {
 
 // decideAll gives every record a verdict, in walk order.
 func (p *logsProcessor) decideAll(ctx context.Context, b *batch, enc *identity.Encoder, ld plog.Logs) {
-	si := p.si
-	content := si.usesContent(p.cfg.OnMissingKey)
-	sk := scopeKey{tenant: p.tenant(ctx, enc)}
+	w := newWalk(ctx, p.engine, p.si, b, enc)
 	var view logView
 	rls := ld.ResourceLogs()
 	for i := 0; i < rls.Len(); i++ {
 		view.rl = rls.At(i)
-		if content {
-			sk.setResource(si.ignore.resourceDigest(enc, view.rl.Resource()))
-		}
+		w.resource(view.rl.Resource(), view.rl.SchemaUrl())
 		sls := view.rl.ScopeLogs()
 		for j := 0; j < sls.Len(); j++ {
 			view.sl = sls.At(j)
-			if content {
-				sk.setScope(si.ignore.scopeDigest(enc, view.sl.Scope()))
-			}
+			w.scope(view.sl.Scope(), view.sl.SchemaUrl())
 			lrs := view.sl.LogRecords()
 			for k := 0; k < lrs.Len(); k++ {
 				view.lr = lrs.At(k)
-				if !si.needsOTTL {
-					decide(ctx, p.engine, b, enc, si, nil, view, &sk)
-					continue
-				}
-				tctx := ottllog.NewTransformContext(view.rl, view.sl, view.lr)
-				decide(ctx, p.engine, b, enc, si, tctx, view, &sk)
-				tctx.Close()
+				unit(&w, view)
 			}
 		}
 	}
@@ -168,14 +160,10 @@ func (p *logsProcessor) decideAll(ctx context.Context, b *batch, enc *identity.E
 // apply drops and marks records by their verdicts, then prunes the scopes
 // and resources left empty.
 func (p *logsProcessor) apply(b *batch, ld plog.Logs) {
-	i := 0
+	a := applier{e: p.engine, b: b}
 	ld.ResourceLogs().RemoveIf(func(rl plog.ResourceLogs) bool {
 		rl.ScopeLogs().RemoveIf(func(sl plog.ScopeLogs) bool {
-			sl.LogRecords().RemoveIf(func(lr plog.LogRecord) bool {
-				v := b.verdicts[i]
-				i++
-				return p.applyVerdict(v, lr.Attributes())
-			})
+			sl.LogRecords().RemoveIf(func(lr plog.LogRecord) bool { return a.unit(lr.Attributes()) })
 			return sl.LogRecords().Len() == 0
 		})
 		return rl.ScopeLogs().Len() == 0

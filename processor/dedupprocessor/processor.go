@@ -143,7 +143,7 @@ func consume[T any](ctx context.Context, e *engine, s adapter[T], data T, items 
 	if err := e.settle(ctx, b); err != nil {
 		return err
 	}
-	if b.removed > 0 || b.marked > 0 {
+	if e.needsApply(b) {
 		s.apply(b, data)
 	}
 	if b.removed == items {
