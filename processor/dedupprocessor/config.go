@@ -171,7 +171,6 @@ func createDefaultConfig() component.Config {
 		Cache:            CacheConfig{MaxEntries: defaultMaxEntries},
 		SnapshotInterval: defaultSnapshotInterval,
 		PendingWait:      defaultPendingWait,
-		Traces:           SignalConfig{Key: []string{"trace_id", "span_id"}},
 		Redis: configoptional.Default(RedisConfig{
 			Timeout: defaultRedisTimeout,
 			Lease:   defaultRedisLease,

@@ -92,6 +92,10 @@ func (v pointView) content(e *identity.Encoder, ign *contentIgnore) {
 	if !ign.fields.has(ignTimeUnixNano) {
 		e.FieldUint(fieldTimestamp, uint64(v.ts))
 	}
+	// NoRecordedValue: a staleness marker is not the point it marks.
+	if v.flags != 0 {
+		e.FieldUint(fieldFlags, uint64(v.flags))
+	}
 }
 
 // metricDigest is a metric's stream identity without point attributes.

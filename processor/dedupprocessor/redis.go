@@ -36,7 +36,9 @@ func defaultKeyPrefix(cfg *Config) string {
 // It is part of the fingerprint, so a build that encodes differently never
 // reuses a snapshot or shared keys of one that did not. 2: small maps are
 // encoded sorted, and content identities open with one per-group digest.
-const identityEncoding = 2
+// 3: a log record's observed timestamp joins when its timestamp is coarse;
+// dropped counts, schema URLs and a data point's flags join when set.
+const identityEncoding = 3
 
 // identityFingerprint hashes the settings that decide what a digest means:
 // a snapshot or a shared key made under other settings is not reused.

@@ -105,6 +105,7 @@ func (v spanView) content(e *identity.Encoder, ign *contentIgnore) {
 	}
 	e.Field(fieldAttributes)
 	e.Map(sp.Attributes(), ign.skipAttr)
+	dropped32(e, fieldDroppedAttributes, sp.DroppedAttributesCount())
 	if !f.has(ignEvents) {
 		events := sp.Events()
 		e.FieldUint(fieldEvents, uint64(events.Len()))
@@ -113,7 +114,9 @@ func (v spanView) content(e *identity.Encoder, ign *contentIgnore) {
 			e.String(ev.Name())
 			e.Uint(uint64(ev.Timestamp()))
 			e.Map(ev.Attributes(), nil)
+			dropped32(e, fieldDroppedAttributes, ev.DroppedAttributesCount())
 		}
+		dropped32(e, fieldDroppedEvents, sp.DroppedEventsCount())
 	}
 	if !f.has(ignLinks) {
 		links := sp.Links()
@@ -125,7 +128,9 @@ func (v spanView) content(e *identity.Encoder, ign *contentIgnore) {
 			e.String(l.TraceState().AsRaw())
 			e.Uint(uint64(l.Flags()))
 			e.Map(l.Attributes(), nil)
+			dropped32(e, fieldDroppedAttributes, l.DroppedAttributesCount())
 		}
+		dropped32(e, fieldDroppedLinks, sp.DroppedLinksCount())
 	}
 	if !f.has(ignStatus) {
 		e.FieldInt(fieldStatus, int64(sp.Status().Code()))
