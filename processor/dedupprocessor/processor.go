@@ -82,9 +82,11 @@ type engine struct {
 	released  settledSignal // a batch ended or yielded its claims
 
 	clock       clock
-	tier        sharedTier      // nil: local only
-	redis       *redistier.Tier // the tier, when it is Redis
-	redisPolicy ErrorPolicy
+	tier            sharedTier      // nil: local only
+	redis           *redistier.Tier // the tier, when it is Redis
+	redisPolicy     ErrorPolicy
+	keySpaces       *keySpaces // of the factory that made the engine
+	releaseKeySpace func()     // set while Start holds the key space
 
 	id          component.ID
 	signal      string
@@ -287,7 +289,20 @@ func (e *engine) tenant(ctx context.Context, enc *identity.Encoder) [digest.Size
 	return enc.Digest().Bytes()
 }
 
-func (e *engine) Start(ctx context.Context, host component.Host) error {
+func (e *engine) Start(ctx context.Context, host component.Host) (err error) {
+	if e.cfg.Redis.Get() != nil {
+		release, err := e.claimKeySpace()
+		if err != nil {
+			return err
+		}
+		e.releaseKeySpace = release
+		defer func() {
+			if err != nil {
+				release()
+				e.releaseKeySpace = nil
+			}
+		}()
+	}
 	if err := e.startPersistence(ctx, host); err != nil {
 		return err
 	}
@@ -295,6 +310,10 @@ func (e *engine) Start(ctx context.Context, host component.Host) error {
 }
 
 func (e *engine) Shutdown(ctx context.Context) error {
+	if e.releaseKeySpace != nil {
+		e.releaseKeySpace()
+		e.releaseKeySpace = nil
+	}
 	return errors.Join(e.stopPersistence(ctx), e.stopTier(), e.tel.shutdown())
 }
 
