@@ -81,7 +81,7 @@ type engine struct {
 	ended     settledSignal // a batch ended: committed or released
 	released  settledSignal // a batch ended or yielded its claims
 
-	clock       clock
+	clock           clock
 	tier            sharedTier      // nil: local only
 	redis           *redistier.Tier // the tier, when it is Redis
 	redisPolicy     ErrorPolicy
