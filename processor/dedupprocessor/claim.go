@@ -175,17 +175,23 @@ func (e *engine) await(ctx context.Context, b *batch) error {
 	defer e.released.waiters.Add(-1)
 	pause := time.Millisecond
 	for {
-		// A batch that holds claims while it waits is woken when any
-		// batch releases claims; one that yielded only when a batch ends.
-		// Were yielders woken by each other's yields, two of them blocked
-		// by the same older batch would wake each other without end.
-		// The channel is taken before the look below, so that a batch
-		// settling after it wakes this one.
+		// A batch waiting for local claims is woken when the batches of
+		// this engine settle: one that holds claims while it waits, when
+		// any batch releases claims; one that yielded, only when a batch
+		// ends. Were yielders woken by each other's yields, two of them
+		// blocked by the same older batch would wake each other without
+		// end. The channel is taken before the look below, so that a
+		// batch settling after it wakes this one. A batch waiting only
+		// for other collectors' claims has nothing to be woken by here:
+		// it asks Redis again after its pause.
 		var settled <-chan struct{}
+		local := len(b.localWait) > 0
 		if b.yield {
 			e.yieldClaims(ctx, b)
-			settled = e.ended.channel()
-		} else {
+			if local {
+				settled = e.ended.channel()
+			}
+		} else if local {
 			settled = e.released.channel()
 		}
 		if e.clock.now().Add(pause).After(deadline) {
