@@ -62,8 +62,6 @@ const (
 	targetTierRatio       = 0.80  // target 3: tier records/s vs redis-benchmark ops/s
 	targetClaimRoundTrips = 1     // target 3: per batch on the claim path
 	targetCPURatio        = 1.15  // target 4: dedup vs pass-through CPU per record
-	processorPkg          = "./processor/dedupprocessor"
-	localcachePkg         = "./processor/dedupprocessor/internal/localcache"
 	consumeLogsBench      = `^BenchmarkConsumeLogs$/^cache=(empty|1M)$/^key=/^batch=1000$/^dup=30%$`
 	decideBench           = `^BenchmarkDecide$`
 	localcacheBench       = `^(BenchmarkClaim|BenchmarkClaimBatch|BenchmarkClaimBatchSize|BenchmarkMemoryPerKey|BenchmarkMemoryLatency|BenchmarkFirstTouch)$`
@@ -74,6 +72,26 @@ const (
 	consumeLogsFocus       = `logsProcessor\)\.ConsumeLogs$`
 	tierBatch, tierClients = 1000, 4
 )
+
+// The packages whose Go benchmarks a run compiles, each built from inside
+// its own module (the processor is a module of its own).
+var (
+	processorPkg  = bench.GoPackage{Module: "processor/dedupprocessor", Dir: "."}
+	localcachePkg = bench.GoPackage{Module: "processor/dedupprocessor", Dir: "internal/localcache"}
+)
+
+// goBenchJob is one `go test -bench` run of the gotest phase.
+type goBenchJob struct {
+	pkg     bench.GoPackage
+	pattern string
+}
+
+// goBenchJobs are the gotest phase's runs, in order.
+var goBenchJobs = []goBenchJob{
+	{processorPkg, consumeLogsBench},
+	{processorPkg, decideBench},
+	{localcachePkg, localcacheBench},
+}
 
 type options struct {
 	bin, out                string
@@ -193,16 +211,21 @@ func run(ctx context.Context, o options) error {
 		float64(res.Machine.MemBytes)/(1<<30), res.Go, res.Redis)
 
 	// 1. Compile first, so the load wait is not followed by compiling.
-	bins := map[string]string{}
+	bins := map[bench.GoPackage]string{}
 	if res.phasesEnabled["gotest"] || res.phasesEnabled["profile"] {
-		for _, pkg := range []string{processorPkg, localcachePkg} {
-			bin := filepath.Join(tmp, filepath.Base(pkg)+".test")
-			args := []string{"test", "-c", "-o", bin, pkg}
-			logf("$ go %s", strings.Join(args, " "))
-			if out, err := exec.CommandContext(ctx, "go", args...).CombinedOutput(); err != nil {
-				return fmt.Errorf("go test -c %s: %w\n%s", pkg, err, out)
+		for _, job := range append(goBenchJobs, goBenchJob{pkg: processorPkg}) {
+			if _, done := bins[job.pkg]; done {
+				continue
 			}
-			bins[pkg] = bin
+			bin := filepath.Join(tmp, filepath.Base(job.pkg.Path())+".test")
+			args := job.pkg.CompileTestArgs(bin)
+			logf("$ (cd %s && go %s)", job.pkg.Module, strings.Join(args, " "))
+			cmd := exec.CommandContext(ctx, "go", args...)
+			cmd.Dir = job.pkg.Module
+			if out, err := cmd.CombinedOutput(); err != nil {
+				return fmt.Errorf("go test -c %s: %w\n%s", job.pkg.Path(), err, out)
+			}
+			bins[job.pkg] = bin
 		}
 	}
 	waitStart := time.Now()
@@ -248,22 +271,18 @@ func run(ctx context.Context, o options) error {
 	var benchstatOut string
 	phase("gotest", func() error {
 		var raw bytes.Buffer
-		for _, job := range []struct{ pkg, pattern string }{
-			{processorPkg, consumeLogsBench},
-			{processorPkg, decideBench},
-			{localcachePkg, localcacheBench},
-		} {
+		for _, job := range goBenchJobs {
 			args := []string{"-test.run", "^$", "-test.bench", job.pattern, "-test.benchmem", "-test.cpu", "1",
 				"-test.count", fmt.Sprint(o.count)}
-			res.Commands = append(res.Commands, fmt.Sprintf("go test -run '^$' -bench '%s' -benchmem -cpu 1 -count %d %s",
-				job.pattern, o.count, job.pkg))
+			res.Commands = append(res.Commands, fmt.Sprintf("(cd %s && go test -run '^$' -bench '%s' -benchmem -cpu 1 -count %d %s)",
+				job.pkg.Module, job.pattern, o.count, job.pkg.Arg()))
 			logf("$ %s", res.Commands[len(res.Commands)-1])
 			cmd := exec.CommandContext(ctx, bins[job.pkg], args...)
-			cmd.Dir = job.pkg
+			cmd.Dir = job.pkg.Path()
 			cmd.Stdout = io.MultiWriter(&raw, &resultLines{w: w})
 			cmd.Stderr = w
 			if err := cmd.Run(); err != nil {
-				return fmt.Errorf("%s: %w", job.pkg, err)
+				return fmt.Errorf("%s: %w", job.pkg.Path(), err)
 			}
 		}
 		if err := os.WriteFile(filepath.Join(o.out, "gotest.txt"), raw.Bytes(), 0o644); err != nil {
@@ -434,7 +453,7 @@ func run(ctx context.Context, o options) error {
 		args := []string{"-test.run", "^$", "-test.bench", profileBench, "-test.cpu", "1", "-test.benchtime", "5000x",
 			"-test.cpuprofile", prof}
 		cmd := exec.CommandContext(ctx, bins[processorPkg], args...)
-		cmd.Dir = processorPkg
+		cmd.Dir = processorPkg.Path()
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("profile run: %w\n%s", err, out)
 		}
@@ -442,7 +461,7 @@ func run(ctx context.Context, o options) error {
 		if err != nil {
 			return err
 		}
-		res.Commands = append(res.Commands, fmt.Sprintf("go test -run '^$' -bench '%s' -cpu 1 -benchtime 5000x -cpuprofile consumelogs.pprof %s && go tool pprof -top -nodecount 25 -focus '%s' -relative_percentages consumelogs.pprof", profileBench, processorPkg, consumeLogsFocus))
+		res.Commands = append(res.Commands, fmt.Sprintf("(cd %s && go test -run '^$' -bench '%s' -cpu 1 -benchtime 5000x -cpuprofile consumelogs.pprof %s) && go tool pprof -top -nodecount 25 -focus '%s' -relative_percentages consumelogs.pprof", processorPkg.Module, profileBench, processorPkg.Arg(), consumeLogsFocus))
 		if err := os.WriteFile(filepath.Join(o.out, "profile-consumelogs.txt"), []byte(top), 0o644); err != nil {
 			return err
 		}
