@@ -411,7 +411,6 @@ func run(ctx context.Context, o options) error {
 		load := loadgen.Config{Records: o.records, Duplicates: 0.3, Batch: 1000, Senders: 4, Key: loadgen.KeyContent, Seed: 1, Rate: o.e2eRate}
 		res.Commands = append(res.Commands, fmt.Sprintf("%s --config <mode>.yaml, fed by loadgen.Run{Records: %d, Duplicates: 0.3, Batch: 1000, Senders: 4, Key: content, OTLP/gRPC}; modes %s, %s, %s interleaved, %d reps",
 			o.bin, o.records, bench.ModePassThrough, bench.ModeDedup, bench.ModeDedupRedis, o.reps))
-		ticks := bench.ClockTicksPerSecond()
 		dir := filepath.Join(tmp, "e2e")
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return err
@@ -423,7 +422,7 @@ func run(ctx context.Context, o options) error {
 						return err
 					}
 				}
-				r, err := bench.RunCollector(ctx, o.bin, dir, mode, redisSrv, load, ticks)
+				r, err := bench.RunCollector(ctx, o.bin, dir, mode, redisSrv, load)
 				if err != nil {
 					return err
 				}
@@ -755,7 +754,6 @@ func phaseLoads(res *results) string {
 // if not 0). Children still running when it is called (none: every phase
 // waits for its own) would be counted as others.
 func othersCPU(redisPID int) func() float64 {
-	ticks := float64(bench.ClockTicksPerSecond())
 	stat0, err1 := bench.ReadCPUStat()
 	own0, err2 := bench.OwnCPU()
 	redis0, _ := bench.ReadProcCPU(redisPID)
@@ -765,18 +763,18 @@ func othersCPU(redisPID int) func() float64 {
 		if err := errors.Join(err1, err2, err3, err4); err != nil {
 			return 0
 		}
-		var redis float64
+		var redis time.Duration
 		if redisPID != 0 {
 			if r1, err := bench.ReadProcCPU(redisPID); err == nil {
-				redis = r1.Sub(redis0).Seconds(int64(ticks))
+				redis = r1 - redis0
 			}
 		}
-		total := float64(stat1.Total-stat0.Total) / ticks
-		busy := float64((stat1.Total-stat1.Idle)-(stat0.Total-stat0.Idle)) / ticks
+		total := stat1.Total - stat0.Total
+		busy := (stat1.Total - stat1.Idle) - (stat0.Total - stat0.Idle)
 		if total <= 0 {
 			return 0
 		}
-		return max(0, busy-(own1-own0).Seconds()-redis) / total
+		return max(0, busy-(own1-own0).Seconds()-redis.Seconds()) / total
 	}
 }
 
