@@ -1,17 +1,17 @@
-// Command dedupbench is `make bench`: it measures the issue-6 targets of the
-// dedup processor and the otelcol-dedup distribution in one run, and prints
-// one table of the figures against their targets, plus the Go benchmarks
-// summarized by benchstat.
+// Command dedupbench is `make bench`: it measures the performance targets of
+// the dedup processor and the otelcol-dedup distribution in one run, and
+// prints one table of the figures against their targets, plus the Go
+// benchmarks summarized by benchstat.
 //
-//	go run ./cmd/dedupbench -bin bin/otelcol-dedup -out docs/bench
-//	go run ./cmd/dedupbench chart -csv docs/bench/sweep.csv -o docs/bench/throughput.png
+//	go run ./cmd/dedupbench -bin bin/otelcol-dedup -out docs/bench -raw _bench
 //
 // A run, in order (each phase logs the 1-minute load average it starts
 // under):
 //
-//  1. compiles the test binaries of the processor and its local cache, then
-//     waits (bounded by -load-wait) for the 1-minute load average to drop
-//     below -load-max, since the machine is shared;
+//  1. compiles the test binaries of the processor and its local cache, each
+//     from inside its own module, then waits (bounded by -load-wait) for the
+//     1-minute load average to drop below -load-max, since the machine is
+//     shared;
 //  2. runs BenchmarkConsumeLogs (batch 1000, 30% duplicates, cache empty and
 //     full with 10^6 keys, content and event.id keys), BenchmarkDecide (key
 //     derivation alone) and the local cache's BenchmarkClaim,
@@ -19,7 +19,7 @@
 //     BenchmarkMemoryLatency and BenchmarkFirstTouch, -count times on one
 //     core (-cpu 1), and summarizes them with benchstat;
 //  3. sweeps the processor's throughput on one core over duplicate ratios
-//     and batch sizes (sweep.csv) and draws the chart (throughput.png);
+//     and batch sizes (sweep.md, and every trial in sweep.csv);
 //  4. starts a redis-server and alternates redis-benchmark's pipelined
 //     SET NX PX with the processor's shared tier (claim and commit) against
 //     it, then counts the tier's round trips per batch through a counting
@@ -29,7 +29,10 @@
 //     collector's CPU time and peak RSS from /proc;
 //  6. profiles the processor's hot paths (pprof -top): BenchmarkConsumeLogs,
 //     OTLP decode + dedup in-process, and the processor with the shared tier;
-//  7. prints the targets table and writes everything to -out.
+//  7. prints the targets table. The summary kept in git (table.md,
+//     benchstat.txt, sweep.md) goes to -out; the report, results.json, the
+//     raw benchmark output, the sweep's trials and the profiles to -raw,
+//     which git ignores.
 package main
 
 import (
@@ -54,7 +57,7 @@ import (
 	"github.com/otelcol-dedup/otelcol-dedup/internal/bench"
 )
 
-// Targets of issue 6.
+// The performance targets (BENCHMARKS.md#the-targets).
 const (
 	targetNsPerRecord     = 200.0 // target 1: <= 200 ns per record on one core
 	targetAllocsPerRecord = 0.01  // target 1: 0 per record amortized (< 0.01)
@@ -94,7 +97,7 @@ var goBenchJobs = []goBenchJob{
 }
 
 type options struct {
-	bin, out                string
+	bin, out, raw           string
 	count, reps             int
 	loadMax, e2eRate        float64
 	loadWait                time.Duration
@@ -104,16 +107,10 @@ type options struct {
 }
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == "chart" {
-		if err := chartCmd(os.Args[2:]); err != nil {
-			fmt.Fprintln(os.Stderr, "dedupbench chart:", err)
-			os.Exit(1)
-		}
-		return
-	}
 	var o options
 	flag.StringVar(&o.bin, "bin", "bin/otelcol-dedup", "the otelcol-dedup binary (with the nop exporter: make build)")
-	flag.StringVar(&o.out, "out", "docs/bench", "directory for the results")
+	flag.StringVar(&o.out, "out", "docs/bench", "directory for the summary kept in git: table.md, benchstat.txt, sweep.md")
+	flag.StringVar(&o.raw, "raw", "_bench", "directory for everything else the run writes (report, results.json, raw benchmark output, sweep CSV, profiles)")
 	flag.IntVar(&o.count, "count", 6, "repetitions of each Go benchmark (go test -count)")
 	flag.IntVar(&o.reps, "reps", 7, "repetitions of each Redis and end-to-end measurement (medians are reported)")
 	flag.Float64Var(&o.loadMax, "load-max", 1.0, "wait for the 1-minute load average to drop below this before measuring")
@@ -173,15 +170,17 @@ type consumeLogs struct {
 
 func run(ctx context.Context, o options) error {
 	start := time.Now()
-	if err := os.MkdirAll(o.out, 0o755); err != nil {
-		return err
+	for _, dir := range []string{o.out, o.raw} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
 	}
 	tmp, err := os.MkdirTemp("", "dedupbench-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	reportFile, err := os.Create(filepath.Join(o.out, "report.txt"))
+	reportFile, err := os.Create(filepath.Join(o.raw, "report.txt"))
 	if err != nil {
 		return err
 	}
@@ -285,7 +284,8 @@ func run(ctx context.Context, o options) error {
 				return fmt.Errorf("%s: %w", job.pkg.Path(), err)
 			}
 		}
-		if err := os.WriteFile(filepath.Join(o.out, "gotest.txt"), raw.Bytes(), 0o644); err != nil {
+		goTestPath := filepath.Join(o.raw, "gotest.txt")
+		if err := os.WriteFile(goTestPath, raw.Bytes(), 0o644); err != nil {
 			return err
 		}
 		rs, err := bench.ParseGoBench(bytes.NewReader(raw.Bytes()))
@@ -311,8 +311,9 @@ func run(ctx context.Context, o options) error {
 			return errors.New("no bytes/key from BenchmarkMemoryPerKey")
 		}
 		res.BytesPerKey = bpk
-		res.Commands = append(res.Commands, "go tool benchstat "+filepath.Join(o.out, "gotest.txt"))
-		out, err := exec.CommandContext(ctx, "go", "tool", "benchstat", filepath.Join(o.out, "gotest.txt")).CombinedOutput()
+		// The label names the column after the file, wherever -raw put it.
+		res.Commands = append(res.Commands, "go tool benchstat gotest.txt="+goTestPath)
+		out, err := exec.CommandContext(ctx, "go", "tool", "benchstat", "gotest.txt="+goTestPath).CombinedOutput()
 		if err != nil {
 			return fmt.Errorf("benchstat: %w\n%s", err, out)
 		}
@@ -344,13 +345,11 @@ func run(ctx context.Context, o options) error {
 		if err := bench.WriteSweepCSV(&csvBuf, pts); err != nil {
 			return err
 		}
-		csvPath := filepath.Join(o.out, "sweep.csv")
+		csvPath := filepath.Join(o.raw, "sweep.csv")
 		if err := os.WriteFile(csvPath, csvBuf.Bytes(), 0o644); err != nil {
 			return err
 		}
-		pngPath := filepath.Join(o.out, "throughput.png")
-		res.Commands = append(res.Commands, fmt.Sprintf("go run ./cmd/dedupbench chart -csv %s -o %s", csvPath, pngPath))
-		return drawChart(csvPath, pngPath, chartFooter(res))
+		return os.WriteFile(filepath.Join(o.out, "sweep.md"), []byte(sweepDoc(res, cfg, pts)), 0o644)
 	})
 
 	var redisSrv *bench.RedisServer
@@ -461,7 +460,7 @@ func run(ctx context.Context, o options) error {
 			return err
 		}
 		res.Commands = append(res.Commands, fmt.Sprintf("(cd %s && go test -run '^$' -bench '%s' -cpu 1 -benchtime 5000x -cpuprofile consumelogs.pprof %s) && go tool pprof -top -nodecount 25 -focus '%s' -relative_percentages consumelogs.pprof", processorPkg.Module, profileBench, processorPkg.Arg(), consumeLogsFocus))
-		if err := os.WriteFile(filepath.Join(o.out, "profile-consumelogs.txt"), []byte(top), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(o.raw, "profile-consumelogs.txt"), []byte(top), 0o644); err != nil {
 			return err
 		}
 		logf("profile of BenchmarkConsumeLogs/cache=1M/key=content (ConsumeLogs only):\n%s", top)
@@ -489,7 +488,7 @@ func run(ctx context.Context, o options) error {
 				return err
 			}
 			res.Commands = append(res.Commands, "in-process OTLP decode + dedup (GOMAXPROCS=1, loadgen's stream): go tool pprof -top -nodecount 25 path.pprof")
-			if err := os.WriteFile(filepath.Join(o.out, "profile-path.txt"), []byte(top), 0o644); err != nil {
+			if err := os.WriteFile(filepath.Join(o.raw, "profile-path.txt"), []byte(top), 0o644); err != nil {
 				return err
 			}
 			logf("profile of OTLP decode + dedup, in-process:\n%s", top)
@@ -526,7 +525,7 @@ func run(ctx context.Context, o options) error {
 			return err
 		}
 		res.Commands = append(res.Commands, fmt.Sprintf("in-process shared-tier run (4 goroutines, %d unique records): go tool pprof -top -nodecount 25 -focus '%s' -relative_percentages tier.pprof", o.records, consumeLogsFocus))
-		if err := os.WriteFile(filepath.Join(o.out, "profile-tier.txt"), []byte(top), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(o.raw, "profile-tier.txt"), []byte(top), 0o644); err != nil {
 			return err
 		}
 		logf("profile of the processor with the shared tier (client side), in-process:\n%s", top)
@@ -553,10 +552,10 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	js, _ := json.MarshalIndent(res, "", "  ")
-	if err := os.WriteFile(filepath.Join(o.out, "results.json"), js, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(o.raw, "results.json"), js, 0o644); err != nil {
 		return err
 	}
-	logf("results in %s (report.txt, table.md, results.json, gotest.txt, benchstat.txt, sweep.csv, throughput.png, profile-*.txt)", o.out)
+	logf("summary in %s (table.md, benchstat.txt, sweep.md); the rest in %s (report.txt, results.json, gotest.txt, sweep.csv, profile-*.txt)", o.out, o.raw)
 	if len(res.PhaseErrors) > 0 {
 		return fmt.Errorf("%d phase(s) failed", len(res.PhaseErrors))
 	}
@@ -870,52 +869,10 @@ func (r *resultLines) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func chartFooter(res *results) string {
-	return fmt.Sprintf("MAKE BENCH %s; %s, %d CORES; %s; GOMAXPROCS=1; DEFAULT CACHE (10^6 KEYS) FULL; CONTENT COPIES OF EARLIER RECORDS",
-		res.Date, res.Machine.CPUModel, res.Machine.Cores, res.Go)
-}
-
-func drawChart(csvPath, pngPath, footer string) error {
-	f, err := os.Open(csvPath)
-	if err != nil {
-		return err
-	}
-	pts, err := bench.ReadSweepCSV(f)
-	f.Close()
-	if err != nil {
-		return err
-	}
-	img, err := bench.SweepChart(pts, 1e9/targetNsPerRecord, footer).Draw()
-	if err != nil {
-		return err
-	}
-	var buf bytes.Buffer
-	if err := bench.WritePNG(&buf, img); err != nil {
-		return err
-	}
-	return os.WriteFile(pngPath, buf.Bytes(), 0o644)
-}
-
-// chartCmd redraws the chart from a sweep CSV.
-func chartCmd(args []string) error {
-	fs := flag.NewFlagSet("chart", flag.ContinueOnError)
-	csvPath := fs.String("csv", "docs/bench/sweep.csv", "sweep CSV written by make bench")
-	out := fs.String("o", "docs/bench/throughput.png", "PNG to write")
-	footer := fs.String("footer", "", "footer line (default: from results.json next to the CSV)")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if *footer == "" {
-		if js, err := os.ReadFile(filepath.Join(filepath.Dir(*csvPath), "results.json")); err == nil {
-			var res results
-			if json.Unmarshal(js, &res) == nil && res.Date != "" {
-				*footer = chartFooter(&res)
-			}
-		}
-	}
-	if err := drawChart(*csvPath, *out, *footer); err != nil {
-		return err
-	}
-	fmt.Println("wrote", *out)
-	return nil
+// sweepDoc is sweep.md: what the sweep ran on, then its table.
+func sweepDoc(res *results, cfg bench.SweepConfig, pts []bench.SweepPoint) string {
+	return fmt.Sprintf("Throughput sweep of `make bench`, %s; %s, %d cores; %s. The dedup processor's ConsumeLogs on one core "+
+		"(GOMAXPROCS=1), its default cache (10^6 keys) filled first and full; batches of content copies of earlier records; "+
+		"%d records per point in %d trials, the median shown as ns per record (records/s).\n\n%s",
+		res.Date, res.Machine.CPUModel, res.Machine.Cores, res.Go, cfg.Records, max(cfg.Trials, 1), bench.FormatSweep(pts))
 }
