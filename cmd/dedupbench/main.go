@@ -16,8 +16,9 @@
 //     full with 10^6 keys, content and event.id keys), BenchmarkDecide (key
 //     derivation alone) and the local cache's BenchmarkClaim,
 //     BenchmarkClaimBatch, BenchmarkClaimBatchSize, BenchmarkMemoryPerKey,
-//     BenchmarkMemoryLatency and BenchmarkFirstTouch, -count times on one
-//     core (-cpu 1), and summarizes them with benchstat;
+//     BenchmarkMemoryLatency and BenchmarkFirstTouch, and the snapshot's
+//     BenchmarkSave and BenchmarkRestore, -count times on one core (-cpu 1),
+//     and summarizes them with benchstat;
 //  3. sweeps the processor's throughput on one core over duplicate ratios
 //     and batch sizes (sweep.md, and every trial in sweep.csv);
 //  4. starts a redis-server and alternates redis-benchmark's pipelined
@@ -68,6 +69,7 @@ const (
 	consumeLogsBench      = `^BenchmarkConsumeLogs$/^cache=(empty|1M)$/^key=/^batch=1000$/^dup=30%$`
 	decideBench           = `^BenchmarkDecide$`
 	localcacheBench       = `^(BenchmarkClaim|BenchmarkClaimBatch|BenchmarkClaimBatchSize|BenchmarkMemoryPerKey|BenchmarkMemoryLatency|BenchmarkFirstTouch)$`
+	snapshotBench         = `^(BenchmarkSave|BenchmarkRestore)$`
 	profileBench          = `^BenchmarkConsumeLogs$/^cache=1M$/^key=content$/^batch=1000$/^dup=30%$`
 	consumeLogsName       = "BenchmarkConsumeLogs/cache=%s/key=%s/batch=1000/dup=30%%"
 	// The processor's ConsumeLogs, not the benchmark function around it
@@ -81,6 +83,7 @@ const (
 var (
 	processorPkg  = bench.GoPackage{Module: "processor/dedupprocessor", Dir: "."}
 	localcachePkg = bench.GoPackage{Module: "processor/dedupprocessor", Dir: "internal/localcache"}
+	snapshotPkg   = bench.GoPackage{Module: "processor/dedupprocessor", Dir: "internal/snapshot"}
 )
 
 // goBenchJob is one `go test -bench` run of the gotest phase.
@@ -94,6 +97,7 @@ var goBenchJobs = []goBenchJob{
 	{processorPkg, consumeLogsBench},
 	{processorPkg, decideBench},
 	{localcachePkg, localcacheBench},
+	{snapshotPkg, snapshotBench},
 }
 
 type options struct {
