@@ -9,9 +9,13 @@ import (
 	"strings"
 	"testing"
 
+	"go.uber.org/goleak"
+
 	"github.com/otelcol-dedup/otelcol-dedup/cmd/dedupload/loadgen"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/bench"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestResultLines(t *testing.T) {
 	var out bytes.Buffer
