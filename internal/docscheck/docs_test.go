@@ -43,7 +43,6 @@ var fenceRE = regexp.MustCompile("(?s)```yaml\n(.*?)```")
 // blocks (the ocb manifest, Prometheus config) are checked elsewhere or
 // only parsed.
 func TestDocSnippetsValidate(t *testing.T) {
-	env := append(exampleEnv(t), "DEDUP_REDIS_PASSWORD=x")
 	n := 0
 	for _, file := range docFiles {
 		text := string(readFile(t, file))
@@ -66,7 +65,7 @@ func TestDocSnippetsValidate(t *testing.T) {
 				if err := os.WriteFile(p, full, 0o644); err != nil {
 					t.Fatal(err)
 				}
-				if out, err := validate(t, env, p); err != nil {
+				if out, err := validate(t, p); err != nil {
 					t.Errorf("validate: %v\n%s\nsnippet:\n%s\ncompleted:\n%s", err, out, m[1], full)
 				}
 			})
