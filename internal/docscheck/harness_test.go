@@ -94,11 +94,17 @@ func runIn(t *testing.T, timeout time.Duration, dir string, environ []string, na
 // and returns its output and error.
 func validate(t *testing.T, configs ...string) (string, error) {
 	t.Helper()
+	return validateIn(t, nil, configs...)
+}
+
+// validateIn is validate with exactly the environment environ.
+func validateIn(t *testing.T, environ []string, configs ...string) (string, error) {
+	t.Helper()
 	args := []string{"validate"}
 	for _, c := range configs {
 		args = append(args, "--config", c)
 	}
-	return runIn(t, cmdTimeout, root(t), nil, binary(t), args...)
+	return runIn(t, cmdTimeout, root(t), environ, binary(t), args...)
 }
 
 // collector is one otelcol-dedup process a test started.
