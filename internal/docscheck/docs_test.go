@@ -71,10 +71,11 @@ func TestDocSnippetsValidate(t *testing.T) {
 			})
 		}
 	}
-	// README.md: the recipes, shadow mode, Configure; docs/monitoring.md:
-	// the telemetry reader. A new snippet updates this count.
-	if n != 4 {
-		t.Errorf("found %d collector config snippets, want 4", n)
+	// README.md: the recipes, the pipeline placement, shadow mode, Configure;
+	// docs/monitoring.md: the telemetry reader. A new snippet updates this
+	// count.
+	if n != 5 {
+		t.Errorf("found %d collector config snippets, want 5", n)
 	}
 }
 
