@@ -9,7 +9,7 @@
 //     directory;
 //   - every metric and label that the Grafana dashboard and the Prometheus
 //     rules in deploy/ use is one the binary really exports, and the rules
-//     pass `promtool check rules` and their own `promtool test rules`.
+//     pass `promtool check rules` and their own `promtool test rules`;
 //   - the Dockerfile builds what `make build` builds (the same manifest, ocb,
 //     Go release and binary path; static; non-root; the ports its config
 //     listens on), its build stage, run outside Docker on the context
