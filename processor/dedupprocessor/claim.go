@@ -46,6 +46,10 @@ import (
 // across its yields, so it ends up the oldest of those it meets and is no
 // longer turned back.
 //
+// A batch claims in the shared tier only once it waits for no local claim:
+// a batch that waits, or yields, in this collector then costs Redis
+// nothing, and holds nothing there that other collectors would wait for.
+//
 // The common case meets no pending claim: one ClaimBatch, one shared round
 // trip, and none of the code below the fast path runs.
 
@@ -76,9 +80,11 @@ func (e *engine) settle(ctx context.Context, b *batch) error {
 		b.redisToken = redistier.NewToken(b.token)
 	}
 	e.claimLocal(b, b.pending, b.pendingAt)
-	if err := e.claimShared(ctx, b, 0, redistier.OpClaim); err != nil {
-		if err := e.sharedFailed(ctx, b, err); err != nil {
-			return err
+	if len(b.localWait) == 0 {
+		if err := e.claimShared(ctx, b, redistier.OpClaim); err != nil {
+			if err := e.sharedFailed(ctx, b, err); err != nil {
+				return err
+			}
 		}
 	}
 	if len(b.localWait) > 0 || len(b.sharedWait) > 0 {
@@ -117,12 +123,14 @@ func (e *engine) claimLocal(b *batch, ds []digest.Digest, at []int32) {
 	}
 }
 
-// claimShared claims b.claimed[from:] in the shared tier, in one round trip
-// (one per node in a Cluster). A digest another instance delivered becomes a
-// duplicate, remembered locally as committed; one held by a pending claim
-// moves to b.sharedWait, still held here locally. Without a shared tier the
-// local claims stand as they are.
-func (e *engine) claimShared(ctx context.Context, b *batch, from int, op string) error {
+// claimShared claims in the shared tier, in one round trip (one per node in
+// a Cluster), the digests of b.claimed it has not claimed there yet. A
+// digest another instance delivered becomes a duplicate, remembered locally
+// as committed; one held by a pending claim moves to b.sharedWait, still
+// held here locally. Without a shared tier the local claims stand as they
+// are.
+func (e *engine) claimShared(ctx context.Context, b *batch, op string) error {
+	from := b.shared
 	if b.redisToken == "" || b.sharedOff || len(b.claimed) == from {
 		return nil
 	}
@@ -161,6 +169,7 @@ func (e *engine) claimShared(ctx context.Context, b *batch, from int, op string)
 		}
 	}
 	b.claimed, b.claimedAt = b.claimed[:kept], b.claimedAt[:kept]
+	b.shared = kept
 	return nil
 }
 
@@ -242,23 +251,24 @@ func (wallClock) pause(ctx context.Context, settled <-chan struct{}, d time.Dura
 	return nil
 }
 
-// lookAgain claims the digests the batch waits for once more: those pending
-// locally in the local cache (and, if won, in the shared tier), those
-// pending in the shared tier there, under the batch's own tokens, so a
-// digest it already won stays won.
+// lookAgain claims the digests the batch waits for once more, under its own
+// tokens, so a digest it already won stays won: those pending in the local
+// cache there; then, once none is left pending locally, those pending in
+// the shared tier and those won locally but not claimed there yet.
 func (e *engine) lookAgain(ctx context.Context, b *batch) error {
 	local, localAt := b.localWait, b.localWaitAt
-	shared, sharedAt := b.sharedWait, b.sharedWaitAt
 	b.localWait, b.localWaitAt = nil, nil
-	b.sharedWait, b.sharedWaitAt = nil, nil
 	b.yield = false
-	from := len(b.claimed)
-	b.claimed = append(b.claimed, shared...)
-	b.claimedAt = append(b.claimedAt, sharedAt...)
 	e.claimLocal(b, local, localAt)
-	// Recycle the old lists' arrays for the next round.
+	// Recycle the old list's arrays for the next round.
 	b.localWait, b.localWaitAt = append(local[:0], b.localWait...), append(localAt[:0], b.localWaitAt...)
-	return e.claimShared(ctx, b, from, redistier.OpRecheck)
+	if len(b.localWait) > 0 {
+		return nil
+	}
+	b.claimed = append(b.claimed, b.sharedWait...)
+	b.claimedAt = append(b.claimedAt, b.sharedWaitAt...)
+	b.sharedWait, b.sharedWaitAt = b.sharedWait[:0], b.sharedWaitAt[:0]
+	return e.claimShared(ctx, b, redistier.OpRecheck)
 }
 
 // yieldClaims releases every claim the batch holds, in both tiers, and puts
@@ -268,7 +278,7 @@ func (e *engine) yieldClaims(ctx context.Context, b *batch) {
 	e.releaseAll(ctx, b)
 	b.localWait = append(append(b.localWait, b.claimed...), b.sharedWait...)
 	b.localWaitAt = append(append(b.localWaitAt, b.claimedAt...), b.sharedWaitAt...)
-	b.claimed, b.claimedAt = b.claimed[:0], b.claimedAt[:0]
+	b.claimed, b.claimedAt, b.shared = b.claimed[:0], b.claimedAt[:0], 0
 	b.sharedWait, b.sharedWaitAt = b.sharedWait[:0], b.sharedWaitAt[:0]
 	b.yield = false
 	// Restore walk order, so in-batch copies resolve as on the first claim:
@@ -327,6 +337,7 @@ func (e *engine) sharedFailed(ctx context.Context, b *batch, err error) error {
 	}
 	e.tierError.log(b.now, err, zap.String("on_error", "pass"))
 	b.sharedOff = true
+	b.shared = 0
 	b.claimed = append(b.claimed, b.sharedWait...)
 	b.claimedAt = append(b.claimedAt, b.sharedWaitAt...)
 	b.sharedWait, b.sharedWaitAt = b.sharedWait[:0], b.sharedWaitAt[:0]

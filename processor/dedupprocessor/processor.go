@@ -57,6 +57,7 @@ type batch struct {
 	waitedSince  time.Time // zero until the batch first waits
 
 	redisToken string             // the shared tier's claim token; "" if none
+	shared     int                // claimed[:shared] are claimed in the shared tier too
 	sharedOK   bool               // a shared claim of this batch succeeded
 	sharedOff  bool               // the shared tier failed under on_error: pass
 	answers    []redistier.Answer // the shared tier's answer per claimed digest
