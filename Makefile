@@ -1,9 +1,12 @@
 # otelcol-dedup: the dedup processor and the otelcol-dedup distribution.
 #
 #   make build   build the distribution with ocb: _build/otelcol-dedup, copied to bin/otelcol-dedup
+#   make agent   build otelcol-agent, a collector of upstream modules only that the
+#                end-to-end tests run in front of otelcol-dedup: bin/otelcol-agent
 #   make run     build, then run it with testdata/default.yaml (OTLP on 127.0.0.1:4317/4318)
 #   make demo    build, then send testdata/demo-logs.json through it and check what comes out
 #   make test    go test -race of every package of both modules, the end-to-end tests included
+#                (builds both binaries first)
 #   make deps    install redis-server, redis-cli and promtool if missing (make test does it)
 #   make bench   the performance targets table and benchstat (cmd/dedupbench, see BENCHMARKS.md)
 #   make lint    go vet
@@ -24,6 +27,9 @@ SHELL := /bin/bash
 GO ?= go
 DIST := _build/otelcol-dedup
 BIN := bin/otelcol-dedup
+AGENT_MANIFEST := testdata/agent/builder-config.yaml
+AGENT_DIST := _build/agent/otelcol-agent
+AGENT_BIN := bin/otelcol-agent
 CONFIG ?= testdata/default.yaml
 TEST_TIMEOUT ?= 14m
 TEST_FLAGS ?=
@@ -35,7 +41,7 @@ GO_SOURCES := $(shell find . -name '*.go' ! -name '*_test.go' ! -path './_build/
 PROCESSOR := processor/dedupprocessor
 MODULES := . $(PROCESSOR)
 
-.PHONY: build run demo demo-data deps test bench lint clean
+.PHONY: build agent run demo demo-data deps test bench lint clean
 
 build: $(BIN)
 
@@ -53,6 +59,21 @@ $(BIN): $(DIST)
 	@mkdir -p $(dir $@)
 	cp $(DIST) $@
 
+# The agent is made of upstream modules only (its manifest pins them), so it
+# depends on nothing else of the repository but the ocb version in go.mod.
+agent: $(AGENT_BIN)
+
+$(AGENT_DIST): $(AGENT_MANIFEST) go.mod go.sum
+	@echo "ocb: building $(AGENT_DIST) (cold: about 3 minutes; warm: seconds)"
+	@mkdir -p _build/.tmp-agent; \
+	TMPDIR=$(CURDIR)/_build/.tmp-agent $(GO) tool builder --config $(AGENT_MANIFEST); \
+	rm -rf _build/.tmp-agent
+	@touch $@
+
+$(AGENT_BIN): $(AGENT_DIST)
+	@mkdir -p $(dir $@)
+	cp $(AGENT_DIST) $@
+
 run: build
 	./$(BIN) --config $(CONFIG)
 
@@ -64,8 +85,9 @@ demo: build
 demo-data:
 	$(GO) run ./cmd/dedupdemo -generate testdata/demo-logs.json
 
-# The end-to-end tests (internal/e2e) use the binary built here
-# (OTELCOL_DEDUP_BIN); run alone with go test they build it themselves.
+# The end-to-end tests (internal/e2e) use the binaries built here
+# (OTELCOL_DEDUP_BIN, OTELCOL_AGENT_BIN); run alone with go test they build
+# them themselves.
 # redis-server, redis-cli and promtool for the tests, from Debian's packages
 # if missing.
 deps:
@@ -74,10 +96,10 @@ deps:
 
 # Both modules run in one `go test` process tree at a time: the 2-core
 # machines this runs on have no room for two -race runs side by side.
-test: build deps
+test: build agent deps
 	@failed=""; for m in $(MODULES); do \
 		echo "go test: module $$m"; \
-		(cd $$m && OTELCOL_DEDUP_BIN=$(CURDIR)/$(BIN) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./...) || failed="$$failed $$m"; \
+		(cd $$m && OTELCOL_DEDUP_BIN=$(CURDIR)/$(BIN) OTELCOL_AGENT_BIN=$(CURDIR)/$(AGENT_BIN) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./...) || failed="$$failed $$m"; \
 	done; \
 	if [ -n "$$failed" ]; then echo "go test: FAILED in module(s):$$failed"; exit 1; fi
 

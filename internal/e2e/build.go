@@ -29,11 +29,33 @@ const EnvBinary = "OTELCOL_DEDUP_BIN"
 // BinaryName is the name ocb gives the binary (dist.name in builder-config.yaml).
 const BinaryName = "otelcol-dedup"
 
-var built struct {
+// EnvAgentBinary names an already built otelcol-agent binary, used instead of
+// building it; `make test` sets it after `make agent`.
+const EnvAgentBinary = "OTELCOL_AGENT_BIN"
+
+// AgentBinaryName is the name ocb gives the agent (dist.name in
+// testdata/agent/builder-config.yaml).
+const AgentBinaryName = "otelcol-agent"
+
+// ocbBuild is one collector the harness builds with ocb.
+type ocbBuild struct {
+	what     string // for messages
+	env      string // names a prebuilt binary
+	manifest string // relative to the repository root
+	outDir   string // dist.output_path, relative to the repository root
+	binary   string // dist.name
+
 	once sync.Once
 	path string
 	err  error
 }
+
+var (
+	dedupBuild = &ocbBuild{what: "the otelcol-dedup distribution", env: EnvBinary,
+		manifest: "builder-config.yaml", outDir: "_build", binary: BinaryName}
+	agentBuild = &ocbBuild{what: "the otelcol-agent (upstream modules only)", env: EnvAgentBinary,
+		manifest: filepath.Join("testdata", "agent", "builder-config.yaml"), outDir: filepath.Join("_build", "agent"), binary: AgentBinaryName}
+)
 
 // Distribution returns the path of the otelcol-dedup binary: $OTELCOL_DEDUP_BIN
 // when set, otherwise the binary it builds with ocb (`go tool builder --config
@@ -42,55 +64,68 @@ var built struct {
 // test processes from building into the same directory at once. Progress and
 // the build time are written to log.
 func Distribution(log io.Writer) (string, error) {
-	built.once.Do(func() { built.path, built.err = distribution(log) })
-	return built.path, built.err
+	return dedupBuild.get(log)
 }
 
-func distribution(log io.Writer) (string, error) {
-	if p := os.Getenv(EnvBinary); p != "" {
+// AgentDistribution returns the path of otelcol-agent, a collector of
+// upstream modules only (OTLP receiver, OTLP/gRPC and OTLP/HTTP exporters)
+// that tests run as the agent in front of otelcol-dedup:
+// $OTELCOL_AGENT_BIN when set, otherwise built like Distribution from
+// testdata/agent/builder-config.yaml into _build/agent/.
+func AgentDistribution(log io.Writer) (string, error) {
+	return agentBuild.get(log)
+}
+
+func (b *ocbBuild) get(log io.Writer) (string, error) {
+	b.once.Do(func() { b.path, b.err = b.build(log) })
+	return b.path, b.err
+}
+
+func (b *ocbBuild) build(log io.Writer) (string, error) {
+	if p := os.Getenv(b.env); p != "" {
 		abs, err := filepath.Abs(p)
 		if err != nil {
 			return "", err
 		}
 		if _, err := os.Stat(abs); err != nil {
-			return "", fmt.Errorf("e2e: %s=%q: %w", EnvBinary, p, err)
+			return "", fmt.Errorf("e2e: %s=%q: %w", b.env, p, err)
 		}
-		fmt.Fprintf(log, "e2e: using %s from %s\n", abs, EnvBinary)
+		fmt.Fprintf(log, "e2e: using %s from %s\n", abs, b.env)
 		return abs, nil
 	}
 	root, err := RepoRoot()
 	if err != nil {
 		return "", err
 	}
-	outDir := filepath.Join(root, "_build")
-	if err := os.MkdirAll(outDir, 0o755); err != nil {
+	buildDir := filepath.Join(root, "_build")
+	if err := os.MkdirAll(buildDir, 0o755); err != nil {
 		return "", err
 	}
-	unlock, err := lockFile(filepath.Join(outDir, ".lock"))
+	unlock, err := lockFile(filepath.Join(buildDir, ".lock"))
 	if err != nil {
 		return "", err
 	}
 	defer unlock()
 
-	fmt.Fprintf(log, "e2e: building the distribution with ocb (go tool builder --config builder-config.yaml); a cold build takes about 3 minutes\n")
+	fmt.Fprintf(log, "e2e: building %s with ocb (go tool builder --config %s); a cold build takes about 3 minutes\n", b.what, b.manifest)
 	start := time.Now()
 	// ocb makes an (unused) temp dir on every run: keep it out of /tmp.
-	tmp, err := os.MkdirTemp(outDir, "tmp-")
+	tmp, err := os.MkdirTemp(buildDir, "tmp-")
 	if err != nil {
 		return "", err
 	}
 	defer os.RemoveAll(tmp)
-	cmd := exec.Command("go", "tool", "builder", "--config", "builder-config.yaml")
+	cmd := exec.Command("go", "tool", "builder", "--config", b.manifest)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
 	var out bytes.Buffer
 	cmd.Stdout = &out
 	cmd.Stderr = &out
 	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("e2e: building the otelcol-dedup distribution failed (go tool builder --config builder-config.yaml in %s): %w\n%s",
-			root, err, tail(out.Bytes(), 60))
+		return "", fmt.Errorf("e2e: building %s failed (go tool builder --config %s in %s): %w\n%s",
+			b.what, b.manifest, root, err, tail(out.Bytes(), 60))
 	}
-	bin := filepath.Join(outDir, BinaryName)
+	bin := filepath.Join(root, b.outDir, b.binary)
 	if _, err := os.Stat(bin); err != nil {
 		return "", fmt.Errorf("e2e: ocb reported success but %s is missing: %w", bin, err)
 	}

@@ -42,7 +42,18 @@ func BaseConfig(ports Ports, sink *Sink) ([]byte, error) {
 		grpcExp[k] = v
 		httpExp[k] = v
 	}
-	cfg := map[string]any{
+	cfg := listenConfig(ports)
+	cfg["exporters"] = map[string]any{
+		SinkGRPCExporter: grpcExp,
+		SinkHTTPExporter: httpExp,
+	}
+	return json.MarshalIndent(cfg, "", "  ")
+}
+
+// listenConfig is what every collector a test starts has: health_check, the
+// otlp receiver (gRPC and HTTP) and its own metrics on the ports given.
+func listenConfig(ports Ports) map[string]any {
+	return map[string]any{
 		"extensions": map[string]any{
 			"health_check": map[string]any{"endpoint": Addr(ports.Health)},
 		},
@@ -54,19 +65,13 @@ func BaseConfig(ports Ports, sink *Sink) ([]byte, error) {
 				},
 			},
 		},
-		"exporters": map[string]any{
-			SinkGRPCExporter: grpcExp,
-			SinkHTTPExporter: httpExp,
-		},
 		"service": map[string]any{
 			"extensions": []string{"health_check"},
 			"telemetry":  Telemetry("detailed", ports.Metrics),
 		},
 	}
-	return json.MarshalIndent(cfg, "", "  ")
 }
 
-// WriteFile writes a config file readable only by its owner.
 // Telemetry is the service.telemetry section every test collector uses: its
 // own metrics at level on 127.0.0.1:port, named exactly as the instruments
 // are written (no unit or type suffix, no scope labels).
@@ -87,6 +92,7 @@ func Telemetry(level string, port int) map[string]any {
 	}
 }
 
+// WriteFile writes a config file readable only by its owner.
 func WriteFile(path string, data []byte) error {
 	return os.WriteFile(path, data, 0o600)
 }

@@ -41,7 +41,8 @@ const (
 	opTimeout    = 30 * time.Second
 )
 
-// running is one collector under test, with the sink it exports to.
+// running is one collector under test, with the sink it exports to (nil for
+// an agent, which exports to a collector under test).
 type running struct {
 	t     *testing.T
 	col   *Collector
@@ -72,6 +73,17 @@ func startCollector(t *testing.T, shipped []string, yamls ...string) *running {
 		t.Fatalf("sink: %v", err)
 	}
 	t.Cleanup(func() { _ = sink.Close() })
+	base := func(p Ports) ([]byte, error) { return BaseConfig(p, sink) }
+	r := startProcess(t, binary, base, shipped, yamls)
+	r.sink = sink
+	return r
+}
+
+// startProcess starts binary with the shipped config files, base's config
+// for the ports it is given, and the test's YAML snippets, in that order of
+// precedence, and waits until health_check reports ready; see startCollector.
+func startProcess(t *testing.T, binary string, base func(Ports) ([]byte, error), shipped, yamls []string) *running {
+	t.Helper()
 	dir := t.TempDir()
 	var texts []string
 	for i, y := range yamls {
@@ -86,7 +98,7 @@ func startCollector(t *testing.T, shipped []string, yamls ...string) *running {
 	// other ports.
 	const attempts = 3
 	for attempt := 1; ; attempt++ {
-		r, err := launch(t, binary, sink, dir, attempt, shipped, texts)
+		r, err := launch(t, binary, base, dir, attempt, shipped, texts)
 		if err == nil {
 			return r
 		}
@@ -101,7 +113,7 @@ func startCollector(t *testing.T, shipped []string, yamls ...string) *running {
 
 // launch starts one collector on fresh ports and waits for it to be healthy.
 // It always returns the running collector, whose cleanup is registered.
-func launch(t *testing.T, binary string, sink *Sink, dir string, attempt int, shipped, texts []string) (*running, error) {
+func launch(t *testing.T, binary string, base func(Ports) ([]byte, error), dir string, attempt int, shipped, texts []string) (*running, error) {
 	t.Helper()
 	// After the sink's listeners are bound, so the kernel cannot hand their
 	// ports out again.
@@ -109,12 +121,12 @@ func launch(t *testing.T, binary string, sink *Sink, dir string, attempt int, sh
 	if err != nil {
 		t.Fatalf("free ports: %v", err)
 	}
-	base, err := BaseConfig(ports, sink)
+	baseYAML, err := base(ports)
 	if err != nil {
 		t.Fatal(err)
 	}
 	basePath := filepath.Join(dir, fmt.Sprintf("base%d.yaml", attempt))
-	if err := WriteFile(basePath, base); err != nil {
+	if err := WriteFile(basePath, baseYAML); err != nil {
 		t.Fatal(err)
 	}
 	args := slices.Concat(shipped, []string{basePath}, texts)
@@ -128,7 +140,7 @@ func launch(t *testing.T, binary string, sink *Sink, dir string, attempt int, sh
 		logFile.Close()
 		t.Fatal(err)
 	}
-	r := &running{t: t, col: col, ports: ports, sink: sink, log: logPath}
+	r := &running{t: t, col: col, ports: ports, log: logPath}
 	t.Cleanup(func() {
 		if err := col.Stop(stopGrace); err != nil && !r.abandoned {
 			t.Errorf("stop: %v", err)
@@ -188,6 +200,20 @@ func (r *running) stop() {
 	}
 	if err := r.col.Stop(stopGrace); err != nil {
 		r.t.Fatalf("stop: %v", err)
+	}
+}
+
+// waitScrape scrapes r until cond holds, for at most opTimeout, and returns
+// the last scrape.
+func waitScrape(t *testing.T, r *running, cond func(Scrape) bool) Scrape {
+	t.Helper()
+	deadline := time.Now().Add(opTimeout)
+	for {
+		sc := r.scrape()
+		if cond(sc) || time.Now().After(deadline) {
+			return sc
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

@@ -100,7 +100,8 @@ type redisEntry struct {
 	pttl  time.Duration
 }
 
-// dumpRedis reads every key of every node (SCAN), with its value and TTL.
+// dumpRedis reads every key of every node (SCAN), with its value and TTL:
+// one pipelined round trip per page of keys.
 func dumpRedis(t *testing.T, nodes []*redistest.Server) []redisEntry {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
@@ -108,24 +109,39 @@ func dumpRedis(t *testing.T, nodes []*redistest.Server) []redisEntry {
 	var out []redisEntry
 	for _, n := range nodes {
 		cl := n.Client()
-		iter := cl.Scan(ctx, 0, "*", 1000).Iterator()
-		for iter.Next(ctx) {
-			k := iter.Val()
-			v, err := cl.Get(ctx, k).Result()
-			if errors.Is(err, redis.Nil) {
-				continue // expired between SCAN and GET (a pending claim's lease)
-			}
+		var cursor uint64
+		for {
+			keys, next, err := cl.Scan(ctx, cursor, "*", 1000).Result()
 			if err != nil {
-				t.Fatalf("GET %q on %s: %v (every key should be a string)", k, n.Addr(), err)
+				t.Fatalf("SCAN %s: %v", n.Addr(), err)
 			}
-			ttl, err := cl.PTTL(ctx, k).Result()
-			if err != nil {
-				t.Fatalf("PTTL %q on %s: %v", k, n.Addr(), err)
+			pipe := cl.Pipeline()
+			gets := make([]*redis.StringCmd, len(keys))
+			ttls := make([]*redis.DurationCmd, len(keys))
+			for i, k := range keys {
+				gets[i] = pipe.Get(ctx, k)
+				ttls[i] = pipe.PTTL(ctx, k)
 			}
-			out = append(out, redisEntry{node: n.Addr(), key: k, value: v, pttl: ttl})
-		}
-		if err := iter.Err(); err != nil {
-			t.Fatalf("SCAN %s: %v", n.Addr(), err)
+			if len(keys) > 0 {
+				_, _ = pipe.Exec(ctx) // errors are read per command below
+			}
+			for i, k := range keys {
+				v, err := gets[i].Result()
+				if errors.Is(err, redis.Nil) {
+					continue // expired between SCAN and GET (a pending claim's lease)
+				}
+				if err != nil {
+					t.Fatalf("GET %q on %s: %v (every key should be a string)", k, n.Addr(), err)
+				}
+				ttl, err := ttls[i].Result()
+				if err != nil {
+					t.Fatalf("PTTL %q on %s: %v", k, n.Addr(), err)
+				}
+				out = append(out, redisEntry{node: n.Addr(), key: k, value: v, pttl: ttl})
+			}
+			if cursor = next; cursor == 0 {
+				break
+			}
 		}
 	}
 	return out

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"strings"
@@ -27,7 +28,9 @@ import (
 // Sink is an OTLP backend for a collector's exporters to send to: an OTLP/gRPC
 // server and an OTLP/HTTP server (protobuf or JSON, gzip or not) for logs,
 // traces and metrics, both on 127.0.0.1. It keeps a copy of everything it
-// accepted and can be told to refuse the next requests with a retryable error.
+// accepted and can be told to refuse requests with a retryable error (the
+// next ones, or a share of them at random), to answer slowly, or to hold
+// requests until told to let them through.
 type Sink struct {
 	grpcLis net.Listener
 	grpcSrv *grpc.Server
@@ -38,7 +41,11 @@ type Sink struct {
 	mu       sync.Mutex
 	changed  chan struct{} // closed and replaced on every accepted or refused request
 	failNext int
+	failRand *rand.Rand // not nil while FailRandomly is in force
+	failP    float64
+	latency  time.Duration
 	refused  int
+	refusedN int // items in refused requests
 	requests int
 	hold     chan struct{} // not nil while Hold is in force; closed by Unhold
 	holding  int           // requests waiting on hold
@@ -66,29 +73,26 @@ func NewSink() (*Sink, error) {
 	pmetricotlp.RegisterGRPCServer(s.grpcSrv, &sinkMetrics{s: s})
 
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/logs", s.serveHTTP(func(body []byte, json bool) (response, error) {
+	mux.HandleFunc("POST /v1/logs", s.serveHTTP(func(body []byte, json bool) (decoded, error) {
 		req := plogotlp.NewExportRequest()
 		if err := unmarshal(req, body, json); err != nil {
-			return nil, err
+			return decoded{}, err
 		}
-		s.addLogs(req.Logs())
-		return plogotlp.NewExportResponse(), nil
+		return decoded{req.Logs().LogRecordCount(), func() { s.addLogs(req.Logs()) }, plogotlp.NewExportResponse()}, nil
 	}))
-	mux.HandleFunc("POST /v1/traces", s.serveHTTP(func(body []byte, json bool) (response, error) {
+	mux.HandleFunc("POST /v1/traces", s.serveHTTP(func(body []byte, json bool) (decoded, error) {
 		req := ptraceotlp.NewExportRequest()
 		if err := unmarshal(req, body, json); err != nil {
-			return nil, err
+			return decoded{}, err
 		}
-		s.addTraces(req.Traces())
-		return ptraceotlp.NewExportResponse(), nil
+		return decoded{req.Traces().SpanCount(), func() { s.addTraces(req.Traces()) }, ptraceotlp.NewExportResponse()}, nil
 	}))
-	mux.HandleFunc("POST /v1/metrics", s.serveHTTP(func(body []byte, json bool) (response, error) {
+	mux.HandleFunc("POST /v1/metrics", s.serveHTTP(func(body []byte, json bool) (decoded, error) {
 		req := pmetricotlp.NewExportRequest()
 		if err := unmarshal(req, body, json); err != nil {
-			return nil, err
+			return decoded{}, err
 		}
-		s.addMetrics(req.Metrics())
-		return pmetricotlp.NewExportResponse(), nil
+		return decoded{req.Metrics().DataPointCount(), func() { s.addMetrics(req.Metrics()) }, pmetricotlp.NewExportResponse()}, nil
 	}))
 	s.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 
@@ -115,6 +119,28 @@ func (s *Sink) FailNext(n int) {
 	s.mu.Unlock()
 }
 
+// FailRandomly makes every request from now on fail, like FailNext, with
+// probability p (0 stops it), drawn from a generator seeded with seed: the
+// sink's n-th decision is the same on every run, whichever request it falls
+// to. FailNext and Hold are decided first.
+func (s *Sink) FailRandomly(p float64, seed uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failP = p
+	s.failRand = nil
+	if p > 0 {
+		s.failRand = rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	}
+}
+
+// SetLatency makes every request from now on wait d before it is decided, as
+// a slow backend does; a request whose client gives up meanwhile is refused.
+func (s *Sink) SetLatency(d time.Duration) {
+	s.mu.Lock()
+	s.latency = d
+	s.mu.Unlock()
+}
+
 // Requests is how many requests the sink answered, refused ones included.
 func (s *Sink) Requests() int {
 	s.mu.Lock()
@@ -122,11 +148,20 @@ func (s *Sink) Requests() int {
 	return s.requests
 }
 
-// Refused is how many requests the sink refused on FailNext's orders.
+// Refused is how many requests the sink refused: on FailNext's or
+// FailRandomly's orders, or because their client gave up while they waited.
 func (s *Sink) Refused() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.refused
+}
+
+// RefusedItems is how many log records, spans or data points the refused
+// requests carried.
+func (s *Sink) RefusedItems() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.refusedN
 }
 
 // Logs returns the log batches the sink accepted, in arrival order.
@@ -239,29 +274,21 @@ func (s *Sink) Holding() int {
 	return s.holding
 }
 
-// admit counts a request and decides whether to refuse it. While Hold is in
-// force it first waits; a request whose client gave up meanwhile is refused.
-func (s *Sink) admit(ctx context.Context) bool {
+// admit counts a request of items items and decides whether to refuse it.
+// While Hold is in force it first waits, then for the latency; a request
+// whose client gave up meanwhile is refused.
+func (s *Sink) admit(ctx context.Context, items int) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.requests++
 	if s.failNext > 0 {
 		s.failNext--
-		s.refused++
-		s.notifyLocked()
-		return false
+		return s.refuseLocked(items)
 	}
 	if hold := s.hold; hold != nil {
 		s.holding++
 		s.notifyLocked()
-		s.mu.Unlock()
-		var gaveUp bool
-		select {
-		case <-hold:
-		case <-ctx.Done():
-			gaveUp = true
-		}
-		s.mu.Lock()
+		gaveUp := s.waitLocked(ctx, hold, nil)
 		s.holding--
 		if gaveUp || s.failNext > 0 {
 			// A FailNext given while the request waited applies to it: a
@@ -269,12 +296,42 @@ func (s *Sink) admit(ctx context.Context) bool {
 			if !gaveUp {
 				s.failNext--
 			}
-			s.refused++
-			s.notifyLocked()
-			return false
+			return s.refuseLocked(items)
 		}
 	}
+	if s.latency > 0 {
+		timer := time.NewTimer(s.latency)
+		gaveUp := s.waitLocked(ctx, nil, timer.C)
+		timer.Stop()
+		if gaveUp {
+			return s.refuseLocked(items)
+		}
+	}
+	if s.failRand != nil && s.failRand.Float64() < s.failP {
+		return s.refuseLocked(items)
+	}
 	return true
+}
+
+// waitLocked releases the lock until a or b is ready (nil channels never
+// are) or ctx ends, and reports whether ctx ended: the client gave up.
+func (s *Sink) waitLocked(ctx context.Context, a <-chan struct{}, b <-chan time.Time) (gaveUp bool) {
+	s.mu.Unlock()
+	defer s.mu.Lock()
+	select {
+	case <-a:
+	case <-b:
+	case <-ctx.Done():
+		return true
+	}
+	return false
+}
+
+func (s *Sink) refuseLocked(items int) bool {
+	s.refused++
+	s.refusedN += items
+	s.notifyLocked()
+	return false
 }
 
 func (s *Sink) notifyLocked() {
@@ -310,7 +367,7 @@ func (s *Sink) addMetrics(md pmetric.Metrics) {
 	s.mu.Unlock()
 }
 
-var errInjected = status.Error(codes.Unavailable, "e2e sink: injected failure (FailNext)")
+var errInjected = status.Error(codes.Unavailable, "e2e sink: injected failure")
 
 type sinkLogs struct {
 	plogotlp.UnimplementedGRPCServer
@@ -318,7 +375,7 @@ type sinkLogs struct {
 }
 
 func (h *sinkLogs) Export(ctx context.Context, req plogotlp.ExportRequest) (plogotlp.ExportResponse, error) {
-	if !h.s.admit(ctx) {
+	if !h.s.admit(ctx, req.Logs().LogRecordCount()) {
 		return plogotlp.NewExportResponse(), errInjected
 	}
 	h.s.addLogs(req.Logs())
@@ -331,7 +388,7 @@ type sinkTraces struct {
 }
 
 func (h *sinkTraces) Export(ctx context.Context, req ptraceotlp.ExportRequest) (ptraceotlp.ExportResponse, error) {
-	if !h.s.admit(ctx) {
+	if !h.s.admit(ctx, req.Traces().SpanCount()) {
 		return ptraceotlp.NewExportResponse(), errInjected
 	}
 	h.s.addTraces(req.Traces())
@@ -344,7 +401,7 @@ type sinkMetrics struct {
 }
 
 func (h *sinkMetrics) Export(ctx context.Context, req pmetricotlp.ExportRequest) (pmetricotlp.ExportResponse, error) {
-	if !h.s.admit(ctx) {
+	if !h.s.admit(ctx, req.Metrics().DataPointCount()) {
 		return pmetricotlp.NewExportResponse(), errInjected
 	}
 	h.s.addMetrics(req.Metrics())
@@ -364,6 +421,14 @@ type response interface {
 	MarshalJSON() ([]byte, error)
 }
 
+// decoded is one OTLP/HTTP request, decoded: how many items it carries, how
+// to record it once admitted, and the response to send.
+type decoded struct {
+	items  int
+	record func()
+	resp   response
+}
+
 func unmarshal(m message, body []byte, json bool) error {
 	if json {
 		return m.UnmarshalJSON(body)
@@ -376,8 +441,8 @@ const (
 	contentTypeJSON  = "application/json"
 )
 
-// serveHTTP wraps one signal's decode-and-record step in OTLP/HTTP framing.
-func (s *Sink) serveHTTP(consume func(body []byte, json bool) (response, error)) http.HandlerFunc {
+// serveHTTP wraps one signal's decode step in OTLP/HTTP framing.
+func (s *Sink) serveHTTP(decode func(body []byte, json bool) (decoded, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		ct, _, _ := strings.Cut(r.Header.Get("Content-Type"), ";")
 		var json bool
@@ -394,20 +459,21 @@ func (s *Sink) serveHTTP(consume func(body []byte, json bool) (response, error))
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		if !s.admit(r.Context()) {
-			http.Error(w, "e2e sink: injected failure (FailNext)", http.StatusServiceUnavailable)
-			return
-		}
-		resp, err := consume(body, json)
+		req, err := decode(body, json)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
+		if !s.admit(r.Context(), req.items) {
+			http.Error(w, "e2e sink: injected failure", http.StatusServiceUnavailable)
+			return
+		}
+		req.record()
 		var out []byte
 		if json {
-			out, err = resp.MarshalJSON()
+			out, err = req.resp.MarshalJSON()
 		} else {
-			out, err = resp.MarshalProto()
+			out, err = req.resp.MarshalProto()
 		}
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
