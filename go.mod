@@ -3,6 +3,7 @@ module github.com/otelcol-dedup/otelcol-dedup
 go 1.26.8
 
 require (
+	github.com/prometheus/procfs v0.22.0
 	github.com/redis/go-redis/v9 v9.23.0
 	go.opentelemetry.io/collector/client v1.71.0
 	go.opentelemetry.io/collector/component v1.71.0

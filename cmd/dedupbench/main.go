@@ -1,25 +1,26 @@
-// Command dedupbench is `make bench`: it measures the issue-6 targets of the
-// dedup processor and the otelcol-dedup distribution in one run, and prints
-// one table of the figures against their targets, plus the Go benchmarks
-// summarized by benchstat.
+// Command dedupbench is `make bench`: it measures the performance targets of
+// the dedup processor and the otelcol-dedup distribution in one run, and
+// prints one table of the figures against their targets, plus the Go
+// benchmarks summarized by benchstat.
 //
-//	go run ./cmd/dedupbench -bin bin/otelcol-dedup -out docs/bench
-//	go run ./cmd/dedupbench chart -csv docs/bench/sweep.csv -o docs/bench/throughput.png
+//	go run ./cmd/dedupbench -bin bin/otelcol-dedup -out docs/bench -raw _bench
 //
 // A run, in order (each phase logs the 1-minute load average it starts
 // under):
 //
-//  1. compiles the test binaries of the processor and its local cache, then
-//     waits (bounded by -load-wait) for the 1-minute load average to drop
-//     below -load-max, since the machine is shared;
+//  1. compiles the test binaries of the processor and its local cache, each
+//     from inside its own module, then waits (bounded by -load-wait) for the
+//     1-minute load average to drop below -load-max, since the machine is
+//     shared;
 //  2. runs BenchmarkConsumeLogs (batch 1000, 30% duplicates, cache empty and
 //     full with 10^6 keys, content and event.id keys), BenchmarkDecide (key
 //     derivation alone) and the local cache's BenchmarkClaim,
 //     BenchmarkClaimBatch, BenchmarkClaimBatchSize, BenchmarkMemoryPerKey,
-//     BenchmarkMemoryLatency and BenchmarkFirstTouch, -count times on one
-//     core (-cpu 1), and summarizes them with benchstat;
+//     BenchmarkMemoryLatency and BenchmarkFirstTouch, and the snapshot's
+//     BenchmarkSave and BenchmarkRestore, -count times on one core (-cpu 1),
+//     and summarizes them with benchstat;
 //  3. sweeps the processor's throughput on one core over duplicate ratios
-//     and batch sizes (sweep.csv) and draws the chart (throughput.png);
+//     and batch sizes (sweep.md, and every trial in sweep.csv);
 //  4. starts a redis-server and alternates redis-benchmark's pipelined
 //     SET NX PX with the processor's shared tier (claim and commit) against
 //     it, then counts the tier's round trips per batch through a counting
@@ -29,7 +30,10 @@
 //     collector's CPU time and peak RSS from /proc;
 //  6. profiles the processor's hot paths (pprof -top): BenchmarkConsumeLogs,
 //     OTLP decode + dedup in-process, and the processor with the shared tier;
-//  7. prints the targets table and writes everything to -out.
+//  7. prints the targets table. The summary kept in git (table.md,
+//     benchstat.txt, sweep.md) goes to -out; the report, results.json, the
+//     raw benchmark output, the sweep's trials and the profiles to -raw,
+//     which git ignores.
 package main
 
 import (
@@ -54,7 +58,7 @@ import (
 	"github.com/otelcol-dedup/otelcol-dedup/internal/bench"
 )
 
-// Targets of issue 6.
+// The performance targets (BENCHMARKS.md#the-targets).
 const (
 	targetNsPerRecord     = 200.0 // target 1: <= 200 ns per record on one core
 	targetAllocsPerRecord = 0.01  // target 1: 0 per record amortized (< 0.01)
@@ -62,11 +66,10 @@ const (
 	targetTierRatio       = 0.80  // target 3: tier records/s vs redis-benchmark ops/s
 	targetClaimRoundTrips = 1     // target 3: per batch on the claim path
 	targetCPURatio        = 1.15  // target 4: dedup vs pass-through CPU per record
-	processorPkg          = "./processor/dedupprocessor"
-	localcachePkg         = "./processor/dedupprocessor/internal/localcache"
 	consumeLogsBench      = `^BenchmarkConsumeLogs$/^cache=(empty|1M)$/^key=/^batch=1000$/^dup=30%$`
 	decideBench           = `^BenchmarkDecide$`
 	localcacheBench       = `^(BenchmarkClaim|BenchmarkClaimBatch|BenchmarkClaimBatchSize|BenchmarkMemoryPerKey|BenchmarkMemoryLatency|BenchmarkFirstTouch)$`
+	snapshotBench         = `^(BenchmarkSave|BenchmarkRestore)$`
 	profileBench          = `^BenchmarkConsumeLogs$/^cache=1M$/^key=content$/^batch=1000$/^dup=30%$`
 	consumeLogsName       = "BenchmarkConsumeLogs/cache=%s/key=%s/batch=1000/dup=30%%"
 	// The processor's ConsumeLogs, not the benchmark function around it
@@ -75,8 +78,30 @@ const (
 	tierBatch, tierClients = 1000, 4
 )
 
+// The packages whose Go benchmarks a run compiles, each built from inside
+// its own module (the processor is a module of its own).
+var (
+	processorPkg  = bench.GoPackage{Module: "processor/dedupprocessor", Dir: "."}
+	localcachePkg = bench.GoPackage{Module: "processor/dedupprocessor", Dir: "internal/localcache"}
+	snapshotPkg   = bench.GoPackage{Module: "processor/dedupprocessor", Dir: "internal/snapshot"}
+)
+
+// goBenchJob is one `go test -bench` run of the gotest phase.
+type goBenchJob struct {
+	pkg     bench.GoPackage
+	pattern string
+}
+
+// goBenchJobs are the gotest phase's runs, in order.
+var goBenchJobs = []goBenchJob{
+	{processorPkg, consumeLogsBench},
+	{processorPkg, decideBench},
+	{localcachePkg, localcacheBench},
+	{snapshotPkg, snapshotBench},
+}
+
 type options struct {
-	bin, out                string
+	bin, out, raw           string
 	count, reps             int
 	loadMax, e2eRate        float64
 	loadWait                time.Duration
@@ -86,16 +111,10 @@ type options struct {
 }
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == "chart" {
-		if err := chartCmd(os.Args[2:]); err != nil {
-			fmt.Fprintln(os.Stderr, "dedupbench chart:", err)
-			os.Exit(1)
-		}
-		return
-	}
 	var o options
 	flag.StringVar(&o.bin, "bin", "bin/otelcol-dedup", "the otelcol-dedup binary (with the nop exporter: make build)")
-	flag.StringVar(&o.out, "out", "docs/bench", "directory for the results")
+	flag.StringVar(&o.out, "out", "docs/bench", "directory for the summary kept in git: table.md, benchstat.txt, sweep.md")
+	flag.StringVar(&o.raw, "raw", "_bench", "directory for everything else the run writes (report, results.json, raw benchmark output, sweep CSV, profiles)")
 	flag.IntVar(&o.count, "count", 6, "repetitions of each Go benchmark (go test -count)")
 	flag.IntVar(&o.reps, "reps", 7, "repetitions of each Redis and end-to-end measurement (medians are reported)")
 	flag.Float64Var(&o.loadMax, "load-max", 1.0, "wait for the 1-minute load average to drop below this before measuring")
@@ -155,15 +174,17 @@ type consumeLogs struct {
 
 func run(ctx context.Context, o options) error {
 	start := time.Now()
-	if err := os.MkdirAll(o.out, 0o755); err != nil {
-		return err
+	for _, dir := range []string{o.out, o.raw} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
 	}
 	tmp, err := os.MkdirTemp("", "dedupbench-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	reportFile, err := os.Create(filepath.Join(o.out, "report.txt"))
+	reportFile, err := os.Create(filepath.Join(o.raw, "report.txt"))
 	if err != nil {
 		return err
 	}
@@ -193,16 +214,21 @@ func run(ctx context.Context, o options) error {
 		float64(res.Machine.MemBytes)/(1<<30), res.Go, res.Redis)
 
 	// 1. Compile first, so the load wait is not followed by compiling.
-	bins := map[string]string{}
+	bins := map[bench.GoPackage]string{}
 	if res.phasesEnabled["gotest"] || res.phasesEnabled["profile"] {
-		for _, pkg := range []string{processorPkg, localcachePkg} {
-			bin := filepath.Join(tmp, filepath.Base(pkg)+".test")
-			args := []string{"test", "-c", "-o", bin, pkg}
-			logf("$ go %s", strings.Join(args, " "))
-			if out, err := exec.CommandContext(ctx, "go", args...).CombinedOutput(); err != nil {
-				return fmt.Errorf("go test -c %s: %w\n%s", pkg, err, out)
+		for _, job := range append(goBenchJobs, goBenchJob{pkg: processorPkg}) {
+			if _, done := bins[job.pkg]; done {
+				continue
 			}
-			bins[pkg] = bin
+			bin := filepath.Join(tmp, filepath.Base(job.pkg.Path())+".test")
+			args := job.pkg.CompileTestArgs(bin)
+			logf("$ (cd %s && go %s)", job.pkg.Module, strings.Join(args, " "))
+			cmd := exec.CommandContext(ctx, "go", args...)
+			cmd.Dir = job.pkg.Module
+			if out, err := cmd.CombinedOutput(); err != nil {
+				return fmt.Errorf("go test -c %s: %w\n%s", job.pkg.Path(), err, out)
+			}
+			bins[job.pkg] = bin
 		}
 	}
 	waitStart := time.Now()
@@ -248,25 +274,22 @@ func run(ctx context.Context, o options) error {
 	var benchstatOut string
 	phase("gotest", func() error {
 		var raw bytes.Buffer
-		for _, job := range []struct{ pkg, pattern string }{
-			{processorPkg, consumeLogsBench},
-			{processorPkg, decideBench},
-			{localcachePkg, localcacheBench},
-		} {
+		for _, job := range goBenchJobs {
 			args := []string{"-test.run", "^$", "-test.bench", job.pattern, "-test.benchmem", "-test.cpu", "1",
 				"-test.count", fmt.Sprint(o.count)}
-			res.Commands = append(res.Commands, fmt.Sprintf("go test -run '^$' -bench '%s' -benchmem -cpu 1 -count %d %s",
-				job.pattern, o.count, job.pkg))
+			res.Commands = append(res.Commands, fmt.Sprintf("(cd %s && go test -run '^$' -bench '%s' -benchmem -cpu 1 -count %d %s)",
+				job.pkg.Module, job.pattern, o.count, job.pkg.Arg()))
 			logf("$ %s", res.Commands[len(res.Commands)-1])
 			cmd := exec.CommandContext(ctx, bins[job.pkg], args...)
-			cmd.Dir = job.pkg
+			cmd.Dir = job.pkg.Path()
 			cmd.Stdout = io.MultiWriter(&raw, &resultLines{w: w})
 			cmd.Stderr = w
 			if err := cmd.Run(); err != nil {
-				return fmt.Errorf("%s: %w", job.pkg, err)
+				return fmt.Errorf("%s: %w", job.pkg.Path(), err)
 			}
 		}
-		if err := os.WriteFile(filepath.Join(o.out, "gotest.txt"), raw.Bytes(), 0o644); err != nil {
+		goTestPath := filepath.Join(o.raw, "gotest.txt")
+		if err := os.WriteFile(goTestPath, raw.Bytes(), 0o644); err != nil {
 			return err
 		}
 		rs, err := bench.ParseGoBench(bytes.NewReader(raw.Bytes()))
@@ -292,8 +315,9 @@ func run(ctx context.Context, o options) error {
 			return errors.New("no bytes/key from BenchmarkMemoryPerKey")
 		}
 		res.BytesPerKey = bpk
-		res.Commands = append(res.Commands, "go tool benchstat "+filepath.Join(o.out, "gotest.txt"))
-		out, err := exec.CommandContext(ctx, "go", "tool", "benchstat", filepath.Join(o.out, "gotest.txt")).CombinedOutput()
+		// The label names the column after the file, wherever -raw put it.
+		res.Commands = append(res.Commands, "go tool benchstat gotest.txt="+goTestPath)
+		out, err := exec.CommandContext(ctx, "go", "tool", "benchstat", "gotest.txt="+goTestPath).CombinedOutput()
 		if err != nil {
 			return fmt.Errorf("benchstat: %w\n%s", err, out)
 		}
@@ -325,13 +349,11 @@ func run(ctx context.Context, o options) error {
 		if err := bench.WriteSweepCSV(&csvBuf, pts); err != nil {
 			return err
 		}
-		csvPath := filepath.Join(o.out, "sweep.csv")
+		csvPath := filepath.Join(o.raw, "sweep.csv")
 		if err := os.WriteFile(csvPath, csvBuf.Bytes(), 0o644); err != nil {
 			return err
 		}
-		pngPath := filepath.Join(o.out, "throughput.png")
-		res.Commands = append(res.Commands, fmt.Sprintf("go run ./cmd/dedupbench chart -csv %s -o %s", csvPath, pngPath))
-		return drawChart(csvPath, pngPath, chartFooter(res))
+		return os.WriteFile(filepath.Join(o.out, "sweep.md"), []byte(sweepDoc(res, cfg, pts)), 0o644)
 	})
 
 	var redisSrv *bench.RedisServer
@@ -392,7 +414,6 @@ func run(ctx context.Context, o options) error {
 		load := loadgen.Config{Records: o.records, Duplicates: 0.3, Batch: 1000, Senders: 4, Key: loadgen.KeyContent, Seed: 1, Rate: o.e2eRate}
 		res.Commands = append(res.Commands, fmt.Sprintf("%s --config <mode>.yaml, fed by loadgen.Run{Records: %d, Duplicates: 0.3, Batch: 1000, Senders: 4, Key: content, OTLP/gRPC}; modes %s, %s, %s interleaved, %d reps",
 			o.bin, o.records, bench.ModePassThrough, bench.ModeDedup, bench.ModeDedupRedis, o.reps))
-		ticks := bench.ClockTicksPerSecond()
 		dir := filepath.Join(tmp, "e2e")
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return err
@@ -404,7 +425,7 @@ func run(ctx context.Context, o options) error {
 						return err
 					}
 				}
-				r, err := bench.RunCollector(ctx, o.bin, dir, mode, redisSrv, load, ticks)
+				r, err := bench.RunCollector(ctx, o.bin, dir, mode, redisSrv, load)
 				if err != nil {
 					return err
 				}
@@ -434,7 +455,7 @@ func run(ctx context.Context, o options) error {
 		args := []string{"-test.run", "^$", "-test.bench", profileBench, "-test.cpu", "1", "-test.benchtime", "5000x",
 			"-test.cpuprofile", prof}
 		cmd := exec.CommandContext(ctx, bins[processorPkg], args...)
-		cmd.Dir = processorPkg
+		cmd.Dir = processorPkg.Path()
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("profile run: %w\n%s", err, out)
 		}
@@ -442,8 +463,8 @@ func run(ctx context.Context, o options) error {
 		if err != nil {
 			return err
 		}
-		res.Commands = append(res.Commands, fmt.Sprintf("go test -run '^$' -bench '%s' -cpu 1 -benchtime 5000x -cpuprofile consumelogs.pprof %s && go tool pprof -top -nodecount 25 -focus '%s' -relative_percentages consumelogs.pprof", profileBench, processorPkg, consumeLogsFocus))
-		if err := os.WriteFile(filepath.Join(o.out, "profile-consumelogs.txt"), []byte(top), 0o644); err != nil {
+		res.Commands = append(res.Commands, fmt.Sprintf("(cd %s && go test -run '^$' -bench '%s' -cpu 1 -benchtime 5000x -cpuprofile consumelogs.pprof %s) && go tool pprof -top -nodecount 25 -focus '%s' -relative_percentages consumelogs.pprof", processorPkg.Module, profileBench, processorPkg.Arg(), consumeLogsFocus))
+		if err := os.WriteFile(filepath.Join(o.raw, "profile-consumelogs.txt"), []byte(top), 0o644); err != nil {
 			return err
 		}
 		logf("profile of BenchmarkConsumeLogs/cache=1M/key=content (ConsumeLogs only):\n%s", top)
@@ -471,7 +492,7 @@ func run(ctx context.Context, o options) error {
 				return err
 			}
 			res.Commands = append(res.Commands, "in-process OTLP decode + dedup (GOMAXPROCS=1, loadgen's stream): go tool pprof -top -nodecount 25 path.pprof")
-			if err := os.WriteFile(filepath.Join(o.out, "profile-path.txt"), []byte(top), 0o644); err != nil {
+			if err := os.WriteFile(filepath.Join(o.raw, "profile-path.txt"), []byte(top), 0o644); err != nil {
 				return err
 			}
 			logf("profile of OTLP decode + dedup, in-process:\n%s", top)
@@ -508,7 +529,7 @@ func run(ctx context.Context, o options) error {
 			return err
 		}
 		res.Commands = append(res.Commands, fmt.Sprintf("in-process shared-tier run (4 goroutines, %d unique records): go tool pprof -top -nodecount 25 -focus '%s' -relative_percentages tier.pprof", o.records, consumeLogsFocus))
-		if err := os.WriteFile(filepath.Join(o.out, "profile-tier.txt"), []byte(top), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(o.raw, "profile-tier.txt"), []byte(top), 0o644); err != nil {
 			return err
 		}
 		logf("profile of the processor with the shared tier (client side), in-process:\n%s", top)
@@ -535,10 +556,10 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	js, _ := json.MarshalIndent(res, "", "  ")
-	if err := os.WriteFile(filepath.Join(o.out, "results.json"), js, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(o.raw, "results.json"), js, 0o644); err != nil {
 		return err
 	}
-	logf("results in %s (report.txt, table.md, results.json, gotest.txt, benchstat.txt, sweep.csv, throughput.png, profile-*.txt)", o.out)
+	logf("summary in %s (table.md, benchstat.txt, sweep.md); the rest in %s (report.txt, results.json, gotest.txt, sweep.csv, profile-*.txt)", o.out, o.raw)
 	if len(res.PhaseErrors) > 0 {
 		return fmt.Errorf("%d phase(s) failed", len(res.PhaseErrors))
 	}
@@ -736,7 +757,6 @@ func phaseLoads(res *results) string {
 // if not 0). Children still running when it is called (none: every phase
 // waits for its own) would be counted as others.
 func othersCPU(redisPID int) func() float64 {
-	ticks := float64(bench.ClockTicksPerSecond())
 	stat0, err1 := bench.ReadCPUStat()
 	own0, err2 := bench.OwnCPU()
 	redis0, _ := bench.ReadProcCPU(redisPID)
@@ -746,18 +766,18 @@ func othersCPU(redisPID int) func() float64 {
 		if err := errors.Join(err1, err2, err3, err4); err != nil {
 			return 0
 		}
-		var redis float64
+		var redis time.Duration
 		if redisPID != 0 {
 			if r1, err := bench.ReadProcCPU(redisPID); err == nil {
-				redis = r1.Sub(redis0).Seconds(int64(ticks))
+				redis = r1 - redis0
 			}
 		}
-		total := float64(stat1.Total-stat0.Total) / ticks
-		busy := float64((stat1.Total-stat1.Idle)-(stat0.Total-stat0.Idle)) / ticks
+		total := stat1.Total - stat0.Total
+		busy := (stat1.Total - stat1.Idle) - (stat0.Total - stat0.Idle)
 		if total <= 0 {
 			return 0
 		}
-		return max(0, busy-(own1-own0).Seconds()-redis) / total
+		return max(0, busy-(own1-own0).Seconds()-redis.Seconds()) / total
 	}
 }
 
@@ -853,52 +873,10 @@ func (r *resultLines) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func chartFooter(res *results) string {
-	return fmt.Sprintf("MAKE BENCH %s; %s, %d CORES; %s; GOMAXPROCS=1; DEFAULT CACHE (10^6 KEYS) FULL; CONTENT COPIES OF EARLIER RECORDS",
-		res.Date, res.Machine.CPUModel, res.Machine.Cores, res.Go)
-}
-
-func drawChart(csvPath, pngPath, footer string) error {
-	f, err := os.Open(csvPath)
-	if err != nil {
-		return err
-	}
-	pts, err := bench.ReadSweepCSV(f)
-	f.Close()
-	if err != nil {
-		return err
-	}
-	img, err := bench.SweepChart(pts, 1e9/targetNsPerRecord, footer).Draw()
-	if err != nil {
-		return err
-	}
-	var buf bytes.Buffer
-	if err := bench.WritePNG(&buf, img); err != nil {
-		return err
-	}
-	return os.WriteFile(pngPath, buf.Bytes(), 0o644)
-}
-
-// chartCmd redraws the chart from a sweep CSV.
-func chartCmd(args []string) error {
-	fs := flag.NewFlagSet("chart", flag.ContinueOnError)
-	csvPath := fs.String("csv", "docs/bench/sweep.csv", "sweep CSV written by make bench")
-	out := fs.String("o", "docs/bench/throughput.png", "PNG to write")
-	footer := fs.String("footer", "", "footer line (default: from results.json next to the CSV)")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if *footer == "" {
-		if js, err := os.ReadFile(filepath.Join(filepath.Dir(*csvPath), "results.json")); err == nil {
-			var res results
-			if json.Unmarshal(js, &res) == nil && res.Date != "" {
-				*footer = chartFooter(&res)
-			}
-		}
-	}
-	if err := drawChart(*csvPath, *out, *footer); err != nil {
-		return err
-	}
-	fmt.Println("wrote", *out)
-	return nil
+// sweepDoc is sweep.md: what the sweep ran on, then its table.
+func sweepDoc(res *results, cfg bench.SweepConfig, pts []bench.SweepPoint) string {
+	return fmt.Sprintf("Throughput sweep of `make bench`, %s; %s, %d cores; %s. The dedup processor's ConsumeLogs on one core "+
+		"(GOMAXPROCS=1), its default cache (10^6 keys) filled first and full; batches of content copies of earlier records; "+
+		"%d records per point in %d trials, the median shown as ns per record (records/s).\n\n%s",
+		res.Date, res.Machine.CPUModel, res.Machine.Cores, res.Go, cfg.Records, max(cfg.Trials, 1), bench.FormatSweep(pts))
 }

@@ -2,12 +2,20 @@ package main
 
 import (
 	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+
+	"go.uber.org/goleak"
 
 	"github.com/otelcol-dedup/otelcol-dedup/cmd/dedupload/loadgen"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/bench"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestResultLines(t *testing.T) {
 	var out bytes.Buffer
@@ -120,5 +128,68 @@ func TestTargetRowsMissing(t *testing.T) {
 	}
 	if redisRows != 2 || notRun != len(rows)-2 {
 		t.Errorf("%d redis failure rows, %d not-run rows of %d:\n%s", redisRows, notRun, len(rows), bench.FormatTable(rows))
+	}
+}
+
+// TestGoBenchJobsResolve: every package the run benchmarks is built from
+// the module that holds it (the processor is a module of its own, and the
+// root module's `go test -c ./processor/dedupprocessor` fails), and every
+// benchmark its pattern names is declared in that package's tests.
+func TestGoBenchJobsResolve(t *testing.T) {
+	root := repoRoot(t)
+	benchName := regexp.MustCompile(`Benchmark\w+`)
+	for _, job := range goBenchJobs {
+		module := filepath.Join(root, job.pkg.Module)
+		cmd := exec.Command("go", "list", "-f", "{{.Module.Dir}}\n{{.Dir}}{{range .TestGoFiles}}\n{{.}}{{end}}", job.pkg.Arg())
+		cmd.Dir = module
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Errorf("(cd %s && go list %s): %v\n%s", job.pkg.Module, job.pkg.Arg(), err, out)
+			continue
+		}
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		if len(lines) < 3 || lines[0] != module || lines[1] != filepath.Join(root, job.pkg.Path()) {
+			t.Errorf("%s: go list says module dir, dir, test files = %q; want %s, %s and test files",
+				job.pkg.Path(), lines, module, filepath.Join(root, job.pkg.Path()))
+			continue
+		}
+		var src strings.Builder
+		for _, f := range lines[2:] {
+			b, err := os.ReadFile(filepath.Join(lines[1], f))
+			if err != nil {
+				t.Fatal(err)
+			}
+			src.Write(b)
+		}
+		top, _, _ := strings.Cut(job.pattern, "/")
+		names := benchName.FindAllString(top, -1)
+		if len(names) == 0 {
+			t.Errorf("%s: pattern %q names no benchmark", job.pkg.Path(), job.pattern)
+		}
+		for _, name := range names {
+			if !strings.Contains(src.String(), "func "+name+"(b *testing.B)") {
+				t.Errorf("%s: pattern %q names %s, which its tests do not declare", job.pkg.Path(), job.pattern, name)
+			}
+		}
+	}
+}
+
+// repoRoot is the nearest directory above the test's that holds
+// builder-config.yaml.
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "builder-config.yaml")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("no builder-config.yaml above the working directory")
+		}
+		dir = parent
 	}
 }

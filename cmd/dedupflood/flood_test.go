@@ -13,9 +13,9 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// floodKeys is the size of the always-on flood, the 10^7 keys through 10^6
-// entries that issue 5 names (about 40 s under -race on 2 cores);
-// DEDUPFLOOD_KEYS overrides it.
+// floodKeys is the size of the always-on flood: 10^7 keys through 10^6
+// entries, ten times the cache, so that nine in ten keys are evicted before
+// their window ends; DEDUPFLOOD_KEYS overrides it.
 func floodKeys(t *testing.T) int64 {
 	if s := os.Getenv("DEDUPFLOOD_KEYS"); s != "" {
 		n, err := strconv.ParseInt(s, 10, 64)

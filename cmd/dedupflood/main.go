@@ -87,9 +87,9 @@ func Check(r Result) []string {
 }
 
 // The Go heap a processor may hold after a flood: MaxHeapPerEntry bytes per
-// cache entry plus HeapFixed. The cache's own cost is about 50 bytes a key
-// (a 32-byte ring slot and one or two 8-byte index cells); 64 leaves room
-// for the index growing in steps, not for a second copy of anything.
+// cache entry plus HeapFixed. The cache's own cost per key is a 32-byte ring
+// slot and its share of the index (BENCHMARKS.md#memory-per-key); 64 leaves
+// room for the index growing in steps, not for a second copy of anything.
 // HeapFixed covers the processor itself (telemetry, pools, a batch).
 const (
 	MaxHeapPerEntry = 64

@@ -102,7 +102,7 @@ func (r CollectorRun) CPUPerRecord() float64 { return r.CPUSeconds / float64(r.L
 // the collector's CPU time around the load and its peak RSS, then stops it.
 // With ModeDedupRedis, redis is the shared tier; the caller empties it
 // between runs.
-func RunCollector(ctx context.Context, binary, dir, mode string, redis *RedisServer, load loadgen.Config, ticks int64) (CollectorRun, error) {
+func RunCollector(ctx context.Context, binary, dir, mode string, redis *RedisServer, load loadgen.Config) (CollectorRun, error) {
 	run := CollectorRun{Mode: mode}
 	ports, err := e2e.FreePorts()
 	if err != nil {
@@ -176,7 +176,7 @@ func RunCollector(ctx context.Context, binary, dir, mode string, redis *RedisSer
 		return run, err
 	}
 	run.GCCycles = gcAfter - gcBefore
-	run.CPUSeconds = after.Sub(before).Seconds(ticks)
+	run.CPUSeconds = (after - before).Seconds()
 	if run.PeakRSS, err = ReadPeakRSS(c.PID); err != nil {
 		return run, err
 	}

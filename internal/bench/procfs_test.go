@@ -1,104 +1,136 @@
 package bench
 
 import (
-	"strings"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 )
 
-func TestParseProcStat(t *testing.T) {
-	// A command name with a space and a ')' in it: fields are counted from
-	// the last ')'. utime (field 14) = 1234, stime (field 15) = 567.
-	line := "4242 (otel col) x) S 1 4242 4242 0 -1 4194560 2769 0 0 0 1234 567 0 0 20 0 12 0 123456 789012 3456 18446744073709551615\n"
-	got, err := ParseProcStat(line)
+// sampleProc writes a proc file system of sample files: process 4242 (a
+// command name with a space and a ')' in it), the load, the CPU times, two
+// CPUs and the memory.
+func sampleProc(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	files := map[string]string{
+		// utime (field 14) = 1234, stime (field 15) = 567 ticks of 1/100 s.
+		"4242/stat": "4242 (otel col) x) S 1 4242 4242 0 -1 4194560 2769 0 0 0 1234 567 0 0 20 0 12 0 123456 789012 3456 18446744073709551615 " +
+			"94592431345664 94592431365545 140725379876544 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0 94592431381552 94592431383168 94593465847808 140725379877377 140725379877397 140725379877397 140725379878891 0\n",
+		"4242/status": "Name:\totelcol-dedup\nUmask:\t0022\nState:\tS (sleeping)\nVmPeak:\t 1912344 kB\nVmSize:\t 1912344 kB\n" +
+			"VmHWM:\t   81236 kB\nVmRSS:\t   80012 kB\nThreads:\t12\n",
+		"4343/stat":   "4343 (idle) S 1 4343 4343 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 1 1 1 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0 0 0 0 0 0 0 0 0\n",
+		"4343/status": "Name:\tidle\nThreads:\t1\n",
+		"loadavg":     "0.42 1.50 3.75 2/181 9876\n",
+		"stat": "cpu  650204 0 125888 445004 4459 0 4849 275 0 0\ncpu0 325102 0 62944 222502 2229 0 2424 137 0 0\n" +
+			"cpu1 325102 0 62944 222502 2230 0 2425 138 0 0\nintr 1 2 3\nctxt 100\nbtime 1763900000\nprocesses 50\nprocs_running 1\nprocs_blocked 0\n",
+		"cpuinfo": "processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 7B13\nflags\t\t: fpu\n\nprocessor\t: 1\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 7B13\nflags\t\t: fpu\n\n",
+		"meminfo": "MemTotal:       24608580 kB\nMemFree:         1000000 kB\n",
+	}
+	for name, text := range files {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func TestHostReadsSampleFiles(t *testing.T) {
+	h, err := NewHost(sampleProc(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got != (ProcCPU{UTime: 1234, STime: 567}) {
-		t.Fatalf("got %+v, want utime 1234 stime 567", got)
+	if cpu, err := h.ProcCPU(4242); err != nil || cpu != 18010*time.Millisecond {
+		t.Errorf("ProcCPU(4242) = %v, %v; want 18.01s", cpu, err)
 	}
-	if got.Ticks() != 1801 {
-		t.Fatalf("Ticks = %d, want 1801", got.Ticks())
+	if rss, err := h.PeakRSS(4242); err != nil || rss != 81236*1024 {
+		t.Errorf("PeakRSS(4242) = %d, %v; want %d", rss, err, 81236*1024)
 	}
-	if s := got.Seconds(100); s != 18.01 {
-		t.Fatalf("Seconds(100) = %v, want 18.01", s)
+	if _, err := h.PeakRSS(4343); err == nil {
+		t.Error("PeakRSS of a status without VmHWM: no error")
 	}
-	if d := got.Sub(ProcCPU{UTime: 1000, STime: 500}); d != (ProcCPU{UTime: 234, STime: 67}) {
-		t.Fatalf("Sub = %+v", d)
+	if _, err := h.ProcCPU(99999); err == nil {
+		t.Error("ProcCPU of a missing process: no error")
 	}
-	for _, bad := range []string{"", "1 (x S 1 2", "1 (x) S 1 2 3", "1 (x) S 1 2 3 4 5 6 7 8 9 10 abc 5 6"} {
-		if _, err := ParseProcStat(bad); err == nil {
-			t.Errorf("ParseProcStat(%q): no error", bad)
-		}
+	l, err := h.LoadAvg()
+	if err != nil || l != (LoadAvg{0.42, 1.5, 3.75}) || l.String() != "0.42 1.50 3.75" {
+		t.Errorf("LoadAvg = %+v (%q), %v", l, l.String(), err)
 	}
-}
-
-func TestReadProcCPUSelf(t *testing.T) {
-	// Exact values are unknowable; the parse of a real file must succeed.
-	if _, err := ReadProcCPU(1); err != nil {
-		t.Fatal(err)
-	}
-}
-
-const statusSample = `Name:	otelcol-dedup
-Umask:	0022
-State:	S (sleeping)
-VmPeak:	 1912344 kB
-VmSize:	 1912344 kB
-VmHWM:	   81236 kB
-VmRSS:	   80012 kB
-Threads:	12
-`
-
-func TestParseStatusKB(t *testing.T) {
-	for _, c := range []struct {
-		name string
-		want int64
-	}{
-		{"VmHWM", 81236 * 1024},
-		{"VmRSS", 80012 * 1024},
-		{"VmPeak", 1912344 * 1024},
-	} {
-		got, err := ParseStatusKB(strings.NewReader(statusSample), c.name)
-		if err != nil || got != c.want {
-			t.Errorf("%s = %d, %v; want %d", c.name, got, err, c.want)
-		}
-	}
-	if _, err := ParseStatusKB(strings.NewReader(statusSample), "VmSwap"); err == nil {
-		t.Error("missing line: no error")
-	}
-	if _, err := ParseStatusKB(strings.NewReader(statusSample), "Threads"); err == nil {
-		t.Error("a line without kB: no error")
-	}
-	mem, err := ParseStatusKB(strings.NewReader("MemTotal:       24608580 kB\nMemFree: 1 kB\n"), "MemTotal")
-	if err != nil || mem != 24608580*1024 {
-		t.Errorf("MemTotal = %d, %v", mem, err)
-	}
-}
-
-func TestParseLoadAvg(t *testing.T) {
-	got, err := ParseLoadAvg("0.42 1.50 3.75 2/181 9876\n")
+	st, err := h.CPUStat()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got != (LoadAvg{0.42, 1.5, 3.75}) {
-		t.Fatalf("got %+v", got)
+	// Seconds: ticks of 1/100 s, user..steal in Total, idle + iowait in Idle.
+	wantTotal := float64(650204+125888+445004+4459+4849+275) / 100
+	wantIdle := float64(445004+4459) / 100
+	if math.Abs(st.Total-wantTotal) > 1e-6 || math.Abs(st.Idle-wantIdle) > 1e-6 {
+		t.Errorf("CPUStat = %+v, want Total %v Idle %v", st, wantTotal, wantIdle)
 	}
-	if got.String() != "0.42 1.50 3.75" {
-		t.Fatalf("String = %q", got.String())
-	}
-	for _, bad := range []string{"", "0.1 0.2", "a b c"} {
-		if _, err := ParseLoadAvg(bad); err == nil {
-			t.Errorf("ParseLoadAvg(%q): no error", bad)
-		}
+	m, err := h.Machine()
+	if err != nil || m != (Machine{CPUModel: "AMD EPYC 7B13", Cores: 2, MemBytes: 24608580 * 1024}) {
+		t.Errorf("Machine = %+v, %v", m, err)
 	}
 }
 
-func TestParseCPUInfo(t *testing.T) {
-	in := "processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 7B13\n\nprocessor\t: 1\nmodel name\t: AMD EPYC 7B13\n"
-	model, cpus, err := ParseCPUInfo(strings.NewReader(in))
-	if err != nil || model != "AMD EPYC 7B13" || cpus != 2 {
-		t.Fatalf("got %q, %d, %v", model, cpus, err)
+func TestCPUStatBusy(t *testing.T) {
+	a := CPUStat{Total: 1000, Idle: 400}
+	// 9 s passed, 2 of them idle.
+	if got := (CPUStat{Total: 1009, Idle: 402}).Busy(a); math.Abs(got-7.0/9) > 1e-12 {
+		t.Fatalf("Busy = %v, want %v", got, 7.0/9)
+	}
+	if got := a.Busy(a); got != 0 {
+		t.Fatalf("Busy over no time = %v", got)
+	}
+}
+
+// TestThisHost reads the machine's own /proc: this process's CPU time
+// grows while it computes, and its peak resident set covers memory it
+// touched.
+func TestThisHost(t *testing.T) {
+	pid := os.Getpid()
+	before, err := ReadProcCPU(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := uint64(1)
+	for start := time.Now(); time.Since(start) < 100*time.Millisecond; {
+		for range 1000 {
+			x = x*6364136223846793005 + 1442695040888963407
+		}
+	}
+	after, err := ReadProcCPU(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after <= before {
+		t.Errorf("CPU time %v after computing for 100 ms (x=%d), %v before", after, x, before)
+	}
+	mem := make([]byte, 64<<20)
+	for i := range mem {
+		if i%4096 == 0 {
+			mem[i] = 1
+		}
+	}
+	rss, err := ReadPeakRSS(pid)
+	runtime.KeepAlive(mem)
+	if err != nil || rss < 64<<20 {
+		t.Errorf("peak RSS %d, %v after touching 64 MiB", rss, err)
+	}
+	m, err := ReadMachine()
+	if err != nil || m.Cores < runtime.NumCPU() || m.MemBytes < 64<<20 {
+		t.Errorf("ReadMachine = %+v, %v; want at least %d CPUs and 64 MiB", m, err, runtime.NumCPU())
+	}
+	if _, err := ReadLoadAvg(); err != nil {
+		t.Error(err)
+	}
+	if _, err := ReadCPUStat(); err != nil {
+		t.Error(err)
 	}
 }
 
@@ -143,31 +175,5 @@ func TestCountGCLines(t *testing.T) {
 		"gc 3 @0.090s 3%: 0.010+1.0+0.002 ms clock, 4->4->2 MB, 5 MB goal, 2 P (forced)\n"
 	if n := CountGCLines(log); n != 3 {
 		t.Fatalf("CountGCLines = %d, want 3", n)
-	}
-}
-
-func TestParseCPUStat(t *testing.T) {
-	a, err := ParseCPUStat("cpu  650204 0 125888 445004 4459 0 4849 275 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\n")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if a != (CPUStat{Total: 650204 + 125888 + 445004 + 4459 + 4849 + 275, Idle: 445004 + 4459}) {
-		t.Fatalf("got %+v", a)
-	}
-	b, err := ParseCPUStat("cpu  650704 0 126088 445204 4459 0 4849 275 0 0\n")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// 900 ticks passed, 200 of them idle.
-	if got := b.Busy(a); got != 700.0/900 {
-		t.Fatalf("Busy = %v, want %v", got, 700.0/900)
-	}
-	if got := a.Busy(a); got != 0 {
-		t.Fatalf("Busy over no time = %v", got)
-	}
-	for _, bad := range []string{"", "intr 1 2 3", "cpu 1 2 x 4 5"} {
-		if _, err := ParseCPUStat(bad); err == nil {
-			t.Errorf("%q: no error", bad)
-		}
 	}
 }

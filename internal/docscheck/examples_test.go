@@ -32,16 +32,25 @@ var exampleFiles = []string{
 	"traces.yaml",
 }
 
-// exampleEnv sets every ${env:...} the examples use.
-func exampleEnv(t *testing.T) []string {
-	return []string{
-		"OTLP_BACKEND=backend.example.internal:4317",
-		"REDIS_ADDR=redis.example.internal:6379",
-		"REDIS_PASSWORD=not-a-real-password",
-		"DEDUP_STATE_DIR=" + filepath.Join(t.TempDir(), "dedup-state"),
+// envRE matches ${env:NAME} and ${env:NAME:-default}.
+var envRE = regexp.MustCompile(`\$\{env:([A-Za-z_][A-Za-z0-9_]*)(:-[^}]*)?\}`)
+
+// headerComment is the comment block a config file opens with.
+func headerComment(text string) string {
+	var b strings.Builder
+	for _, line := range strings.Split(text, "\n") {
+		if !strings.HasPrefix(line, "#") {
+			break
+		}
+		b.WriteString(line + "\n")
 	}
+	return b.String()
 }
 
+// TestExamplesValidate: every example passes `otelcol-dedup validate` as
+// shipped, with an empty environment (a fresh clone, nothing set): every
+// ${env:...} has a default, and the file's header names each variable it
+// reads.
 func TestExamplesValidate(t *testing.T) {
 	dir := filepath.Join(root(t), "examples")
 	found, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
@@ -56,8 +65,6 @@ func TestExamplesValidate(t *testing.T) {
 		t.Errorf("examples/*.yaml = %q, want %q (update exampleFiles and examples/README.md together)", names, exampleFiles)
 	}
 	index := string(readFile(t, "examples/README.md"))
-	envRE := regexp.MustCompile(`\$\{env:([A-Z_]+)\}`)
-	env := exampleEnv(t)
 	for _, name := range names {
 		t.Run(name, func(t *testing.T) {
 			if !strings.Contains(index, "("+name+")") {
@@ -68,12 +75,16 @@ func TestExamplesValidate(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			header := headerComment(string(text))
 			for _, m := range envRE.FindAllStringSubmatch(string(text), -1) {
-				if !slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, m[1]+"=") }) {
-					t.Errorf("%s uses ${env:%s}, which the test does not set", name, m[1])
+				if m[2] == "" {
+					t.Errorf("%s: %s has no default: write ${env:%s:-<default>} so the file validates with nothing set", name, m[0], m[1])
+				}
+				if !strings.Contains(header, m[1]) {
+					t.Errorf("%s reads %s, which its header comment does not name", name, m[1])
 				}
 			}
-			out, err := validate(t, env, path)
+			out, err := validate(t, path)
 			if err != nil {
 				t.Fatalf("otelcol-dedup validate --config examples/%s: %v\n%s", name, err, out)
 			}
@@ -96,7 +107,7 @@ func TestValidateCatchesBadDedupConfig(t *testing.T) {
 	if err := os.WriteFile(p, []byte(bad), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, err := validate(t, exampleEnv(t), p)
+	out, err := validate(t, p)
 	if err == nil {
 		t.Fatalf("validate accepted window: 0s:\n%s", out)
 	}
@@ -336,5 +347,42 @@ func TestExampleTraces(t *testing.T) {
 	c.stop()
 	if got := sink.SpanCount(); got != 1 {
 		t.Errorf("delivered %d spans, want 1", got)
+	}
+}
+
+// TestExampleTLSFilesReadAtStart: `validate` does not read certificate
+// files (redis-sentinel-tls.yaml validates on a machine without them, see
+// TestExamplesValidate); the processor reads them when it starts, and a
+// missing one fails the start with an error naming it.
+func TestExampleTLSFilesReadAtStart(t *testing.T) {
+	const file = "redis-sentinel-tls.yaml"
+	text := string(readFile(t, "examples/"+file))
+	missing := filepath.Join(t.TempDir(), "missing") + "/"
+	moved := strings.ReplaceAll(text, "/etc/otelcol/redis/", missing)
+	if moved == text {
+		t.Fatalf("examples/%s has no certificate under /etc/otelcol/redis/", file)
+	}
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, file)
+	if err := os.WriteFile(cfg, []byte(moved), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := validate(t, cfg); err != nil {
+		t.Fatalf("validate with the certificates missing: %v\n%s", err, out)
+	}
+	ports, err := e2e.FreePorts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	override := filepath.Join(dir, "override.yaml")
+	if err := os.WriteFile(override, []byte(exampleOverride(t, file, ports)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := runIn(t, startTimeout, root(t), nil, binary(t), "--config", cfg, "--config", override)
+	if err == nil {
+		t.Fatalf("the collector ran to a clean exit without its certificates:\n%s", out)
+	}
+	if want := "dedup: redis.tls: "; !strings.Contains(out, want) || !strings.Contains(out, missing+"ca.pem") {
+		t.Errorf("start without certificates said:\n%s\nwant %q and the missing file %s", out, want, missing+"ca.pem")
 	}
 }

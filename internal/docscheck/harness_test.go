@@ -67,11 +67,18 @@ func run(t *testing.T, dir string, env []string, name string, args ...string) (s
 // runTimeout is run with another bound.
 func runTimeout(t *testing.T, timeout time.Duration, dir string, env []string, name string, args ...string) (string, error) {
 	t.Helper()
+	return runIn(t, timeout, dir, append(os.Environ(), env...), name, args...)
+}
+
+// runIn runs a command with exactly the environment environ (none at all
+// when it is empty).
+func runIn(t *testing.T, timeout time.Duration, dir string, environ []string, name string, args ...string) (string, error) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), env...)
+	cmd.Env = append([]string{}, environ...) // never nil: nil would pass ours on
 	var out bytes.Buffer
 	cmd.Stdout = &out
 	cmd.Stderr = &out
@@ -83,14 +90,21 @@ func runTimeout(t *testing.T, timeout time.Duration, dir string, env []string, n
 }
 
 // validate runs `otelcol-dedup validate` on the config files (merged in
-// order) and returns its output and error.
-func validate(t *testing.T, env []string, configs ...string) (string, error) {
+// order) with an empty environment, as on a machine where nothing is set,
+// and returns its output and error.
+func validate(t *testing.T, configs ...string) (string, error) {
+	t.Helper()
+	return validateIn(t, nil, configs...)
+}
+
+// validateIn is validate with exactly the environment environ.
+func validateIn(t *testing.T, environ []string, configs ...string) (string, error) {
 	t.Helper()
 	args := []string{"validate"}
 	for _, c := range configs {
 		args = append(args, "--config", c)
 	}
-	return run(t, root(t), env, binary(t), args...)
+	return runIn(t, cmdTimeout, root(t), environ, binary(t), args...)
 }
 
 // collector is one otelcol-dedup process a test started.

@@ -13,7 +13,8 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// Series names and labels of the dedup processor's telemetry (DESIGN.md §4).
+// Series names and labels of the dedup processor's telemetry (the component
+// README's Telemetry).
 const (
 	metricRecords      = "otelcol_processor_dedup_records"
 	metricDuplicates   = "otelcol_processor_dedup_duplicates"

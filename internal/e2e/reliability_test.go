@@ -290,7 +290,8 @@ func relDeliveries(counts map[string]int, ids []string) (records, distinct int) 
 // TestReliabilityGracefulRestart: SIGTERM, then a restart on the same
 // file_storage directory. The last snapshot is taken after the pipeline
 // drained, so re-sending every record after the restart delivers none of
-// them again (DESIGN §2.9), while new records still pass.
+// them again (the component README's Restarts), while new records still
+// pass.
 func TestReliabilityGracefulRestart(t *testing.T) {
 	h := newRelHarness(t)
 	c1 := h.start("snapshot_interval: 1h")
@@ -583,8 +584,8 @@ func relWaitAbandoned(t *testing.T, sink *Sink) {
 // a batch is in the exporter (its keys claimed, not yet delivered), then
 // the collector is SIGKILLed before the batch is delivered. The batch never
 // reached the backend, so the sender's retry after the restart must be
-// delivered (DESIGN §2.5 nothing unique is dropped, §2.6 a failed delivery
-// releases its keys).
+// delivered: nothing unique is dropped, and a failed delivery releases its
+// keys.
 func TestReliabilityCrashWithBatchInFlight(t *testing.T) {
 	h := newRelHarness(t)
 	const extra = "snapshot_interval: 100ms"

@@ -220,10 +220,15 @@ func spanKeys(t *testing.T, tds []ptrace.Traces) (map[string]int, int) {
 // traces key), in the same request and in later ones, over gRPC and HTTP,
 // arrive once each, whole (events, links, status), under their own
 // resources; a request left with no span is not sent on.
+// TestTracesDedup keys spans on their trace and span IDs, as a user who
+// trusts the SDK's IDs does: a re-sent span whose attributes changed is
+// still a copy. (The default, the whole span, is tested with the
+// receivers' payloads.)
 func TestTracesDedup(t *testing.T) {
 	r := startCollector(t, nil, `
 processors:
   dedup:
+    traces: {key: [trace_id, span_id]}
 service:
   pipelines:
     traces:

@@ -46,6 +46,10 @@ import (
 // across its yields, so it ends up the oldest of those it meets and is no
 // longer turned back.
 //
+// A batch claims in the shared tier only once it waits for no local claim:
+// a batch that waits, or yields, in this collector then costs Redis
+// nothing, and holds nothing there that other collectors would wait for.
+//
 // The common case meets no pending claim: one ClaimBatch, one shared round
 // trip, and none of the code below the fast path runs.
 
@@ -76,9 +80,11 @@ func (e *engine) settle(ctx context.Context, b *batch) error {
 		b.redisToken = redistier.NewToken(b.token)
 	}
 	e.claimLocal(b, b.pending, b.pendingAt)
-	if err := e.claimShared(ctx, b, 0, redistier.OpClaim); err != nil {
-		if err := e.sharedFailed(ctx, b, err); err != nil {
-			return err
+	if len(b.localWait) == 0 {
+		if err := e.claimShared(ctx, b, redistier.OpClaim); err != nil {
+			if err := e.sharedFailed(ctx, b, err); err != nil {
+				return err
+			}
 		}
 	}
 	if len(b.localWait) > 0 || len(b.sharedWait) > 0 {
@@ -117,15 +123,17 @@ func (e *engine) claimLocal(b *batch, ds []digest.Digest, at []int32) {
 	}
 }
 
-// claimShared claims b.claimed[from:] in the shared tier, in one round trip
-// (one per node in a Cluster). A digest another instance delivered becomes a
-// duplicate, remembered locally as committed; one held by a pending claim
-// moves to b.sharedWait, still held here locally. A digest the tier could not
-// answer for (its node failed) is, under on_error: pass, kept on the local
-// claim's word and noted in b.unchecked; under refuse, or when the caller
-// gave up, the error is returned and the batch is to be refused. Without a
-// shared tier the local claims stand as they are.
-func (e *engine) claimShared(ctx context.Context, b *batch, from int, op string) error {
+// claimShared claims in the shared tier, in one round trip (one per node in
+// a Cluster), the digests of b.claimed it has not claimed there yet. A
+// digest another instance delivered becomes a duplicate, remembered locally
+// as committed; one held by a pending claim moves to b.sharedWait, still
+// held here locally. A digest the tier could not answer for (its node
+// failed) is, under on_error: pass, kept on the local claim's word and
+// noted in b.unchecked; under refuse, or when the caller gave up, the error
+// is returned and the batch is to be refused. Without a shared tier the
+// local claims stand as they are.
+func (e *engine) claimShared(ctx context.Context, b *batch, op string) error {
+	from := b.shared
 	if b.redisToken == "" || len(b.claimed) == from {
 		return nil
 	}
@@ -173,6 +181,7 @@ func (e *engine) claimShared(ctx context.Context, b *batch, from int, op string)
 		}
 	}
 	b.claimed, b.claimedAt = b.claimed[:kept], b.claimedAt[:kept]
+	b.shared = kept
 	return nil
 }
 
@@ -197,17 +206,23 @@ func (e *engine) await(ctx context.Context, b *batch) error {
 	defer e.released.waiters.Add(-1)
 	pause := time.Millisecond
 	for {
-		// A batch that holds claims while it waits is woken when any
-		// batch releases claims; one that yielded only when a batch ends.
-		// Were yielders woken by each other's yields, two of them blocked
-		// by the same older batch would wake each other without end.
-		// The channel is taken before the look below, so that a batch
-		// settling after it wakes this one.
+		// A batch waiting for local claims is woken when the batches of
+		// this engine settle: one that holds claims while it waits, when
+		// any batch releases claims; one that yielded, only when a batch
+		// ends. Were yielders woken by each other's yields, two of them
+		// blocked by the same older batch would wake each other without
+		// end. The channel is taken before the look below, so that a
+		// batch settling after it wakes this one. A batch waiting only
+		// for other collectors' claims has nothing to be woken by here:
+		// it asks Redis again after its pause.
 		var settled <-chan struct{}
+		local := len(b.localWait) > 0
 		if b.yield {
 			e.yieldClaims(ctx, b)
-			settled = e.ended.channel()
-		} else {
+			if local {
+				settled = e.ended.channel()
+			}
+		} else if local {
 			settled = e.released.channel()
 		}
 		if e.clock.now().Add(pause).After(deadline) {
@@ -258,23 +273,24 @@ func (wallClock) pause(ctx context.Context, settled <-chan struct{}, d time.Dura
 	return nil
 }
 
-// lookAgain claims the digests the batch waits for once more: those pending
-// locally in the local cache (and, if won, in the shared tier), those
-// pending in the shared tier there, under the batch's own tokens, so a
-// digest it already won stays won.
+// lookAgain claims the digests the batch waits for once more, under its own
+// tokens, so a digest it already won stays won: those pending in the local
+// cache there; then, once none is left pending locally, those pending in
+// the shared tier and those won locally but not claimed there yet.
 func (e *engine) lookAgain(ctx context.Context, b *batch) error {
 	local, localAt := b.localWait, b.localWaitAt
-	shared, sharedAt := b.sharedWait, b.sharedWaitAt
 	b.localWait, b.localWaitAt = nil, nil
-	b.sharedWait, b.sharedWaitAt = nil, nil
 	b.yield = false
-	from := len(b.claimed)
-	b.claimed = append(b.claimed, shared...)
-	b.claimedAt = append(b.claimedAt, sharedAt...)
 	e.claimLocal(b, local, localAt)
-	// Recycle the old lists' arrays for the next round.
+	// Recycle the old list's arrays for the next round.
 	b.localWait, b.localWaitAt = append(local[:0], b.localWait...), append(localAt[:0], b.localWaitAt...)
-	return e.claimShared(ctx, b, from, redistier.OpRecheck)
+	if len(b.localWait) > 0 {
+		return nil
+	}
+	b.claimed = append(b.claimed, b.sharedWait...)
+	b.claimedAt = append(b.claimedAt, b.sharedWaitAt...)
+	b.sharedWait, b.sharedWaitAt = b.sharedWait[:0], b.sharedWaitAt[:0]
+	return e.claimShared(ctx, b, redistier.OpRecheck)
 }
 
 // yieldClaims releases every claim the batch holds, in both tiers, and puts
@@ -284,7 +300,7 @@ func (e *engine) yieldClaims(ctx context.Context, b *batch) {
 	e.releaseClaims(ctx, b, true)
 	b.localWait = append(append(b.localWait, b.claimed...), b.sharedWait...)
 	b.localWaitAt = append(append(b.localWaitAt, b.claimedAt...), b.sharedWaitAt...)
-	b.claimed, b.claimedAt = b.claimed[:0], b.claimedAt[:0]
+	b.claimed, b.claimedAt, b.shared = b.claimed[:0], b.claimedAt[:0], 0
 	b.sharedWait, b.sharedWaitAt = b.sharedWait[:0], b.sharedWaitAt[:0]
 	b.unchecked = b.unchecked[:0]
 	b.yield = false

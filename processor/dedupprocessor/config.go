@@ -45,6 +45,10 @@ type Config struct {
 	// MarkAttribute is the record attribute set to true on duplicates when
 	// Action is mark.
 	MarkAttribute string `mapstructure:"mark_attribute"`
+	// IdentityAttribute, when set, names an attribute that every delivered
+	// unit with an identity gets: its digest in hex. A backend can use it
+	// as a document ID and reject repeats that arrive after the window.
+	IdentityAttribute string `mapstructure:"identity_attribute"`
 	// OnMissingKey is what happens to a record whose key cannot be derived.
 	OnMissingKey MissingKeyPolicy `mapstructure:"on_missing_key"`
 	// Cache bounds the local tier.
@@ -187,7 +191,6 @@ func createDefaultConfig() component.Config {
 		Cache:            CacheConfig{MaxEntries: defaultMaxEntries},
 		SnapshotInterval: defaultSnapshotInterval,
 		PendingWait:      defaultPendingWait,
-		Traces:           SignalConfig{Key: []string{"trace_id", "span_id"}},
 		Redis: configoptional.Default(RedisConfig{
 			Mode:    RedisModeAuto,
 			Timeout: defaultRedisTimeout,
@@ -213,6 +216,9 @@ func (cfg *Config) Validate() error {
 		}
 	default:
 		errs = append(errs, fmt.Errorf(`action must be "drop" or "mark", got %q`, cfg.Action))
+	}
+	if cfg.IdentityAttribute != "" && cfg.IdentityAttribute == cfg.MarkAttribute && cfg.Action == ActionMark {
+		errs = append(errs, fmt.Errorf("identity_attribute and mark_attribute must differ, both are %q", cfg.IdentityAttribute))
 	}
 	switch cfg.OnMissingKey {
 	case MissingKeyPass, MissingKeyContent, MissingKeyDrop:

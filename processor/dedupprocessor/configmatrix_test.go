@@ -77,7 +77,7 @@ func TestConfigMatrixUnmarshalErrors(t *testing.T) {
 }
 
 func TestConfigMatrixValidateErrors(t *testing.T) {
-	const ignorableLogs = `body, event_name, severity_text, severity_number, trace_id, span_id, time_unix_nano, flags, resource, instrumentation_scope`
+	const ignorableLogs = `body, event_name, severity_text, severity_number, trace_id, span_id, time_unix_nano, observed_time_unix_nano, flags, resource, instrumentation_scope`
 	for _, tt := range []struct{ yaml, want string }{
 		{`action: ""`, `action must be "drop" or "mark", got ""`},
 		{`action: DROP`, `action must be "drop" or "mark", got "DROP"`},
@@ -95,8 +95,8 @@ func TestConfigMatrixValidateErrors(t *testing.T) {
 		{`metrics: {key: [metric.name, "  "]}`, `metrics.key[1]: expression must not be empty`},
 		{`traces: {conditions: ["name =="]}`, `traces.conditions[0] "name ==": 1:8: condition has invalid syntax: (expected Field ("." Field)*)`},
 		{`logs: {key: [name]}`, `logs.key[0] "name": 1:1: segment "name" from path "name" is not a valid path nor a valid OTTL keyword for the log context - review https://github.com/open-telemetry/opentelemetry-collector-contrib/tree/main/pkg/ottl/contexts/ottllog to see all valid paths`},
-		{`logs: {ignore: [observed_time_unix_nano, 'attributes["ok"]', bogus]}`,
-			`logs.ignore[0] "observed_time_unix_nano": not an ignorable field; use attributes["k"], resource.attributes["k"], instrumentation_scope.attributes["k"] or one of ` + ignorableLogs + "\n" +
+		{`logs: {ignore: [observed_timestamp, 'attributes["ok"]', bogus]}`,
+			`logs.ignore[0] "observed_timestamp": not an ignorable field; use attributes["k"], resource.attributes["k"], instrumentation_scope.attributes["k"] or one of ` + ignorableLogs + "\n" +
 				`logs.ignore[2] "bogus": not an ignorable field; use attributes["k"], resource.attributes["k"], instrumentation_scope.attributes["k"] or one of ` + ignorableLogs},
 		{`metrics: {ignore: [body]}`, `metrics.ignore[0] "body": not an ignorable field; use attributes["k"], resource.attributes["k"], instrumentation_scope.attributes["k"] or one of start_time_unix_nano, time_unix_nano, resource, instrumentation_scope`},
 		{`traces: {key: [], ignore: [links, bogus]}`, `traces.ignore[1] "bogus": not an ignorable field; use attributes["k"], resource.attributes["k"], instrumentation_scope.attributes["k"] or one of name, kind, trace_id, span_id, parent_span_id, trace_state, start_time_unix_nano, end_time_unix_nano, flags, events, links, status, resource, instrumentation_scope`},

@@ -16,7 +16,7 @@ import (
 )
 
 // TestIdentityEncodingIsPinned pins the digests of a few records under
-// identity encoding version 2 (identityEncoding). Snapshots and the shared
+// identity encoding version 3 (identityEncoding). Snapshots and the shared
 // tier's keys outlive a build: a change to the encoder that alters a digest
 // must bump identityEncoding, and this test says when one does.
 func TestIdentityEncodingIsPinned(t *testing.T) {
@@ -69,10 +69,10 @@ func TestIdentityEncodingIsPinned(t *testing.T) {
 		got  []string
 		want []string
 	}{
-		{"logs/content", digests(logs, nil), []string{"0e169fe74c24d2e560c596f084c7a99c", "08bb04dc4336b454b0312725fc81ea56", "0bddd25a2dc26652f879827ed8d03a8f"}},
+		{"logs/content", digests(logs, nil), []string{"7d266facd6d3d1d06414c3f30b75a460", "af2092c32a445f177e7e83c4592b594c", "5e33ad8916cfebcc330040f4864928b4"}},
 		{"logs/event.id", digests(logs, []string{`attributes["event.id"]`}), []string{"ebc16f312659db4297ed3c92d8f7e664", "9c0f5db4f9060200b2b4c414c3d8e4d7", "d0f2c70a1e3653254177e7b5b9ed3d65"}},
-		{"traces/content", digests(traces, nil), []string{"e8c3599b361070fe542c94ac39ea7489", "afb41325af2e765e43bdd18495397112"}},
-		{"metrics/content", digests(metrics, nil), []string{"ff4c6da777653c86ddd2f39765bcb468", "d6e53df273954ad3b2ce6bcc2a55ee44"}},
+		{"traces/content", digests(traces, nil), []string{"9b54e1bc440646c03b0ddc73b79cadd2", "f06ada25df11e22d94614193899f9538"}},
+		{"metrics/content", digests(metrics, nil), []string{"ff4c6da777653c86ddd2f39765bcb468", "f92397e5cef77ea4f343fd9ccd5332a7"}},
 	} {
 		if fmt.Sprint(tc.got) != fmt.Sprint(tc.want) {
 			t.Errorf("%s: digests %q, want %q", tc.name, tc.got, tc.want)
@@ -95,9 +95,12 @@ func goldenLogs() plog.Logs {
 	sl := rl.ScopeLogs().AppendEmpty()
 	sl.Scope().SetName("io.example")
 	sl.Scope().SetVersion("1.2.3")
+	sl.SetSchemaUrl("https://opentelemetry.io/schemas/1.26.0")
 	for i := range 3 {
 		lr := sl.LogRecords().AppendEmpty()
+		// Record 0 has a coarse timestamp: its observed time joins.
 		lr.SetTimestamp(pcommon.Timestamp(1_700_000_000_000_000_000 + i))
+		lr.SetDroppedAttributesCount(uint32(i))
 		lr.SetObservedTimestamp(pcommon.Timestamp(1_800_000_000_000_000_000))
 		lr.SetSeverityNumber(plog.SeverityNumberWarn)
 		lr.SetSeverityText("WARN")
@@ -118,6 +121,7 @@ func goldenTraces() ptrace.Traces {
 	td := ptrace.NewTraces()
 	rs := td.ResourceSpans().AppendEmpty()
 	rs.Resource().Attributes().PutStr("service.name", "checkout")
+	rs.Resource().SetDroppedAttributesCount(1)
 	ss := rs.ScopeSpans().AppendEmpty()
 	ss.Scope().SetName("io.example")
 	for i := range 2 {
@@ -133,6 +137,8 @@ func goldenTraces() ptrace.Traces {
 		ev := sp.Events().AppendEmpty()
 		ev.SetName("retry")
 		ev.Attributes().PutInt("attempt", int64(i))
+		sp.SetDroppedEventsCount(uint32(i))
+		sp.SetDroppedLinksCount(uint32(i))
 	}
 	return td
 }
@@ -153,6 +159,9 @@ func goldenMetrics() pmetric.Metrics {
 		dp.SetTimestamp(pcommon.Timestamp(1_700_000_000_000_000_000 + i))
 		dp.SetIntValue(int64(40 + i))
 		dp.Attributes().PutStr("region", "eu")
+		if i == 1 {
+			dp.SetFlags(pmetric.DefaultDataPointFlags.WithNoRecordedValue(true))
+		}
 	}
 	return md
 }

@@ -268,28 +268,30 @@ const (
 	ignEvents
 	ignLinks
 	ignStatus
+	ignObservedTimeUnixNano
 )
 
 var ignorableBits = map[string]fieldSet{
-	"body":                  ignBody,
-	"event_name":            ignEventName,
-	"severity_text":         ignSeverityText,
-	"severity_number":       ignSeverityNumber,
-	"trace_id":              ignTraceId,
-	"span_id":               ignSpanId,
-	"time_unix_nano":        ignTimeUnixNano,
-	"flags":                 ignFlags,
-	"resource":              ignResource,
-	"instrumentation_scope": ignInstrumentationScope,
-	"name":                  ignName,
-	"kind":                  ignKind,
-	"parent_span_id":        ignParentSpanId,
-	"trace_state":           ignTraceState,
-	"start_time_unix_nano":  ignStartTimeUnixNano,
-	"end_time_unix_nano":    ignEndTimeUnixNano,
-	"events":                ignEvents,
-	"links":                 ignLinks,
-	"status":                ignStatus,
+	"body":                    ignBody,
+	"event_name":              ignEventName,
+	"severity_text":           ignSeverityText,
+	"severity_number":         ignSeverityNumber,
+	"trace_id":                ignTraceId,
+	"span_id":                 ignSpanId,
+	"time_unix_nano":          ignTimeUnixNano,
+	"flags":                   ignFlags,
+	"resource":                ignResource,
+	"instrumentation_scope":   ignInstrumentationScope,
+	"name":                    ignName,
+	"kind":                    ignKind,
+	"parent_span_id":          ignParentSpanId,
+	"trace_state":             ignTraceState,
+	"start_time_unix_nano":    ignStartTimeUnixNano,
+	"end_time_unix_nano":      ignEndTimeUnixNano,
+	"events":                  ignEvents,
+	"links":                   ignLinks,
+	"status":                  ignStatus,
+	"observed_time_unix_nano": ignObservedTimeUnixNano,
 }
 
 func (f fieldSet) has(field fieldSet) bool { return f&field != 0 }
@@ -376,28 +378,52 @@ const (
 	fieldUnit
 	fieldTemporality
 	fieldMonotonic
+	fieldObservedTimestamp
+	fieldDroppedAttributes
+	fieldDroppedEvents
+	fieldDroppedLinks
+	fieldSchemaURL
 )
 
 // resourceDigest is the resource part of a content identity, computed once
-// per resource and folded into each unit's encoding.
-func (ign *contentIgnore) resourceDigest(e *identity.Encoder, res pcommon.Resource) [digest.Size]byte {
+// per resource and folded into each unit's encoding. Counts of dropped
+// attributes and schema URLs are written only when set, so the common
+// resource encodes as it would without them.
+func (ign *contentIgnore) resourceDigest(e *identity.Encoder, res pcommon.Resource, schemaURL string) [digest.Size]byte {
 	e.Reset()
 	if !ign.fields.has(ignResource) {
 		e.Field(fieldResource)
 		e.Map(res.Attributes(), ign.skipResource)
+		droppedAndSchema(e, res.DroppedAttributesCount(), schemaURL)
 	}
 	return e.Digest().Bytes()
 }
 
-func (ign *contentIgnore) scopeDigest(e *identity.Encoder, scope pcommon.InstrumentationScope) [digest.Size]byte {
+func (ign *contentIgnore) scopeDigest(e *identity.Encoder, scope pcommon.InstrumentationScope, schemaURL string) [digest.Size]byte {
 	e.Reset()
 	if !ign.fields.has(ignInstrumentationScope) {
 		e.Field(fieldScope)
 		e.String(scope.Name())
 		e.String(scope.Version())
 		e.Map(scope.Attributes(), ign.skipScopeAttrs)
+		droppedAndSchema(e, scope.DroppedAttributesCount(), schemaURL)
 	}
 	return e.Digest().Bytes()
+}
+
+func droppedAndSchema(e *identity.Encoder, dropped uint32, schemaURL string) {
+	dropped32(e, fieldDroppedAttributes, dropped)
+	if schemaURL != "" {
+		e.FieldString(fieldSchemaURL, schemaURL)
+	}
+}
+
+// dropped32 writes a count of dropped attributes, events or links, if any:
+// two units that differ in what their sender had to drop are distinct.
+func dropped32(e *identity.Encoder, id byte, n uint32) {
+	if n != 0 {
+		e.FieldUint(id, uint64(n))
+	}
 }
 
 // commonPath evaluates the plain paths every context shares.

@@ -126,6 +126,11 @@ func TestLargeRacingCopiesNeverDeadlock(t *testing.T) {
 			for i := range sinks {
 				cfg := redisConfig(topo.endpoints, ErrorRefuse)
 				cfg.Redis.Get().KeyPrefix = "race:" + t.Name() + ":"
+				// Large batches under -race on a busy machine: a timed-out
+				// claim would be refused for another reason than the one
+				// tested here.
+				cfg.Redis.Get().Timeout = 10 * time.Second
+				cfg.Redis.Get().Lease = time.Minute
 				cfg.PendingWait = 10 * time.Second // a refusal would mean batches waited on each other
 				// Redis timeouts are not this test's subject: 12 claims of 2500
 				// records at once can take longer than 300ms on 2 busy cores.

@@ -23,9 +23,10 @@ const (
 )
 
 // plainPath is an expression that is a plain field access, evaluated
-// directly on pdata (about 13 ns) instead of through OTTL (about 200 ns).
-// Each form returns what OTTL returns for the same text, so the digest does
-// not depend on which path evaluated it.
+// directly on pdata instead of through OTTL, which costs an evaluation and
+// an allocation per record (BenchmarkDecide compares the two). Each form
+// returns what OTTL returns for the same text, so the digest does not
+// depend on which path evaluated it.
 type plainPath struct {
 	field string // "attributes", "resource.attributes", "body", ...
 	key   string // the map key for attribute paths

@@ -8,6 +8,7 @@ import (
 	"github.com/open-telemetry/opentelemetry-collector-contrib/pkg/ottl/ottlfuncs"
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/consumer"
+	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/plog"
 
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/identity"
@@ -22,11 +23,12 @@ func logSpec(set component.TelemetrySettings) *signalSpec[*ottllog.TransformCont
 		},
 		scalars: map[string]bool{
 			"body": true, "event_name": true, "severity_text": true, "severity_number": true,
-			"trace_id": true, "span_id": true, "time_unix_nano": true, "flags": true,
+			"trace_id": true, "span_id": true, "time_unix_nano": true, "observed_time_unix_nano": true,
+			"flags": true,
 		},
 		ignorable: []string{
 			"body", "event_name", "severity_text", "severity_number", "trace_id", "span_id",
-			"time_unix_nano", "flags", "resource", "instrumentation_scope",
+			"time_unix_nano", "observed_time_unix_nano", "flags", "resource", "instrumentation_scope",
 		},
 	}
 }
@@ -36,6 +38,10 @@ type logView struct {
 	rl plog.ResourceLogs
 	sl plog.ScopeLogs
 	lr plog.LogRecord
+}
+
+func (v logView) transformContext() *ottllog.TransformContext {
+	return ottllog.NewTransformContext(v.rl, v.sl, v.lr)
 }
 
 // path evaluates a plain path; each returns what OTTL returns for it.
@@ -55,6 +61,8 @@ func (v logView) path(e *identity.Encoder, p plainPath) bool {
 		e.Int(int64(lr.SeverityNumber()))
 	case "time_unix_nano":
 		e.Int(int64(lr.Timestamp()))
+	case "observed_time_unix_nano":
+		e.Int(int64(lr.ObservedTimestamp()))
 	case "flags":
 		e.Int(int64(lr.Flags()))
 	case "trace_id":
@@ -67,8 +75,12 @@ func (v logView) path(e *identity.Encoder, p plainPath) bool {
 	return true
 }
 
-// content encodes everything a sender puts in a record, but not the
-// observed timestamp, which a re-sent record gets anew.
+// content encodes everything a sender puts in a record. The observed
+// timestamp joins only when the timestamp is coarse (see coarse): a re-sent
+// record keeps its timestamp but may be observed anew, so a precise
+// timestamp identifies the record better than the time it was read; a
+// coarse one does not tell apart the same line written twice within its
+// resolution, which only the observed time then does.
 func (v logView) content(e *identity.Encoder, ign *contentIgnore) {
 	lr, f := v.lr, ign.fields
 	if !f.has(ignBody) {
@@ -86,8 +98,13 @@ func (v logView) content(e *identity.Encoder, ign *contentIgnore) {
 		e.FieldString(fieldEventName, lr.EventName())
 	}
 	if !f.has(ignTimeUnixNano) {
-		e.FieldUint(fieldTimestamp, uint64(lr.Timestamp()))
+		ts := lr.Timestamp()
+		e.FieldUint(fieldTimestamp, uint64(ts))
+		if coarse(ts) && !f.has(ignObservedTimeUnixNano) {
+			e.FieldUint(fieldObservedTimestamp, uint64(lr.ObservedTimestamp()))
+		}
 	}
+	dropped32(e, fieldDroppedAttributes, lr.DroppedAttributesCount())
 	if !f.has(ignFlags) {
 		e.FieldUint(fieldFlags, uint64(lr.Flags()))
 	}
@@ -102,6 +119,12 @@ func (v logView) content(e *identity.Encoder, ign *contentIgnore) {
 		e.SpanID(lr.SpanID())
 	}
 }
+
+// coarse reports whether a record's timestamp has no sub-millisecond part,
+// 0 (no timestamp at all) included: the resolution of a parsed log line
+// (seconds for RFC 3164 syslog, milliseconds for most layouts), not of a
+// clock read by an SDK.
+func coarse(ts pcommon.Timestamp) bool { return ts%1_000_000 == 0 }
 
 // logsProcessor is the dedup processor in a logs pipeline. It implements
 // the consumer itself, not through processorhelper, because it must see the
@@ -134,32 +157,20 @@ func (p *logsProcessor) send(ctx context.Context, ld plog.Logs) error {
 
 // decideAll gives every record a verdict, in walk order.
 func (p *logsProcessor) decideAll(ctx context.Context, b *batch, enc *identity.Encoder, ld plog.Logs) {
-	si := p.si
-	content := si.usesContent(p.cfg.OnMissingKey)
-	sk := scopeKey{tenant: p.tenant(ctx, enc)}
+	w := newWalk(ctx, p.engine, p.si, b, enc)
 	var view logView
 	rls := ld.ResourceLogs()
 	for i := 0; i < rls.Len(); i++ {
 		view.rl = rls.At(i)
-		if content {
-			sk.setResource(si.ignore.resourceDigest(enc, view.rl.Resource()))
-		}
+		w.resource(view.rl.Resource(), view.rl.SchemaUrl())
 		sls := view.rl.ScopeLogs()
 		for j := 0; j < sls.Len(); j++ {
 			view.sl = sls.At(j)
-			if content {
-				sk.setScope(si.ignore.scopeDigest(enc, view.sl.Scope()))
-			}
+			w.scope(view.sl.Scope(), view.sl.SchemaUrl())
 			lrs := view.sl.LogRecords()
 			for k := 0; k < lrs.Len(); k++ {
 				view.lr = lrs.At(k)
-				if !si.needsOTTL {
-					decide(ctx, p.engine, b, enc, si, nil, view, &sk)
-					continue
-				}
-				tctx := ottllog.NewTransformContext(view.rl, view.sl, view.lr)
-				decide(ctx, p.engine, b, enc, si, tctx, view, &sk)
-				tctx.Close()
+				unit(&w, view)
 			}
 		}
 	}
@@ -168,14 +179,10 @@ func (p *logsProcessor) decideAll(ctx context.Context, b *batch, enc *identity.E
 // apply drops and marks records by their verdicts, then prunes the scopes
 // and resources left empty.
 func (p *logsProcessor) apply(b *batch, ld plog.Logs) {
-	i := 0
+	a := applier{e: p.engine, b: b}
 	ld.ResourceLogs().RemoveIf(func(rl plog.ResourceLogs) bool {
 		rl.ScopeLogs().RemoveIf(func(sl plog.ScopeLogs) bool {
-			sl.LogRecords().RemoveIf(func(lr plog.LogRecord) bool {
-				v := b.verdicts[i]
-				i++
-				return p.applyVerdict(v, lr.Attributes())
-			})
+			sl.LogRecords().RemoveIf(func(lr plog.LogRecord) bool { return a.unit(lr.Attributes()) })
 			return sl.LogRecords().Len() == 0
 		})
 		return rl.ScopeLogs().Len() == 0

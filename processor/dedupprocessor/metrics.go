@@ -35,6 +35,7 @@ type dataPoint interface {
 	Attributes() pcommon.Map
 	StartTimestamp() pcommon.Timestamp
 	Timestamp() pcommon.Timestamp
+	Flags() pmetric.DataPointFlags
 }
 
 // pointSlice is what every point slice type offers the walk.
@@ -50,9 +51,15 @@ type pointView struct {
 	rm     pmetric.ResourceMetrics
 	sm     pmetric.ScopeMetrics
 	metric pmetric.Metric
+	point  any // the point itself, for an OTTL transform context only
 	attrs  pcommon.Map
 	start  pcommon.Timestamp
 	ts     pcommon.Timestamp
+	flags  pmetric.DataPointFlags
+}
+
+func (v pointView) transformContext() *ottldatapoint.TransformContext {
+	return ottldatapoint.NewTransformContext(v.rm, v.sm, v.metric, v.point)
 }
 
 func (v pointView) path(e *identity.Encoder, p plainPath) bool {
@@ -80,36 +87,32 @@ func (v pointView) content(e *identity.Encoder, ign *contentIgnore) {
 	e.Field(fieldAttributes)
 	e.Map(v.attrs, ign.skipAttr)
 	if !ign.fields.has(ignStartTimeUnixNano) {
-		e.Field(fieldStartTimestamp)
-		e.Uint(uint64(v.start))
+		e.FieldUint(fieldStartTimestamp, uint64(v.start))
 	}
 	if !ign.fields.has(ignTimeUnixNano) {
-		e.Field(fieldTimestamp)
-		e.Uint(uint64(v.ts))
+		e.FieldUint(fieldTimestamp, uint64(v.ts))
+	}
+	// NoRecordedValue: a staleness marker is not the point it marks.
+	if v.flags != 0 {
+		e.FieldUint(fieldFlags, uint64(v.flags))
 	}
 }
 
 // metricDigest is a metric's stream identity without point attributes.
 func metricDigest(e *identity.Encoder, m pmetric.Metric) [16]byte {
 	e.Reset()
-	e.Field(fieldName)
-	e.String(m.Name())
-	e.Field(fieldMetricType)
-	e.Int(int64(m.Type()))
-	e.Field(fieldUnit)
-	e.String(m.Unit())
+	e.FieldString(fieldName, m.Name())
+	e.FieldInt(fieldMetricType, int64(m.Type()))
+	e.FieldString(fieldUnit, m.Unit())
 	switch m.Type() {
 	case pmetric.MetricTypeSum:
-		e.Field(fieldTemporality)
-		e.Int(int64(m.Sum().AggregationTemporality()))
+		e.FieldInt(fieldTemporality, int64(m.Sum().AggregationTemporality()))
 		e.Field(fieldMonotonic)
 		e.Bool(m.Sum().IsMonotonic())
 	case pmetric.MetricTypeHistogram:
-		e.Field(fieldTemporality)
-		e.Int(int64(m.Histogram().AggregationTemporality()))
+		e.FieldInt(fieldTemporality, int64(m.Histogram().AggregationTemporality()))
 	case pmetric.MetricTypeExponentialHistogram:
-		e.Field(fieldTemporality)
-		e.Int(int64(m.ExponentialHistogram().AggregationTemporality()))
+		e.FieldInt(fieldTemporality, int64(m.ExponentialHistogram().AggregationTemporality()))
 	}
 	return e.Digest().Bytes()
 }
@@ -143,87 +146,68 @@ func (p *metricsProcessor) send(ctx context.Context, md pmetric.Metrics) error {
 	return p.next.ConsumeMetrics(ctx, md)
 }
 
-// metricWalk carries the state of one batch's walk over data points.
-type metricWalk struct {
-	p    *metricsProcessor
-	ctx  context.Context
-	b    *batch
-	enc  *identity.Encoder
-	sk   scopeKey
-	view pointView
-}
-
 func (p *metricsProcessor) decideAll(ctx context.Context, b *batch, enc *identity.Encoder, md pmetric.Metrics) {
-	si := p.si
-	content := si.usesContent(p.cfg.OnMissingKey)
-	w := &metricWalk{p: p, ctx: ctx, b: b, enc: enc, sk: scopeKey{tenant: p.tenant(ctx, enc)}}
+	w := newWalk(ctx, p.engine, p.si, b, enc)
+	var view pointView
 	rms := md.ResourceMetrics()
 	for i := 0; i < rms.Len(); i++ {
-		w.view.rm = rms.At(i)
-		if content {
-			w.sk.setResource(si.ignore.resourceDigest(enc, w.view.rm.Resource()))
-		}
-		sms := w.view.rm.ScopeMetrics()
+		view.rm = rms.At(i)
+		w.resource(view.rm.Resource(), view.rm.SchemaUrl())
+		sms := view.rm.ScopeMetrics()
 		for j := 0; j < sms.Len(); j++ {
-			w.view.sm = sms.At(j)
-			if content {
-				w.sk.setScope(si.ignore.scopeDigest(enc, w.view.sm.Scope()))
-			}
-			ms := w.view.sm.Metrics()
+			view.sm = sms.At(j)
+			w.scope(view.sm.Scope(), view.sm.SchemaUrl())
+			ms := view.sm.Metrics()
 			for k := 0; k < ms.Len(); k++ {
 				m := ms.At(k)
-				w.view.metric = m
-				if content {
-					w.sk.setGroup(metricDigest(enc, m))
+				view.metric = m
+				if w.content {
+					w.sk.setGroup(metricDigest(w.enc, m))
 				}
 				switch m.Type() {
 				case pmetric.MetricTypeGauge:
-					decidePoints(w, m.Gauge().DataPoints())
+					decidePoints(&w, &view, m.Gauge().DataPoints())
 				case pmetric.MetricTypeSum:
-					decidePoints(w, m.Sum().DataPoints())
+					decidePoints(&w, &view, m.Sum().DataPoints())
 				case pmetric.MetricTypeHistogram:
-					decidePoints(w, m.Histogram().DataPoints())
+					decidePoints(&w, &view, m.Histogram().DataPoints())
 				case pmetric.MetricTypeExponentialHistogram:
-					decidePoints(w, m.ExponentialHistogram().DataPoints())
+					decidePoints(&w, &view, m.ExponentialHistogram().DataPoints())
 				case pmetric.MetricTypeSummary:
-					decidePoints(w, m.Summary().DataPoints())
+					decidePoints(&w, &view, m.Summary().DataPoints())
 				}
 			}
 		}
 	}
 }
 
-func decidePoints[P dataPoint](w *metricWalk, points pointSlice[P]) {
-	si := w.p.si
+func decidePoints[P dataPoint](w *walk[*ottldatapoint.TransformContext], view *pointView, points pointSlice[P]) {
 	for i := 0; i < points.Len(); i++ {
 		dp := points.At(i)
-		w.view.attrs, w.view.start, w.view.ts = dp.Attributes(), dp.StartTimestamp(), dp.Timestamp()
-		if !si.needsOTTL {
-			decide(w.ctx, w.p.engine, w.b, w.enc, si, nil, w.view, &w.sk)
-			continue
+		if w.si.needsOTTL {
+			view.point = dp // boxed: only for OTTL
 		}
-		tctx := ottldatapoint.NewTransformContext(w.view.rm, w.view.sm, w.view.metric, dp)
-		decide(w.ctx, w.p.engine, w.b, w.enc, si, tctx, w.view, &w.sk)
-		tctx.Close()
+		view.attrs, view.start, view.ts, view.flags = dp.Attributes(), dp.StartTimestamp(), dp.Timestamp(), dp.Flags()
+		unit(w, *view)
 	}
 }
 
 func (p *metricsProcessor) apply(b *batch, md pmetric.Metrics) {
-	i := 0
+	a := applier{e: p.engine, b: b}
 	md.ResourceMetrics().RemoveIf(func(rm pmetric.ResourceMetrics) bool {
 		rm.ScopeMetrics().RemoveIf(func(sm pmetric.ScopeMetrics) bool {
 			sm.Metrics().RemoveIf(func(m pmetric.Metric) bool {
 				switch m.Type() {
 				case pmetric.MetricTypeGauge:
-					return applyPoints(p.engine, b, &i, m.Gauge().DataPoints())
+					return applyPoints(&a, m.Gauge().DataPoints())
 				case pmetric.MetricTypeSum:
-					return applyPoints(p.engine, b, &i, m.Sum().DataPoints())
+					return applyPoints(&a, m.Sum().DataPoints())
 				case pmetric.MetricTypeHistogram:
-					return applyPoints(p.engine, b, &i, m.Histogram().DataPoints())
+					return applyPoints(&a, m.Histogram().DataPoints())
 				case pmetric.MetricTypeExponentialHistogram:
-					return applyPoints(p.engine, b, &i, m.ExponentialHistogram().DataPoints())
+					return applyPoints(&a, m.ExponentialHistogram().DataPoints())
 				case pmetric.MetricTypeSummary:
-					return applyPoints(p.engine, b, &i, m.Summary().DataPoints())
+					return applyPoints(&a, m.Summary().DataPoints())
 				}
 				return false
 			})
@@ -236,14 +220,10 @@ func (p *metricsProcessor) apply(b *batch, md pmetric.Metrics) {
 // applyPoints applies the verdicts of one metric's points and reports
 // whether the metric lost all of them (a metric that came without points
 // is left as it came).
-func applyPoints[P dataPoint](e *engine, b *batch, i *int, points pointSlice[P]) bool {
+func applyPoints[P dataPoint](a *applier, points pointSlice[P]) bool {
 	if points.Len() == 0 {
 		return false
 	}
-	points.RemoveIf(func(dp P) bool {
-		v := b.verdicts[*i]
-		*i++
-		return e.applyVerdict(v, dp.Attributes())
-	})
+	points.RemoveIf(func(dp P) bool { return a.unit(dp.Attributes()) })
 	return points.Len() == 0
 }

@@ -57,6 +57,7 @@ type batch struct {
 	waitedSince  time.Time // zero until the batch first waits
 
 	redisToken string             // the shared tier's claim token; "" if none
+	shared     int                // claimed[:shared] are claimed in the shared tier too (or unchecked)
 	sharedOK   bool               // the shared tier answered a claim of this batch
 	answers    []redistier.Answer // the shared tier's answer per claimed digest
 	// unchecked holds the claimed digests the shared tier could not answer
@@ -83,10 +84,12 @@ type engine struct {
 	ended     settledSignal // a batch ended: committed or released
 	released  settledSignal // a batch ended or yielded its claims
 
-	clock       clock
-	tier        sharedTier      // nil: local only
-	redis       *redistier.Tier // the tier, when it is Redis
-	redisPolicy ErrorPolicy
+	clock           clock
+	tier            sharedTier      // nil: local only
+	redis           *redistier.Tier // the tier, when it is Redis
+	redisPolicy     ErrorPolicy
+	keySpaces       *keySpaces // of the factory that made the engine
+	releaseKeySpace func()     // set while Start holds the key space
 
 	id          component.ID
 	signal      string
@@ -145,7 +148,7 @@ func consume[T any](ctx context.Context, e *engine, s adapter[T], data T, items 
 	if err := e.settle(ctx, b); err != nil {
 		return err
 	}
-	if b.removed > 0 || b.marked > 0 {
+	if e.needsApply(b) {
 		s.apply(b, data)
 	}
 	if b.removed == items {
@@ -293,7 +296,20 @@ func (e *engine) tenant(ctx context.Context, enc *identity.Encoder) [digest.Size
 	return enc.Digest().Bytes()
 }
 
-func (e *engine) Start(ctx context.Context, host component.Host) error {
+func (e *engine) Start(ctx context.Context, host component.Host) (err error) {
+	if e.cfg.Redis.Get() != nil {
+		release, err := e.claimKeySpace()
+		if err != nil {
+			return err
+		}
+		e.releaseKeySpace = release
+		defer func() {
+			if err != nil {
+				release()
+				e.releaseKeySpace = nil
+			}
+		}()
+	}
 	if err := e.startPersistence(ctx, host); err != nil {
 		return err
 	}
@@ -301,6 +317,10 @@ func (e *engine) Start(ctx context.Context, host component.Host) error {
 }
 
 func (e *engine) Shutdown(ctx context.Context) error {
+	if e.releaseKeySpace != nil {
+		e.releaseKeySpace()
+		e.releaseKeySpace = nil
+	}
 	return errors.Join(e.stopPersistence(ctx), e.stopTier(), e.tel.shutdown())
 }
 

@@ -232,16 +232,20 @@ func TestContentIdentityDropsExactCopies(t *testing.T) {
 	}
 }
 
+// TestContentIdentityIgnoresObservedTimestampAndConfiguredFields: a record
+// with a precise timestamp is identified without its observed timestamp,
+// which a re-read gives it anew.
 func TestContentIdentityIgnoresObservedTimestampAndConfiguredFields(t *testing.T) {
 	sink := new(consumertest.LogsSink)
 	cfg := defaultConfig()
 	cfg.Logs.Ignore = []string{`attributes["attempt"]`}
 	h := newHarness(t, cfg, sink)
-	first := logs(rec{body: "x", attrs: map[string]any{"attempt": 1, "k": "v"}, resource: "svc"})
+	const precise = 1_700_000_000_123_456_789
+	first := logs(rec{body: "x", attrs: map[string]any{"attempt": 1, "k": "v"}, resource: "svc", ts: precise})
 	first.ResourceLogs().At(0).ScopeLogs().At(0).LogRecords().At(0).SetObservedTimestamp(100)
-	retry := logs(rec{body: "x", attrs: map[string]any{"attempt": 2, "k": "v"}, resource: "svc"})
+	retry := logs(rec{body: "x", attrs: map[string]any{"attempt": 2, "k": "v"}, resource: "svc", ts: precise})
 	retry.ResourceLogs().At(0).ScopeLogs().At(0).LogRecords().At(0).SetObservedTimestamp(200)
-	other := logs(rec{body: "x", attrs: map[string]any{"attempt": 2, "k": "w"}, resource: "svc"})
+	other := logs(rec{body: "x", attrs: map[string]any{"attempt": 2, "k": "w"}, resource: "svc", ts: precise})
 	for _, ld := range []plog.Logs{first, retry, other} {
 		if err := h.consume(ld); err != nil {
 			t.Fatal(err)
@@ -249,6 +253,48 @@ func TestContentIdentityIgnoresObservedTimestampAndConfiguredFields(t *testing.T
 	}
 	if got := sink.LogRecordCount(); got != 2 {
 		t.Fatalf("delivered %d, want 2 (the retry differs only in ignored fields)", got)
+	}
+}
+
+// TestCoarseTimestampsTakeTheObservedTime: lines without a timestamp, or
+// with one of a second's or a millisecond's resolution, are told apart by
+// when they were observed, so the same line written twice is delivered
+// twice; an exact re-send (same observed time) is still caught; and
+// ignoring observed_time_unix_nano turns the rule off.
+func TestCoarseTimestampsTakeTheObservedTime(t *testing.T) {
+	line := func(ts, observed uint64) plog.Logs {
+		ld := logs(rec{body: "connection refused", resource: "svc", ts: ts})
+		ld.ResourceLogs().At(0).ScopeLogs().At(0).LogRecords().At(0).SetObservedTimestamp(pcommon.Timestamp(observed))
+		return ld
+	}
+	for _, tc := range []struct {
+		name   string
+		ts     uint64
+		ignore bool
+		want   int // delivered of: a line, the same line seen later, a re-send of the first
+	}{
+		{"no timestamp", 0, false, 2},
+		{"seconds", 1_700_000_000_000_000_000, false, 2},
+		{"milliseconds", 1_700_000_000_123_000_000, false, 2},
+		{"microseconds", 1_700_000_000_123_456_000, false, 1},
+		{"no timestamp, observed time ignored", 0, true, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sink := new(consumertest.LogsSink)
+			cfg := defaultConfig()
+			if tc.ignore {
+				cfg.Logs.Ignore = []string{"observed_time_unix_nano"}
+			}
+			h := newHarness(t, cfg, sink)
+			for _, ld := range []plog.Logs{line(tc.ts, 1e18), line(tc.ts, 1e18+3e9), line(tc.ts, 1e18)} {
+				if err := h.consume(ld); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := sink.LogRecordCount(); got != tc.want {
+				t.Fatalf("delivered %d, want %d", got, tc.want)
+			}
+		})
 	}
 }
 

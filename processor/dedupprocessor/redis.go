@@ -17,27 +17,32 @@ import (
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/redistier"
 )
 
-// defaultKeyPrefix namespaces the shared tier's keys by the settings that
-// shape identities, so that two differently configured dedup processors
-// never read each other's keys (key [a] and key [b] could hash alike for
-// different records), while every instance of one configuration shares them.
+// defaultKeyPrefix namespaces the shared tier's keys by the processor's
+// component ID and the settings that shape identities, so that two dedup
+// processors sharing one Redis never read each other's keys: two pipelines
+// fed by one receiver, each with its own dedup processor, must each deliver
+// every record, and differently configured processors could hash different
+// records alike (key [a] and key [b]). Every instance of one processor ID
+// and configuration in a fleet shares its keys.
 //
-// It is short on purpose: Redis spends its CPU per key, and a key of 31
-// bytes ("dedup:" + 8 hex + ":" + the 16-byte digest) let the shared tier
-// move 84-90% of redis-benchmark's SET NX PX rate where the 47-byte keys of
-// "otelcol-dedup:" + 16 hex moved 77-80% (make bench, same server, paired
-// runs). 32 bits of fingerprint keep configurations apart: two of them
-// sharing one Redis collide with probability 2^-32.
-func defaultKeyPrefix(cfg *Config) string {
-	fp := identityFingerprint(cfg)
-	return fmt.Sprintf("dedup:%08x:", uint32(fp^fp>>32))
+// It is short on purpose, since Redis spends its CPU per key: "dedup:" and
+// 8 hex digits. 32 bits keep processors apart: two of them sharing one
+// Redis collide with probability 2^-32.
+func defaultKeyPrefix(id component.ID, cfg *Config) string {
+	var e identity.Encoder
+	e.String(id.String())
+	e.Uint(identityFingerprint(cfg))
+	h := e.Digest().Hi
+	return fmt.Sprintf("dedup:%08x:", uint32(h^h>>32))
 }
 
 // identityEncoding is the version of how records are encoded into digests.
 // It is part of the fingerprint, so a build that encodes differently never
 // reuses a snapshot or shared keys of one that did not. 2: small maps are
 // encoded sorted, and content identities open with one per-group digest.
-const identityEncoding = 2
+// 3: a log record's observed timestamp joins when its timestamp is coarse;
+// dropped counts, schema URLs and a data point's flags join when set.
+const identityEncoding = 3
 
 // identityFingerprint hashes the settings that decide what a digest means:
 // a snapshot or a shared key made under other settings is not reused.
@@ -71,6 +76,48 @@ func (l zapRedisLogger) Printf(_ context.Context, format string, v ...any) {
 	l.logger.Warn(fmt.Sprintf(format, v...))
 }
 
+// keySpaces counts the running processors with a shared tier that one
+// factory made, per processor ID and signal. A collector builds its
+// processors with one factory, one per pipeline: one dedup ID in two
+// pipelines of a signal would be two processors writing the same keys, and
+// each pipeline would drop the records the other delivered.
+type keySpaces struct {
+	mu    sync.Mutex
+	users map[keySpace]int
+}
+
+type keySpace struct {
+	id     component.ID
+	signal string
+}
+
+// claimKeySpace registers the engine as a user of its key space, and fails
+// if another processor of its factory (another pipeline) already uses it.
+func (e *engine) claimKeySpace() (release func(), err error) {
+	ks := e.keySpaces
+	if ks == nil {
+		return func() {}, nil
+	}
+	u := keySpace{id: e.id, signal: e.signal}
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	if ks.users[u] > 0 {
+		return nil, fmt.Errorf("dedup: processor %q is in two %s pipelines and has a shared tier (redis): both would claim the same keys and each pipeline would drop the records the other delivered; give each pipeline its own dedup processor ID (e.g. %s/a and %s/b)",
+			e.id, e.signal, e.id.Type(), e.id.Type())
+	}
+	if ks.users == nil {
+		ks.users = map[keySpace]int{}
+	}
+	ks.users[u]++
+	return func() {
+		ks.mu.Lock()
+		defer ks.mu.Unlock()
+		if ks.users[u]--; ks.users[u] == 0 {
+			delete(ks.users, u)
+		}
+	}, nil
+}
+
 // startTier connects the shared tier, if one is configured. It asks the
 // endpoints what they are (unless redis.mode says) and fails the start if
 // the answer cannot work: a replica, Sentinels without master_name, a mode
@@ -91,7 +138,7 @@ func (e *engine) startTier(ctx context.Context, host component.Host) error {
 	}
 	prefix := r.KeyPrefix
 	if prefix == "" {
-		prefix = defaultKeyPrefix(e.cfg)
+		prefix = defaultKeyPrefix(e.id, e.cfg)
 	}
 	tier, err := redistier.New(redistier.Options{
 		Endpoints:  r.Endpoints,

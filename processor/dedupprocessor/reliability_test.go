@@ -62,7 +62,7 @@ func (m *memStorage) relSets() int {
 // while a batch is in the next consumer (its keys claimed, not delivered),
 // and the process dies there, before the batch is delivered: the storage
 // holds that snapshot. After the restart, the sender's retry of the batch
-// must be delivered: the batch never was (DESIGN §2.5, §2.6). A snapshot
+// must be delivered: the batch never was. A snapshot
 // may hold only keys whose batch was accepted downstream.
 func TestCrashSnapshotHoldsNoUndeliveredClaims(t *testing.T) {
 	store := &memStorage{}

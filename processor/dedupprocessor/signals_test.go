@@ -42,6 +42,7 @@ func span(td ptrace.Traces, service string, traceID byte, spanID byte, name stri
 func TestTracesDedupBySpanIDKeepsEventsAndPrunes(t *testing.T) {
 	sink := new(consumertest.TracesSink)
 	cfg := defaultConfig()
+	cfg.Traces.Key = []string{"trace_id", "span_id"}
 	p, h := signalHarness(t, "traces", func(set processor.Settings) (processor.Traces, error) {
 		return NewFactory().CreateTraces(context.Background(), set, cfg, sink)
 	})

@@ -38,6 +38,10 @@ type spanView struct {
 	sp ptrace.Span
 }
 
+func (v spanView) transformContext() *ottlspan.TransformContext {
+	return ottlspan.NewTransformContext(v.rs, v.ss, v.sp)
+}
+
 func (v spanView) path(e *identity.Encoder, p plainPath) bool {
 	sp := v.sp
 	if handled, ok := commonPath(e, p, v.rs.Resource(), v.ss.Scope(), sp.Attributes()); handled {
@@ -67,11 +71,13 @@ func (v spanView) path(e *identity.Encoder, p plainPath) bool {
 // content encodes a span whole: its events, links and status included.
 func (v spanView) content(e *identity.Encoder, ign *contentIgnore) {
 	sp, f := v.sp, ign.fields
-	if !f.has(ignTraceId) {
+	switch {
+	case !f.has(ignTraceId | ignSpanId):
+		e.FieldIDs(fieldTraceID, sp.TraceID(), fieldSpanID, sp.SpanID())
+	case !f.has(ignTraceId):
 		e.Field(fieldTraceID)
 		e.TraceID(sp.TraceID())
-	}
-	if !f.has(ignSpanId) {
+	case !f.has(ignSpanId):
 		e.Field(fieldSpanID)
 		e.SpanID(sp.SpanID())
 	}
@@ -80,46 +86,41 @@ func (v spanView) content(e *identity.Encoder, ign *contentIgnore) {
 		e.SpanID(sp.ParentSpanID())
 	}
 	if !f.has(ignTraceState) {
-		e.Field(fieldTraceState)
-		e.String(sp.TraceState().AsRaw())
+		e.FieldString(fieldTraceState, sp.TraceState().AsRaw())
 	}
 	if !f.has(ignName) {
-		e.Field(fieldName)
-		e.String(sp.Name())
+		e.FieldString(fieldName, sp.Name())
 	}
 	if !f.has(ignKind) {
-		e.Field(fieldKind)
-		e.Int(int64(sp.Kind()))
+		e.FieldInt(fieldKind, int64(sp.Kind()))
 	}
 	if !f.has(ignStartTimeUnixNano) {
-		e.Field(fieldStartTimestamp)
-		e.Uint(uint64(sp.StartTimestamp()))
+		e.FieldUint(fieldStartTimestamp, uint64(sp.StartTimestamp()))
 	}
 	if !f.has(ignEndTimeUnixNano) {
-		e.Field(fieldEndTimestamp)
-		e.Uint(uint64(sp.EndTimestamp()))
+		e.FieldUint(fieldEndTimestamp, uint64(sp.EndTimestamp()))
 	}
 	if !f.has(ignFlags) {
-		e.Field(fieldFlags)
-		e.Uint(uint64(sp.Flags()))
+		e.FieldUint(fieldFlags, uint64(sp.Flags()))
 	}
 	e.Field(fieldAttributes)
 	e.Map(sp.Attributes(), ign.skipAttr)
+	dropped32(e, fieldDroppedAttributes, sp.DroppedAttributesCount())
 	if !f.has(ignEvents) {
-		e.Field(fieldEvents)
 		events := sp.Events()
-		e.Uint(uint64(events.Len()))
+		e.FieldUint(fieldEvents, uint64(events.Len()))
 		for i := 0; i < events.Len(); i++ {
 			ev := events.At(i)
 			e.String(ev.Name())
 			e.Uint(uint64(ev.Timestamp()))
 			e.Map(ev.Attributes(), nil)
+			dropped32(e, fieldDroppedAttributes, ev.DroppedAttributesCount())
 		}
+		dropped32(e, fieldDroppedEvents, sp.DroppedEventsCount())
 	}
 	if !f.has(ignLinks) {
-		e.Field(fieldLinks)
 		links := sp.Links()
-		e.Uint(uint64(links.Len()))
+		e.FieldUint(fieldLinks, uint64(links.Len()))
 		for i := 0; i < links.Len(); i++ {
 			l := links.At(i)
 			e.TraceID(l.TraceID())
@@ -127,11 +128,12 @@ func (v spanView) content(e *identity.Encoder, ign *contentIgnore) {
 			e.String(l.TraceState().AsRaw())
 			e.Uint(uint64(l.Flags()))
 			e.Map(l.Attributes(), nil)
+			dropped32(e, fieldDroppedAttributes, l.DroppedAttributesCount())
 		}
+		dropped32(e, fieldDroppedLinks, sp.DroppedLinksCount())
 	}
 	if !f.has(ignStatus) {
-		e.Field(fieldStatus)
-		e.Int(int64(sp.Status().Code()))
+		e.FieldInt(fieldStatus, int64(sp.Status().Code()))
 		e.String(sp.Status().Message())
 	}
 }
@@ -165,46 +167,30 @@ func (p *tracesProcessor) send(ctx context.Context, td ptrace.Traces) error {
 }
 
 func (p *tracesProcessor) decideAll(ctx context.Context, b *batch, enc *identity.Encoder, td ptrace.Traces) {
-	si := p.si
-	content := si.usesContent(p.cfg.OnMissingKey)
-	sk := scopeKey{tenant: p.tenant(ctx, enc)}
+	w := newWalk(ctx, p.engine, p.si, b, enc)
 	var view spanView
 	rss := td.ResourceSpans()
 	for i := 0; i < rss.Len(); i++ {
 		view.rs = rss.At(i)
-		if content {
-			sk.setResource(si.ignore.resourceDigest(enc, view.rs.Resource()))
-		}
+		w.resource(view.rs.Resource(), view.rs.SchemaUrl())
 		sss := view.rs.ScopeSpans()
 		for j := 0; j < sss.Len(); j++ {
 			view.ss = sss.At(j)
-			if content {
-				sk.setScope(si.ignore.scopeDigest(enc, view.ss.Scope()))
-			}
+			w.scope(view.ss.Scope(), view.ss.SchemaUrl())
 			spans := view.ss.Spans()
 			for k := 0; k < spans.Len(); k++ {
 				view.sp = spans.At(k)
-				if !si.needsOTTL {
-					decide(ctx, p.engine, b, enc, si, nil, view, &sk)
-					continue
-				}
-				tctx := ottlspan.NewTransformContext(view.rs, view.ss, view.sp)
-				decide(ctx, p.engine, b, enc, si, tctx, view, &sk)
-				tctx.Close()
+				unit(&w, view)
 			}
 		}
 	}
 }
 
 func (p *tracesProcessor) apply(b *batch, td ptrace.Traces) {
-	i := 0
+	a := applier{e: p.engine, b: b}
 	td.ResourceSpans().RemoveIf(func(rs ptrace.ResourceSpans) bool {
 		rs.ScopeSpans().RemoveIf(func(ss ptrace.ScopeSpans) bool {
-			ss.Spans().RemoveIf(func(sp ptrace.Span) bool {
-				v := b.verdicts[i]
-				i++
-				return p.applyVerdict(v, sp.Attributes())
-			})
+			ss.Spans().RemoveIf(func(sp ptrace.Span) bool { return a.unit(sp.Attributes()) })
 			return ss.Spans().Len() == 0
 		})
 		return rs.ScopeSpans().Len() == 0

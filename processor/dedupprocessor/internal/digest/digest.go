@@ -25,10 +25,6 @@ func Of(b []byte) Digest {
 	return Digest{Hi: h.Hi, Lo: h.Lo}
 }
 
-// IsZero reports whether d is the zero digest, which no real identity produces
-// in practice and which callers may use as "no digest".
-func (d Digest) IsZero() bool { return d.Hi == 0 && d.Lo == 0 }
-
 // Bytes returns the big-endian 16-byte form.
 func (d Digest) Bytes() [Size]byte {
 	var b [Size]byte
@@ -41,11 +37,6 @@ func (d Digest) Bytes() [Size]byte {
 func (d Digest) AppendBinary(dst []byte) []byte {
 	dst = binary.BigEndian.AppendUint64(dst, d.Hi)
 	return binary.BigEndian.AppendUint64(dst, d.Lo)
-}
-
-// FromBytes is the inverse of Bytes.
-func FromBytes(b [Size]byte) Digest {
-	return Digest{Hi: binary.BigEndian.Uint64(b[:8]), Lo: binary.BigEndian.Uint64(b[8:])}
 }
 
 // String returns the 32-character lowercase hex form.

@@ -72,7 +72,7 @@ func (e *Encoder) Len() int { return e.n }
 
 // Encoded returns what was encoded since the last Reset; valid until the
 // next change.
-func (e *Encoder) Encoded() []byte { return e.buf[:e.n] }
+func (e *Encoder) encoded() []byte { return e.buf[:e.n] }
 
 // Digest hashes what was encoded since the last Reset.
 func (e *Encoder) Digest() digest.Digest { return digest.Of(e.buf[:e.n]) }
@@ -145,14 +145,14 @@ func (e *Encoder) Field(id byte) {
 // same bytes as the two calls, in one bounds check instead of two, which
 // counts at a dozen fields per record.
 
-// FieldValue is Field(id) then ValueOrMissing(v).
+// FieldValue is Field(id) then valueOrMissing(v).
 func (e *Encoder) FieldValue(id byte, v pcommon.Value) {
 	if v.Type() == pcommon.ValueTypeStr {
 		e.FieldString(id, v.Str())
 		return
 	}
 	e.Field(id)
-	e.ValueOrMissing(v)
+	e.valueOrMissing(v)
 }
 
 // FieldString is Field(id) then String(s).
@@ -199,7 +199,7 @@ func (e *Encoder) Raw(b []byte) {
 }
 
 // Missing encodes an absent value.
-func (e *Encoder) Missing() { e.room(1)[0] = tagMissing }
+func (e *Encoder) missing() { e.room(1)[0] = tagMissing }
 
 // String encodes a string.
 func (e *Encoder) String(s string) { e.putTaggedString(tagString, s) }
@@ -211,7 +211,7 @@ func (e *Encoder) Int(v int64) { e.put64(tagInt, uint64(v)) }
 func (e *Encoder) Uint(v uint64) { e.put64(tagUint, v) }
 
 // Double encodes a float by its bits; -0 and +0 are made equal.
-func (e *Encoder) Double(v float64) {
+func (e *Encoder) double(v float64) {
 	if v == 0 {
 		v = 0
 	}
@@ -255,7 +255,7 @@ func (e *Encoder) Value(v pcommon.Value) bool {
 	case pcommon.ValueTypeInt:
 		e.Int(v.Int())
 	case pcommon.ValueTypeDouble:
-		e.Double(v.Double())
+		e.double(v.Double())
 	case pcommon.ValueTypeBool:
 		e.Bool(v.Bool())
 	case pcommon.ValueTypeBytes:
@@ -270,10 +270,10 @@ func (e *Encoder) Value(v pcommon.Value) bool {
 	return true
 }
 
-// ValueOrMissing encodes v, or the missing marker when v is empty.
-func (e *Encoder) ValueOrMissing(v pcommon.Value) {
+// valueOrMissing encodes v, or the missing marker when v is empty.
+func (e *Encoder) valueOrMissing(v pcommon.Value) {
 	if !e.Value(v) {
-		e.Missing()
+		e.missing()
 	}
 }
 
@@ -328,7 +328,7 @@ func (e *Encoder) sortedMap(m pcommon.Map, skip func(key string) bool) bool {
 	return true
 }
 
-// entry is String(k) then ValueOrMissing(v), in one write for short keys
+// entry is String(k) then valueOrMissing(v), in one write for short keys
 // with a short string or an int value, as most attributes are.
 func (e *Encoder) entry(k string, v pcommon.Value) {
 	if len(k) < 0x80 {
@@ -354,7 +354,7 @@ func (e *Encoder) entry(k string, v pcommon.Value) {
 		}
 	}
 	e.String(k)
-	e.ValueOrMissing(v)
+	e.valueOrMissing(v)
 }
 
 // hashedMap hashes each entry on its own and sums the 128-bit hashes, a
@@ -369,8 +369,8 @@ func (e *Encoder) hashedMap(m pcommon.Map, skip func(key string) bool) {
 		}
 		n++
 		e.String(k)
-		e.ValueOrMissing(v)
-		d := digest.Of(e.Encoded()[start:])
+		e.valueOrMissing(v)
+		d := digest.Of(e.encoded()[start:])
 		e.truncate(start)
 		var carry uint64
 		accLo, carry = addCarry(accLo, d.Lo)
@@ -399,7 +399,7 @@ func (e *Encoder) Slice(s pcommon.Slice) {
 	w[0] = tagSlice
 	binary.PutUvarint(w[1:], uint64(s.Len()))
 	for i := 0; i < s.Len(); i++ {
-		e.ValueOrMissing(s.At(i))
+		e.valueOrMissing(s.At(i))
 	}
 }
 
@@ -417,7 +417,7 @@ func (e *Encoder) Any(v any) bool {
 	case int:
 		e.Int(int64(t))
 	case float64:
-		e.Double(t)
+		e.double(t)
 	case bool:
 		e.Bool(t)
 	case []byte:

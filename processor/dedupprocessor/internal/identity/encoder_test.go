@@ -27,12 +27,12 @@ func TestEncodingKeepsValuesApart(t *testing.T) {
 	cases := map[string]func(e *Encoder){
 		`string "1"`: func(e *Encoder) { e.String("1") },
 		`int 1`:      func(e *Encoder) { e.Int(1) },
-		`double 1`:   func(e *Encoder) { e.Double(1) },
+		`double 1`:   func(e *Encoder) { e.double(1) },
 		`uint 1`:     func(e *Encoder) { e.Uint(1) },
 		`bool true`:  func(e *Encoder) { e.Bool(true) },
 		`bytes "1"`:  func(e *Encoder) { e.Bytes([]byte("1")) },
 		`empty str`:  func(e *Encoder) { e.String("") },
-		`missing`:    func(e *Encoder) { e.Missing() },
+		`missing`:    func(e *Encoder) { e.missing() },
 		`"ab","c"`:   func(e *Encoder) { e.String("ab"); e.String("c") },
 		`"a","bc"`:   func(e *Encoder) { e.String("a"); e.String("bc") },
 		`empty map`:  func(e *Encoder) { e.Map(pcommon.NewMap(), nil) },
@@ -284,8 +284,8 @@ func TestEncodingAcrossTheInPlaceBuffer(t *testing.T) {
 		e.String("tail")
 		e.Uint(7)
 		want := append(append(str(head), str("tail")...), tagUint, 0, 0, 0, 0, 0, 0, 0, 7)
-		if !bytes.Equal(e.Encoded(), want) {
-			t.Fatalf("head of %d bytes: encoded %d bytes, want %d (first difference at %d)", n, e.Len(), len(want), firstDiff(e.Encoded(), want))
+		if !bytes.Equal(e.encoded(), want) {
+			t.Fatalf("head of %d bytes: encoded %d bytes, want %d (first difference at %d)", n, e.Len(), len(want), firstDiff(e.encoded(), want))
 		}
 		if e.Digest() != digest.Of(want) {
 			t.Fatalf("head of %d bytes: digest differs from the digest of the bytes", n)
@@ -311,7 +311,7 @@ func TestOneWriteFormsEncodeAsTheirParts(t *testing.T) {
 		var e Encoder
 		e.Raw([]byte("prefix"))
 		fn(&e)
-		return bytes.Clone(e.Encoded())
+		return bytes.Clone(e.encoded())
 	}
 	tid := pcommon.TraceID{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}
 	sid := pcommon.SpanID{9, 8, 7, 6, 5, 4, 3, 2}
@@ -329,11 +329,11 @@ func TestOneWriteFormsEncodeAsTheirParts(t *testing.T) {
 		},
 	}
 	for name, v := range values {
-		if a, b := encoded(func(e *Encoder) { e.FieldValue(7, v()) }), encoded(func(e *Encoder) { e.Field(7); e.ValueOrMissing(v()) }); !bytes.Equal(a, b) {
+		if a, b := encoded(func(e *Encoder) { e.FieldValue(7, v()) }), encoded(func(e *Encoder) { e.Field(7); e.valueOrMissing(v()) }); !bytes.Equal(a, b) {
 			t.Errorf("FieldValue(%s) = %x, want %x", name, a, b)
 		}
 		for _, k := range []string{"k", long} {
-			if a, b := encoded(func(e *Encoder) { e.entry(k, v()) }), encoded(func(e *Encoder) { e.String(k); e.ValueOrMissing(v()) }); !bytes.Equal(a, b) {
+			if a, b := encoded(func(e *Encoder) { e.entry(k, v()) }), encoded(func(e *Encoder) { e.String(k); e.valueOrMissing(v()) }); !bytes.Equal(a, b) {
 				t.Errorf("entry(%d-byte key, %s) = %x, want %x", len(k), name, a, b)
 			}
 		}

@@ -96,7 +96,7 @@ func (c *Cache) ClaimBatch(ds []digest.Digest, token uint64, now int64, out []Re
 // look) and keeps it until the shard is done: locked says whether it is
 // taken, and is returned updated.
 func (c *Cache) heldStateLocked(token, owner uint64, locked bool) (Result, bool) {
-	if owner == NoToken {
+	if owner == noToken {
 		return Held, locked
 	}
 	if !locked {
@@ -133,7 +133,7 @@ func (s *shard) claim(d digest.Digest, token uint64, now, window int64) (Result,
 		case sl.expires <= now:
 			// Only an inserted key can expire behind a later one; it is gone.
 			s.forget(sl, ci)
-		case token != NoToken && sl.token == token:
+		case token != noToken && sl.token == token:
 			return HeldBySelf, token
 		default:
 			return Held, sl.token

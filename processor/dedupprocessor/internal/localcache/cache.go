@@ -45,9 +45,9 @@ const (
 	PendingOlder
 )
 
-// NoToken marks an entry that no claim owns (restored, or learned from the
+// noToken marks an entry that no claim owns (restored, or learned from the
 // shared tier): it counts as committed, and Release never removes it.
-const NoToken uint64 = 0
+const noToken uint64 = 0
 
 // chunkSize is how many ring slots are allocated at a time, so an idle cache
 // with a large bound does not reserve its whole ring up front.
@@ -138,7 +138,7 @@ func (c *Cache) shardOf(d digest.Digest) *shard {
 }
 
 // Begin puts token in flight: the keys it claims are pending until End.
-// Tokens must be unique and not NoToken.
+// Tokens must be unique and not noToken.
 func (c *Cache) Begin(token uint64) {
 	c.flights.mu.Lock()
 	c.flights.tokens[token] = struct{}{}
@@ -177,7 +177,7 @@ func (c *Cache) Claim(d digest.Digest, token uint64, now int64) (Result, uint64)
 // so the key cannot be released meanwhile, and c.flights.mu: a holder that
 // is not in flight has ended without releasing the key, so it committed.
 func (c *Cache) heldState(token, owner uint64) Result {
-	if owner == NoToken || !c.flights.pending(owner) {
+	if owner == noToken || !c.flights.pending(owner) {
 		return Held
 	}
 	if owner < token {
@@ -208,7 +208,7 @@ func (c *Cache) Insert(d digest.Digest, expires, now int64) bool {
 	if _, _, ok := s.index.lookup(d, s); ok {
 		return false
 	}
-	s.push(d, expires, NoToken, now)
+	s.push(d, expires, noToken, now)
 	return true
 }
 
@@ -223,7 +223,7 @@ func (c *Cache) Release(d digest.Digest, token uint64) bool {
 		return false
 	}
 	sl := s.at(pos)
-	if sl.token != token || token == NoToken {
+	if sl.token != token || token == noToken {
 		return false
 	}
 	s.forget(sl, ci)
@@ -239,7 +239,7 @@ func (c *Cache) Disown(d digest.Digest, token uint64) {
 	defer s.mu.Unlock()
 	if pos, _, ok := s.index.lookup(d, s); ok {
 		if sl := s.at(pos); sl.token == token {
-			sl.token = NoToken
+			sl.token = noToken
 		}
 	}
 }
@@ -282,7 +282,7 @@ func (c *Cache) Range(now int64, fn func(d digest.Digest, expires int64)) {
 		c.flights.mu.Lock()
 		for k := 0; k < s.used; k++ {
 			sl := s.at((s.head + k) % s.size)
-			if sl.expires != 0 && (sl.token == NoToken || !c.flights.pending(sl.token)) {
+			if sl.expires != 0 && (sl.token == noToken || !c.flights.pending(sl.token)) {
 				fn(sl.d, sl.expires)
 			}
 		}

@@ -13,8 +13,8 @@ import (
 // drop their retries.
 func Save(c *localcache.Cache, meta Meta, now int64) []byte {
 	meta.WrittenAt = now
-	dst := make([]byte, 0, EncodedLen(c.Len(now)))
-	return AppendEncode(dst, meta, func(yield func(digest.Digest, int64) bool) {
+	dst := make([]byte, 0, encodedLen(c.Len(now)))
+	return appendEncode(dst, meta, func(yield func(digest.Digest, int64) bool) {
 		more := true
 		c.Range(now, func(d digest.Digest, expires int64) {
 			if more {

@@ -41,8 +41,8 @@ func TestSaveRestoreRoundTrip(t *testing.T) {
 			src, step, saveAt := filled(n, 3*window/2)
 			b := Save(src, Meta{Window: window, Fingerprint: fp}, saveAt)
 			live := src.Len(saveAt)
-			if len(b) != EncodedLen(live) {
-				t.Fatalf("%d bytes for %d live keys, want %d", len(b), live, EncodedLen(live))
+			if len(b) != encodedLen(live) {
+				t.Fatalf("%d bytes for %d live keys, want %d", len(b), live, encodedLen(live))
 			}
 
 			// Restart a quarter window later: keys that expired meanwhile
@@ -236,7 +236,7 @@ func BenchmarkDecode(b *testing.B) {
 	src = nil
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, n, err := Decode(snap, fp, window, now, func(digest.Digest, int64) {}); err != nil || n != live {
+		if _, n, err := decode(snap, fp, window, now, func(digest.Digest, int64) {}); err != nil || n != live {
 			b.Fatalf("decoded %d of %d: %v", n, live, err)
 		}
 	}

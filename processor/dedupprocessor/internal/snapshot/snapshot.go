@@ -94,14 +94,14 @@ type Meta struct {
 	Fingerprint uint64
 }
 
-// EncodedLen is the size of a snapshot of n entries.
-func EncodedLen(n int) int { return headerLen + entryLen*n + checksumLen }
+// encodedLen is the size of a snapshot of n entries.
+func encodedLen(n int) int { return headerLen + entryLen*n + checksumLen }
 
-// AppendEncode appends a snapshot of entries (digest, expiry in unix
+// appendEncode appends a snapshot of entries (digest, expiry in unix
 // nanoseconds) to dst and returns the extended slice. Entries are written in
 // the order entries yields them, which Decode preserves; the checksum covers
 // only the appended bytes.
-func AppendEncode(dst []byte, meta Meta, entries iter.Seq2[digest.Digest, int64]) []byte {
+func appendEncode(dst []byte, meta Meta, entries iter.Seq2[digest.Digest, int64]) []byte {
 	start := len(dst)
 	dst = append(dst, magic...)
 	dst = binary.BigEndian.AppendUint16(dst, Version)
@@ -134,7 +134,7 @@ func AppendEncode(dst []byte, meta Meta, entries iter.Seq2[digest.Digest, int64]
 // Entries are in the order the cache ranged over them: oldest first within
 // each shard, not overall. A cache assumes keys arrive in expiry order, so
 // restore with Restore, which sorts, rather than inserting in Decode's order.
-func Decode(b []byte, fingerprint uint64, window, now int64, fn func(d digest.Digest, expires int64)) (Meta, int, error) {
+func decode(b []byte, fingerprint uint64, window, now int64, fn func(d digest.Digest, expires int64)) (Meta, int, error) {
 	meta, entries, err := parse(b, fingerprint)
 	if err != nil {
 		return Meta{}, 0, err

@@ -48,11 +48,11 @@ func seq(es []entry) func(yield func(digest.Digest, int64) bool) {
 	}
 }
 
-func encode(meta Meta, es ...entry) []byte { return AppendEncode(nil, meta, seq(es)) }
+func encode(meta Meta, es ...entry) []byte { return appendEncode(nil, meta, seq(es)) }
 
 func decodeAll(b []byte, fingerprint uint64, window, now int64) ([]entry, Meta, int, error) {
 	var got []entry
-	meta, n, err := Decode(b, fingerprint, window, now, func(d digest.Digest, expires int64) {
+	meta, n, err := decode(b, fingerprint, window, now, func(d digest.Digest, expires int64) {
 		got = append(got, entry{d, expires})
 	})
 	return got, meta, n, err
@@ -76,7 +76,7 @@ var sentinels = []error{ErrTruncated, ErrCorrupt, ErrVersion, ErrForeign}
 func requireRefused(t *testing.T, b []byte, want error) {
 	t.Helper()
 	calls := 0
-	meta, n, err := Decode(b, fp, window, t0, func(digest.Digest, int64) { calls++ })
+	meta, n, err := decode(b, fp, window, t0, func(digest.Digest, int64) { calls++ })
 	switch {
 	case err == nil:
 		t.Fatalf("Decode accepted %x", b)
@@ -109,8 +109,8 @@ func TestLayout(t *testing.T) {
 	if got := hex.EncodeToString(b); got != want {
 		t.Fatalf("layout:\n got %s\nwant %s", got, want)
 	}
-	if len(b) != EncodedLen(1) || EncodedLen(0) != 46 {
-		t.Fatalf("EncodedLen(1)=%d, len=%d; EncodedLen(0)=%d", EncodedLen(1), len(b), EncodedLen(0))
+	if len(b) != encodedLen(1) || encodedLen(0) != 46 {
+		t.Fatalf("encodedLen(1)=%d, len=%d; encodedLen(0)=%d", encodedLen(1), len(b), encodedLen(0))
 	}
 }
 
@@ -154,7 +154,7 @@ func TestDecodeKeepsOrderSkipsExpiredAndClamps(t *testing.T) {
 
 func TestAppendEncodeAppends(t *testing.T) {
 	prefix := []byte("stored alongside")
-	b := AppendEncode(slices.Clone(prefix), Meta{Fingerprint: fp}, seq([]entry{{key(1), t0 + 1}}))
+	b := appendEncode(slices.Clone(prefix), Meta{Fingerprint: fp}, seq([]entry{{key(1), t0 + 1}}))
 	if !bytes.HasPrefix(b, prefix) {
 		t.Fatalf("prefix overwritten: %q", b[:len(prefix)])
 	}
@@ -331,7 +331,7 @@ func TestFuzzCorpusIsCurrent(t *testing.T) {
 // FuzzDecode: Decode never panics; when it fails it hands over nothing and
 // its error wraps a sentinel; when it succeeds it returns exactly the stored
 // entries that are live at now, clamped to now+window, in stored order, and
-// these round-trip through AppendEncode. Restore agrees with it.
+// these round-trip through appendEncode. Restore agrees with it.
 func FuzzDecode(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte, fingerprint uint64, window, now int64) {
 		got, meta, n, err := decodeAll(b, fingerprint, window, now)
@@ -351,12 +351,12 @@ func FuzzDecode(f *testing.F) {
 		}
 
 		// Exactly what the spec says, checked against the raw entries.
-		if len(b) != EncodedLen((len(b)-EncodedLen(0))/entryLen) || meta.Fingerprint != fingerprint {
+		if len(b) != encodedLen((len(b)-encodedLen(0))/entryLen) || meta.Fingerprint != fingerprint {
 			t.Fatalf("accepted %d bytes with fingerprint %x", len(b), meta.Fingerprint)
 		}
 		limit := addSat(now, window)
 		var want []entry
-		stored := (len(b) - EncodedLen(0)) / entryLen
+		stored := (len(b) - encodedLen(0)) / entryLen
 		unchanged := true
 		for i := range stored {
 			e := b[headerLen+i*entryLen:]
@@ -374,7 +374,7 @@ func FuzzDecode(f *testing.F) {
 		}
 
 		// Round trip.
-		b2 := AppendEncode(nil, meta, seq(got))
+		b2 := appendEncode(nil, meta, seq(got))
 		again, meta2, n2, err := decodeAll(b2, fingerprint, window, now)
 		if err != nil || meta2 != meta || n2 != n || !slices.Equal(again, got) {
 			t.Fatalf("round trip: %v %+v n=%d, want %v %+v n=%d (err %v)", again, meta2, n2, got, meta, n, err)
