@@ -24,14 +24,18 @@ import (
 // rebalance) gives 3, 4, 6 or 12 masters the same number of tags.
 //
 // Every tag group costs a script call and a commit command per batch that
-// touches it (about 10 µs of server time each), so the count is a trade:
-// 12 tags add about 0.12 µs per record at batches of 1000 (64 tags measured
-// 0.6 µs), and use at most 12 masters. Each tag's slot holds 1/12 of the
-// keys: move whole slots to rebalance.
+// touches it, whatever the number of its digests, so the tag count is a
+// trade paid by every batch: more tags spread the keys over more masters,
+// and cost more per record, the more so for small batches. 12 tags use at
+// most 12 masters, whose capacity bounds the Cluster's dedup load; the
+// figures behind the choice are in BENCHMARKS.md ("The shared tier on its
+// own"). Each tag's slot holds 1/12 of the keys: move whole slots to
+// rebalance.
 //
-// The layout is shared by every collector using the same Redis: changing
-// clusterTags, the tag table, the infix or the digest encoding makes old and
-// new instances blind to each other's claims for one window.
+// The tag count cannot follow the Cluster's size: the layout is shared by
+// every collector using the same Redis, and changing clusterTags, the tag
+// table, the infix or the digest encoding makes old and new instances blind
+// to each other's claims for one window.
 const (
 	clusterTags      = 12
 	statusInfix      = "claim:"

@@ -1,6 +1,7 @@
 package redistier
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 
@@ -30,6 +31,14 @@ func TestClusterTagsArePinned(t *testing.T) {
 	const want = "18,7,b,19,1q,c,6b,5,d,6c,4,a"
 	if got := strings.Join(tags, ","); got != want {
 		t.Fatalf("cluster hash tags changed:\n got %s\nwant %s", got, want)
+	}
+	// The component README lists these slots for operators.
+	var slots []string
+	for _, tag := range tags {
+		slots = append(slots, strconv.Itoa(keySlot("{"+tag+"}")))
+	}
+	if got, want := strings.Join(slots, ","), "511,1716,3300,4574,6162,7365,9175,9974,11298,13302,14039,15495"; got != want {
+		t.Fatalf("tag slots changed:\n got %s\nwant %s", got, want)
 	}
 	for i, tag := range tags {
 		slot := keySlot("{" + tag + "}")
