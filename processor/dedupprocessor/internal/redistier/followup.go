@@ -98,7 +98,7 @@ func (f *followups) run(t *Tier) func() {
 				if len(items) == 0 || c == nil {
 					break
 				}
-				ctx := context.Background()
+				ctx := t.bg
 				for _, op := range []string{OpCommit, OpRelease} {
 					var calls []*call
 					var sent []followup

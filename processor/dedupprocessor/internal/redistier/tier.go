@@ -123,6 +123,10 @@ type Tier struct {
 
 	follow followups
 	stop   chan struct{}
+	// bg bounds the background work (discovery, followups): Close cancels
+	// it.
+	bg     context.Context
+	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	closed sync.Once
 }
@@ -192,6 +196,7 @@ func New(opts Options) (*Tier, error) {
 		observe:  opts.Observe,
 		stop:     make(chan struct{}),
 	}
+	t.bg, t.cancel = context.WithCancel(context.Background())
 	t.follow.wake = make(chan struct{}, 1)
 	notStarted := errors.New("the tier has not been started")
 	t.unknown.Store(&notStarted)
@@ -240,7 +245,7 @@ func (t *Tier) discoverLater() {
 		case <-timer.C:
 		}
 		wait = min(2*wait, most)
-		mode, err := t.discover(context.Background())
+		mode, err := t.discover(t.bg)
 		if err == nil {
 			t.connect(mode)
 			if t.opts.OnTopology != nil {
@@ -348,6 +353,7 @@ func (t *Tier) Close() error {
 	var err error
 	t.closed.Do(func() {
 		close(t.stop)
+		t.cancel()
 		t.wg.Wait()
 		if c := t.conn.Load(); c != nil {
 			err = c.exec.close()
