@@ -125,6 +125,7 @@ func NewProcessor(ctx context.Context, o ProcOptions) (processor.Logs, error) {
 	if o.Redis != "" {
 		cfg.Redis = configoptional.Some(dedupprocessor.RedisConfig{
 			Endpoints: []string{o.Redis},
+			Mode:      dedupprocessor.RedisModeAuto,
 			Timeout:   5 * time.Second,
 			Lease:     30 * time.Second,
 			OnError:   dedupprocessor.ErrorRefuse,

@@ -179,7 +179,7 @@ func TestDashboardStructure(t *testing.T) {
 	for _, want := range []string{
 		"Duplicate rate by tier and signal", "Records by outcome", "Cache fill (entries / cache.max_entries)",
 		"Early evictions /s", "Redis latency by op (p50, p99)", "Redis round trips by op and result",
-		"Breaker state by instance", "Keys released after failed deliveries /s",
+		"Breaker state by instance and Redis node", "Keys released after failed deliveries /s",
 	} {
 		if !slices.Contains(titles, want) {
 			t.Errorf("no panel %q; panels: %q", want, titles)

@@ -834,8 +834,14 @@ service:
 			if bytes.Contains(b, []byte(tc.secret)) {
 				t.Fatalf("the password appears in the collector's output")
 			}
-			if !bytes.Contains(b, []byte("dedup: shared tier configured")) {
-				t.Fatalf("the shared tier was not configured:\n%s", tail(b, 20))
+			// A wrong password keeps the processor from learning what Redis
+			// is: it starts, and keeps asking.
+			started := "dedup: shared tier connected"
+			if tc.secret == wrong {
+				started = "dedup: shared tier: Redis did not answer at start"
+			}
+			if !bytes.Contains(b, []byte(started)) {
+				t.Fatalf("the collector's output lacks %q:\n%s", started, tail(b, 20))
 			}
 			ok := sc.Sum("otelcol_processor_dedup_redis_requests", Labels{"op": "claim", "result": "ok"})
 			failed := sc.Sum("otelcol_processor_dedup_redis_requests", Labels{"op": "claim", "result": "error"})

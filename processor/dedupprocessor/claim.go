@@ -127,11 +127,14 @@ func (e *engine) claimLocal(b *batch, ds []digest.Digest, at []int32) {
 // a Cluster), the digests of b.claimed it has not claimed there yet. A
 // digest another instance delivered becomes a duplicate, remembered locally
 // as committed; one held by a pending claim moves to b.sharedWait, still
-// held here locally. Without a shared tier the local claims stand as they
-// are.
+// held here locally. A digest the tier could not answer for (its node
+// failed) is, under on_error: pass, kept on the local claim's word and
+// noted in b.unchecked; under refuse, or when the caller gave up, the error
+// is returned and the batch is to be refused. Without a shared tier the
+// local claims stand as they are.
 func (e *engine) claimShared(ctx context.Context, b *batch, op string) error {
 	from := b.shared
-	if b.redisToken == "" || b.sharedOff || len(b.claimed) == from {
+	if b.redisToken == "" || len(b.claimed) == from {
 		return nil
 	}
 	ds := b.claimed[from:]
@@ -148,10 +151,13 @@ func (e *engine) claimShared(ctx context.Context, b *batch, op string) error {
 	default:
 		err = e.tier.ClaimAnswers(ctx, b.redisToken, ds, answers)
 	}
+	b.sharedOK = b.sharedOK || answered(answers)
 	if err != nil {
-		return err
+		if e.redisPolicy == ErrorRefuse || ctx.Err() != nil {
+			return err
+		}
+		e.tierError.log(b.now, err, zap.String("on_error", string(ErrorPass)))
 	}
-	b.sharedOK = true
 	kept := from
 	for i, a := range answers {
 		d, at := ds[i], b.claimedAt[from+i]
@@ -159,6 +165,12 @@ func (e *engine) claimShared(ctx context.Context, b *batch, op string) error {
 		case redistier.Claimed:
 			b.claimed[kept], b.claimedAt[kept] = d, at
 			kept++
+		case redistier.Unavailable:
+			// on_error: pass. A claim that reached Redis despite the
+			// error rightly holds its record.
+			b.claimed[kept], b.claimedAt[kept] = d, at
+			kept++
+			b.unchecked = append(b.unchecked, d)
 		case redistier.Held:
 			e.cache.Disown(d, b.token)
 			e.duplicate(b, int(at), tierRedis)
@@ -171,6 +183,16 @@ func (e *engine) claimShared(ctx context.Context, b *batch, op string) error {
 	b.claimed, b.claimedAt = b.claimed[:kept], b.claimedAt[:kept]
 	b.shared = kept
 	return nil
+}
+
+// answered reports whether the shared tier answered for any digest.
+func answered(answers []redistier.Answer) bool {
+	for _, a := range answers {
+		if a != redistier.Unavailable {
+			return true
+		}
+	}
+	return false
 }
 
 // await waits for the pending claims the batch met, by the discipline above,
@@ -275,11 +297,12 @@ func (e *engine) lookAgain(ctx context.Context, b *batch) error {
 // their digests back with those it waits for in the local cache, to be
 // claimed again from the start after the wait.
 func (e *engine) yieldClaims(ctx context.Context, b *batch) {
-	e.releaseAll(ctx, b)
+	e.releaseClaims(ctx, b, true)
 	b.localWait = append(append(b.localWait, b.claimed...), b.sharedWait...)
 	b.localWaitAt = append(append(b.localWaitAt, b.claimedAt...), b.sharedWaitAt...)
 	b.claimed, b.claimedAt, b.shared = b.claimed[:0], b.claimedAt[:0], 0
 	b.sharedWait, b.sharedWaitAt = b.sharedWait[:0], b.sharedWaitAt[:0]
+	b.unchecked = b.unchecked[:0]
 	b.yield = false
 	// Restore walk order, so in-batch copies resolve as on the first claim:
 	// the first one claims, the others are its duplicates.
@@ -298,13 +321,24 @@ func sortByVerdict(ds []digest.Digest, at []int32) {
 	}
 }
 
-// releaseAll releases the batch's claims: in the shared tier (the digests it
-// holds there, and those it holds only locally while waiting, whose claim
-// may have reached Redis despite an error) and in the local cache. It
-// returns how many local keys it released.
+// releaseAll releases the batch's claims for good: it is refused, or its
+// delivery failed. It returns how many local keys it released.
 func (e *engine) releaseAll(ctx context.Context, b *batch) int {
+	return e.releaseClaims(ctx, b, false)
+}
+
+// releaseClaims releases the batch's claims: in the shared tier (the digests
+// it holds there, and those it holds only locally while waiting, whose claim
+// may have reached Redis despite an error) and in the local cache. A batch
+// that yields will claim again under the same token. It returns how many
+// local keys it released.
+func (e *engine) releaseClaims(ctx context.Context, b *batch, yield bool) int {
 	if b.sharedOK {
-		if err := e.tier.Release(context.WithoutCancel(ctx), b.redisToken, append(b.claimed, b.sharedWait...)); err != nil {
+		release := e.tier.Release
+		if yield {
+			release = e.tier.Yield
+		}
+		if err := release(context.WithoutCancel(ctx), b.redisToken, append(b.claimed, b.sharedWait...)); err != nil {
 			e.tierError.log(b.now, err, zap.String("op", redistier.OpRelease))
 		}
 	}
@@ -319,41 +353,51 @@ func (e *engine) releaseAll(ctx context.Context, b *batch) int {
 	return n
 }
 
-// sharedFailed decides a batch whose shared claim failed. Under refuse, or
-// when the caller gave up, the batch releases what it holds and is refused.
-// Under pass it goes on without the shared tier: the records it holds
-// locally are delivered on the local tier's word (a claim that reached
-// Redis despite the error rightly holds its record), and those it waits for
-// locally are still waited for, since that wait involves no Redis.
+// sharedFailed refuses a batch whose shared claim failed under on_error:
+// refuse, or whose caller gave up: the batch releases what it holds and the
+// sender is asked to retry. (Under pass, claimShared delivers the digests
+// the tier could not answer for on the local claim's word.)
 func (e *engine) sharedFailed(ctx context.Context, b *batch, err error) error {
-	if e.redisPolicy == ErrorRefuse || ctx.Err() != nil {
-		// A claim that Redis applied despite a lost reply stays pending
-		// until its lease ends (releaseAll reaches Redis only if a round
-		// trip of this batch succeeded before); the copies it meets
-		// meanwhile wait or are refused, never dropped.
-		e.releaseAll(ctx, b)
-		e.tierError.log(b.now, err, zap.String("on_error", string(e.redisPolicy)))
-		return fmt.Errorf("%w: %w", errSharedTier, err)
-	}
-	e.tierError.log(b.now, err, zap.String("on_error", "pass"))
-	b.sharedOff = true
-	b.shared = 0
-	b.claimed = append(b.claimed, b.sharedWait...)
-	b.claimedAt = append(b.claimedAt, b.sharedWaitAt...)
-	b.sharedWait, b.sharedWaitAt = b.sharedWait[:0], b.sharedWaitAt[:0]
-	return nil
+	// A claim that Redis applied despite a lost reply stays pending until
+	// its lease ends (releaseAll reaches Redis only if a round trip of this
+	// batch was answered); the copies it meets meanwhile wait or are
+	// refused, never dropped.
+	e.releaseAll(ctx, b)
+	e.tierError.log(b.now, err, zap.String("on_error", string(e.redisPolicy)))
+	return fmt.Errorf("%w: %w", errSharedTier, err)
 }
 
 // commitShared makes the batch's shared claims last their window. A failed
-// commit leaves them pending: they expire at the end of the lease, after
-// which a copy would be let through again, so it is logged and counted.
+// commit leaves them pending; the tier commits them again in the background
+// until the lease ends, after which a copy would be let through again, so
+// it is logged. Digests the tier could not answer for are not committed:
+// their claims most likely do not exist.
 func (e *engine) commitShared(ctx context.Context, b *batch) {
 	if !b.sharedOK || len(b.claimed) == 0 {
 		return
 	}
-	if err := e.tier.Commit(context.WithoutCancel(ctx), b.redisToken, b.claimed); err != nil {
+	ds := b.claimed
+	if len(b.unchecked) > 0 {
+		ds = without(b.claimed, b.unchecked)
+	}
+	if err := e.tier.Commit(context.WithoutCancel(ctx), b.redisToken, ds); err != nil {
 		e.tierError.log(b.now, err, zap.String("op", redistier.OpCommit))
 	}
+}
+
+// without returns the digests of ds that are not in drop.
+func without(ds, drop []digest.Digest) []digest.Digest {
+	skip := make(map[digest.Digest]struct{}, len(drop))
+	for _, d := range drop {
+		skip[d] = struct{}{}
+	}
+	out := make([]digest.Digest, 0, len(ds)-len(drop))
+	for _, d := range ds {
+		if _, ok := skip[d]; !ok {
+			out = append(out, d)
+		}
+	}
+	return out
 }
 
 // settledSignal wakes the batches waiting for local claims when a batch of

@@ -390,7 +390,9 @@ type simTier struct {
 func (m *simTier) node(d digest.Digest) int { return int(d.Hi % uint64(m.nodes)) }
 
 func (m *simTier) claim(token string, ds []digest.Digest, answers []redistier.Answer) error {
-	clear(answers[:len(ds)])
+	for i := range ds {
+		answers[i] = redistier.Held // what a repeat in the call is answered
+	}
 	order := m.sim.rng.Perm(m.nodes)
 	for _, n := range order {
 		m.sim.step(time.Time{}, nil)
@@ -451,6 +453,10 @@ func (m *simTier) Release(_ context.Context, token string, ds []digest.Digest) e
 	}
 	delete(m.status, token)
 	return nil
+}
+
+func (m *simTier) Yield(ctx context.Context, token string, ds []digest.Digest) error {
+	return m.Release(ctx, token, ds)
 }
 
 // checkNoPending: once every batch has settled, no claim is left pending.

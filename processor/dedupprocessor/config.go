@@ -101,13 +101,33 @@ const (
 	ErrorRefuse ErrorPolicy = "refuse"
 )
 
+// RedisMode says what redis.endpoints are.
+type RedisMode string
+
+const (
+	// RedisModeAuto asks the endpoints at start-up (HELLO, ROLE).
+	RedisModeAuto RedisMode = "auto"
+	// RedisModeStandalone: one standalone server.
+	RedisModeStandalone RedisMode = "standalone"
+	// RedisModeCluster: one or more nodes of a Redis Cluster (one is
+	// enough, e.g. a managed service's configuration endpoint).
+	RedisModeCluster RedisMode = "cluster"
+	// RedisModeSentinel: Sentinels monitoring the master named MasterName.
+	RedisModeSentinel RedisMode = "sentinel"
+)
+
 // RedisConfig is the shared tier: a Redis that many collectors use to let
 // exactly one copy of a record through.
 type RedisConfig struct {
-	// Endpoints: one address is a standalone server, several are seeds of a
-	// Redis Cluster; with MasterName set they are Sentinel addresses.
+	// Endpoints: a standalone server, one or more nodes of a Redis Cluster,
+	// or Sentinels (with MasterName). What they are is asked of them at
+	// start-up unless Mode says.
 	Endpoints []string `mapstructure:"endpoints"`
-	// MasterName selects Sentinel: the name of the monitored master.
+	// Mode is auto (ask the endpoints), standalone, cluster or sentinel.
+	// The key layout differs between a Cluster and the rest, so every
+	// collector sharing a Redis must end up with the same mode.
+	Mode RedisMode `mapstructure:"mode"`
+	// MasterName is the name of the master the Sentinels monitor.
 	MasterName string `mapstructure:"master_name"`
 	// Username and Password authenticate (Redis ACL, or requirepass).
 	Username string              `mapstructure:"username"`
@@ -172,6 +192,7 @@ func createDefaultConfig() component.Config {
 		SnapshotInterval: defaultSnapshotInterval,
 		PendingWait:      defaultPendingWait,
 		Redis: configoptional.Default(RedisConfig{
+			Mode:    RedisModeAuto,
 			Timeout: defaultRedisTimeout,
 			Lease:   defaultRedisLease,
 			OnError: ErrorPass,
@@ -241,7 +262,19 @@ func (cfg *Config) Validate() error {
 
 const (
 	defaultRedisTimeout = 250 * time.Millisecond
-	defaultRedisLease   = 30 * time.Second
+	// defaultRedisLease must outlast the longest time a batch can spend in
+	// the next consumer between claim and commit or release: if it ends
+	// first, another instance may take the records over and a copy gets
+	// through. The next consumer normally returns within milliseconds (the
+	// exporters' sending queue accepts the batch) or within an exporter's
+	// timeout (5 s by default for OTLP); 30 s covers both with a wide
+	// margin. It must also stay short, because it is how long a collector
+	// that died mid-batch blocks its senders' retries of that batch, which
+	// retry for minutes (5 min by default in the Collector). A pipeline
+	// whose exporter retries synchronously (retry_on_failure without
+	// sending_queue) can block for up to its max_elapsed_time and needs a
+	// longer lease.
+	defaultRedisLease = 30 * time.Second
 )
 
 func (r *RedisConfig) validate(window time.Duration) []error {
@@ -254,7 +287,27 @@ func (r *RedisConfig) validate(window time.Duration) []error {
 			errs = append(errs, fmt.Errorf(`redis.endpoints[%d] must be "host:port", got %q`, i, ep))
 		}
 	}
-	if r.MasterName == "" && len(r.Endpoints) > 1 && r.DB != 0 {
+	switch r.Mode {
+	case RedisModeAuto, RedisModeCluster:
+	case RedisModeStandalone:
+		if len(r.Endpoints) > 1 {
+			errs = append(errs, fmt.Errorf(`redis.endpoints must list one server with redis.mode "standalone", got %d`, len(r.Endpoints)))
+		}
+	case RedisModeSentinel:
+		if r.MasterName == "" {
+			errs = append(errs, errors.New(`redis.master_name must name the master the Sentinels monitor with redis.mode "sentinel"`))
+		}
+	default:
+		errs = append(errs, fmt.Errorf(`redis.mode must be "auto", "standalone", "cluster" or "sentinel", got %q`, r.Mode))
+	}
+	if r.MasterName != "" && (r.Mode == RedisModeStandalone || r.Mode == RedisModeCluster) {
+		errs = append(errs, fmt.Errorf(`redis.master_name is for Sentinel: remove it, or set redis.mode to "sentinel" (or "auto"), got mode %q`, r.Mode))
+	}
+	switch {
+	case r.DB == 0 || r.MasterName != "":
+	case r.Mode == RedisModeCluster:
+		errs = append(errs, fmt.Errorf(`redis.db must be 0 with redis.mode "cluster" (a Redis Cluster has only database 0), got %d`, r.DB))
+	case len(r.Endpoints) > 1:
 		errs = append(errs, fmt.Errorf("redis.db must be 0 with several endpoints (a Redis Cluster has only database 0), got %d", r.DB))
 	}
 	if r.DB < 0 {

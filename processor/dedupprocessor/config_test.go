@@ -79,24 +79,30 @@ func TestLoadValidConfigs(t *testing.T) {
 		{name: "redis", want: func(c *Config) {
 			c.Logs.Key = []string{`attributes["event.id"]`}
 			c.Redis = configoptional.Some(RedisConfig{
-				Endpoints: []string{"127.0.0.1:6379"},
-				Timeout:   250 * time.Millisecond, Lease: 30 * time.Second, OnError: ErrorPass,
+				Endpoints: []string{"127.0.0.1:6379"}, Mode: RedisModeAuto,
+				Timeout: 250 * time.Millisecond, Lease: 30 * time.Second, OnError: ErrorPass,
 			})
 		}},
 		{name: "redis_cluster", want: func(c *Config) {
 			tls := configtls.ClientConfig{}
 			tls.CAFile = "/etc/redis/ca.pem"
 			c.Redis = configoptional.Some(RedisConfig{
-				Endpoints: []string{"10.0.0.1:7000", "10.0.0.2:7000", "10.0.0.3:7000"},
-				Username:  "dedup", Password: "s3cret", TLS: configoptional.Some(tls), KeyPrefix: "dedup:prod:",
+				Endpoints: []string{"10.0.0.1:7000", "10.0.0.2:7000", "10.0.0.3:7000"}, Mode: RedisModeAuto,
+				Username: "dedup", Password: "s3cret", TLS: configoptional.Some(tls), KeyPrefix: "dedup:prod:",
 				Timeout: 100 * time.Millisecond, Lease: time.Minute, OnError: ErrorRefuse,
 			})
 		}},
 		{name: "redis_sentinel", want: func(c *Config) {
 			c.Redis = configoptional.Some(RedisConfig{
 				Endpoints:  []string{"127.0.0.1:26379", "127.0.0.2:26379"},
-				MasterName: "mymaster", DB: 2,
+				MasterName: "mymaster", DB: 2, Mode: RedisModeAuto,
 				Timeout: 250 * time.Millisecond, Lease: 30 * time.Second, OnError: ErrorPass,
+			})
+		}},
+		{name: "redis_configuration_endpoint", want: func(c *Config) {
+			c.Redis = configoptional.Some(RedisConfig{
+				Endpoints: []string{"clustercfg.dedup.example.internal:6379"}, Mode: RedisModeCluster,
+				Timeout: 250 * time.Millisecond, Lease: 30 * time.Second, OnError: ErrorRefuse,
 			})
 		}},
 		{name: "content_ignore", want: func(c *Config) {
@@ -172,6 +178,10 @@ func TestLoadInvalidConfigs(t *testing.T) {
 			`redis.lease must be > 0 and <= window (1m0s), got "2m0s"` + "\n" +
 			`redis.on_error must be "pass" or "refuse", got "ignore"`},
 		{name: "redis_no_endpoints", validate: `redis.endpoints must list at least one "host:port"`},
+		{name: "redis_bad_mode", validate: `redis.mode must be "auto", "standalone", "cluster" or "sentinel", got "ring"`},
+		{name: "redis_sentinel_without_master", validate: `redis.master_name must name the master the Sentinels monitor with redis.mode "sentinel"`},
+		{name: "redis_mode_contradicts", validate: `redis.endpoints must list one server with redis.mode "standalone", got 2` + "\n" +
+			`redis.master_name is for Sentinel: remove it, or set redis.mode to "sentinel" (or "auto"), got mode "standalone"`},
 		{name: "many_errors", validate: `window must be > 0, got "-1s"` + "\n" +
 			`action must be "drop" or "mark", got "delete"` + "\n" +
 			`on_missing_key must be "pass", "content" or "drop", got "keep"` + "\n" +

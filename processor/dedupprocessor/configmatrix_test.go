@@ -107,6 +107,10 @@ func TestConfigMatrixValidateErrors(t *testing.T) {
 		{`redis: {endpoints: ["a:1", "redis.internal"]}`, `redis.endpoints[1] must be "host:port", got "redis.internal"`},
 		{`redis: {endpoints: ["a:1"], db: -1}`, `redis.db must be >= 0, got -1`},
 		{`redis: {endpoints: ["a:1", "b:2"], db: 1}`, `redis.db must be 0 with several endpoints (a Redis Cluster has only database 0), got 1`},
+		{`redis: {endpoints: ["a:1"], mode: cluster, db: 1}`, `redis.db must be 0 with redis.mode "cluster" (a Redis Cluster has only database 0), got 1`},
+		{`redis: {endpoints: ["a:1"], mode: Cluster}`, `redis.mode must be "auto", "standalone", "cluster" or "sentinel", got "Cluster"`},
+		{`redis: {endpoints: ["a:1"], mode: ""}`, `redis.mode must be "auto", "standalone", "cluster" or "sentinel", got ""`},
+		{`redis: {endpoints: ["a:1"], mode: cluster, master_name: m}`, `redis.master_name is for Sentinel: remove it, or set redis.mode to "sentinel" (or "auto"), got mode "cluster"`},
 		{`redis: {endpoints: ["a:1"], timeout: -1s}`, `redis.timeout must be > 0, got "-1s"`},
 		{`redis: {endpoints: ["a:1"], timeout: 0s}`, `redis.timeout must be > 0, got "0s"`},
 		{`redis: {endpoints: ["a:1"], lease: 0s}`, `redis.lease must be > 0 and <= window (10m0s), got "0s"`},
@@ -192,6 +196,16 @@ func TestConfigMatrixAcceptedEdges(t *testing.T) {
 		{`redis: {endpoints: [":6379", "[::1]:6379"], master_name: mymaster, db: 3}`, func(t *testing.T, c *Config) {
 			// Sentinel: several endpoints are sentinels, and db is allowed.
 			if r := c.Redis.Get(); r.MasterName != "mymaster" || r.DB != 3 {
+				t.Fatalf("redis = %+v", r)
+			}
+		}},
+		{`redis: {endpoints: ["a:1"]}`, func(t *testing.T, c *Config) {
+			if m := c.Redis.Get().Mode; m != RedisModeAuto {
+				t.Fatalf("redis.mode = %q, want the default auto", m)
+			}
+		}},
+		{`redis: {endpoints: ["a:1"], mode: sentinel, master_name: m, db: 1}`, func(t *testing.T, c *Config) {
+			if r := c.Redis.Get(); r.Mode != RedisModeSentinel || r.MasterName != "m" {
 				t.Fatalf("redis = %+v", r)
 			}
 		}},

@@ -132,6 +132,9 @@ func TestLargeRacingCopiesNeverDeadlock(t *testing.T) {
 				cfg.Redis.Get().Timeout = 10 * time.Second
 				cfg.Redis.Get().Lease = time.Minute
 				cfg.PendingWait = 10 * time.Second // a refusal would mean batches waited on each other
+				// Redis timeouts are not this test's subject: 12 claims of 2500
+				// records at once can take longer than 300ms on 2 busy cores.
+				cfg.Redis.Get().Timeout = 5 * time.Second
 				hs = append(hs, newHarness(t, cfg, sinks[i]))
 			}
 			var wg sync.WaitGroup

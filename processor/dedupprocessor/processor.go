@@ -57,10 +57,12 @@ type batch struct {
 	waitedSince  time.Time // zero until the batch first waits
 
 	redisToken string             // the shared tier's claim token; "" if none
-	shared     int                // claimed[:shared] are claimed in the shared tier too
-	sharedOK   bool               // a shared claim of this batch succeeded
-	sharedOff  bool               // the shared tier failed under on_error: pass
+	shared     int                // claimed[:shared] are claimed in the shared tier too (or unchecked)
+	sharedOK   bool               // the shared tier answered a claim of this batch
 	answers    []redistier.Answer // the shared tier's answer per claimed digest
+	// unchecked holds the claimed digests the shared tier could not answer
+	// for, kept under on_error: pass on the local claim's word.
+	unchecked []digest.Digest
 }
 
 var batchPool = sync.Pool{New: func() any { return new(batch) }}
@@ -195,6 +197,9 @@ func (e *engine) end(b *batch) {
 	if cap(b.pending) > maxRetained {
 		b.pending, b.pendingAt, b.results, b.claimed, b.claimedAt, b.answers = nil, nil, nil, nil, nil, nil
 	}
+	if cap(b.unchecked) > maxRetained {
+		b.unchecked = nil
+	}
 	if cap(b.localWait)+cap(b.sharedWait) > maxRetained {
 		b.localWait, b.localWaitAt, b.sharedWait, b.sharedWaitAt = nil, nil, nil, nil
 	}
@@ -203,6 +208,7 @@ func (e *engine) end(b *batch) {
 		claimed: b.claimed[:0], claimedAt: b.claimedAt[:0], answers: b.answers[:0],
 		localWait: b.localWait[:0], localWaitAt: b.localWaitAt[:0],
 		sharedWait: b.sharedWait[:0], sharedWaitAt: b.sharedWaitAt[:0],
+		unchecked: b.unchecked[:0],
 	}
 	batchPool.Put(b)
 }
@@ -307,7 +313,7 @@ func (e *engine) Start(ctx context.Context, host component.Host) (err error) {
 	if err := e.startPersistence(ctx, host); err != nil {
 		return err
 	}
-	return e.startTier(ctx)
+	return e.startTier(ctx, host)
 }
 
 func (e *engine) Shutdown(ctx context.Context) error {

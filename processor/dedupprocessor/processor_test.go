@@ -18,9 +18,15 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"go.uber.org/goleak"
+	"go.uber.org/zap"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// A go-redis pool whose every connection failed to dial (a killed server)
+// dials again every second in a goroutine of its own, which ends within a
+// second of the pool's Close.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))
+}
 
 // harness runs one logs processor with a metric reader over its telemetry.
 type harness struct {
@@ -31,13 +37,18 @@ type harness struct {
 	signal string // "logs" when empty
 }
 
-func newHarness(t *testing.T, cfg *Config, next consumer.Logs) *harness {
+// newHarness starts a logs processor with cfg in front of next; a logger,
+// if given, replaces the nop one.
+func newHarness(t *testing.T, cfg *Config, next consumer.Logs, logger ...*zap.Logger) *harness {
 	t.Helper()
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
 	set := processortest.NewNopSettings(componentType)
 	set.MeterProvider = mp
+	if len(logger) > 0 {
+		set.Logger = logger[0]
+	}
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("config: %v", err)
 	}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/collector/component"
-
+	"go.opentelemetry.io/collector/component/componentstatus"
 	"go.uber.org/zap"
 
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
@@ -118,10 +118,13 @@ func (e *engine) claimKeySpace() (release func(), err error) {
 	}, nil
 }
 
-// startTier connects the shared tier, if one is configured. New makes no
-// network call, so a Redis that is down at start-up does not fail the
-// collector: it degrades per on_error like any later outage.
-func (e *engine) startTier(ctx context.Context) error {
+// startTier connects the shared tier, if one is configured. It asks the
+// endpoints what they are (unless redis.mode says) and fails the start if
+// the answer cannot work: a replica, Sentinels without master_name, a mode
+// the servers contradict. A Redis that does not answer does not fail the
+// start: it degrades per on_error like any later outage, and the tier keeps
+// asking in the background.
+func (e *engine) startTier(ctx context.Context, host component.Host) error {
 	r := e.cfg.Redis.Get()
 	if r == nil {
 		return nil
@@ -139,6 +142,7 @@ func (e *engine) startTier(ctx context.Context) error {
 	}
 	tier, err := redistier.New(redistier.Options{
 		Endpoints:  r.Endpoints,
+		Mode:       redistier.Mode(r.Mode),
 		MasterName: r.MasterName,
 		Username:   r.Username,
 		Password:   string(r.Password),
@@ -149,18 +153,44 @@ func (e *engine) startTier(ctx context.Context) error {
 		Window:     e.cfg.Window,
 		Lease:      r.Lease,
 		Observe:    e.tel.observeRedis,
+		OnTopology: e.topologyFound(host, r),
 	})
 	if err != nil {
-		return fmt.Errorf("dedup: redis: %w", err)
+		return err
 	}
 	redisLog.Do(func() {
 		redis.SetLogger(zapRedisLogger{logger: e.logger.With(zap.String("client", "go-redis"))})
 	})
+	if err := tier.Start(ctx); err != nil {
+		_ = tier.Close()
+		return fmt.Errorf("dedup: %w", err)
+	}
 	e.tier, e.redis = tier, tier
-	e.tel.observeBreaker(tier)
-	e.logger.Info("dedup: shared tier configured", zap.Strings("endpoints", r.Endpoints),
-		zap.String("master_name", r.MasterName), zap.String("key_prefix", prefix))
+	e.tel.observeBreakers(tier)
+	fields := []zap.Field{zap.Strings("endpoints", r.Endpoints), zap.String("master_name", r.MasterName), zap.String("key_prefix", prefix)}
+	if mode := tier.Mode(); mode != "" {
+		e.logger.Info("dedup: shared tier connected", append(fields, zap.String("mode", string(mode)))...)
+	} else {
+		e.logger.Warn("dedup: shared tier: Redis did not answer at start; until it does, batches follow redis.on_error",
+			append(fields, zap.String("on_error", string(r.OnError)))...)
+	}
 	return nil
+}
+
+// topologyFound reports what the tier learns in the background when Redis
+// did not answer at start: the mode, or the configuration error that keeps
+// the tier from working, which is also the processor's status (permanent
+// error: fixing it takes a new configuration).
+func (e *engine) topologyFound(host component.Host, r *RedisConfig) func(redistier.Mode, error) {
+	return func(mode redistier.Mode, err error) {
+		if err == nil {
+			e.logger.Info("dedup: shared tier connected: Redis answered", zap.String("mode", string(mode)), zap.Strings("endpoints", r.Endpoints))
+			return
+		}
+		e.logger.Error("dedup: shared tier cannot work with what Redis answered; batches follow redis.on_error until the configuration is fixed",
+			zap.Error(err), zap.String("on_error", string(r.OnError)))
+		componentstatus.ReportStatus(host, componentstatus.NewPermanentErrorEvent(fmt.Errorf("dedup: %w", err)))
+	}
 }
 
 func (e *engine) stopTier() error {
@@ -173,13 +203,15 @@ func (e *engine) stopTier() error {
 }
 
 // sharedTier is what the engine needs of the shared tier: redistier.Tier,
-// whose methods document the contract.
+// whose methods document the contract. Each digest is answered on its own:
+// one whose part of the tier failed answers Unavailable.
 type sharedTier interface {
 	ClaimAnswers(ctx context.Context, token string, ds []digest.Digest, answers []redistier.Answer) error
 	ClaimDistinct(ctx context.Context, token string, ds []digest.Digest, answers []redistier.Answer) error
 	Recheck(ctx context.Context, token string, ds []digest.Digest, answers []redistier.Answer) error
 	Commit(ctx context.Context, token string, ds []digest.Digest) error
 	Release(ctx context.Context, token string, ds []digest.Digest) error
+	Yield(ctx context.Context, token string, ds []digest.Digest) error
 }
 
 // redisTelemetry is set up by newTelemetry; these are the hooks the tier
@@ -191,7 +223,7 @@ func (t *telemetry) observeRedis(op, result string, d time.Duration) {
 		return
 	}
 	t.redisRequests.Add(ctx, 1, opts.add)
-	if result != redistier.ResultSkipped {
+	if d > 0 { // zero: no round trip was made
 		t.redisDuration.Record(ctx, d.Seconds(), opts.record)
 	}
 }

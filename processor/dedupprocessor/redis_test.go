@@ -33,6 +33,7 @@ func redisConfig(endpoints []string, onError ErrorPolicy) *Config {
 	cfg.PendingWait = 5 * time.Second // generous: -race on 2 busy cores
 	cfg.Redis = configoptional.Some(RedisConfig{
 		Endpoints: endpoints,
+		Mode:      RedisModeAuto,
 		Timeout:   300 * time.Millisecond,
 		Lease:     30 * time.Second,
 		OnError:   onError,
@@ -203,13 +204,13 @@ func TestRedisDownPassKeepsEveryUnique(t *testing.T) {
 	if failed+skipped != 10 || failed < 1 || skipped < 1 {
 		t.Fatalf("claims failed=%d skipped=%d: want 10 in all, the breaker opening after the first failures", failed, skipped)
 	}
-	if s := h.metric("otelcol_processor_dedup_redis_breaker_state"); s != 2 {
+	if s := h.metric("otelcol_processor_dedup_redis_breaker_state", attribute.String("node", srv.Addr())); s != 2 {
 		t.Fatalf("breaker state = %d, want 2 (open)", s)
 	}
 	srv.Restart()
 	// The breaker probes Redis again after its cooldown; wait for it to close.
 	deadline := time.Now().Add(20 * time.Second)
-	for h.metric("otelcol_processor_dedup_redis_breaker_state") != 0 {
+	for h.metric("otelcol_processor_dedup_redis_breaker_state", attribute.String("node", srv.Addr())) != 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("breaker did not close after Redis came back")
 		}
@@ -395,11 +396,14 @@ func TestCopyOfARecordPendingTooLongIsRefused(t *testing.T) {
 	r := cfg.Redis.Get()
 	r.Lease, cfg.PendingWait = 700*time.Millisecond, 200*time.Millisecond
 	// The dead owner: a claim written through the tier and then abandoned.
-	owner, err := redistier.New(redistier.Options{Endpoints: r.Endpoints, KeyPrefix: defaultKeyPrefix(component.MustNewID("dedup"), cfg), Window: cfg.Window, Lease: r.Lease})
+	owner, err := redistier.New(redistier.Options{Endpoints: r.Endpoints, KeyPrefix: defaultKeyPrefix(component.MustNewID("dedup"), cfg), Window: cfg.Window, Lease: r.Lease, Timeout: r.Timeout})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer owner.Close()
+	if err := owner.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	enc := new(identity.Encoder)
 	sink := new(consumertest.LogsSink)
 	h := newHarness(t, cfg, sink)

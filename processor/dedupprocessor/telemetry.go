@@ -60,10 +60,12 @@ type telemetry struct {
 	baseOpt     metric.AddOption
 	baseObsOpt  metric.ObserveOption
 
-	redisRequests metric.Int64Counter
-	redisDuration metric.Float64Histogram
-	redisOpts     map[string]redisOpts // by "op/result"
-	breakerState  atomic.Pointer[func() int64]
+	redisRequests  metric.Int64Counter
+	redisDuration  metric.Float64Histogram
+	redisUnchecked metric.Int64Counter
+	redisOpts      map[string]redisOpts // by "op/result"
+	breakers       atomic.Pointer[func() []redistier.NodeBreaker]
+	base           []attribute.KeyValue
 
 	registration metric.Registration
 }
@@ -97,6 +99,7 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, signal strin
 		attribute.String("otel.signal", signal),
 	}
 	t := &telemetry{
+		base:       base,
 		baseOpt:    metric.WithAttributeSet(attribute.NewSet(base...)),
 		baseObsOpt: metric.WithAttributeSet(attribute.NewSet(base...)),
 	}
@@ -144,8 +147,12 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, signal strin
 		metric.WithUnit("s"),
 		metric.WithExplicitBucketBoundaries(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1))
 	errs = errors.Join(errs, err)
+	t.redisUnchecked, err = meter.Int64Counter("otelcol_processor_dedup_redis_unchecked",
+		metric.WithDescription("Records delivered on the local cache's word alone because the shared tier could not answer for them (redis.on_error: pass): another collector may deliver a copy of each."),
+		metric.WithUnit("{records}"))
+	errs = errors.Join(errs, err)
 	breaker, err := meter.Int64ObservableGauge("otelcol_processor_dedup_redis_breaker_state",
-		metric.WithDescription("The shared tier's circuit breaker: 0 closed, 1 half-open (probing), 2 open (Redis skipped)."),
+		metric.WithDescription("The circuit breaker of each node of the shared tier (label node: a Cluster master's address, a standalone server's endpoint, a Sentinel master's name): 0 closed, 1 half-open (probing), 2 open (the node skipped)."),
 		metric.WithUnit("1"))
 	errs = errors.Join(errs, err)
 	if errs != nil {
@@ -163,8 +170,11 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, signal strin
 	t.registration, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		o.ObserveInt64(entries, cache.entries(), t.baseObsOpt)
 		o.ObserveInt64(evictions, cache.evictions(), t.baseObsOpt)
-		if state := t.breakerState.Load(); state != nil {
-			o.ObserveInt64(breaker, (*state)(), t.baseObsOpt)
+		if breakers := t.breakers.Load(); breakers != nil {
+			for _, nb := range (*breakers)() {
+				o.ObserveInt64(breaker, breakerValue(nb.State),
+					metric.WithAttributeSet(attribute.NewSet(append(t.base[:2:2], attribute.String("node", nb.Node))...)))
+			}
 		}
 		return nil
 	}, entries, evictions, breaker)
@@ -186,6 +196,9 @@ func (t *telemetry) recordBatch(ctx context.Context, b *batch) {
 			t.duplicates.Add(ctx, n, t.tierOpts[tr])
 		}
 	}
+	if n := len(b.unchecked); n > 0 {
+		t.redisUnchecked.Add(ctx, int64(n), t.baseOpt)
+	}
 }
 
 func (t *telemetry) recordReleased(ctx context.Context, n int) {
@@ -206,16 +219,19 @@ func (t *telemetry) shutdown() error {
 	return nil
 }
 
-// observeBreaker starts reporting the tier's breaker state.
-func (t *telemetry) observeBreaker(tier *redistier.Tier) {
-	state := func() int64 {
-		switch tier.BreakerState() {
-		case breaker.HalfOpen:
-			return 1
-		case breaker.Open:
-			return 2
-		}
-		return 0
+// observeBreakers starts reporting the state of the tier's breakers, one
+// series per node.
+func (t *telemetry) observeBreakers(tier *redistier.Tier) {
+	breakers := tier.Breakers
+	t.breakers.Store(&breakers)
+}
+
+func breakerValue(s breaker.State) int64 {
+	switch s {
+	case breaker.HalfOpen:
+		return 1
+	case breaker.Open:
+		return 2
 	}
-	t.breakerState.Store(&state)
+	return 0
 }

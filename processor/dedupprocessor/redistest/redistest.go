@@ -105,10 +105,12 @@ type Server struct {
 	port    int
 	cluster bool // cluster-enabled, with its bus on busPort
 	busPort int
-	mu      sync.Mutex
-	proc    *process
-	paused  bool
-	client  *redis.Client
+	// nodeTimeout is a cluster node's cluster-node-timeout.
+	nodeTimeout time.Duration
+	mu          sync.Mutex
+	proc        *process
+	paused      bool
+	client      *redis.Client
 }
 
 type process struct {
@@ -208,7 +210,7 @@ func (s *Server) writeConfig() {
 		lines = append(lines,
 			"cluster-enabled yes",
 			"cluster-config-file nodes.conf",
-			"cluster-node-timeout 2000",
+			"cluster-node-timeout "+strconv.FormatInt(s.nodeTimeout.Milliseconds(), 10),
 			"cluster-port "+strconv.Itoa(s.busPort),
 		)
 	}
@@ -357,6 +359,13 @@ func (s *Server) Client() *redis.Client {
 		s.client = redis.NewClient(s.clientOptions(5 * time.Second))
 	}
 	return s.client
+}
+
+// Running reports whether the server's process runs and is not paused.
+func (s *Server) Running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.proc != nil && !s.paused
 }
 
 // Kill stops the server with SIGKILL, as a crash would, and waits for it to

@@ -131,3 +131,65 @@ func TestSentinel(t *testing.T) {
 		t.Fatalf("GET k on the master = %q, %v", v, err)
 	}
 }
+
+func TestReplica(t *testing.T) {
+	ctx := context.Background()
+	m := Standalone(t, WithPassword("pw"), WithConfig("repl-diskless-sync-delay 0"))
+	r := Replica(t, m)
+	if err := m.Client().Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	role, err := r.Client().Do(ctx, "role").Slice()
+	if err != nil || len(role) < 3 || role[0] != "slave" || role[2] != int64(m.Port()) {
+		t.Fatalf("ROLE on the replica = %v, %v; want slave of port %d", role, err, m.Port())
+	}
+	waitFor(t, 5*time.Second, "write replicated", func() (bool, string) {
+		v, err := r.Client().Get(ctx, "k").Result()
+		return err == nil && v == "v", v
+	})
+	if err := r.Client().Set(ctx, "k", "w", 0).Err(); err == nil || !strings.HasPrefix(err.Error(), "READONLY") {
+		t.Fatalf("SET on the replica: %v, want READONLY", err)
+	}
+}
+
+// TestClusterChanges: a Cluster with replicas survives a killed master (its
+// replica takes its slots), a manual failover, a new master and a reshard,
+// and the helpers report each change.
+func TestClusterChanges(t *testing.T) {
+	ctx := context.Background()
+	c := NewCluster(t, ClusterConfig{Masters: 3, Replicas: 1, NodeTimeout: time.Second})
+	if len(c.Nodes) != 6 || len(c.Addrs()) != 6 {
+		t.Fatalf("%d nodes, %d addresses; want 6", len(c.Nodes), len(c.Addrs()))
+	}
+	master, replica := c.MasterOf(0)
+	if master == nil || replica == nil || master == replica {
+		t.Fatalf("slot 0: master %v, replica %v", master, replica)
+	}
+
+	master.Kill()
+	c.WaitHealthy()
+	if m, _ := c.MasterOf(0); m != replica {
+		t.Fatalf("slot 0 served by %s after its master died, want the replica %s", m.Addr(), replica.Addr())
+	}
+
+	m2, r2 := c.MasterOf(16383)
+	c.Failover(r2)
+	if m, r := c.MasterOf(16383); m != r2 || r != m2 {
+		t.Fatalf("after CLUSTER FAILOVER slot 16383: master %s, replica %v; want %s, %s", m.Addr(), r, r2.Addr(), m2.Addr())
+	}
+
+	added := c.AddMaster()
+	c.Reshard(replica, added, 10, 10)
+	if m, _ := c.MasterOf(0); m != added {
+		t.Fatalf("slot 0 served by %s after the reshard, want the new master %s", m.Addr(), added.Addr())
+	}
+	// A client following the map reaches the moved slot; the old owner
+	// answered MOVED to the stale one.
+	stale := replica.Client()
+	if err := stale.Set(ctx, "{06S}k", "v", 0).Err(); err == nil || !strings.HasPrefix(err.Error(), "MOVED") {
+		t.Fatalf("SET of a slot-0 key on its old owner: %v, want MOVED", err)
+	}
+	if n := c.ErrorStats()["MOVED"]; n < 1 {
+		t.Fatalf("errorstat MOVED = %d, want >= 1", n)
+	}
+}

@@ -28,13 +28,9 @@ func Sentinel(tb testing.TB) *SentinelServers {
 	const name = "mymaster"
 	// No 5 s wait for more replicas before the first sync.
 	master := Standalone(tb, WithConfig("repl-diskless-sync-delay 0"))
-	replica := Standalone(tb, WithConfig("replicaof 127.0.0.1 "+strconv.Itoa(master.Port())))
+	replica := Replica(tb, master)
 
 	ctx := context.Background()
-	wait(tb, "replica in sync", func() (bool, string) {
-		info, err := replica.Client().Info(ctx, "replication").Result()
-		return err == nil && strings.Contains(info, "master_link_status:up"), info
-	})
 	// Started after the replica is in sync, the sentinel's first INFO to the
 	// master already lists the replica (the next one comes 10 s later).
 	sentinel := newServer(tb, config{extra: []string{
@@ -57,6 +53,31 @@ func Sentinel(tb testing.TB) *SentinelServers {
 	return &SentinelServers{MasterName: name, Master: master, Replica: replica, Sentinel: sentinel}
 }
 
+// Replica starts a standalone replica of master (started with the same
+// credentials, if any) and waits until it is in sync. A master started with
+// the config line "repl-diskless-sync-delay 0" syncs it at once.
+func Replica(tb testing.TB, master *Server, opts ...Option) *Server {
+	tb.Helper()
+	var cfg config
+	for _, o := range opts {
+		o(&cfg)
+	}
+	cfg.extra = append(cfg.extra, "replicaof 127.0.0.1 "+strconv.Itoa(master.Port()))
+	switch {
+	case master.cfg.password != "":
+		cfg.extra = append(cfg.extra, "masterauth "+quote(master.cfg.password))
+	case master.cfg.aclUser != "":
+		cfg.extra = append(cfg.extra, "masteruser "+quote(master.cfg.aclUser), "masterauth "+quote(master.cfg.aclPass))
+	}
+	replica := newServer(tb, cfg)
+	replica.startFresh()
+	wait(tb, "replica in sync", func() (bool, string) {
+		info, err := replica.Client().Info(context.Background(), "replication").Result()
+		return err == nil && strings.Contains(info, "master_link_status:up"), info
+	})
+	return replica
+}
+
 // wait polls cond until it holds, failing the test after readyTimeout.
 func wait(tb testing.TB, what string, cond func() (bool, string)) {
 	tb.Helper()
@@ -72,5 +93,3 @@ func wait(tb testing.TB, what string, cond func() (bool, string)) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
-
-func itoa(n int) string { return strconv.Itoa(n) }

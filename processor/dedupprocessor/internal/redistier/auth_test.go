@@ -28,8 +28,8 @@ func TestTLS(t *testing.T) {
 	if err == nil {
 		t.Fatal("Claim without a client certificate succeeded")
 	}
-	if IsTimeout(err) {
-		t.Errorf("IsTimeout(%v) = true, want a plain error", err)
+	if isTimeout(err) {
+		t.Errorf("isTimeout(%v) = true, want a plain error", err)
 	}
 	wantObserved(t, &obs, "claim/error")
 
@@ -53,7 +53,7 @@ func TestACLUser(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "WRONGPASS") || !strings.HasPrefix(err.Error(), "dedup: redis claim: ") {
 		t.Fatalf("Claim with a wrong password: %v, want dedup: redis claim: WRONGPASS ...", err)
 	}
-	if IsTimeout(err) || errors.Is(err, ErrBreakerOpen) {
+	if isTimeout(err) || errors.Is(err, errBreakerOpen) {
 		t.Errorf("wrong password classified as timeout or breaker: %v", err)
 	}
 	wantObserved(t, &obs, "claim/error")

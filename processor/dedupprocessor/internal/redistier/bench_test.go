@@ -2,6 +2,7 @@ package redistier
 
 import (
 	"context"
+	"fmt"
 	"os/exec"
 	"regexp"
 	"strconv"
@@ -127,6 +128,31 @@ return 0`)
 	})
 }
 
+// BenchmarkClaimCommitTags is the cost of the Cluster layout's tag count:
+// claim + commit with tags hash-tagged groups (one script call and one
+// commit command per group a batch touches), on one server so that only the
+// group count changes, at batches of 100 and 1000. The layout uses
+// clusterTags; more tags would let more masters hold dedup keys, at this
+// price for every batch.
+func BenchmarkClaimCommitTags(b *testing.B) {
+	for _, batch := range []int{100, 1000} {
+		for _, tags := range []int{0, clusterTags, 2 * clusterTags, 4 * clusterTags} {
+			b.Run(fmt.Sprintf("batch=%d/tags=%d", batch, tags), func(b *testing.B) {
+				srv := redistest.Standalone(b)
+				tr := newTier(b, Options{Endpoints: []string{srv.Addr()}, KeyPrefix: "otelcol-dedup:", Window: 10 * time.Minute, Timeout: 5 * time.Second})
+				tr.conn.Load().layout = newLayout("otelcol-dedup:", tags)
+				runBatchesOf(b, batch, srv.Client(), func(ctx context.Context, ds []digest.Digest, claimed []bool) error {
+					tok := testToken()
+					if err := tr.claimBools(ctx, tok, ds, claimed); err != nil {
+						return err
+					}
+					return tr.Commit(ctx, tok, ds)
+				})
+			})
+		}
+	}
+}
+
 func BenchmarkClaimCommitCluster(b *testing.B) {
 	cl := redistest.Cluster(b, 3)
 	cc := cl.Client()
@@ -150,17 +176,23 @@ func benchKey(d digest.Digest) string {
 	return "otelcol-dedup:" + string(b[:])
 }
 
-// runBatches calls op with batches of fresh digests from 4 goroutines and
-// reports records/s; with a client it also reports Redis bytes per record.
+// runBatches calls op with batches of benchBatch fresh digests from 4
+// goroutines and reports records/s; with a client it also reports Redis
+// bytes per record.
 func runBatches(b *testing.B, c *redis.Client, op func(context.Context, []digest.Digest, []bool) error) {
+	runBatchesOf(b, benchBatch, c, op)
+}
+
+// runBatchesOf is runBatches with batches of size digests.
+func runBatchesOf(b *testing.B, size int, c *redis.Client, op func(context.Context, []digest.Digest, []bool) error) {
 	ctx := context.Background()
 	before, cpuBefore := usedMemory(b, c), serverCPU(b, c)
 	b.ReportAllocs()
 	b.SetParallelism(2)
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
-		ds := make([]digest.Digest, benchBatch)
-		claimed := make([]bool, benchBatch)
+		ds := make([]digest.Digest, size)
+		claimed := make([]bool, size)
 		for pb.Next() {
 			benchDigests(ds)
 			if err := op(ctx, ds, claimed); err != nil {
@@ -176,7 +208,7 @@ func runBatches(b *testing.B, c *redis.Client, op func(context.Context, []digest
 		}
 	})
 	b.StopTimer()
-	records := float64(b.N * benchBatch)
+	records := float64(b.N * size)
 	b.ReportMetric(records/b.Elapsed().Seconds(), "records/s")
 	if c != nil {
 		b.ReportMetric(float64(usedMemory(b, c)-before)/records, "redis-B/record")

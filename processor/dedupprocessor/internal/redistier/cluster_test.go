@@ -2,8 +2,13 @@ package redistier
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/breaker"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/redistest"
 )
 
@@ -25,7 +30,7 @@ func TestCluster(t *testing.T) {
 		}
 		// Our slot computation is the server's.
 		for _, d := range ds[:50] {
-			key := tr.layout.digestKey(d)
+			key := tr.lay().digestKey(d)
 			slot, err := cc.ClusterKeySlot(ctx, key).Result()
 			if err != nil || int(slot) != keySlot(key) {
 				t.Fatalf("CLUSTER KEYSLOT %q = %d (%v), keySlot = %d", key, slot, err, keySlot(key))
@@ -51,4 +56,134 @@ func TestCluster(t *testing.T) {
 			t.Errorf("keys under spread: = %d digest + %d status, want %d + %d", digestKeys, statusKeys, len(ds), clusterTags)
 		}
 	})
+}
+
+// servedBy returns, for each digest, the address of the master that serves
+// its group's slot in cl's current topology.
+func servedBy(t *testing.T, tr *Tier, cl *redistest.ClusterServers, ds []digest.Digest) []string {
+	t.Helper()
+	nodes := cl.Topology()
+	out := make([]string, len(ds))
+	for i, d := range ds {
+		slot := keySlot(tr.lay().digestKey(d))
+		for _, n := range nodes {
+			if n.Has("master") && !n.Has("fail") && n.Serves(slot) {
+				out[i] = n.Addr
+			}
+		}
+	}
+	return out
+}
+
+// breakerOf returns the state of node's breaker, and whether it is known.
+func breakerOf(tr *Tier, node string) (breaker.State, bool) {
+	for _, nb := range tr.Breakers() {
+		if nb.Node == node {
+			return nb.State, true
+		}
+	}
+	return 0, false
+}
+
+// TestClusterNodeHangs: a master stops answering (SIGSTOP). A claim spread
+// over every master is answered for the groups of the two healthy masters,
+// and the hung master's groups answer Unavailable: its timeout is its own,
+// not stamped on the others' replies. After Failures timeouts its breaker
+// opens: its groups then fail at once (skipped), the others are still
+// answered, and the healthy masters' breakers stay closed.
+func TestClusterNodeHangs(t *testing.T) {
+	cl := redistest.NewCluster(t, redistest.ClusterConfig{Masters: 3, NodeTimeout: time.Minute})
+	var obs observations
+	tr := newTier(t, Options{Endpoints: cl.Addrs()[:1], Window: testWindow, Timeout: 300 * time.Millisecond,
+		Observe: obs.observe, Breaker: breaker.Config{Failures: 2, Cooldown: time.Minute}})
+	ctx := context.Background()
+	claimAll(t, tr, digests(t, "warm", 100))
+	wantObserved(t, &obs, "claim/ok")
+
+	hung, _ := cl.MasterOf(0)
+	hung.Pause()
+	defer hung.Resume()
+	for round, want := range []string{"claim/timeout", "claim/timeout", "claim/skipped", "claim/skipped"} {
+		ds := digests(t, fmt.Sprint("round", round), 300)
+		node := servedBy(t, tr, cl, ds)
+		answers := make([]Answer, len(ds))
+		err := tr.ClaimAnswers(ctx, testToken(), ds, answers)
+		if err == nil || !strings.Contains(err.Error(), "node "+hung.Addr()+": ") {
+			t.Fatalf("round %d: claim: %v, want a failure of node %s", round, err, hung.Addr())
+		}
+		for i, a := range answers {
+			if wantA := map[bool]Answer{true: Unavailable, false: Claimed}[node[i] == hung.Addr()]; a != wantA {
+				t.Fatalf("round %d: digest %d on %s answered %v, want %v", round, i, node[i], a, wantA)
+			}
+		}
+		wantObserved(t, &obs, want)
+	}
+	if s, ok := breakerOf(tr, hung.Addr()); !ok || s != breaker.Open {
+		t.Fatalf("hung master's breaker: %v (known %v), want open; all: %v", s, ok, tr.Breakers())
+	}
+	for _, nb := range tr.Breakers() {
+		if nb.Node != hung.Addr() && nb.State != breaker.Closed {
+			t.Fatalf("healthy master %s's breaker is %v", nb.Node, nb.State)
+		}
+	}
+	if n := len(tr.Breakers()); n != 3 {
+		t.Fatalf("%d breakers, want one per master: %v", n, tr.Breakers())
+	}
+}
+
+// TestClusterMasterDies: a master is killed; its replica is promoted. Until
+// then only the dead master's groups answer Unavailable (with
+// cluster-require-full-coverage no, the other masters' slots stay served);
+// once the replica serves them, every group is answered again, through the
+// replica's own, closed, breaker, while the dead master's breaker is open.
+func TestClusterMasterDies(t *testing.T) {
+	cl := redistest.NewCluster(t, redistest.ClusterConfig{Masters: 3, Replicas: 1, NodeTimeout: time.Second,
+		Config: []string{"cluster-require-full-coverage no"}})
+	tr := newTier(t, Options{Endpoints: cl.Addrs()[:1], Window: testWindow, Timeout: 300 * time.Millisecond})
+	ctx := context.Background()
+	claimAll(t, tr, digests(t, "warm", 100))
+	dead, replica := cl.MasterOf(0)
+	var deadSlots redistest.ClusterNode
+	for _, n := range cl.Topology() {
+		if n.Addr == dead.Addr() {
+			deadSlots = n
+		}
+	}
+	dead.Kill()
+	killed := time.Now()
+	healthy := false
+	for round := 0; !healthy; round++ {
+		if round > 400 {
+			t.Fatal("the tier did not answer every group within 400 rounds of the kill")
+		}
+		ds := digests(t, fmt.Sprint("round", round), 120)
+		answers := make([]Answer, len(ds))
+		err := tr.ClaimAnswers(ctx, testToken(), ds, answers)
+		healthy = err == nil
+		for i, a := range answers {
+			if a != Unavailable {
+				if a != Claimed {
+					t.Fatalf("round %d: digest %d answered %v", round, i, a)
+				}
+				continue
+			}
+			// Only digests of the dead master's groups, whose slots it
+			// served until the kill.
+			g := tr.lay().groupOf(ds[i])
+			if slot := keySlot(tr.lay().statusKey(g, "x")); !deadSlots.Serves(slot) {
+				t.Fatalf("round %d: digest %d of slot %d (not the dead master's) unavailable: %v", round, i, slot, err)
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("every group answered again %s after the kill", time.Since(killed).Round(10*time.Millisecond))
+	if m, _ := cl.MasterOf(0); m != replica {
+		t.Fatalf("slot 0 served by %s, want the promoted replica %s", m.Addr(), replica.Addr())
+	}
+	if s, ok := breakerOf(tr, replica.Addr()); !ok || s != breaker.Closed {
+		t.Fatalf("the promoted replica's breaker: %v (known %v), want closed", s, ok)
+	}
+	if s, ok := breakerOf(tr, dead.Addr()); !ok || s != breaker.Open {
+		t.Fatalf("the dead master's breaker: %v (known %v), want open", s, ok)
+	}
 }

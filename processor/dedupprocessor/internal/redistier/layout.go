@@ -24,14 +24,18 @@ import (
 // rebalance) gives 3, 4, 6 or 12 masters the same number of tags.
 //
 // Every tag group costs a script call and a commit command per batch that
-// touches it (about 10 µs of server time each), so the count is a trade:
-// 12 tags add about 0.12 µs per record at batches of 1000 (64 tags measured
-// 0.6 µs), and use at most 12 masters. Each tag's slot holds 1/12 of the
-// keys: move whole slots to rebalance.
+// touches it, whatever the number of its digests, so the tag count is a
+// trade paid by every batch: more tags spread the keys over more masters,
+// and cost more per record, the more so for small batches. 12 tags use at
+// most 12 masters, whose capacity bounds the Cluster's dedup load; the
+// figures behind the choice are in BENCHMARKS.md ("The shared tier on its
+// own"). Each tag's slot holds 1/12 of the keys: move whole slots to
+// rebalance.
 //
-// The layout is shared by every collector using the same Redis: changing
-// clusterTags, the tag table, the infix or the digest encoding makes old and
-// new instances blind to each other's claims for one window.
+// The tag count cannot follow the Cluster's size: the layout is shared by
+// every collector using the same Redis, and changing clusterTags, the tag
+// table, the infix or the digest encoding makes old and new instances blind
+// to each other's claims for one window.
 const (
 	clusterTags      = 12
 	statusInfix      = "claim:"
@@ -50,13 +54,14 @@ type group struct {
 	statusPrefix string // prefix + statusInfix
 }
 
-func newLayout(keyPrefix string, cluster bool) layout {
-	if !cluster {
+// newLayout returns the layout of tags hash tags (clusterTags in a Cluster),
+// or of one untagged group if tags is 0.
+func newLayout(keyPrefix string, tags int) layout {
+	if tags == 0 {
 		return layout{groups: []group{{prefix: keyPrefix, statusPrefix: keyPrefix + statusInfix}}}
 	}
-	tags := clusterHashTags()
-	l := layout{groups: make([]group, len(tags))}
-	for i, tag := range tags {
+	l := layout{groups: make([]group, tags)}
+	for i, tag := range clusterHashTags(tags) {
 		p := keyPrefix + "{" + tag + "}"
 		l.groups[i] = group{prefix: p, statusPrefix: p + statusInfix}
 	}
@@ -68,8 +73,8 @@ func (l *layout) groupOf(d digest.Digest) int {
 	if len(l.groups) == 1 {
 		return 0
 	}
-	// The top 32 bits scaled to [0, clusterTags): uniform, no modulo.
-	return int((d.Hi >> 32) * clusterTags >> 32)
+	// The top 32 bits scaled to [0, groups): uniform, no modulo.
+	return int((d.Hi >> 32) * uint64(len(l.groups)) >> 32)
 }
 
 func (l *layout) statusKey(g int, token string) string {
@@ -82,16 +87,16 @@ func (l *layout) digestKey(d digest.Digest) string {
 	return l.groups[l.groupOf(d)].prefix + string(b[:])
 }
 
-// clusterHashTags returns clusterTags short strings, one per equal slot
-// range: tag i is the first base-36 number whose slot lies in the middle half
-// of range i, away from the boundaries where an even split of the slots over
-// the masters may fall. The result is fixed (see the layout note above); a
-// test pins it.
-func clusterHashTags() []string {
-	tags := make([]string, clusterTags)
-	width := clusterSlots / clusterTags
+// clusterHashTags returns n short strings, one per equal slot range: tag i
+// is the first base-36 number whose slot lies in the middle half of range i,
+// away from the boundaries where an even split of the slots over the masters
+// may fall. For n = clusterTags the result is fixed (see the layout note
+// above); a test pins it.
+func clusterHashTags(n int) []string {
+	tags := make([]string, n)
+	width := clusterSlots / n
 	for i := range tags {
-		lo := i*clusterSlots/clusterTags + width/4
+		lo := i*clusterSlots/n + width/4
 		hi := lo + width/2
 		for n := uint64(0); ; n++ {
 			s := strconv.FormatUint(n, 36)

@@ -1,6 +1,7 @@
 package redistier
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 
@@ -26,10 +27,18 @@ func TestCRC16AndKeySlot(t *testing.T) {
 // TestClusterTagsArePinned pins the Cluster layout: every collector sharing a
 // Redis must derive the same keys, so these tags may never change.
 func TestClusterTagsArePinned(t *testing.T) {
-	tags := clusterHashTags()
+	tags := clusterHashTags(clusterTags)
 	const want = "18,7,b,19,1q,c,6b,5,d,6c,4,a"
 	if got := strings.Join(tags, ","); got != want {
 		t.Fatalf("cluster hash tags changed:\n got %s\nwant %s", got, want)
+	}
+	// The component README lists these slots for operators.
+	var slots []string
+	for _, tag := range tags {
+		slots = append(slots, strconv.Itoa(keySlot("{"+tag+"}")))
+	}
+	if got, want := strings.Join(slots, ","), "511,1716,3300,4574,6162,7365,9175,9974,11298,13302,14039,15495"; got != want {
+		t.Fatalf("tag slots changed:\n got %s\nwant %s", got, want)
 	}
 	for i, tag := range tags {
 		slot := keySlot("{" + tag + "}")
@@ -56,7 +65,7 @@ func TestLayout(t *testing.T) {
 	d := digest.Digest{Hi: 0xffff_ffff_0000_0001, Lo: 2}
 	b := d.Bytes()
 
-	l := newLayout("p:", false)
+	l := newLayout("p:", 0)
 	if got, want := l.digestKey(d), "p:"+string(b[:]); got != want {
 		t.Errorf("standalone digest key = %q, want %q", got, want)
 	}
@@ -64,7 +73,7 @@ func TestLayout(t *testing.T) {
 		t.Errorf("standalone status key = %q", got)
 	}
 
-	l = newLayout("p:", true)
+	l = newLayout("p:", clusterTags)
 	g := l.groupOf(d)
 	if g != clusterTags-1 {
 		t.Fatalf("group of a digest with the top 32 bits set = %d, want %d", g, clusterTags-1)
@@ -72,7 +81,7 @@ func TestLayout(t *testing.T) {
 	if g := l.groupOf(digest.Digest{Hi: 0x0000_0000_ffff_ffff}); g != 0 {
 		t.Fatalf("group of a digest with the top 32 bits clear = %d, want 0", g)
 	}
-	tag := clusterHashTags()[clusterTags-1]
+	tag := clusterHashTags(clusterTags)[clusterTags-1]
 	if got, want := l.digestKey(d), "p:{"+tag+"}"+string(b[:]); got != want {
 		t.Errorf("cluster digest key = %q, want %q", got, want)
 	}
@@ -81,7 +90,7 @@ func TestLayout(t *testing.T) {
 	}
 	// A prefix with its own hash tag still keeps a digest and its status
 	// key together (in one slot for all).
-	l = newLayout("p{x:", true)
+	l = newLayout("p{x:", clusterTags)
 	if keySlot(l.digestKey(d)) != keySlot(l.statusKey(l.groupOf(d), "tok")) {
 		t.Error("with a brace in the prefix, digest and status keys split")
 	}

@@ -7,21 +7,35 @@ import (
 )
 
 func TestNewRejectsBadOptions(t *testing.T) {
+	ok := Options{Endpoints: []string{"127.0.0.1:1"}, Window: time.Minute, Lease: time.Second, Timeout: time.Second}
+	with := func(f func(*Options)) Options {
+		o := ok
+		f(&o)
+		return o
+	}
 	for _, tc := range []struct {
 		name string
 		opts Options
 		want string
 	}{
-		{"no endpoints", Options{Window: time.Minute},
+		{"no endpoints", with(func(o *Options) { o.Endpoints = nil }),
 			"dedup: redis: endpoints must not be empty"},
-		{"bad endpoint", Options{Endpoints: []string{"localhost"}, Window: time.Minute},
+		{"bad endpoint", with(func(o *Options) { o.Endpoints = []string{"localhost"} }),
 			`dedup: redis: endpoint "localhost": want host:port`},
-		{"no window", Options{Endpoints: []string{"127.0.0.1:1"}},
+		{"no window", with(func(o *Options) { o.Window = 0 }),
 			"dedup: redis: window must be >= 1ms, got 0s"},
-		{"cluster db", Options{Endpoints: []string{"127.0.0.1:1", "127.0.0.1:2"}, DB: 1, Window: time.Minute},
+		{"cluster db", with(func(o *Options) { o.Mode, o.DB = ModeCluster, 1 }),
 			"dedup: redis: db must be 0 with a Redis Cluster, got 1"},
-		{"negative", Options{Endpoints: []string{"127.0.0.1:1"}, Window: time.Minute, Lease: -1, Timeout: -1},
-			"dedup: redis: lease must be >= 1ms (or 0 for the default), got -1ns\ntimeout must be >= 0, got -1ns"},
+		{"unknown mode", with(func(o *Options) { o.Mode = "ring" }),
+			`dedup: redis: unknown mode "ring"`},
+		{"standalone with two endpoints", with(func(o *Options) { o.Mode, o.Endpoints = ModeStandalone, []string{"127.0.0.1:1", "127.0.0.1:2"} }),
+			"dedup: redis: mode standalone takes one endpoint, got 2"},
+		{"sentinel without a master", with(func(o *Options) { o.Mode = ModeSentinel }),
+			"dedup: redis: mode sentinel needs a master name"},
+		{"master name in cluster mode", with(func(o *Options) { o.Mode, o.MasterName = ModeCluster, "m" }),
+			"dedup: redis: a master name is for Sentinel, not mode cluster"},
+		{"no lease, no timeout", with(func(o *Options) { o.Lease, o.Timeout = 0, 0 }),
+			"dedup: redis: lease must be >= 1ms, got 0s\ntimeout must be > 0, got 0s"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tr, err := New(tc.opts)
@@ -36,14 +50,20 @@ func TestNewRejectsBadOptions(t *testing.T) {
 	}
 }
 
-func TestNewMakesNoNetworkCall(t *testing.T) {
+// TestUnstartedTierFailsCalls: New makes no network call, and a tier that
+// was not started answers every digest Unavailable.
+func TestUnstartedTierFailsCalls(t *testing.T) {
 	// Nothing listens on port 1; New must not notice.
-	tr := newTier(t, Options{Endpoints: []string{"127.0.0.1:1"}, Window: time.Minute})
-	if tr.timeout != DefaultTimeout || tr.leaseArg != "30000" || tr.winArg != "60000" {
-		t.Fatalf("defaults: timeout %v, lease %s ms, window %s ms", tr.timeout, tr.leaseArg, tr.winArg)
+	tr, err := New(Options{Endpoints: []string{"127.0.0.1:1"}, Window: time.Minute, Lease: 30 * time.Second, Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	if tr.leaseArg != "30000" || tr.winArg != "60000" {
+		t.Fatalf("lease %s ms, window %s ms", tr.leaseArg, tr.winArg)
 	}
 	// Nothing to do: no round trip, no error.
-	if err := tr.claimBools(context.Background(), "tok", nil, nil); err != nil {
+	if err := tr.ClaimAnswers(context.Background(), "tok", nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := tr.Commit(context.Background(), "tok", nil); err != nil {
@@ -58,6 +78,14 @@ func TestNewMakesNoNetworkCall(t *testing.T) {
 	}
 	if err := tr.claimBools(context.Background(), "", ds, make([]bool, 2)); err == nil {
 		t.Fatal("Claim with an empty token succeeded")
+	}
+	answers := []Answer{Claimed, Claimed}
+	err = tr.ClaimAnswers(context.Background(), "tok", ds, answers)
+	if err == nil || err.Error() != "dedup: redis claim: topology not known: the tier has not been started" {
+		t.Fatalf("Claim before Start: %v", err)
+	}
+	if answers[0] != Unavailable || answers[1] != Unavailable {
+		t.Fatalf("answers before Start = %v, want Unavailable", answers)
 	}
 }
 

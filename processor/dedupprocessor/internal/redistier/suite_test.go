@@ -231,7 +231,7 @@ func runContractSuite(t *testing.T, tg suiteTarget) {
 					t.Errorf("digest %d claimed by %d goroutines, want 1", i, winners)
 					continue
 				}
-				if v, err := tg.store.Get(ctx, tiers[0].layout.digestKey(d)).Result(); err != nil || v != tok {
+				if v, err := tg.store.Get(ctx, tiers[0].lay().digestKey(d)).Result(); err != nil || v != tok {
 					t.Errorf("digest %d holds %q (%v), want the winner's token %q", i, v, err, tok)
 				}
 			}
@@ -246,8 +246,8 @@ func runContractSuite(t *testing.T, tg suiteTarget) {
 			ds := digests(t, "", 2)
 			tok := testToken()
 			wantClaimed(t, claim(t, tr, tok, ds...), true, true)
-			key := tr.layout.digestKey(ds[0])
-			status := tr.layout.statusKey(tr.layout.groupOf(ds[0]), tok)
+			key := tr.lay().digestKey(ds[0])
+			status := tr.lay().statusKey(tr.lay().groupOf(ds[0]), tok)
 			// The window runs from the claim; the pending status lives for
 			// the lease only.
 			wantPTTL(t, tg.store, key, testWindow-5*time.Second, testWindow)
@@ -274,7 +274,7 @@ func runContractSuite(t *testing.T, tg suiteTarget) {
 
 			time.Sleep(pastLease)
 			wantClaimed(t, claim(t, tr, tokB, ds...), true) // taken over
-			key := tr.layout.digestKey(ds[0])
+			key := tr.lay().digestKey(ds[0])
 			wantValue(t, tg.store, key, tokB)
 			wantPTTL(t, tg.store, key, testWindow-5*time.Second, testWindow) // a new window
 
@@ -295,10 +295,10 @@ func runContractSuite(t *testing.T, tg suiteTarget) {
 			wantClaimed(t, claim(t, tr, tokB, ds[1]), true)
 
 			release(t, tr, tokA, ds...)
-			wantMissing(t, tg.store, tr.layout.digestKey(ds[0]))
-			wantValue(t, tg.store, tr.layout.digestKey(ds[1]), tokB)
-			wantMissing(t, tg.store, tr.layout.digestKey(ds[2]))
-			wantMissing(t, tg.store, tr.layout.statusKey(tr.layout.groupOf(ds[0]), tokA))
+			wantMissing(t, tg.store, tr.lay().digestKey(ds[0]))
+			wantValue(t, tg.store, tr.lay().digestKey(ds[1]), tokB)
+			wantMissing(t, tg.store, tr.lay().digestKey(ds[2]))
+			wantMissing(t, tg.store, tr.lay().statusKey(tr.lay().groupOf(ds[0]), tokA))
 			release(t, tr, tokA, ds...) // idempotent
 
 			wantClaimed(t, claim(t, tr, testToken(), ds...), true, false, true)
@@ -345,7 +345,7 @@ func runContractSuite(t *testing.T, tg suiteTarget) {
 					tok, status = tokB, "p"
 				}
 				b := d.Bytes()
-				group := tr.layout.groups[tr.layout.groupOf(d)].prefix
+				group := tr.lay().groups[tr.lay().groupOf(d)].prefix
 				want[group+string(b[:])] = tok
 				want[group+"claim:"+tok] = status
 			}

@@ -16,10 +16,11 @@
 // batch size, because the pending/committed state lives in one status key
 // per claim instead of in the TTL of every digest key.
 //
-// Measured on the 2-core development machine (Redis 7.0.15, loopback, 4
-// callers, batches of 1000 unique digests), claim+commit moves 403k records/s
-// where redis-benchmark's pipelined SET NX PX moves 454k (89%), at 161 bytes
-// of Redis memory per record; bench_test.go has the full comparison.
+// What the endpoints are is asked of them at Start (discover.go), not guessed
+// from their number: the key layout differs between a Cluster and the rest,
+// and every collector sharing a Redis must use the same one. In a Cluster,
+// each group's answer is its own (cluster.go): a failed node fails only the
+// digests of the groups it serves, which answer Unavailable.
 package redistier
 
 import (
@@ -30,9 +31,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -40,23 +43,6 @@ import (
 
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/breaker"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
-)
-
-// Defaults for zero Options fields.
-const (
-	DefaultTimeout = 250 * time.Millisecond
-	// DefaultLease is 30 s. A lease must outlast the longest time a batch
-	// can spend in the next consumer between Claim and Commit/Release: if it
-	// ends first, another instance may take the digests over and a copy gets
-	// through. The next consumer normally returns within milliseconds (the
-	// exporters' sending queue accepts the batch) or within an exporter's
-	// timeout (5 s by default for OTLP); 30 s covers both with a wide margin.
-	// It must also stay short, because it is how long a collector that died
-	// mid-batch blocks its senders' retries of that batch, which retry for
-	// minutes (5 min by default in the Collector). A pipeline whose exporter
-	// retries synchronously (retry_on_failure without sending_queue) can
-	// block for up to its max_elapsed_time and needs a longer lease.
-	DefaultLease = 30 * time.Second
 )
 
 // Operation names and results passed to Options.Observe.
@@ -68,23 +54,25 @@ const (
 	OpCommit  = "commit"
 	OpRelease = "release"
 
-	ResultOK      = "ok"
+	ResultOK = "ok"
+	// ResultError: a command failed, or the topology is not known yet
+	// (Redis has not answered since Start).
 	ResultError   = "error"
 	ResultTimeout = "timeout"
-	// ResultSkipped: the breaker was open and no request was made.
+	// ResultSkipped: a node's breaker was open and its commands were not
+	// sent.
 	ResultSkipped = "skipped"
 )
 
-// ErrBreakerOpen is returned (wrapped) when the circuit breaker is open and
-// the call was not attempted.
-var ErrBreakerOpen = errors.New("circuit breaker open")
-
 // Options configures a Tier.
 type Options struct {
-	// Endpoints: one address is a standalone server, several are seeds of a
-	// Redis Cluster; with MasterName set they are Sentinel addresses.
+	// Endpoints are the addresses the tier starts from: a standalone
+	// server, one or more nodes of a Redis Cluster, or Sentinels.
 	Endpoints []string
-	// MasterName selects Sentinel: the name of the monitored master.
+	// Mode says what the endpoints are; ModeAuto (or empty) asks them at
+	// Start.
+	Mode Mode
+	// MasterName is the master the Sentinels monitor (Sentinel only).
 	MasterName string
 	Username   string
 	Password   string
@@ -97,38 +85,65 @@ type Options struct {
 	// into one slot.
 	KeyPrefix string
 	// Timeout bounds each call: its round trip(s), including a reload of the
-	// scripts and a retry on a broken connection. Default DefaultTimeout.
+	// scripts and the retries of groups whose slot moved. Required.
 	Timeout time.Duration
 	// Window is how long a claimed digest is remembered, counted from the
 	// claim. Required.
 	Window time.Duration
-	// Lease is how long a pending claim stays alive without Commit. Default
-	// DefaultLease, whose comment explains the choice.
+	// Lease is how long a pending claim stays alive without Commit.
+	// Required.
 	Lease time.Duration
-	// Breaker configures the circuit breaker; zero fields take its defaults
-	// (open after 5 consecutive failures for 5 s, doubling to 1 min).
+	// Breaker configures the circuit breakers (one per node); zero fields
+	// take its defaults.
 	Breaker breaker.Config
 	// Observe, if set, is called once per call with the operation (OpClaim,
-	// OpCommit, OpRelease), its result (ResultOK, ResultError, ResultTimeout,
-	// ResultSkipped) and its duration (zero when skipped). It is called
+	// OpRecheck, OpCommit, OpRelease), its result (ResultOK, ResultError,
+	// ResultTimeout, ResultSkipped: the worst of its groups') and its
+	// duration (zero when no round trip was made). It is called
 	// synchronously and concurrently, and must be cheap.
 	Observe func(op, result string, d time.Duration)
+	// OnTopology, if set, is called when a tier whose endpoints did not
+	// answer at Start learns what they are: with the mode found, or with
+	// the error that says why it cannot work with them (then the tier goes
+	// on failing every call, and asking again). It is called from a
+	// goroutine of the tier.
+	OnTopology func(Mode, error)
 }
 
 // Tier is a connection to the shared tier. It is safe for concurrent use.
 type Tier struct {
-	client   redis.UniversalClient
-	layout   layout
+	opts     Options
 	timeout  time.Duration
 	leaseArg string // lease in ms, as a script argument
 	winArg   string // window in ms, as a script argument
-	breaker  *breaker.Breaker
 	observe  func(op, result string, d time.Duration)
+
+	conn    atomic.Pointer[conn]  // nil until the topology is known
+	unknown atomic.Pointer[error] // why conn is nil
+
+	follow followups
+	stop   chan struct{}
+	// bg bounds the background work (discovery, followups): Close cancels
+	// it.
+	bg     context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	closed sync.Once
 }
 
-// New validates opts and returns a Tier. It makes no network call: the first
-// Claim connects.
+// conn is the tier connected to a topology.
+type conn struct {
+	mode   Mode
+	layout layout
+	exec   executor
+}
+
+// New validates opts and returns a Tier that has not asked Redis anything
+// yet: Start does.
 func New(opts Options) (*Tier, error) {
+	if opts.Mode == "" {
+		opts.Mode = ModeAuto
+	}
 	var errs []error
 	if len(opts.Endpoints) == 0 {
 		errs = append(errs, errors.New("endpoints must not be empty"))
@@ -138,8 +153,23 @@ func New(opts Options) (*Tier, error) {
 			errs = append(errs, fmt.Errorf("endpoint %q: want host:port", e))
 		}
 	}
-	cluster := opts.MasterName == "" && len(opts.Endpoints) > 1
-	if cluster && opts.DB != 0 {
+	switch opts.Mode {
+	case ModeAuto, ModeCluster:
+	case ModeStandalone:
+		if len(opts.Endpoints) > 1 {
+			errs = append(errs, fmt.Errorf("mode standalone takes one endpoint, got %d", len(opts.Endpoints)))
+		}
+	case ModeSentinel:
+		if opts.MasterName == "" {
+			errs = append(errs, errors.New("mode sentinel needs a master name"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("unknown mode %q", opts.Mode))
+	}
+	if opts.MasterName != "" && opts.Mode != ModeAuto && opts.Mode != ModeSentinel {
+		errs = append(errs, fmt.Errorf("a master name is for Sentinel, not mode %s", opts.Mode))
+	}
+	if opts.Mode == ModeCluster && opts.DB != 0 {
 		errs = append(errs, fmt.Errorf("db must be 0 with a Redis Cluster, got %d", opts.DB))
 	}
 	if opts.DB < 0 {
@@ -149,65 +179,198 @@ func New(opts Options) (*Tier, error) {
 	if opts.Window < time.Millisecond {
 		errs = append(errs, fmt.Errorf("window must be >= 1ms, got %s", opts.Window))
 	}
-	if opts.Lease != 0 && opts.Lease < time.Millisecond {
-		errs = append(errs, fmt.Errorf("lease must be >= 1ms (or 0 for the default), got %s", opts.Lease))
+	if opts.Lease < time.Millisecond {
+		errs = append(errs, fmt.Errorf("lease must be >= 1ms, got %s", opts.Lease))
 	}
-	if opts.Timeout < 0 {
-		errs = append(errs, fmt.Errorf("timeout must be >= 0, got %s", opts.Timeout))
+	if opts.Timeout <= 0 {
+		errs = append(errs, fmt.Errorf("timeout must be > 0, got %s", opts.Timeout))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("dedup: redis: %w", err)
 	}
-	timeout := orDefault(opts.Timeout, DefaultTimeout)
-	lease := orDefault(opts.Lease, DefaultLease)
-
-	client := redis.NewUniversalClient(&redis.UniversalOptions{
-		Addrs:      opts.Endpoints,
-		MasterName: opts.MasterName,
-		Username:   opts.Username,
-		Password:   opts.Password,
-		DB:         opts.DB,
-		TLSConfig:  opts.TLS,
-
-		DialTimeout:           timeout,
-		ReadTimeout:           timeout,
-		WriteTimeout:          timeout,
-		PoolTimeout:           timeout,
-		ContextTimeoutEnabled: true,
-		// One retry on a broken connection; every call is idempotent for
-		// its token, and the call's context bounds the total time.
-		MaxRetries:    1,
-		DialerRetries: 1,
-		// Plain Redis does not know the maintenance-notifications handshake
-		// and would cost a failed command per new connection.
-		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
-	})
-	return &Tier{
-		client:   client,
-		layout:   newLayout(opts.KeyPrefix, cluster),
-		timeout:  timeout,
-		leaseArg: strconv.FormatInt(lease.Milliseconds(), 10),
+	t := &Tier{
+		opts:     opts,
+		timeout:  opts.Timeout,
+		leaseArg: strconv.FormatInt(opts.Lease.Milliseconds(), 10),
 		winArg:   strconv.FormatInt(opts.Window.Milliseconds(), 10),
-		breaker:  breaker.New(opts.Breaker),
 		observe:  opts.Observe,
-	}, nil
-}
-
-func orDefault(v, def time.Duration) time.Duration {
-	if v == 0 {
-		return def
+		stop:     make(chan struct{}),
 	}
-	return v
+	t.bg, t.cancel = context.WithCancel(context.Background())
+	t.follow.wake = make(chan struct{}, 1)
+	notStarted := errors.New("the tier has not been started")
+	t.unknown.Store(&notStarted)
+	return t, nil
 }
 
-// Close closes the connections.
+// Start finds out what the endpoints are and connects to them. It returns
+// an error, naming the setting to change, if they cannot work as the tier
+// needs: a standalone replica (read-only), Sentinels without a master name,
+// endpoints of different kinds, or a Mode they contradict. If no endpoint
+// answers, Start does not fail: with a Mode set, the tier connects as that
+// mode; without, every call fails until the endpoints answer, which the
+// tier keeps asking in the background (then Options.OnTopology is called).
+// Start is bounded by the larger of Timeout and one second.
+func (t *Tier) Start(ctx context.Context) error {
+	mode, err := t.discover(ctx)
+	switch {
+	case err == nil:
+	case !errors.Is(err, errNoAnswer):
+		return err
+	case t.opts.Mode != ModeAuto:
+		mode = t.opts.Mode
+	default:
+		t.unknown.Store(&err)
+		t.wg.Go(t.discoverLater)
+	}
+	if mode != "" {
+		t.connect(mode)
+	}
+	t.wg.Go(t.follow.run(t))
+	return nil
+}
+
+// discoverLater asks the endpoints what they are until they answer, with a
+// growing pause, and connects once they do.
+func (t *Tier) discoverLater() {
+	const first, most = 100 * time.Millisecond, 2 * time.Second
+	wait := first
+	reported := ""
+	for {
+		timer := time.NewTimer(wait)
+		select {
+		case <-t.stop:
+			timer.Stop()
+			return
+		case <-timer.C:
+		}
+		wait = min(2*wait, most)
+		mode, err := t.discover(t.bg)
+		if err == nil {
+			t.connect(mode)
+			if t.opts.OnTopology != nil {
+				t.opts.OnTopology(mode, nil)
+			}
+			return
+		}
+		t.unknown.Store(&err)
+		if !errors.Is(err, errNoAnswer) && err.Error() != reported && t.opts.OnTopology != nil {
+			reported = err.Error()
+			t.opts.OnTopology("", err)
+		}
+	}
+}
+
+// connect builds the client and key layout of mode.
+func (t *Tier) connect(mode Mode) {
+	o := t.opts
+	c := &conn{mode: mode, layout: newLayout(o.KeyPrefix, 0)}
+	switch mode {
+	case ModeCluster:
+		c.layout = newLayout(o.KeyPrefix, clusterTags)
+		c.exec = newClusterExec(redis.NewClusterClient(&redis.ClusterOptions{
+			// go-redis appends the nodes it learns to Addrs in place: give
+			// it a slice of its own (tiers of one configuration share
+			// Endpoints).
+			Addrs:                 slices.Clip(slices.Clone(o.Endpoints)),
+			Username:              o.Username,
+			Password:              o.Password,
+			TLSConfig:             o.TLS,
+			DialTimeout:           t.timeout,
+			ReadTimeout:           t.timeout,
+			WriteTimeout:          t.timeout,
+			PoolTimeout:           t.timeout,
+			ContextTimeoutEnabled: true,
+			MaxRetries:            1,
+			DialerRetries:         1,
+			// The tier sends only EVAL, EVALSHA and SET of one slot each.
+			DisableRoutingPolicies:   true,
+			MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+		}), o.Breaker)
+	case ModeSentinel:
+		c.exec = &singleExec{
+			client: redis.NewFailoverClient(&redis.FailoverOptions{
+				MasterName:            o.MasterName,
+				SentinelAddrs:         o.Endpoints,
+				Username:              o.Username,
+				Password:              o.Password,
+				DB:                    o.DB,
+				TLSConfig:             o.TLS,
+				DialTimeout:           t.timeout,
+				ReadTimeout:           t.timeout,
+				WriteTimeout:          t.timeout,
+				PoolTimeout:           t.timeout,
+				ContextTimeoutEnabled: true,
+				MaxRetries:            1,
+				DialerRetries:         1,
+				// go-redis's failover client has maintenance notifications
+				// off.
+			}),
+			name: o.MasterName,
+			br:   breaker.New(o.Breaker),
+		}
+	default:
+		c.exec = &singleExec{
+			client: redis.NewClient(&redis.Options{
+				Addr:                  o.Endpoints[0],
+				Username:              o.Username,
+				Password:              o.Password,
+				DB:                    o.DB,
+				TLSConfig:             o.TLS,
+				DialTimeout:           t.timeout,
+				ReadTimeout:           t.timeout,
+				WriteTimeout:          t.timeout,
+				PoolTimeout:           t.timeout,
+				ContextTimeoutEnabled: true,
+				// One retry on a broken connection; every call is
+				// idempotent for its token, and the call's context bounds
+				// the total time.
+				MaxRetries:    1,
+				DialerRetries: 1,
+				// Plain Redis does not know the maintenance-notifications
+				// handshake and would cost a failed command per new
+				// connection.
+				MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+			}),
+			name: o.Endpoints[0],
+			br:   breaker.New(o.Breaker),
+		}
+	}
+	t.conn.Store(c)
+}
+
+// Mode returns the topology the tier works with, or "" while it is not
+// known.
+func (t *Tier) Mode() Mode {
+	if c := t.conn.Load(); c != nil {
+		return c.mode
+	}
+	return ""
+}
+
+// Close stops the tier's goroutines and closes its connections.
 func (t *Tier) Close() error {
-	return t.client.Close()
+	var err error
+	t.closed.Do(func() {
+		close(t.stop)
+		t.cancel()
+		t.wg.Wait()
+		if c := t.conn.Load(); c != nil {
+			err = c.exec.close()
+		}
+	})
+	return err
 }
 
-// BreakerState returns the circuit breaker's state, for a gauge.
-func (t *Tier) BreakerState() breaker.State {
-	return t.breaker.State()
+// Breakers returns the state of every node's circuit breaker: one per
+// master of a Cluster (including, for a minute, masters that left the slot
+// map), one for a standalone server or Sentinel-monitored master; none while
+// the topology is not known.
+func (t *Tier) Breakers() []NodeBreaker {
+	if c := t.conn.Load(); c != nil {
+		return c.exec.breakers()
+	}
+	return nil
 }
 
 // NewToken returns a claim token of the given age: 16 bytes, the age
@@ -230,9 +393,13 @@ func NewToken(age uint64) string {
 type Answer uint8
 
 const (
+	// Unavailable: the tier could not answer for the digest: the node that
+	// serves its group failed, or Redis did not. The claim may have been
+	// made anyway (its reply was lost).
+	Unavailable Answer = iota
 	// Held: a committed claim of another token holds the digest: its
 	// record was delivered.
-	Held Answer = iota
+	Held
 	// Claimed: this call claimed the digest.
 	Claimed
 	// Pending: a pending claim of a younger token holds the digest: its
@@ -264,10 +431,13 @@ const (
 // Cluster's nodes, may win some digests and meet another batch's pending
 // claims on others; PendingOlder tells the caller which of the two yields.
 //
-// On error, every answer is Held, and some digests may have been claimed
-// anyway (the reply was lost): they stay pending until the lease ends, or
-// until Release with the same token. Retrying with the same token is safe:
-// digests already held by the token answer Claimed.
+// Each group's answers are its own. The digests of a group whose call
+// failed answer Unavailable, and the error says why; the others are
+// answered. An error leaves no answer other than Unavailable only when
+// nothing could be asked. Digests answered Unavailable may have been
+// claimed anyway (the reply was lost): they stay pending until the lease
+// ends, or until Release with the same token. Retrying with the same token
+// is safe: digests already held by the token answer Claimed.
 func (t *Tier) ClaimAnswers(ctx context.Context, token string, ds []digest.Digest, answers []Answer) error {
 	return t.claimAs(ctx, OpClaim, token, ds, answers, false)
 }
@@ -295,17 +465,65 @@ func (t *Tier) claimAs(ctx context.Context, op, token string, ds []digest.Digest
 		return errors.New("dedup: redis claim: empty token")
 	}
 	answers = answers[:len(ds)]
-	clear(answers)
+	clear(answers) // Unavailable
 	if len(ds) == 0 {
 		return nil
 	}
-	err := t.call(ctx, op, func(ctx context.Context) error {
-		return t.claim(ctx, token, ds, answers, distinct)
-	})
+	c, err := t.connected(op)
 	if err != nil {
-		clear(answers)
+		return err
+	}
+	b := c.prepare(ds, distinct)
+	defer b.free()
+	for i, first := range b.unique {
+		if !first {
+			answers[i] = Held // a repeat: its first occurrence is answered
+		}
+	}
+	calls := t.scriptCalls(ctx, c, claimScript, b, token, ds)
+	err = t.run(ctx, c, op, calls)
+	for _, cl := range calls {
+		if cl.err == nil {
+			if perr := readClaim(cl, answers); perr != nil {
+				// Not what the script answers: the group stays
+				// Unavailable.
+				err = errors.Join(err, fmt.Errorf("dedup: redis %s: %w", op, perr))
+			}
+		}
 	}
 	return err
+}
+
+// readClaim sets the answers of one claim script call from its reply.
+func readClaim(cl *call, answers []Answer) error {
+	switch res := cl.cmd.Val().(type) {
+	case int64: // all claimed
+		if res != int64(len(cl.idx)) {
+			return fmt.Errorf("claim script claimed %d of %d digests", res, len(cl.idx))
+		}
+		for _, i := range cl.idx {
+			answers[i] = Claimed
+		}
+	case string:
+		if len(res) != len(cl.idx) {
+			return fmt.Errorf("claim script answered %d results for %d digests", len(res), len(cl.idx))
+		}
+		for j, i := range cl.idx {
+			switch res[j] {
+			case '1':
+				answers[i] = Claimed
+			case '2':
+				answers[i] = Pending
+			case '3':
+				answers[i] = PendingOlder
+			default:
+				answers[i] = Held
+			}
+		}
+	default:
+		return fmt.Errorf("claim script answered %T", res)
+	}
+	return nil
 }
 
 // Commit makes the digests claimed under token hold for the rest of their
@@ -316,18 +534,39 @@ func (t *Tier) claimAs(ctx context.Context, op, token string, ds []digest.Digest
 // nothing. A digest that another claim took over after this claim's lease
 // ended stays with that claim; a digest whose lease ended but was not taken
 // over becomes committed again. Commit is idempotent.
+//
+// A group whose commit fails is committed again in the background, with a
+// growing pause, until it succeeds or the lease has passed (followup.go): a
+// claim left pending would free its digests when the lease ends, and a copy
+// arriving then would be delivered again.
 func (t *Tier) Commit(ctx context.Context, token string, ds []digest.Digest) error {
 	if len(ds) == 0 {
 		return nil
 	}
-	return t.call(ctx, OpCommit, func(ctx context.Context) error {
-		gs := t.groupsOf(ds)
-		cmds := make([]redis.Cmder, 0, len(gs))
-		for _, g := range gs {
-			cmds = append(cmds, redis.NewStatusCmd(ctx, "set", t.layout.statusKey(g, token), "c", "px", t.winArg))
+	c, err := t.connected(OpCommit)
+	if err != nil {
+		return err
+	}
+	gs := c.groupsOf(ds)
+	calls := make([]*call, len(gs))
+	for i, g := range gs {
+		calls[i] = t.commitCall(ctx, c, g, token)
+	}
+	err = t.run(ctx, c, OpCommit, calls)
+	if err != nil {
+		until := time.Now().Add(t.opts.Lease)
+		for i, cl := range calls {
+			if cl.err != nil {
+				t.follow.add(followup{op: OpCommit, token: token, group: gs[i], until: until})
+			}
 		}
-		return t.exec(ctx, cmds)
-	})
+	}
+	return err
+}
+
+func (t *Tier) commitCall(ctx context.Context, c *conn, g int, token string) *call {
+	key := c.layout.statusKey(g, token)
+	return &call{cmd: redis.NewCmd(ctx, "set", key, "c", "px", t.winArg), route: key}
 }
 
 // Release ends the claim of token on the digests ds: it deletes each digest
@@ -335,68 +574,142 @@ func (t *Tier) Commit(ctx context.Context, token string, ds []digest.Digest) err
 // the digests can be claimed again at once. A digest that another claim took
 // over keeps its new owner. Release is idempotent; releasing a committed
 // claim ends it too.
+//
+// Release is a batch's last word: a group whose release fails is released
+// again in the background until it succeeds or the lease has passed, so the
+// token must not claim again afterwards (see Yield).
 func (t *Tier) Release(ctx context.Context, token string, ds []digest.Digest) error {
+	return t.release(ctx, token, ds, true)
+}
+
+// Yield is Release for a batch that will claim again under the same token:
+// a group whose release fails is not released again later, which could
+// undo the new claim. Its claim stays until the lease ends, or until the
+// batch claims it again.
+func (t *Tier) Yield(ctx context.Context, token string, ds []digest.Digest) error {
+	return t.release(ctx, token, ds, false)
+}
+
+func (t *Tier) release(ctx context.Context, token string, ds []digest.Digest, follow bool) error {
 	if len(ds) == 0 {
 		return nil
 	}
-	return t.call(ctx, OpRelease, func(ctx context.Context) error {
-		// A repeated digest is harmless here (its second delete finds
-		// nothing), so no need to look for repeats.
-		b := t.prepare(ds, true)
-		defer b.free()
-		return t.execScripts(ctx, t.scriptCmds(ctx, releaseScript, b, token, ds))
-	})
+	c, err := t.connected(OpRelease)
+	if err != nil {
+		return err
+	}
+	// A repeated digest is harmless here (its second delete finds nothing),
+	// so no need to look for repeats.
+	b := c.prepare(ds, true)
+	defer b.free()
+	calls := t.scriptCalls(ctx, c, releaseScript, b, token, ds)
+	err = t.run(ctx, c, OpRelease, calls)
+	if err != nil && follow {
+		until := time.Now().Add(t.opts.Lease)
+		for _, cl := range calls {
+			if cl.err == nil {
+				continue
+			}
+			group := make([]digest.Digest, len(cl.idx))
+			for k, i := range cl.idx {
+				group[k] = ds[i]
+			}
+			t.follow.add(followup{op: OpRelease, token: token, group: c.layout.groupOf(group[0]), ds: group, until: until})
+		}
+	}
+	return err
 }
 
-// call runs one operation through the breaker with the timeout, and reports
-// it to the observer.
-func (t *Tier) call(ctx context.Context, op string, fn func(context.Context) error) error {
-	ticket, ok := t.breaker.Allow()
-	if !ok {
-		if t.observe != nil {
-			t.observe(op, ResultSkipped, 0)
-		}
-		return fmt.Errorf("dedup: redis %s: %w", op, ErrBreakerOpen)
+// connected returns the tier's connection, or, while the topology is not
+// known, an error saying why (reported to Observe as an error).
+func (t *Tier) connected(op string) (*conn, error) {
+	if c := t.conn.Load(); c != nil {
+		return c, nil
 	}
+	if t.observe != nil {
+		t.observe(op, ResultError, 0)
+	}
+	return nil, fmt.Errorf("dedup: redis %s: topology not known: %w", op, *t.unknown.Load())
+}
+
+// run sends calls with the timeout, reports the operation to the observer,
+// and returns an error that tells how many groups failed and the first
+// failure, or nil if none did.
+func (t *Tier) run(ctx context.Context, c *conn, op string, calls []*call) error {
 	start := time.Now()
 	cctx, cancel := context.WithTimeout(ctx, t.timeout)
-	err := fn(cctx)
+	c.exec.exec(cctx, calls)
 	cancel()
 	d := time.Since(start)
 
-	result, outcome := ResultOK, breaker.Success
-	switch {
-	case err == nil:
-	case ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded):
-		// The caller gave up: that says nothing about Redis.
-		result, outcome = ResultError, breaker.Unknown
-	case IsTimeout(err):
-		result, outcome = ResultTimeout, breaker.Failure
-	default:
-		result, outcome = ResultError, breaker.Failure
+	// The operation's result is the worst of its calls': timeout, error,
+	// skipped (a node's breaker was open), ok.
+	result, sent := ResultOK, false
+	var first *call
+	failed := 0
+	for _, cl := range calls {
+		r := ResultOK
+		if cl.err != nil {
+			failed++
+			if first == nil {
+				first = cl
+			}
+			r = resultOf(cl.err)
+		}
+		sent = sent || r != ResultSkipped
+		if rank(r) > rank(result) {
+			result = r
+		}
 	}
-	t.breaker.Done(ticket, outcome)
+	if !sent {
+		d = 0
+	}
 	if t.observe != nil {
 		t.observe(op, result, d)
 	}
-	if err != nil {
-		return fmt.Errorf("dedup: redis %s: %w", op, err)
+	if first == nil {
+		return nil
 	}
-	return nil
+	err := first.err
+	if first.node != "" {
+		err = nodeError{node: first.node, err: err}
+	}
+	if len(calls) > 1 {
+		return fmt.Errorf("dedup: redis %s: %d of %d groups failed, first: %w", op, failed, len(calls), err)
+	}
+	return fmt.Errorf("dedup: redis %s: %w", op, err)
 }
 
-// IsTimeout reports whether err is a timeout: no answer from Redis within
-// the call's deadline, or no free connection in time.
-func IsTimeout(err error) bool {
-	if err == nil {
-		return false
+func rank(result string) int {
+	switch result {
+	case ResultSkipped:
+		return 1
+	case ResultError:
+		return 2
+	case ResultTimeout:
+		return 3
 	}
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, redis.ErrPoolTimeout) {
-		return true
-	}
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
+	return 0
 }
+
+func resultOf(err error) string {
+	switch {
+	case errors.Is(err, errBreakerOpen):
+		return ResultSkipped
+	case isTimeout(err):
+		return ResultTimeout
+	}
+	return ResultError
+}
+
+// nodeError is a call's error with the node it came from.
+type nodeError struct {
+	node string
+	err  error
+}
+
+func (e nodeError) Error() string { return "node " + e.node + ": " + e.err.Error() }
+func (e nodeError) Unwrap() error { return e.err }
 
 // batch is the per-call scratch: the unique digests of ds grouped by group,
 // as indexes into ds.
@@ -421,9 +734,9 @@ const smallBatch = 16
 
 // prepare groups the digests of ds, dropping repeats of a digest within ds
 // (their claimed entries stay false) unless distinct says there are none.
-func (t *Tier) prepare(ds []digest.Digest, distinct bool) *batch {
+func (c *conn) prepare(ds []digest.Digest, distinct bool) *batch {
 	b := batchPool.Get().(*batch)
-	ng := len(t.layout.groups)
+	ng := len(c.layout.groups)
 	b.bounds = resize(b.bounds, ng+1)
 	clear(b.bounds)
 	b.next = resize(b.next, ng)
@@ -440,7 +753,7 @@ func (t *Tier) prepare(ds []digest.Digest, distinct bool) *batch {
 			continue
 		}
 		unique[i] = true
-		b.bounds[t.layout.groupOf(d)+1]++
+		b.bounds[c.layout.groupOf(d)+1]++
 	}
 	for g := 1; g <= ng; g++ {
 		b.bounds[g] += b.bounds[g-1]
@@ -452,7 +765,7 @@ func (t *Tier) prepare(ds []digest.Digest, distinct bool) *batch {
 		if !unique[i] {
 			continue
 		}
-		g := t.layout.groupOf(d)
+		g := c.layout.groupOf(d)
 		b.order[next[g]] = int32(i)
 		next[g]++
 	}
@@ -486,14 +799,15 @@ func resize[T any](s []T, n int) []T {
 }
 
 // groupsOf returns the groups the digests of ds belong to.
-func (t *Tier) groupsOf(ds []digest.Digest) []int {
-	if len(t.layout.groups) == 1 {
+func (c *conn) groupsOf(ds []digest.Digest) []int {
+	ng := len(c.layout.groups)
+	if ng == 1 {
 		return []int{0}
 	}
-	var seen [clusterTags]bool
-	gs := make([]int, 0, min(len(ds), clusterTags))
+	seen := make([]bool, ng)
+	gs := make([]int, 0, min(len(ds), ng))
 	for _, d := range ds {
-		g := t.layout.groupOf(d)
+		g := c.layout.groupOf(d)
 		if !seen[g] {
 			seen[g] = true
 			gs = append(gs, g)
@@ -502,28 +816,22 @@ func (t *Tier) groupsOf(ds []digest.Digest) []int {
 	return gs
 }
 
-// scriptCall is one script invocation: its command and the indexes of ds
-// its digest keys stand for.
-type scriptCall struct {
-	cmd *redis.Cmd
-	idx []int32
-}
-
-// scriptCmds builds one EVALSHA of s per group and chunk of at most
+// scriptCalls builds one EVALSHA of s per group and chunk of at most
 // maxKeysPerScript digests. The claim script gets the lease, the window and
 // the group's status prefix after the token.
-func (t *Tier) scriptCmds(ctx context.Context, s *redis.Script, b *batch, token string, ds []digest.Digest) []scriptCall {
+func (t *Tier) scriptCalls(ctx context.Context, c *conn, s *redis.Script, b *batch, token string, ds []digest.Digest) []*call {
 	n := len(b.order)
 	claim := s == claimScript
+	l := &c.layout
 	// All keys live in one string; each key is a substring of it, and each
 	// argument points at its key, so building the commands costs a few
 	// allocations per batch rather than two per key.
 	var sb strings.Builder
-	sb.Grow(n * (len(t.layout.groups[len(t.layout.groups)-1].prefix) + 2 + digest.Size))
+	sb.Grow(n * (len(l.groups[len(l.groups)-1].prefix) + 2 + digest.Size))
 	ends := make([]int, n)
 	var buf [digest.Size]byte
 	for k, i := range b.order {
-		sb.WriteString(t.layout.groups[t.layout.groupOf(ds[i])].prefix)
+		sb.WriteString(l.groups[l.groupOf(ds[i])].prefix)
 		sb.Write(ds[i].AppendBinary(buf[:0]))
 		ends[k] = sb.Len()
 	}
@@ -535,7 +843,7 @@ func (t *Tier) scriptCmds(ctx context.Context, s *redis.Script, b *batch, token 
 		prev = end
 	}
 
-	ng := len(t.layout.groups)
+	ng := len(l.groups)
 	chunks := 0
 	for g := range ng {
 		if m := int(b.bounds[g+1] - b.bounds[g]); m > 0 {
@@ -544,123 +852,32 @@ func (t *Tier) scriptCmds(ctx context.Context, s *redis.Script, b *batch, token 
 	}
 	// Per chunk: evalsha, sha, numkeys, status key, keys..., token, extra...
 	args := make([]any, 0, n+chunks*8)
-	calls := make([]scriptCall, 0, chunks)
+	calls := make([]call, chunks)
+	out := make([]*call, 0, chunks)
 	tok := &token
 	for g := range ng {
 		lo, hi := int(b.bounds[g]), int(b.bounds[g+1])
 		for lo < hi {
 			end := min(lo+maxKeysPerScript, hi)
 			start := len(args)
-			args = append(args, "evalsha", s.Hash(), 1+end-lo, t.layout.statusKey(g, token))
+			status := l.statusKey(g, token)
+			args = append(args, "evalsha", s.Hash(), 1+end-lo, status)
 			for k := lo; k < end; k++ {
 				args = append(args, &keys[k])
 			}
 			args = append(args, tok)
 			if claim {
-				args = append(args, &t.leaseArg, &t.winArg, &t.layout.groups[g].statusPrefix)
+				args = append(args, &t.leaseArg, &t.winArg, &l.groups[g].statusPrefix)
 			}
-			calls = append(calls, scriptCall{
-				cmd: redis.NewCmd(ctx, args[start:len(args):len(args)]...),
-				idx: b.order[lo:end],
-			})
+			cl := &calls[len(out)]
+			*cl = call{
+				cmd:   redis.NewCmd(ctx, args[start:len(args):len(args)]...),
+				route: status,
+				idx:   b.order[lo:end],
+			}
+			out = append(out, cl)
 			lo = end
 		}
 	}
-	return calls
-}
-
-// claim runs the claim script over ds and fills answers.
-func (t *Tier) claim(ctx context.Context, token string, ds []digest.Digest, answers []Answer, distinct bool) error {
-	b := t.prepare(ds, distinct)
-	defer b.free()
-	calls := t.scriptCmds(ctx, claimScript, b, token, ds)
-	if err := t.execScripts(ctx, calls); err != nil {
-		return err
-	}
-	for _, c := range calls {
-		switch res := c.cmd.Val().(type) {
-		case int64: // all claimed
-			if res != int64(len(c.idx)) {
-				return fmt.Errorf("claim script claimed %d of %d digests", res, len(c.idx))
-			}
-			for _, i := range c.idx {
-				answers[i] = Claimed
-			}
-		case string:
-			if len(res) != len(c.idx) {
-				return fmt.Errorf("claim script answered %d results for %d digests", len(res), len(c.idx))
-			}
-			for j, i := range c.idx {
-				switch res[j] {
-				case '1':
-					answers[i] = Claimed
-				case '2':
-					answers[i] = Pending
-				case '3':
-					answers[i] = PendingOlder
-				default:
-					answers[i] = Held
-				}
-			}
-		default:
-			return fmt.Errorf("claim script answered %T", res)
-		}
-	}
-	return nil
-}
-
-// execScripts sends the script calls in one pipeline. Calls answered
-// NOSCRIPT (the server restarted, failed over or flushed its scripts) are
-// sent again as EVAL with the script's source, which also reloads it.
-func (t *Tier) execScripts(ctx context.Context, calls []scriptCall) error {
-	cmds := make([]redis.Cmder, len(calls))
-	for i, c := range calls {
-		cmds[i] = c.cmd
-	}
-	err := t.exec(ctx, cmds)
-	if err == nil {
-		return nil
-	}
-	var retry []redis.Cmder
-	for i, c := range calls {
-		cerr := c.cmd.Err()
-		if cerr == nil {
-			continue
-		}
-		if !redis.HasErrorPrefix(cerr, "NOSCRIPT") {
-			return cerr
-		}
-		args := c.cmd.Args()
-		args[0], args[1] = "eval", scriptSource(args[1])
-		calls[i].cmd = redis.NewCmd(ctx, args...)
-		retry = append(retry, calls[i].cmd)
-	}
-	if len(retry) == 0 {
-		return err
-	}
-	return t.exec(ctx, retry)
-}
-
-func scriptSource(sha any) string {
-	switch sha {
-	case claimScript.Hash():
-		return claimSource
-	case releaseScript.Hash():
-		return releaseSource
-	}
-	panic(fmt.Sprintf("redistier: unknown script %v", sha))
-}
-
-// exec sends cmds in one round trip (one per node in a Cluster) and returns
-// the first error.
-func (t *Tier) exec(ctx context.Context, cmds []redis.Cmder) error {
-	if len(cmds) == 1 {
-		return t.client.Process(ctx, cmds[0])
-	}
-	pipe := t.client.Pipeline()
-	for _, c := range cmds {
-		_ = pipe.Process(ctx, c)
-	}
-	_, err := pipe.Exec(ctx)
-	return err
+	return out
 }

@@ -1,0 +1,155 @@
+package redistier
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/breaker"
+)
+
+// call is one command of an operation: the claim or release script for one
+// group's digests (at most maxKeysPerScript of them), or one group's commit.
+// Its outcome is its own: in a Cluster, the groups on a healthy node are
+// answered while those on a failed one are not.
+type call struct {
+	cmd   *redis.Cmd
+	route string  // the key the command is routed by: its group's status key
+	idx   []int32 // the digests (indexes into the operation's ds) it stands for
+	node  string  // the node it was last sent to ("" if none)
+	err   error
+	// redirect: the last attempt was answered MOVED or ASK; the retry goes
+	// through the ClusterClient, which follows the redirection.
+	redirect bool
+}
+
+// executor sends calls to Redis and sets each call's err.
+type executor interface {
+	exec(ctx context.Context, calls []*call)
+	// breakers returns the state of every node's circuit breaker, by node.
+	breakers() []NodeBreaker
+	close() error
+}
+
+// NodeBreaker is the circuit breaker state of one node of the tier: a
+// Cluster master by its address, a standalone server by its endpoint, a
+// Sentinel-monitored master by its name.
+type NodeBreaker struct {
+	Node  string
+	State breaker.State
+}
+
+// singleExec is the executor of a standalone server or a Sentinel-monitored
+// master: one node, one breaker, one pipeline per call.
+type singleExec struct {
+	client *redis.Client
+	name   string
+	br     *breaker.Breaker
+}
+
+func (x *singleExec) exec(ctx context.Context, calls []*call) {
+	ticket, ok := x.br.Allow()
+	if !ok {
+		for _, c := range calls {
+			c.node, c.err = x.name, errBreakerOpen
+		}
+		return
+	}
+	sendPipeline(ctx, x.client, calls)
+	outcome := breaker.Success
+	for _, c := range calls {
+		c.node = x.name
+		if c.err != nil {
+			// Any error counts here, replies included: a single server that
+			// refuses (OOM, a wrong password, READONLY) refuses every call.
+			outcome = failureOutcome(ctx)
+		}
+	}
+	x.br.Done(ticket, outcome)
+}
+
+func (x *singleExec) breakers() []NodeBreaker {
+	return []NodeBreaker{{Node: x.name, State: x.br.State()}}
+}
+
+func (x *singleExec) close() error { return x.client.Close() }
+
+// failureOutcome is the breaker outcome of a failed call: a failure, unless
+// the caller gave up, which says nothing about Redis.
+func failureOutcome(ctx context.Context) breaker.Outcome {
+	if err := ctx.Err(); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return breaker.Unknown
+	}
+	return breaker.Failure
+}
+
+// sendPipeline sends calls to one node in one round trip and sets each
+// call's err. Scripts answered NOSCRIPT (the node restarted, was promoted or
+// flushed its scripts) are sent again as EVAL with their source, which also
+// loads them.
+func sendPipeline(ctx context.Context, client *redis.Client, calls []*call) {
+	send := func(cs []*call) {
+		if len(cs) == 1 {
+			_ = client.Process(ctx, cs[0].cmd)
+		} else {
+			pipe := client.Pipeline()
+			for _, c := range cs {
+				_ = pipe.Process(ctx, c.cmd)
+			}
+			_, _ = pipe.Exec(ctx)
+		}
+		for _, c := range cs {
+			c.err = c.cmd.Err()
+		}
+	}
+	send(calls)
+	if again := withSource(ctx, calls); len(again) > 0 {
+		send(again)
+	}
+}
+
+// withSource turns the calls answered NOSCRIPT into EVAL of the script's
+// source and returns them.
+func withSource(ctx context.Context, calls []*call) []*call {
+	var again []*call
+	for _, c := range calls {
+		if c.err == nil || !redis.HasErrorPrefix(c.err, "NOSCRIPT") {
+			continue
+		}
+		args := c.cmd.Args()
+		args[0], args[1] = "eval", scriptSource(args[1])
+		c.cmd = redis.NewCmd(ctx, args...)
+		again = append(again, c)
+	}
+	return again
+}
+
+func scriptSource(sha any) string {
+	switch sha {
+	case claimScript.Hash():
+		return claimSource
+	case releaseScript.Hash():
+		return releaseSource
+	}
+	panic(fmt.Sprintf("redistier: unknown script %v", sha))
+}
+
+// sendEach sends each call as a command of its own through client, all at
+// once, with the NOSCRIPT fallback.
+func sendEach(ctx context.Context, client interface {
+	Process(context.Context, redis.Cmder) error
+}, calls []*call) {
+	var wg sync.WaitGroup
+	for _, c := range calls {
+		wg.Go(func() {
+			c.err = client.Process(ctx, c.cmd)
+			if again := withSource(ctx, []*call{c}); len(again) > 0 {
+				c.err = client.Process(ctx, c.cmd)
+			}
+		})
+	}
+	wg.Wait()
+}
