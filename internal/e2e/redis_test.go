@@ -634,10 +634,10 @@ func TestRedisFleetReleaseOnFailure(t *testing.T) {
 // TestRedisCollectorDiesMidBatch: collector A claims a request's events in
 // Redis (pending, lease 2s) and is SIGKILLed while its exporter is stalled,
 // before delivering them. The sender retries, through a load balancer, to
-// collector B, re-sending on every retryable refusal as exporters do. DESIGN
-// §2.6: a collector that dies mid-batch "blocks its senders' retries for the
-// lease", and §2.5: nothing unique is ever dropped; so once B accepts the
-// retry, B must have delivered every event.
+// collector B, re-sending on every retryable refusal as exporters do. A
+// collector that dies mid-batch blocks its senders' retries for the lease,
+// and nothing unique is ever dropped: so once B accepts the retry, B must
+// have delivered every event.
 func TestRedisCollectorDiesMidBatch(t *testing.T) {
 	srv := redistest.Standalone(t)
 	cfg := redisConfig([]string{srv.Addr()}, "lease: 2s")
@@ -761,9 +761,9 @@ func TestRedisFleetSentinel(t *testing.T) {
 // TestRedisFleetRetryToPeerAfterFailedDelivery: collector A's export of a
 // request stalls, while a copy of the same events reaches collector B; then
 // A's export fails. A releases its claims (locally and in Redis) and passes
-// the error back; the sender retries, balanced to B. DESIGN §2.6: a failed
-// delivery releases its keys "so the sender's retry is delivered instead of
-// being dropped as a duplicate of data that never arrived". Every sender
+// the error back; the sender retries, balanced to B. A failed delivery
+// releases its keys, so the sender's retry is delivered instead of being
+// dropped as a duplicate of data that never arrived. Every sender
 // retries on a retryable refusal; in the end every event must be delivered
 // exactly once, whoever delivers it.
 func TestRedisFleetRetryToPeerAfterFailedDelivery(t *testing.T) {

@@ -2,7 +2,7 @@
 // digests in Redis (standalone, Cluster or Sentinel) so that collectors
 // sharing one Redis let exactly one copy of a record through.
 //
-// A claim is two-phase (DESIGN §2 item 6). Claim marks the digests of a
+// A claim is two-phase. Claim marks the digests of a
 // batch as pending under a token unique to that batch; Commit, called once
 // the next consumer accepted the batch, makes them hold for the window;
 // Release, called when it refused the batch, frees them so the sender's retry
