@@ -26,7 +26,8 @@ import "github.com/redis/go-redis/v9"
 //
 // SET ... NX GET answers nil (false in Lua) for a new key, where a plain
 // SET NX answers a status reply that Lua turns into a table per call: the
-// GET form costs the server about 6% less per key.
+// GET form costs the server less per key (BENCHMARKS.md, "The shared tier on
+// its own").
 //
 // ARGV: token, lease ms, window ms, status key prefix of the group.
 var claimScript = redis.NewScript(claimSource)
