@@ -65,6 +65,11 @@ func TestRaceSummary(t *testing.T) {
 	if b := sums[2]; b.Exact || b.Refused != 1 || b.Failed != 1 || b.RoundTrips != 7.0/4 || !math.IsNaN(b.WaitP50) {
 		t.Errorf("cluster/8192: %+v", b)
 	}
+	short := rs[0]
+	short.Counts.Records = map[string]int64{"unique": short.Records, "duplicate": short.Records - 1}
+	if short.Exact() {
+		t.Error("one copy not dropped: still exact")
+	}
 	got := FormatRace(rs)
 	for _, want := range []string{
 		"| standalone | 1000 | 2 | 45.0k | 16.7 ms / 33.3 ms | 0 | yes | 8 / 0 | 7.50 ms / 9.95 ms | 1.80 (1.00 + 0.20 + 0.50 + 0.10) | 5.00 µs | 48.8 KiB |\n",
@@ -191,5 +196,16 @@ func TestFormatWaitCost(t *testing.T) {
 	r.DeliveredN = map[int]int64{1: 4998, 2: 1, 0: 1}
 	if r.Exact() {
 		t.Error("one record twice, one never: still exact")
+	}
+}
+
+func TestDeliveries(t *testing.T) {
+	id := func(i uint64) string { return "evt-" + string(rune('a'+i)) }
+	// Identities 0-4: a once, b twice, c never, d and e once; f is another
+	// run's.
+	received := map[string]int{"evt-a": 1, "evt-b": 2, "evt-d": 1, "evt-e": 1, "evt-f": 3}
+	n, by := deliveries(received, id, 5)
+	if n != 5 || len(by) != 3 || by[1] != 3 || by[2] != 1 || by[0] != 1 {
+		t.Errorf("deliveries = %d, %v; want 5, map[0:1 1:3 2:1]", n, by)
 	}
 }

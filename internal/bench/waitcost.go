@@ -229,13 +229,22 @@ func RunWaitCost(ctx context.Context, f Fleet, redis *RedisDeployment, sink *Del
 	// accepted it; the sink may hold other runs' records besides.
 	_, ids := sink.Received()
 	res.Distinct = gen.Uniques()
-	res.DeliveredN = map[int]int64{}
-	for id := range uint64(res.Distinct) {
-		n := ids[gen.EventID(id)]
-		res.DeliveredN[n]++
-		res.Delivered += int64(n)
-	}
+	res.Delivered, res.DeliveredN = deliveries(ids, gen.EventID, res.Distinct)
 	return res, err
+}
+
+// deliveries counts how often the sink accepted each of the identities 0 to
+// n-1 (received: by event.id): the records accepted in all, and the
+// identities by how many times they were.
+func deliveries(received map[string]int, eventID func(uint64) string, n int64) (int64, map[int]int64) {
+	var delivered int64
+	byCount := map[int]int64{}
+	for id := range uint64(n) {
+		k := received[eventID(id)]
+		byCount[k]++
+		delivered += int64(k)
+	}
+	return delivered, byCount
 }
 
 // Percentile is the p-th percentile (0-100) of vs by the nearest-rank
