@@ -175,7 +175,10 @@ func TestFleetRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !s.Exact() || s.Refused != 0 || s.Records != 3000 || s.Unique != 2100 || s.Requests != 30 || s.Counts.Records["unique"] != 2100 ||
+	// Senders 0 and 2 send requests 0, 4, ..., 28 and 2, 6, ..., 26 to the
+	// first collector; 1 and 3 the rest to the second.
+	if !s.Exact() || s.Refused != 0 || s.Records != 3000 || s.Unique != 2100 || s.Requests != 30 || !slices.Equal(s.PerCollector, []int64{1500, 1500}) ||
+		s.Counts.Records["unique"] != 2100 ||
 		len(s.RedisNodes) != 1 || s.RedisNodes[0].Keys != s.Redis.Keys {
 		t.Errorf("scale: %+v", s)
 	}

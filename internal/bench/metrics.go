@@ -237,19 +237,28 @@ func (c DedupCounts) AllWaits() Histogram {
 // ScrapeDedup scrapes the collectors' metrics endpoints and sums their
 // dedup counts.
 func ScrapeDedup(ctx context.Context, urls []string) (DedupCounts, error) {
+	sum, _, err := scrapeEach(ctx, urls)
+	return sum, err
+}
+
+// scrapeEach scrapes the collectors' metrics endpoints: their dedup counts
+// summed, and each one's.
+func scrapeEach(ctx context.Context, urls []string) (DedupCounts, []DedupCounts, error) {
 	sum := newDedupCounts()
+	each := make([]DedupCounts, 0, len(urls))
 	for _, u := range urls {
 		sc, err := e2e.ScrapeMetrics(ctx, u)
 		if err != nil {
-			return sum, err
+			return sum, nil, err
 		}
 		c, err := DedupCountsOf(sc)
 		if err != nil {
-			return sum, fmt.Errorf("%s: %w", u, err)
+			return sum, nil, fmt.Errorf("%s: %w", u, err)
 		}
 		if sum, err = sum.Add(c); err != nil {
-			return sum, err
+			return sum, nil, err
 		}
+		each = append(each, c)
 	}
-	return sum, nil
+	return sum, each, nil
 }

@@ -141,6 +141,7 @@ func RunRace(ctx context.Context, f Fleet, redis *RedisDeployment, cfg RaceConfi
 // fleetReading is what a fleet run reads before and after its load.
 type fleetReading struct {
 	counts                            DedupCounts
+	each                              []DedupCounts // by collector
 	redis                             RedisCounts
 	collectorCPU, redisCPU, driverCPU float64
 	machine                           CPUStat
@@ -149,7 +150,7 @@ type fleetReading struct {
 func takeFleetReading(ctx context.Context, f Fleet, redis *RedisDeployment) (fleetReading, error) {
 	var r fleetReading
 	var err error
-	if r.counts, err = ScrapeDedup(ctx, f.MetricsURLs()); err != nil {
+	if r.counts, r.each, err = scrapeEach(ctx, f.MetricsURLs()); err != nil {
 		return r, err
 	}
 	if r.redis, _, err = redis.Counts(ctx); err != nil {
@@ -187,8 +188,14 @@ func (r fleetReading) cpu() CPUSplit {
 
 func (r fleetReading) sub(before fleetReading) (fleetReading, error) {
 	counts, err := r.counts.Sub(before.counts)
+	each := make([]DedupCounts, len(r.each))
+	for i := range r.each {
+		d, e := r.each[i].Sub(before.each[i])
+		each[i], err = d, errors.Join(err, e)
+	}
 	return fleetReading{
 		counts:       counts,
+		each:         each,
 		redis:        r.redis.sub(before.redis),
 		collectorCPU: r.collectorCPU - before.collectorCPU,
 		redisCPU:     r.redisCPU - before.redisCPU,

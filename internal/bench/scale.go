@@ -35,10 +35,12 @@ type ScaleResult struct {
 	// Records is the records sent (all acknowledged), Unique the distinct
 	// ones among them: the keys the fleet claims.
 	Records, Unique, Requests int64
-	Seconds                   float64
-	Refused                   int64
-	Counts                    DedupCounts
-	Redis                     RedisCounts
+	// PerCollector is the records each collector took, by its counters.
+	PerCollector []int64
+	Seconds      float64
+	Refused      int64
+	Counts       DedupCounts
+	Redis        RedisCounts
 	// RedisNodes are each node's INFO deltas (a Cluster's masters).
 	RedisNodes []RedisCounts
 	CPU        CPUSplit
@@ -119,6 +121,13 @@ func RunScale(ctx context.Context, f Fleet, redis *RedisDeployment, cfg ScaleCon
 	res.Records, res.Unique, res.Requests, res.Refused = gen.Records(), gen.Uniques(), requests.Load(), refused.Load()
 	d, err := after.sub(before)
 	res.Counts, res.Redis, res.CPU = d.counts, d.redis, d.cpu()
+	for _, c := range d.each {
+		var n int64
+		for _, v := range c.Records {
+			n += v
+		}
+		res.PerCollector = append(res.PerCollector, n)
+	}
 	for i := range nodesAfter {
 		res.RedisNodes = append(res.RedisNodes, nodesAfter[i].sub(nodesBefore[i]))
 	}
