@@ -210,7 +210,7 @@ func RunCollector(ctx context.Context, binary, dir, mode string, redis *RedisSer
 	if err != nil {
 		return run, err
 	}
-	counts, err := DedupCountsOf(sc)
+	counts, err := dedupCountsOf(sc)
 	if err != nil {
 		return run, err
 	}

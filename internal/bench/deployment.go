@@ -127,7 +127,7 @@ func (d *RedisDeployment) HashTags(ctx context.Context) (map[string]int64, error
 	for _, n := range d.Nodes {
 		iter := n.client.Scan(ctx, 0, "*", 1000).Iterator()
 		for iter.Next(ctx) {
-			tags[HashTag(iter.Val())]++
+			tags[hashTag(iter.Val())]++
 		}
 		if err := iter.Err(); err != nil {
 			return nil, fmt.Errorf("SCAN %s: %w", n.Addr, err)
@@ -136,10 +136,10 @@ func (d *RedisDeployment) HashTags(ctx context.Context) (map[string]int64, error
 	return tags, nil
 }
 
-// HashTag is the part of key Redis Cluster hashes when it has a hash tag:
+// hashTag is the part of key Redis Cluster hashes when it has a hash tag:
 // what lies between the first '{' and the first '}' after it, if not empty;
 // "" otherwise (the whole key is hashed).
-func HashTag(key string) string {
+func hashTag(key string) string {
 	open := strings.IndexByte(key, '{')
 	if open < 0 {
 		return ""

@@ -46,9 +46,9 @@ type FleetConfig struct {
 	Sink  string   // an OTLP/gRPC endpoint; empty: the nop exporter
 }
 
-// FleetCollectorConfig is the config of one fleet collector listening on
+// fleetCollectorConfig is the config of one fleet collector listening on
 // ports. JSON is YAML.
-func FleetCollectorConfig(ports e2e.Ports, fc FleetConfig) ([]byte, error) {
+func fleetCollectorConfig(ports e2e.Ports, fc FleetConfig) ([]byte, error) {
 	dedup := map[string]any{}
 	switch fc.Key {
 	case KeyContent:
@@ -126,7 +126,7 @@ func startFleetCollector(ctx context.Context, binary, base string, fc FleetConfi
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := FleetCollectorConfig(ports, fc)
+	cfg, err := fleetCollectorConfig(ports, fc)
 	if err != nil {
 		return nil, err
 	}
@@ -169,8 +169,8 @@ func (f Fleet) Stop() error {
 	return errors.Join(errs...)
 }
 
-// MetricsURLs are the collectors' metrics endpoints.
-func (f Fleet) MetricsURLs() []string {
+// metricsURLs are the collectors' metrics endpoints.
+func (f Fleet) metricsURLs() []string {
 	out := make([]string, len(f))
 	for i, c := range f {
 		out[i] = c.Ports.MetricsURL()
@@ -240,4 +240,70 @@ func (c *FleetCollector) Send(ctx context.Context, req plogotlp.ExportRequest) (
 			return refused, ctx.Err()
 		}
 	}
+}
+
+// fleetReading is what a fleet run reads before and after its load.
+type fleetReading struct {
+	counts                            DedupCounts
+	each                              []DedupCounts // by collector
+	redis                             RedisCounts
+	collectorCPU, redisCPU, driverCPU float64
+	machine                           CPUStat
+}
+
+func takeFleetReading(ctx context.Context, f Fleet, redis *RedisDeployment) (fleetReading, error) {
+	var r fleetReading
+	var err error
+	if r.counts, r.each, err = scrapeEach(ctx, f.metricsURLs()); err != nil {
+		return r, err
+	}
+	if r.redis, _, err = redis.Counts(ctx); err != nil {
+		return r, err
+	}
+	cc, err1 := f.CPU()
+	dc, err2 := selfCPU()
+	ms, err3 := ReadCPUStat()
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return r, err
+	}
+	// Redis's own getrusage (INFO used_cpu_*) has microseconds where /proc
+	// has ticks of 10 ms.
+	r.collectorCPU, r.redisCPU, r.driverCPU, r.machine = cc.Seconds(), r.redis.CPUSeconds, dc.Seconds(), ms
+	return r, nil
+}
+
+// CPUSplit is where the machine's CPU time went during a run, in seconds:
+// the collectors, the Redis nodes, this process (the senders), and the rest
+// of the machine (other processes: the machine is shared).
+type CPUSplit struct {
+	Collectors, Redis, Driver, Others float64
+}
+
+// Total is the CPU time the run's own processes used.
+func (c CPUSplit) Total() float64 { return c.Collectors + c.Redis + c.Driver }
+
+// cpu splits a reading's delta.
+func (r fleetReading) cpu() CPUSplit {
+	busy := r.machine.Total - r.machine.Idle
+	c := CPUSplit{Collectors: r.collectorCPU, Redis: r.redisCPU, Driver: r.driverCPU}
+	c.Others = max(0, busy-c.Total())
+	return c
+}
+
+func (r fleetReading) sub(before fleetReading) (fleetReading, error) {
+	counts, err := r.counts.Sub(before.counts)
+	each := make([]DedupCounts, len(r.each))
+	for i := range r.each {
+		d, e := r.each[i].Sub(before.each[i])
+		each[i], err = d, errors.Join(err, e)
+	}
+	return fleetReading{
+		counts:       counts,
+		each:         each,
+		redis:        r.redis.sub(before.redis),
+		collectorCPU: r.collectorCPU - before.collectorCPU,
+		redisCPU:     r.redisCPU - before.redisCPU,
+		driverCPU:    r.driverCPU - before.driverCPU,
+		machine:      CPUStat{Total: r.machine.Total - before.machine.Total, Idle: r.machine.Idle - before.machine.Idle},
+	}, err
 }

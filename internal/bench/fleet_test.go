@@ -48,7 +48,7 @@ func TestFleetCollectorConfig(t *testing.T) {
 		{FleetConfig{Key: KeyEventID, Redis: []string{"127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003"}}, []string{`attributes["event.id"]`}, "nop"},
 		{FleetConfig{Key: KeyContent, Redis: []string{"127.0.0.1:6390"}, Sink: "127.0.0.1:4999"}, nil, sinkExporter},
 	} {
-		js, err := FleetCollectorConfig(ports, c.fc)
+		js, err := fleetCollectorConfig(ports, c.fc)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -69,10 +69,10 @@ func TestFleetCollectorConfig(t *testing.T) {
 			t.Errorf("sink exporter %v", cfg.Exporters[sinkExporter])
 		}
 	}
-	if _, err := FleetCollectorConfig(ports, FleetConfig{Key: KeyEventID}); err == nil {
+	if _, err := fleetCollectorConfig(ports, FleetConfig{Key: KeyEventID}); err == nil {
 		t.Error("no Redis: no error")
 	}
-	if _, err := FleetCollectorConfig(ports, FleetConfig{Key: "body", Redis: []string{"x:1"}}); err == nil {
+	if _, err := fleetCollectorConfig(ports, FleetConfig{Key: "body", Redis: []string{"x:1"}}); err == nil {
 		t.Error("unknown key: no error")
 	}
 }

@@ -30,10 +30,10 @@ type Histogram struct {
 	Count, Sum float64
 }
 
-// HistogramOf reads the histogram called name (its _bucket, _count and _sum
+// histogramOf reads the histogram called name (its _bucket, _count and _sum
 // series) from a scrape, summing every series whose labels include filter.
 // A histogram with no series is empty (Count 0).
-func HistogramOf(sc e2e.Scrape, name string, filter e2e.Labels) (Histogram, error) {
+func histogramOf(sc e2e.Scrape, name string, filter e2e.Labels) (Histogram, error) {
 	byBound := map[float64]float64{}
 	for _, s := range sc.Find(name+"_bucket", filter) {
 		le, err := strconv.ParseFloat(s.Labels["le"], 64)
@@ -132,8 +132,8 @@ type DedupCounts struct {
 	Waits map[string]Histogram
 }
 
-// DedupCountsOf reads the dedup counters of one scrape.
-func DedupCountsOf(sc e2e.Scrape) (DedupCounts, error) {
+// dedupCountsOf reads the dedup counters of one scrape.
+func dedupCountsOf(sc e2e.Scrape) (DedupCounts, error) {
 	c := newDedupCounts()
 	for _, s := range sc.Find(metricRecords, nil) {
 		c.Records[s.Labels["outcome"]] += int64(s.Value)
@@ -149,7 +149,7 @@ func DedupCountsOf(sc e2e.Scrape) (DedupCounts, error) {
 		c.RedisSeconds[s.Labels["op"]] += s.Value
 	}
 	for _, result := range []string{"settled", "refused"} {
-		h, err := HistogramOf(sc, metricWaitDuration, e2e.Labels{"result": result})
+		h, err := histogramOf(sc, metricWaitDuration, e2e.Labels{"result": result})
 		if err != nil {
 			return c, err
 		}
@@ -234,9 +234,9 @@ func (c DedupCounts) AllWaits() Histogram {
 	return h
 }
 
-// ScrapeDedup scrapes the collectors' metrics endpoints and sums their
+// scrapeDedup scrapes the collectors' metrics endpoints and sums their
 // dedup counts.
-func ScrapeDedup(ctx context.Context, urls []string) (DedupCounts, error) {
+func scrapeDedup(ctx context.Context, urls []string) (DedupCounts, error) {
 	sum, _, err := scrapeEach(ctx, urls)
 	return sum, err
 }
@@ -251,7 +251,7 @@ func scrapeEach(ctx context.Context, urls []string) (DedupCounts, []DedupCounts,
 		if err != nil {
 			return sum, nil, err
 		}
-		c, err := DedupCountsOf(sc)
+		c, err := dedupCountsOf(sc)
 		if err != nil {
 			return sum, nil, fmt.Errorf("%s: %w", u, err)
 		}

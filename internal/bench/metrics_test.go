@@ -58,7 +58,7 @@ func TestHistogramQuantile(t *testing.T) {
 	settled := [13]int{0, 0, 2, 4, 10, 10, 10, 10, 10, 10, 10, 10, 10}
 	refused := [13]int{0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 2}
 	sc := scrape(t, waitBuckets("settled", settled, 0.1)+waitBuckets("refused", refused, 2.5))
-	h, err := HistogramOf(sc, metricWaitDuration, e2e.Labels{"result": "settled"})
+	h, err := histogramOf(sc, metricWaitDuration, e2e.Labels{"result": "settled"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +79,7 @@ func TestHistogramQuantile(t *testing.T) {
 			t.Errorf("settled q%.2f = %v, want %v", c.q, got, c.want)
 		}
 	}
-	r, err := HistogramOf(sc, metricWaitDuration, e2e.Labels{"result": "refused"})
+	r, err := histogramOf(sc, metricWaitDuration, e2e.Labels{"result": "refused"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +113,7 @@ func TestHistogramQuantile(t *testing.T) {
 func TestDedupCounts(t *testing.T) {
 	settled := [13]int{0, 0, 2, 4, 10, 10, 10, 10, 10, 10, 10, 10, 12}
 	refused := [13]int{0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1}
-	c, err := DedupCountsOf(scrape(t, collectorScrape+waitBuckets("settled", settled, 0.2)+waitBuckets("refused", refused, 1)))
+	c, err := dedupCountsOf(scrape(t, collectorScrape+waitBuckets("settled", settled, 0.2)+waitBuckets("refused", refused, 1)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +143,7 @@ func TestDedupCounts(t *testing.T) {
 		t.Errorf("(c + c) - c = %+v", d)
 	}
 	// A collector that has not waited yet exposes no wait series.
-	none, err := DedupCountsOf(scrape(t, collectorScrape))
+	none, err := dedupCountsOf(scrape(t, collectorScrape))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +162,7 @@ const redisInfo = "# Server\r\nredis_version:7.0.15\r\n# Memory\r\nused_memory:2
 	"# Keyspace\r\ndb0:keys=10020,expires=10020,avg_ttl=599000\r\n"
 
 func TestParseRedisCounts(t *testing.T) {
-	c, err := ParseRedisCounts(ParseRedisInfo(redisInfo))
+	c, err := parseRedisCounts(ParseRedisInfo(redisInfo))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +178,7 @@ func TestParseRedisCounts(t *testing.T) {
 		t.Errorf("difference: %+v", d)
 	}
 	empty := strings.Replace(redisInfo, "db0:keys=10020,expires=10020,avg_ttl=599000\r\n", "", 1)
-	if c, err := ParseRedisCounts(ParseRedisInfo(empty)); err != nil || c.Keys != 0 {
+	if c, err := parseRedisCounts(ParseRedisInfo(empty)); err != nil || c.Keys != 0 {
 		t.Errorf("an empty server: %+v, %v", c, err)
 	}
 	for _, bad := range []string{
@@ -187,7 +187,7 @@ func TestParseRedisCounts(t *testing.T) {
 		strings.Replace(redisInfo, "keys=10020", "kees=10020", 1),
 		strings.Replace(redisInfo, "keys=10020", "keys=many", 1),
 	} {
-		if _, err := ParseRedisCounts(ParseRedisInfo(bad)); err == nil {
+		if _, err := parseRedisCounts(ParseRedisInfo(bad)); err == nil {
 			t.Errorf("no error for %q", bad)
 		}
 	}
@@ -203,28 +203,9 @@ func TestHashTag(t *testing.T) {
 		"dedup:0a1b2c3d:plain":             "",
 		"}{a}":                             "a",
 	} {
-		if got := HashTag(key); got != want {
-			t.Errorf("HashTag(%q) = %q, want %q", key, got, want)
+		if got := hashTag(key); got != want {
+			t.Errorf("hashTag(%q) = %q, want %q", key, got, want)
 		}
-	}
-}
-
-func TestFitLine(t *testing.T) {
-	// y = 2 + 8x through three points: exact.
-	f := FitLine([]float64{0, 0.5, 0.75}, []float64{2, 6, 8})
-	if math.Abs(f.A-2) > 1e-12 || math.Abs(f.B-8) > 1e-12 || math.Abs(f.At(0.98)-9.84) > 1e-12 {
-		t.Errorf("fit %+v, at 0.98 %v; want 2 + 8x", f, f.At(0.98))
-	}
-	// Least squares through (0,1), (1,2), (2,6): slope 2.5, intercept 0.5.
-	f = FitLine([]float64{0, 1, 2}, []float64{1, 2, 6})
-	if math.Abs(f.A-0.5) > 1e-12 || math.Abs(f.B-2.5) > 1e-12 {
-		t.Errorf("fit %+v, want 0.5 + 2.5x", f)
-	}
-	if f := FitLine([]float64{0.5, 0.5}, []float64{3, 5}); f != (Fit{A: 4}) {
-		t.Errorf("one distinct x: %+v, want flat at 4", f)
-	}
-	if got := []float64{CrossShare(1), CrossShare(2), CrossShare(4), CrossShare(50)}; !slices.Equal(got, []float64{0, 0.5, 0.75, 0.98}) {
-		t.Errorf("cross shares %v", got)
 	}
 }
 

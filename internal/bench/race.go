@@ -69,8 +69,10 @@ func RunRace(ctx context.Context, f Fleet, redis *RedisDeployment, cfg RaceConfi
 	// Requests for every collector, one round ahead.
 	rounds := make(chan []plogotlp.ExportRequest, 2)
 	gctx, stopGen := context.WithCancel(ctx)
+	var generating sync.WaitGroup
+	defer generating.Wait()
 	defer stopGen()
-	go func() {
+	generating.Go(func() {
 		defer close(rounds)
 		for b := range gen.Batches() {
 			ld := gen.Batch(b).Logs
@@ -86,7 +88,7 @@ func RunRace(ctx context.Context, f Fleet, redis *RedisDeployment, cfg RaceConfi
 				return
 			}
 		}
-	}()
+	})
 	var refused atomic.Int64
 	race := func(reqs []plogotlp.ExportRequest) error {
 		start := make(chan struct{})
@@ -136,70 +138,4 @@ func RunRace(ctx context.Context, f Fleet, redis *RedisDeployment, cfg RaceConfi
 	res.Counts, res.Redis = d.counts, d.redis
 	res.CPU = d.cpu()
 	return res, err
-}
-
-// fleetReading is what a fleet run reads before and after its load.
-type fleetReading struct {
-	counts                            DedupCounts
-	each                              []DedupCounts // by collector
-	redis                             RedisCounts
-	collectorCPU, redisCPU, driverCPU float64
-	machine                           CPUStat
-}
-
-func takeFleetReading(ctx context.Context, f Fleet, redis *RedisDeployment) (fleetReading, error) {
-	var r fleetReading
-	var err error
-	if r.counts, r.each, err = scrapeEach(ctx, f.MetricsURLs()); err != nil {
-		return r, err
-	}
-	if r.redis, _, err = redis.Counts(ctx); err != nil {
-		return r, err
-	}
-	cc, err1 := f.CPU()
-	dc, err2 := selfCPU()
-	ms, err3 := ReadCPUStat()
-	if err := errors.Join(err1, err2, err3); err != nil {
-		return r, err
-	}
-	// Redis's own getrusage (INFO used_cpu_*) has microseconds where /proc
-	// has ticks of 10 ms.
-	r.collectorCPU, r.redisCPU, r.driverCPU, r.machine = cc.Seconds(), r.redis.CPUSeconds, dc.Seconds(), ms
-	return r, nil
-}
-
-// CPUSplit is where the machine's CPU time went during a run, in seconds:
-// the collectors, the Redis nodes, this process (the senders), and the rest
-// of the machine (other processes: the machine is shared).
-type CPUSplit struct {
-	Collectors, Redis, Driver, Others float64
-}
-
-// Total is the CPU time the run's own processes used.
-func (c CPUSplit) Total() float64 { return c.Collectors + c.Redis + c.Driver }
-
-// cpu splits a reading's delta.
-func (r fleetReading) cpu() CPUSplit {
-	busy := r.machine.Total - r.machine.Idle
-	c := CPUSplit{Collectors: r.collectorCPU, Redis: r.redisCPU, Driver: r.driverCPU}
-	c.Others = max(0, busy-c.Total())
-	return c
-}
-
-func (r fleetReading) sub(before fleetReading) (fleetReading, error) {
-	counts, err := r.counts.Sub(before.counts)
-	each := make([]DedupCounts, len(r.each))
-	for i := range r.each {
-		d, e := r.each[i].Sub(before.each[i])
-		each[i], err = d, errors.Join(err, e)
-	}
-	return fleetReading{
-		counts:       counts,
-		each:         each,
-		redis:        r.redis.sub(before.redis),
-		collectorCPU: r.collectorCPU - before.collectorCPU,
-		redisCPU:     r.redisCPU - before.redisCPU,
-		driverCPU:    r.driverCPU - before.driverCPU,
-		machine:      CPUStat{Total: r.machine.Total - before.machine.Total, Idle: r.machine.Idle - before.machine.Idle},
-	}, err
 }

@@ -33,8 +33,8 @@ type RedisCounts struct {
 // countedCommands are the commands whose INFO commandstats a run records.
 var countedCommands = []string{"evalsha", "eval", "set", "get", "exists", "del", "script|load", "hello", "client|setinfo", "ping", "cluster|slots", "cluster|shards", "info"}
 
-// ParseRedisCounts reads a run's counts from INFO everything.
-func ParseRedisCounts(info map[string]string) (RedisCounts, error) {
+// parseRedisCounts reads a run's counts from INFO everything.
+func parseRedisCounts(info map[string]string) (RedisCounts, error) {
 	cpu, err := RedisCPUSeconds(info)
 	if err != nil {
 		return RedisCounts{}, err
@@ -60,14 +60,14 @@ func ParseRedisCounts(info map[string]string) (RedisCounts, error) {
 	if err := errors.Join(errs...); err != nil {
 		return c, err
 	}
-	c.Keys, err = KeyspaceKeys(info, "db0")
+	c.Keys, err = keyspaceKeys(info, "db0")
 	return c, err
 }
 
-// KeyspaceKeys is the number of keys of db in INFO keyspace
+// keyspaceKeys is the number of keys of db in INFO keyspace
 // ("db0:keys=12,expires=12,avg_ttl=0"); 0 for a database with no key,
 // which INFO leaves out.
-func KeyspaceKeys(info map[string]string, db string) (int64, error) {
+func keyspaceKeys(info map[string]string, db string) (int64, error) {
 	v, ok := info[db]
 	if !ok {
 		return 0, nil
@@ -89,7 +89,7 @@ func redisCounts(ctx context.Context, s *RedisServer) (RedisCounts, error) {
 	if err != nil {
 		return RedisCounts{}, err
 	}
-	return ParseRedisCounts(info)
+	return parseRedisCounts(info)
 }
 
 func (c RedisCounts) sub(before RedisCounts) RedisCounts {

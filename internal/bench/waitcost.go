@@ -14,7 +14,6 @@ import (
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/pdata/plog/plogotlp"
 	"google.golang.org/grpc"
-	_ "google.golang.org/grpc/encoding/gzip" // in case an exporter compresses after all
 
 	"github.com/otelcol-dedup/otelcol-dedup/cmd/dedupload/loadgen"
 )
@@ -175,7 +174,7 @@ func RunWaitCost(ctx context.Context, f Fleet, redis *RedisDeployment, sink *Del
 		}
 	}
 	refused.Store(0)
-	before, err := ScrapeDedup(ctx, f.MetricsURLs())
+	before, err := scrapeDedup(ctx, f.metricsURLs())
 	if err != nil {
 		return res, err
 	}
@@ -219,7 +218,7 @@ func RunWaitCost(ctx context.Context, f Fleet, redis *RedisDeployment, sink *Del
 			b++
 		}
 	}
-	after, err := ScrapeDedup(ctx, f.MetricsURLs())
+	after, err := scrapeDedup(ctx, f.metricsURLs())
 	if err != nil {
 		return res, err
 	}
