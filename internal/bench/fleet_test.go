@@ -141,7 +141,9 @@ func TestFleetRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Stop()
-	sink, err := NewDelaySink(20 * time.Millisecond)
+	// Exports long enough that a copy sent 5 ms after its original meets
+	// the original's batch in flight even on a busy machine.
+	sink, err := NewDelaySink(100 * time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
