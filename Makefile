@@ -103,14 +103,17 @@ test: build agent deps
 	done; \
 	if [ -n "$$failed" ]; then echo "go test: FAILED in module(s):$$failed"; exit 1; fi
 
-# The performance targets in one run (cmd/dedupbench, about 6-8 minutes after a
-# wait of at most BENCH_LOAD_WAIT for the shared machine's 1-minute load to
+# The performance targets in one run (cmd/dedupbench, about 9-10 minutes after
+# a wait of at most BENCH_LOAD_WAIT for the shared machine's 1-minute load to
 # drop below 1): the Go benchmarks of the processor's module (-count
 # BENCH_COUNT, summarized by benchstat), the throughput sweep, the Redis tier
-# against redis-benchmark, and the distribution end to end. Prints one table
-# of the figures against their targets. The summary kept in git (table.md,
-# benchstat.txt, sweep.md) goes to BENCH_OUT; the report, results.json, raw
-# benchmark output and profiles to BENCH_RAW, which git ignores.
+# against redis-benchmark, the distribution end to end, and fleets of it on a
+# standalone Redis and a 3-master Cluster (about 2 of the minutes). Prints one
+# table of the figures against their targets. The summary kept in git
+# (table.md, benchstat.txt, sweep.md, fleet.md) goes to BENCH_OUT; the report,
+# results.json, raw benchmark output and profiles to BENCH_RAW, which git
+# ignores. BENCH_FLAGS shortens or selects: e.g. '-phases fleet',
+# '-fleet-records 50000 -fleet-reps 1' (go run ./cmd/dedupbench -h lists all).
 BENCH_COUNT ?= 6
 BENCH_OUT ?= docs/bench
 BENCH_RAW ?= _bench

@@ -89,6 +89,12 @@ type CollectorRun struct {
 	RedisRequests map[string]int64
 	// RedisCPUSeconds is the shared tier's server CPU during the load.
 	RedisCPUSeconds float64
+	// RedisWaitSeconds is the time the collector's batches spent in round
+	// trips to Redis, summed over batches (the redis_duration histogram's
+	// sum): with synchronous senders, time they spent waiting on Redis.
+	RedisWaitSeconds float64
+	// DriverCPUSeconds is this process's CPU during the load: the senders.
+	DriverCPUSeconds float64
 	// GCCycles is the collector's garbage collections during the load,
 	// counted from its GODEBUG=gctrace=1 lines.
 	GCCycles int
@@ -163,7 +169,15 @@ func RunCollector(ctx context.Context, binary, dir, mode string, redis *RedisSer
 	if err != nil {
 		return run, err
 	}
+	driverBefore, err := selfCPU()
+	if err != nil {
+		return run, err
+	}
 	run.Load, err = loadgen.Run(ctx, load)
+	if err != nil {
+		return run, err
+	}
+	driverAfter, err := selfCPU()
 	if err != nil {
 		return run, err
 	}
@@ -171,6 +185,7 @@ func RunCollector(ctx context.Context, binary, dir, mode string, redis *RedisSer
 	if err != nil {
 		return run, err
 	}
+	run.DriverCPUSeconds = (driverAfter - driverBefore).Seconds()
 	gcAfter, err := CountGCTrace(logf.Name())
 	if err != nil {
 		return run, err
@@ -195,11 +210,15 @@ func RunCollector(ctx context.Context, binary, dir, mode string, redis *RedisSer
 	if err != nil {
 		return run, err
 	}
-	run.Dropped = int64(sc.Sum("otelcol_processor_dedup_records", e2e.Labels{"outcome": "duplicate"}))
+	counts, err := dedupCountsOf(sc)
+	if err != nil {
+		return run, err
+	}
+	run.Dropped = counts.Records["duplicate"]
 	if mode == ModeDedupRedis {
-		run.RedisRequests = map[string]int64{}
-		for _, s := range sc.Find("otelcol_processor_dedup_redis_requests", nil) {
-			run.RedisRequests[s.Labels["op"]+"/"+s.Labels["result"]] += int64(s.Value)
+		run.RedisRequests = counts.RedisRequests
+		for _, s := range counts.RedisSeconds {
+			run.RedisWaitSeconds += s
 		}
 	}
 	return run, c.Stop(10 * time.Second)

@@ -33,13 +33,32 @@ type RedisServer struct {
 
 // StartRedis starts redis-server (bin) and waits up to 10 s for PING.
 func StartRedis(bin string) (*RedisServer, error) {
+	return startRedisRetrying(bin, false)
+}
+
+// startRedisRetrying starts a server on free ports (a Cluster node also needs
+// a free bus port), picking others if another process took them between the
+// pick and the bind.
+func startRedisRetrying(bin string, clusterNode bool) (*RedisServer, error) {
 	var lastErr error
 	for range 5 {
 		port, err := FreePort()
 		if err != nil {
 			return nil, err
 		}
-		s, err := startRedis(bin, port)
+		var extra []string
+		if clusterNode {
+			bus, err := FreePort()
+			if err != nil {
+				return nil, err
+			}
+			if bus == port {
+				continue
+			}
+			extra = []string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+				"--cluster-node-timeout", "2000", "--cluster-port", strconv.Itoa(bus)}
+		}
+		s, err := startRedis(bin, port, extra...)
 		if err == nil {
 			return s, nil
 		}
@@ -48,15 +67,16 @@ func StartRedis(bin string) (*RedisServer, error) {
 	return nil, lastErr
 }
 
-func startRedis(bin string, port int) (*RedisServer, error) {
+func startRedis(bin string, port int, extra ...string) (*RedisServer, error) {
 	dir, err := os.MkdirTemp("", "dedupbench-redis-")
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin,
+	args := append([]string{
 		"--bind", "127.0.0.1", "--port", strconv.Itoa(port),
 		"--save", "", "--appendonly", "no", "--dir", dir,
-		"--daemonize", "no", "--logfile", filepath.Join(dir, "redis.log"))
+		"--daemonize", "no", "--logfile", filepath.Join(dir, "redis.log")}, extra...)
+	cmd := exec.Command(bin, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		os.RemoveAll(dir)

@@ -6,20 +6,82 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"strconv"
+	"strings"
 	"time"
 
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 )
 
-// RedisCounts is the server's side of a run: CPU and commands, from INFO
-// deltas.
+// RedisCounts is the server's side of a run: CPU, commands, traffic and
+// memory, from INFO (deltas, once subtracted; sums over a Cluster's masters,
+// once added).
 type RedisCounts struct {
 	CPUSeconds float64
 	// Calls by command name (evalsha, eval, set, ...), commands run by
 	// scripts included, and the server time they took in microseconds.
 	Calls map[string]int64
 	Usec  map[string]int64
+	// NetBytes is the bytes the server read from and wrote to its clients
+	// (total_net_input_bytes + total_net_output_bytes; not the Cluster bus).
+	NetBytes int64
+	// UsedMemory is used_memory, in bytes; Keys the keys of db0.
+	UsedMemory, Keys int64
+}
+
+// countedCommands are the commands whose INFO commandstats a run records.
+var countedCommands = []string{"evalsha", "eval", "set", "get", "exists", "del", "script|load", "hello", "client|setinfo", "ping", "cluster|slots", "cluster|shards", "info"}
+
+// parseRedisCounts reads a run's counts from INFO everything.
+func parseRedisCounts(info map[string]string) (RedisCounts, error) {
+	cpu, err := RedisCPUSeconds(info)
+	if err != nil {
+		return RedisCounts{}, err
+	}
+	c := RedisCounts{CPUSeconds: cpu, Calls: map[string]int64{}, Usec: map[string]int64{}}
+	for _, cmd := range countedCommands {
+		n, us, err := CommandStat(info, cmd)
+		if err != nil {
+			return c, err
+		}
+		c.Calls[cmd], c.Usec[cmd] = n, us
+	}
+	var errs []error
+	num := func(k string) int64 {
+		v, err := strconv.ParseInt(info[k], 10, 64)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("INFO %s=%q: %w", k, info[k], err))
+		}
+		return v
+	}
+	c.NetBytes = num("total_net_input_bytes") + num("total_net_output_bytes")
+	c.UsedMemory = num("used_memory")
+	if err := errors.Join(errs...); err != nil {
+		return c, err
+	}
+	c.Keys, err = keyspaceKeys(info, "db0")
+	return c, err
+}
+
+// keyspaceKeys is the number of keys of db in INFO keyspace
+// ("db0:keys=12,expires=12,avg_ttl=0"); 0 for a database with no key,
+// which INFO leaves out.
+func keyspaceKeys(info map[string]string, db string) (int64, error) {
+	v, ok := info[db]
+	if !ok {
+		return 0, nil
+	}
+	for _, kv := range strings.Split(v, ",") {
+		if n, ok := strings.CutPrefix(kv, "keys="); ok {
+			keys, err := strconv.ParseInt(n, 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("INFO %s: %q: %w", db, v, err)
+			}
+			return keys, nil
+		}
+	}
+	return 0, fmt.Errorf("INFO %s: no keys= in %q", db, v)
 }
 
 func redisCounts(ctx context.Context, s *RedisServer) (RedisCounts, error) {
@@ -27,23 +89,14 @@ func redisCounts(ctx context.Context, s *RedisServer) (RedisCounts, error) {
 	if err != nil {
 		return RedisCounts{}, err
 	}
-	cpu, err := RedisCPUSeconds(info)
-	if err != nil {
-		return RedisCounts{}, err
-	}
-	c := RedisCounts{CPUSeconds: cpu, Calls: map[string]int64{}, Usec: map[string]int64{}}
-	for _, cmd := range []string{"evalsha", "eval", "set", "exists", "get", "del", "script|load", "hello", "client|setinfo", "ping"} {
-		n, us, err := CommandStat(info, cmd)
-		if err != nil {
-			return c, err
-		}
-		c.Calls[cmd], c.Usec[cmd] = n, us
-	}
-	return c, nil
+	return parseRedisCounts(info)
 }
 
 func (c RedisCounts) sub(before RedisCounts) RedisCounts {
-	d := RedisCounts{CPUSeconds: c.CPUSeconds - before.CPUSeconds, Calls: map[string]int64{}, Usec: map[string]int64{}}
+	d := RedisCounts{
+		CPUSeconds: c.CPUSeconds - before.CPUSeconds, Calls: map[string]int64{}, Usec: map[string]int64{},
+		NetBytes: c.NetBytes - before.NetBytes, UsedMemory: c.UsedMemory - before.UsedMemory, Keys: c.Keys - before.Keys,
+	}
 	for k, v := range c.Calls {
 		if n := v - before.Calls[k]; n != 0 {
 			d.Calls[k] = n
@@ -51,6 +104,21 @@ func (c RedisCounts) sub(before RedisCounts) RedisCounts {
 		}
 	}
 	return d
+}
+
+// add sums the counts of two servers (a Cluster's masters).
+func (c RedisCounts) add(o RedisCounts) RedisCounts {
+	s := RedisCounts{
+		CPUSeconds: c.CPUSeconds + o.CPUSeconds, Calls: map[string]int64{}, Usec: map[string]int64{},
+		NetBytes: c.NetBytes + o.NetBytes, UsedMemory: c.UsedMemory + o.UsedMemory, Keys: c.Keys + o.Keys,
+	}
+	for _, m := range []RedisCounts{c, o} {
+		for k, v := range m.Calls {
+			s.Calls[k] += v
+			s.Usec[k] += m.Usec[k]
+		}
+	}
+	return s
 }
 
 // BaselineResult is one redis-benchmark run.

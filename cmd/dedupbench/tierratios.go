@@ -1,0 +1,122 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/otelcol-dedup/otelcol-dedup/internal/bench"
+)
+
+// redisTierRows are target 5's rows besides the collector's CPU ratio: the
+// Redis CPU a key costs through the tier against a plain SET NX PX (the
+// redis phase), and the end-to-end throughput with the tier against the
+// pass-through, with where the difference goes (the e2e phase).
+func redisTierRows(res *results, o options, missing func(t, fig, goal, phase string) bench.Row) []bench.Row {
+	var rows []bench.Row
+	serverFig := "Redis server CPU per key (INFO used_cpu, the whole process): the tier's claim + commit / redis-benchmark's SET NX PX, same server; median of paired runs"
+	if len(res.Tier) > 0 && len(res.Tier) == len(res.Baseline) {
+		var ratios, inCmd []float64
+		for i, t := range res.Tier {
+			b := res.Baseline[i]
+			if t.Server.CPUSeconds > 0 && b.Server.CPUSeconds > 0 && t.Records > 0 {
+				ratios = append(ratios, (t.Server.CPUSeconds/float64(t.Records))/(b.Server.CPUSeconds/float64(o.records)))
+			}
+			if n := b.Server.Calls["set"]; n > 0 && t.Records > 0 && b.Server.Usec["set"] > 0 {
+				script := float64(t.Server.Usec["evalsha"]+t.Server.Usec["eval"]) / float64(t.Records)
+				inCmd = append(inCmd, script/(float64(b.Server.Usec["set"])/float64(n)))
+			}
+		}
+		if m, ok := bench.Median(ratios); ok {
+			rows = append(rows, bench.Row{Target: "5", Figure: serverFig,
+				Measured: fmt.Sprintf("%.2fx (%d pairs)", m, len(ratios)),
+				Goal:     fmt.Sprintf("<= %.2fx", targetServerRatio), Verdict: bench.Check(m <= targetServerRatio)})
+		} else {
+			rows = append(rows, missing("5", serverFig, fmt.Sprintf("<= %.2fx", targetServerRatio), "redis"))
+		}
+		if mi, ok := bench.Median(inCmd); ok {
+			rows = append(rows, bench.Row{Target: "5", Figure: "the same inside commands (INFO commandstats): the claim script's time per key / SET NX PX's per call",
+				Measured: fmt.Sprintf("%.2fx", mi), Verdict: bench.Info})
+		}
+	} else {
+		rows = append(rows, missing("5", serverFig, fmt.Sprintf("<= %.2fx", targetServerRatio), "redis"))
+	}
+
+	tputFig := fmt.Sprintf("end-to-end records/s, dedup+redis / pass-through, %d synchronous senders; median of paired runs", e2eSenders)
+	costs := throughputCosts(res.Collector, res.Machine.Cores)
+	if len(costs) == 0 {
+		return append(rows, missing("5", tputFig, fmt.Sprintf(">= %.2fx", targetRedisThroughput), "e2e"))
+	}
+	med := func(f func(throughputCost) float64) float64 {
+		vs := make([]float64, len(costs))
+		for i, c := range costs {
+			vs[i] = f(c)
+		}
+		m, _ := bench.Median(vs)
+		return m
+	}
+	ratio := med(func(c throughputCost) float64 { return c.Ratio })
+	rows = append(rows, bench.Row{Target: "5", Figure: tputFig,
+		Measured: fmt.Sprintf("%.2fx (%d pairs)", ratio, len(costs)),
+		Goal:     fmt.Sprintf(">= %.2fx", targetRedisThroughput), Verdict: bench.Check(ratio >= targetRedisThroughput)})
+	byWait, byRedisCPU := med(func(c throughputCost) float64 { return c.ByWait }), med(func(c throughputCost) float64 { return c.ByRedisCPU })
+	dominant := "the senders waiting on round trips"
+	if byRedisCPU < byWait {
+		dominant = "redis-server's CPU on the shared cores"
+	}
+	rows = append(rows, bench.Row{Target: "5",
+		Figure: "where the throughput goes: the senders' time in Redis round trips (the ratio that alone would give); redis-server's share of the run's CPU (the ratio that alone would give if CPU-bound; with all the extra CPU); CPU busy, pass-through / dedup+redis",
+		Measured: fmt.Sprintf("%.0f%% (%.2fx); %.0f%% (%.2fx; %.2fx); %.0f%% / %.0f%% of %d cores; larger cost: %s",
+			100*med(func(c throughputCost) float64 { return c.WaitShare }), byWait,
+			100*med(func(c throughputCost) float64 { return c.RedisCPUShare }), byRedisCPU, med(func(c throughputCost) float64 { return c.ByAllCPU }),
+			100*med(func(c throughputCost) float64 { return c.BusyPass }), 100*med(func(c throughputCost) float64 { return c.BusyRedis }), res.Machine.Cores,
+			dominant),
+		Verdict: bench.Info})
+	return rows
+}
+
+// throughputCost compares one round's dedup+redis run with its
+// pass-through run, and estimates what each of two costs alone would make
+// of the throughput ratio:
+//   - the senders waiting: each synchronous sender also waits out its
+//     batches' Redis round trips (the redis_duration sum over senders), all
+//     else equal;
+//   - Redis's CPU: if the machine's cores are the limit, throughput goes as
+//     1 / CPU per record, and redis-server adds its CPU per record to the
+//     pass-through's (collector + senders); with the collector's own extra
+//     work too (ByAllCPU).
+type throughputCost struct {
+	Ratio                    float64 // measured records/s ratio
+	WaitShare, RedisCPUShare float64
+	ByWait, ByRedisCPU       float64
+	ByAllCPU                 float64
+	BusyPass, BusyRedis      float64 // the run's own CPU / (wall x cores)
+}
+
+func throughputCosts(runs []bench.CollectorRun, cores int) []throughputCost {
+	var out []throughputCost
+	var pass *bench.CollectorRun
+	for i := range runs {
+		r := &runs[i]
+		switch r.Mode {
+		case bench.ModePassThrough:
+			pass = r
+		case bench.ModeDedupRedis:
+			if pass == nil || r.Load.Seconds <= 0 || pass.Load.Seconds <= 0 {
+				continue
+			}
+			passCPU := (pass.CPUSeconds + pass.DriverCPUSeconds) / float64(pass.Load.Sent)
+			ownCPU := r.CPUSeconds + r.DriverCPUSeconds + r.RedisCPUSeconds
+			redisPer := r.RedisCPUSeconds / float64(r.Load.Sent)
+			out = append(out, throughputCost{
+				Ratio:         r.Load.RecordsPerSecond / pass.Load.RecordsPerSecond,
+				WaitShare:     r.RedisWaitSeconds / (e2eSenders * r.Load.Seconds),
+				RedisCPUShare: r.RedisCPUSeconds / ownCPU,
+				ByWait:        pass.Load.Seconds / (pass.Load.Seconds + r.RedisWaitSeconds/e2eSenders),
+				ByRedisCPU:    passCPU / (passCPU + redisPer),
+				ByAllCPU:      passCPU / (ownCPU / float64(r.Load.Sent)),
+				BusyPass:      (pass.CPUSeconds + pass.DriverCPUSeconds) / (pass.Load.Seconds * float64(max(cores, 1))),
+				BusyRedis:     ownCPU / (r.Load.Seconds * float64(max(cores, 1))),
+			})
+		}
+	}
+	return out
+}
