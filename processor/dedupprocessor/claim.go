@@ -46,6 +46,17 @@ import (
 // across its yields, so it ends up the oldest of those it meets and is no
 // longer turned back.
 //
+// In the local cache the rule is applied lazily, since the engine knows
+// which of its batches wait: a batch may wait, holding its claims, for an
+// older batch that is not waiting itself (it is claiming or being
+// delivered, and will settle without anyone's help). When a batch starts to
+// wait it says so (SetWaiting) and wakes the waiting batches, and any
+// younger one that waits for it while holding claims then yields. A cycle of
+// waits would need a younger batch waiting for an older one that waits too,
+// and that younger batch yields as soon as the older one starts waiting.
+// Copies racing within one collector then cost a short wait, not the
+// release and re-claim of every record of the younger batch.
+//
 // A batch claims in the shared tier only once it waits for no local claim:
 // a batch that waits, or yields, in this collector then costs Redis
 // nothing, and holds nothing there that other collectors would wait for.
@@ -204,6 +215,10 @@ func (e *engine) await(ctx context.Context, b *batch) error {
 	defer e.ended.waiters.Add(-1)
 	e.released.waiters.Add(1)
 	defer e.released.waiters.Add(-1)
+	// Younger batches waiting for this one's claims must now yield.
+	e.cache.SetWaiting(b.token, true)
+	defer e.cache.SetWaiting(b.token, false)
+	e.released.broadcast()
 	pause := time.Millisecond
 	for {
 		// A batch waiting for local claims is woken when the batches of

@@ -10,7 +10,6 @@ import (
 	"go.opentelemetry.io/collector/client"
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/consumer"
-	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.uber.org/zap"
 
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
@@ -54,6 +53,7 @@ type batch struct {
 	sharedWait   []digest.Digest // held here locally, pending in the shared tier
 	sharedWaitAt []int32
 	yield        bool      // a holder met is older than this batch
+	landed       bool      // out of flight in the local cache (see land)
 	waitedSince  time.Time // zero until the batch first waits
 
 	redisToken string             // the shared tier's claim token; "" if none
@@ -183,13 +183,11 @@ func (e *engine) nextToken() uint64 {
 	}
 }
 
-// end takes the batch out of flight: the keys it still holds are committed
-// (a batch that was not delivered has released its keys by now), and
-// batches waiting for them are woken.
+// end lands the batch if finish has not, and returns it to the pool.
 func (e *engine) end(b *batch) {
-	e.cache.End(b.token)
-	e.ended.broadcast()
-	e.released.broadcast()
+	if !b.landed {
+		e.land(b)
+	}
 	const maxRetained = 64 << 10
 	if cap(b.verdicts) > maxRetained {
 		b.verdicts = nil
@@ -265,17 +263,24 @@ func (e *engine) finish(ctx context.Context, b *batch, err error) error {
 		e.tel.recordReleased(ctx, e.releaseAll(ctx, b))
 		return err
 	}
+	// The next consumer has the batch: its local claims are committed now,
+	// so the local copies waiting for them go on while the shared tier
+	// commits (a copy dropped meanwhile has a delivered original; a commit
+	// that fails leaves the shared claims pending, never a record lost).
+	e.land(b)
 	e.commitShared(ctx, b)
 	e.tel.recordBatch(ctx, b)
 	return nil
 }
 
-// applyVerdict marks a kept duplicate and reports whether to remove the item.
-func (e *engine) applyVerdict(v verdict, attrs pcommon.Map) bool {
-	if v == verdictMark {
-		attrs.PutBool(e.cfg.MarkAttribute, true)
-	}
-	return v == verdictDrop
+// land takes the batch out of flight in the local cache: the keys it still
+// holds are committed (a batch that was not delivered has released them by
+// now), and the batches waiting for them are woken.
+func (e *engine) land(b *batch) {
+	b.landed = true
+	e.cache.End(b.token)
+	e.ended.broadcast()
+	e.released.broadcast()
 }
 
 // tenant is the digest of the request's metadata_keys values: part of every

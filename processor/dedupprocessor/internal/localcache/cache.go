@@ -36,12 +36,13 @@ const (
 	// Held: the digest is held within its window by a committed claim: its
 	// record was delivered.
 	Held
-	// Pending: the digest is held by the claim of a younger token that is
-	// still in flight (see Begin): its record is on its way downstream and
-	// may yet be released.
+	// Pending: the digest is held by the claim of a token that is still in
+	// flight (see Begin): its record is on its way downstream and may yet
+	// be released.
 	Pending
 	// PendingOlder: as Pending, but the holder's token is older than the
-	// caller's.
+	// caller's and is waiting itself (see SetWaiting): a caller that waited
+	// for it while holding claims could close a cycle of waits.
 	PendingOlder
 )
 
@@ -80,8 +81,8 @@ type shard struct {
 // (between Begin and End) the key is pending: the batch that claimed it has
 // not been accepted downstream yet. Once the token has ended, the keys it
 // still holds are committed. Tokens also order claims by age: a smaller
-// token is an older claim, which lets callers tell Pending from
-// PendingOlder and settle who waits for whom.
+// token is an older claim; with whether the holder waits itself, that
+// tells Pending from PendingOlder and settles who waits for whom.
 type Cache struct {
 	shards   []shard
 	mask     uint64
@@ -90,11 +91,12 @@ type Cache struct {
 	flights  flights
 }
 
-// flights is the set of tokens in flight. It is only taken inside a shard's
-// lock or alone, never the other way round.
+// flights is the set of tokens in flight, each with whether it is waiting.
+// It is only taken inside a shard's lock or alone, never the other way
+// round.
 type flights struct {
 	mu     sync.Mutex
-	tokens map[uint64]struct{}
+	tokens map[uint64]bool // token -> waiting
 }
 
 // pending reports whether token is in flight; the caller holds f.mu.
@@ -108,7 +110,7 @@ func (f *flights) pending(token uint64) bool {
 func New(maxEntries int, windowNanos int64) *Cache {
 	n := shardCount(maxEntries)
 	c := &Cache{shards: make([]shard, n), mask: uint64(n - 1), window: windowNanos,
-		flights: flights{tokens: map[uint64]struct{}{}}}
+		flights: flights{tokens: map[uint64]bool{}}}
 	base, extra := maxEntries/n, maxEntries%n
 	c.minShard = base
 	for i := range c.shards {
@@ -141,7 +143,18 @@ func (c *Cache) shardOf(d digest.Digest) *shard {
 // Tokens must be unique and not noToken.
 func (c *Cache) Begin(token uint64) {
 	c.flights.mu.Lock()
-	c.flights.tokens[token] = struct{}{}
+	c.flights.tokens[token] = false
+	c.flights.mu.Unlock()
+}
+
+// SetWaiting says whether the batch of token, in flight, is waiting for
+// other tokens' pending claims. A younger claim that meets one of its keys
+// answers PendingOlder while it waits, Pending while it does not.
+func (c *Cache) SetWaiting(token uint64, waiting bool) {
+	c.flights.mu.Lock()
+	if _, ok := c.flights.tokens[token]; ok {
+		c.flights.tokens[token] = waiting
+	}
 	c.flights.mu.Unlock()
 }
 
@@ -177,10 +190,11 @@ func (c *Cache) Claim(d digest.Digest, token uint64, now int64) (Result, uint64)
 // so the key cannot be released meanwhile, and c.flights.mu: a holder that
 // is not in flight has ended without releasing the key, so it committed.
 func (c *Cache) heldState(token, owner uint64) Result {
-	if owner == noToken || !c.flights.pending(owner) {
+	waiting, inFlight := c.flights.tokens[owner]
+	if owner == noToken || !inFlight {
 		return Held
 	}
-	if owner < token {
+	if owner < token && waiting {
 		return PendingOlder
 	}
 	return Pending

@@ -199,18 +199,27 @@ func testPendingUntilEnd(t *testing.T, c *Cache) {
 		t.Fatalf("first claim: %v", r)
 	}
 	c.Begin(7)
+	// An older holder that is not waiting is waited for like a younger one.
 	for _, tc := range []struct {
 		key  uint64
 		want Result
-	}{{1, PendingOlder}, {2, Pending}} {
+	}{{1, Pending}, {2, Pending}} {
 		if r, owner := c.Claim(d(tc.key), 7, 1); r != tc.want {
 			t.Errorf("key %d held by %d: %v, want %v", tc.key, owner, r, tc.want)
 		}
 	}
+	// Once the older holder waits, its keys answer PendingOlder; a younger
+	// waiting holder's keys still answer Pending.
+	c.SetWaiting(5, true)
+	c.SetWaiting(9, true)
 	out := make([]Result, 3)
 	c.ClaimBatch([]digest.Digest{d(1), d(2), d(3)}, 7, 1, out)
 	if want := []Result{PendingOlder, Pending, Claimed}; !slices.Equal(out, want) {
 		t.Errorf("ClaimBatch: %v, want %v", out, want)
+	}
+	c.SetWaiting(5, false)
+	if r, _ := c.Claim(d(1), 7, 1); r != Pending {
+		t.Errorf("after the older holder stopped waiting: %v, want Pending", r)
 	}
 
 	c.End(5) // delivered: its key is committed
