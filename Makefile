@@ -64,7 +64,7 @@ $(BIN): $(DIST)
 agent: $(AGENT_BIN)
 
 $(AGENT_DIST): $(AGENT_MANIFEST) go.mod go.sum
-	@echo "ocb: building $(AGENT_DIST) (cold: about 3 minutes; warm: seconds)"
+	@echo "ocb: building $(AGENT_DIST) (cold: many minutes, the Prometheus receiver's dependencies; warm: seconds)"
 	@mkdir -p _build/.tmp-agent; \
 	TMPDIR=$(CURDIR)/_build/.tmp-agent $(GO) tool builder --config $(AGENT_MANIFEST); \
 	rm -rf _build/.tmp-agent

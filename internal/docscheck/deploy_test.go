@@ -33,6 +33,9 @@ var processorMetrics = []string{
 	"otelcol_processor_dedup_redis_duration_sum",
 	"otelcol_processor_dedup_redis_duration_count",
 	"otelcol_processor_dedup_redis_breaker_state",
+	"otelcol_processor_dedup_elections",
+	"otelcol_processor_dedup_election_undecided",
+	"otelcol_processor_dedup_elected_replica",
 }
 
 // scrapeLabels are the labels Prometheus adds to every scraped series.

@@ -13,6 +13,7 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/plog"
+	"go.opentelemetry.io/collector/pdata/pmetric"
 	"gopkg.in/yaml.v3"
 
 	"github.com/otelcol-dedup/otelcol-dedup/internal/e2e"
@@ -23,6 +24,7 @@ import (
 var exampleFiles = []string{
 	"fleet-redis.yaml",
 	"gateway.yaml",
+	"ha-election.yaml",
 	"ha-metrics.yaml",
 	"multi-tenant.yaml",
 	"persistent-cache.yaml",
@@ -281,6 +283,82 @@ func TestExampleHAMetrics(t *testing.T) {
 	l := e2e.Labels{"processor": "dedup/ha_scraped", "otel_signal": "metrics", "outcome": "key_error"}
 	if got := sc.Sum("otelcol_processor_dedup_records", l); got != 0 {
 		t.Errorf("ha_scraped: %g key errors", got)
+	}
+}
+
+// haScrape is one scrape of replica of cluster team-1, as an OTLP agent
+// sends it (labels on the resource), at the replica's own time: replica b
+// scrapes 40 ms after a. The value is the scrape number.
+func haScrape(replica string, s int) pmetric.Metrics {
+	md := pmetric.NewMetrics()
+	rm := md.ResourceMetrics().AppendEmpty()
+	rm.Resource().Attributes().PutStr("service.name", "node-exporter")
+	rm.Resource().Attributes().PutStr("cluster", "team-1")
+	rm.Resource().Attributes().PutStr("__replica__", replica)
+	ts := t0.Add(time.Duration(s) * 15 * time.Second)
+	if replica == "b" {
+		ts = ts.Add(40 * time.Millisecond)
+	}
+	m := rm.ScopeMetrics().AppendEmpty().Metrics().AppendEmpty()
+	m.SetName("queue_depth")
+	dp := m.SetEmptyGauge().DataPoints().AppendEmpty()
+	dp.Attributes().PutStr("queue", "orders")
+	dp.SetTimestamp(pcommon.NewTimestampFromTime(ts))
+	dp.SetIntValue(int64(s))
+	return md
+}
+
+// TestExampleHAElection: two gateways run the example with one Redis;
+// replica a's scrapes reach one, replica b's the other. One replica (the
+// first to send) is delivered, without its replica label, by both.
+func TestExampleHAElection(t *testing.T) {
+	srv := redistest.Standalone(t)
+	sink := newSink(t)
+	env := "REDIS_ADDR=" + srv.Addr()
+	gwA := runExample(t, "ha-election.yaml", sink, false, env)
+	gwB := runExample(t, "ha-election.yaml", sink, false, env)
+	a, b := gwA.grpcSender(), gwB.grpcSender()
+	ctx := ctxT(t)
+	for s := range 3 {
+		mustSend(t, fmt.Sprint("a ", s), a.SendMetrics(ctx, haScrape("a", s)))
+		mustSend(t, fmt.Sprint("b ", s), b.SendMetrics(ctx, haScrape("b", s)))
+	}
+	// b's next scrape reaches a's gateway: still not elected.
+	mustSend(t, "b 3", a.SendMetrics(ctx, haScrape("b", 3)))
+	scs := []e2e.Scrape{gwA.scrape(), gwB.scrape()}
+	gwA.stop()
+	gwB.stop()
+	var got []string
+	for _, md := range sink.Metrics() {
+		for i := range md.ResourceMetrics().Len() {
+			rm := md.ResourceMetrics().At(i)
+			if _, ok := rm.Resource().Attributes().Get("__replica__"); ok {
+				t.Errorf("a point arrived with its replica label: %v", rm.Resource().Attributes().AsRaw())
+			}
+			dps := rm.ScopeMetrics().At(0).Metrics().At(0).Gauge().DataPoints()
+			for j := range dps.Len() {
+				from := "a"
+				if dps.At(j).Timestamp().AsTime().Nanosecond() != 0 {
+					from = "b"
+				}
+				got = append(got, fmt.Sprintf("%s%d", from, dps.At(j).IntValue()))
+			}
+		}
+	}
+	slices.Sort(got)
+	if want := []string{"a0", "a1", "a2"}; !slices.Equal(got, want) {
+		t.Errorf("delivered %q, want %q", got, want)
+	}
+	var elections, dups float64
+	for _, sc := range scs {
+		elections += sc.Sum("otelcol_processor_dedup_elections", e2e.Labels{"processor": "dedup/ha", "reason": "new"})
+		dups += sc.Sum("otelcol_processor_dedup_duplicates", e2e.Labels{"processor": "dedup/ha", "tier": "election"})
+	}
+	if elections != 1 || dups != 4 {
+		t.Errorf("elections{new} = %g, duplicates{tier=election} = %g, want 1 and 4", elections, dups)
+	}
+	if got := scs[0].Sum("otelcol_processor_dedup_elected_replica", e2e.Labels{"cluster": "team-1", "replica": "a"}); got != 1 {
+		t.Errorf("gateway a: elected_replica{cluster=team-1,replica=a} = %g, want 1", got)
 	}
 }
 

@@ -20,13 +20,16 @@ import (
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/redistest"
 )
 
-// pipelinesYAML puts one dedup processor, with a shared tier on redisAddr,
+// pipelinesYAML puts one dedup processor, with a shared tier on redisAddr
+// and replica election for metrics,
 // in a logs, a traces and a metrics pipeline, all exporting to the sink over
 // gRPC (no retry, no queue: an export error reaches the processor).
 func pipelinesYAML(redisAddr string) string {
 	return fmt.Sprintf(`
 processors:
   dedup:
+    metrics:
+      replica_election: {}
     redis:
       endpoints: [%q]
 service:
@@ -101,7 +104,8 @@ func gaugeBatch(replica string, ts time.Time) pmetric.Metrics {
 //	         [c] refused by the sink -> c's key released, the sender told to retry
 //	         [c] (the retry) -> delivered
 //	traces:  one request with the same span twice
-//	metrics: the same point in two requests
+//	metrics: the same point in two requests (no election labels), then a
+//	         point of replica a and one of replica b of cluster team-1
 func exercise(t *testing.T, c *collector, sink *e2e.Sink) e2e.Scrape {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
@@ -123,6 +127,8 @@ func exercise(t *testing.T, c *collector, sink *e2e.Sink) e2e.Scrape {
 	must("traces", s.SendTraces(ctx, spanBatch(2)))
 	must("metrics 1", s.SendMetrics(ctx, gaugeBatch("", t0)))
 	must("metrics 2", s.SendMetrics(ctx, gaugeBatch("", t0)))
+	must("metrics, replica a", s.SendMetrics(ctx, haScrape("a", 0)))
+	must("metrics, replica b", s.SendMetrics(ctx, haScrape("b", 0)))
 
 	if got := sink.LogRecordCount(); got != 3 {
 		t.Errorf("sink got %d log records, want 3 (a, b, c)", got)
@@ -130,8 +136,8 @@ func exercise(t *testing.T, c *collector, sink *e2e.Sink) e2e.Scrape {
 	if got := sink.SpanCount(); got != 1 {
 		t.Errorf("sink got %d spans, want 1", got)
 	}
-	if got := sink.DataPointCount(); got != 1 {
-		t.Errorf("sink got %d data points, want 1", got)
+	if got := sink.DataPointCount(); got != 2 {
+		t.Errorf("sink got %d data points, want 2 (the point, replica a's)", got)
 	}
 	return c.scrape()
 }
@@ -169,10 +175,14 @@ func wantSeries(t *testing.T, sc e2e.Scrape, names map[string]string) {
 		{"records", l("traces", "outcome", "duplicate"), 1},
 		{"duplicates", l("traces", "tier", "batch"), 1},
 		{"cache_entries", l("traces"), 1},
-		{"records", l("metrics", "outcome", "unique"), 1},
-		{"records", l("metrics", "outcome", "duplicate"), 1},
+		{"records", l("metrics", "outcome", "unique"), 2},
+		{"records", l("metrics", "outcome", "duplicate"), 2},
 		{"duplicates", l("metrics", "tier", "local"), 1},
-		{"cache_entries", l("metrics"), 1},
+		{"duplicates", l("metrics", "tier", "election"), 1},
+		{"cache_entries", l("metrics"), 2},
+		{"elections", l("metrics", "reason", "new"), 1},
+		{"election_undecided", l("metrics", "reason", "missing_label"), 2},
+		{"elected_replica", l("metrics", "cluster", "team-1", "replica", "a"), 1},
 		{"redis_breaker_state", l("metrics"), 0},
 	} {
 		name := names[w.name]
@@ -192,6 +202,9 @@ var exactNames = map[string]string{
 	"redis_requests":       "otelcol_processor_dedup_redis_requests",
 	"redis_duration_count": "otelcol_processor_dedup_redis_duration_count",
 	"redis_breaker_state":  "otelcol_processor_dedup_redis_breaker_state",
+	"elections":            "otelcol_processor_dedup_elections",
+	"election_undecided":   "otelcol_processor_dedup_election_undecided",
+	"elected_replica":      "otelcol_processor_dedup_elected_replica",
 }
 
 // TestDeployQueriesMatchExportedSeries runs the binary with dedup in three
@@ -314,6 +327,9 @@ func TestSeriesNamesByReader(t *testing.T) {
 		"redis_requests":       "otelcol_processor_dedup_redis_requests_total",
 		"redis_duration_count": "otelcol_processor_dedup_redis_duration_seconds_count",
 		"redis_breaker_state":  "otelcol_processor_dedup_redis_breaker_state_ratio",
+		"elections":            "otelcol_processor_dedup_elections_total",
+		"election_undecided":   "otelcol_processor_dedup_election_undecided_total",
+		"elected_replica":      "otelcol_processor_dedup_elected_replica",
 	}
 	for _, n := range suffixed {
 		if !strings.Contains(doc, "`"+n+"`") {

@@ -87,7 +87,7 @@ func (e *engine) settle(ctx context.Context, b *batch) error {
 	if len(b.pending) == 0 {
 		return nil
 	}
-	if e.tier != nil {
+	if e.tier != nil && b.redisToken == "" { // elections may have made it
 		b.redisToken = redistier.NewToken(b.token)
 	}
 	e.claimLocal(b, b.pending, b.pendingAt)

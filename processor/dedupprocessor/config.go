@@ -73,8 +73,9 @@ type Config struct {
 	Logs SignalConfig `mapstructure:"logs"`
 	// Traces configures the identity of spans.
 	Traces SignalConfig `mapstructure:"traces"`
-	// Metrics configures the identity of metric data points.
-	Metrics SignalConfig `mapstructure:"metrics"`
+	// Metrics configures the identity of metric data points, and replica
+	// election.
+	Metrics MetricsConfig `mapstructure:"metrics"`
 	// Redis is the optional shared tier; absent means local only.
 	Redis configoptional.Optional[RedisConfig] `mapstructure:"redis"`
 
@@ -168,6 +169,47 @@ type SignalConfig struct {
 	_ struct{}
 }
 
+// MetricsConfig is the identity of metric data points and, optionally,
+// replica election: one replica of each HA group of agents delivered.
+type MetricsConfig struct {
+	SignalConfig `mapstructure:",squash"`
+	// ReplicaElection, when present, delivers the points of one replica per
+	// cluster and treats the other replicas' points as duplicates.
+	ReplicaElection configoptional.Optional[ElectionConfig] `mapstructure:"replica_election"`
+
+	_ struct{}
+}
+
+// ElectionConfig is replica election, after the HA tracker of Cortex and
+// Mimir: HA pairs of agents scrape the same targets and each stamps its
+// points with its own time, so their points never share an identity; the
+// first replica seen for a cluster is elected, and the others' points are
+// duplicates until it has been silent for FailoverTimeout.
+type ElectionConfig struct {
+	// ClusterLabel names the attribute that tells an HA group (a data
+	// point attribute, else a resource attribute).
+	ClusterLabel string `mapstructure:"cluster_label"`
+	// ReplicaLabel names the attribute that tells the replicas of a group
+	// apart (looked up like ClusterLabel).
+	ReplicaLabel string `mapstructure:"replica_label"`
+	// UpdateInterval is how often the elected replica's delivered data
+	// refreshes its election, plus a random jitter of up to UpdateJitter.
+	UpdateInterval time.Duration `mapstructure:"update_interval"`
+	UpdateJitter   time.Duration `mapstructure:"update_jitter"`
+	// FailoverTimeout is how long an election holds after its last
+	// refresh; then the next replica to send is elected.
+	FailoverTimeout time.Duration `mapstructure:"failover_timeout"`
+	// MaxClusters bounds the clusters of one tenant this processor elects
+	// replicas for; the points of further clusters pass without election.
+	MaxClusters int `mapstructure:"max_clusters"`
+	// RemoveReplicaLabel removes ReplicaLabel from the elected replica's
+	// delivered points (or their resource, where it was found), so that
+	// their series continue across a failover.
+	RemoveReplicaLabel bool `mapstructure:"remove_replica_label"`
+
+	_ struct{}
+}
+
 const (
 	defaultWindow           = 10 * time.Minute
 	defaultMarkAttribute    = "dedup.duplicate"
@@ -180,6 +222,17 @@ const (
 	// maxMaxEntries keeps a typo from reserving an absurd amount of memory;
 	// a key costs tens of bytes, so this is a few GiB.
 	maxMaxEntries = 100_000_000
+
+	// Replica election: Mimir's HA tracker defaults.
+	defaultClusterLabel    = "cluster"
+	defaultReplicaLabel    = "__replica__"
+	defaultUpdateInterval  = 15 * time.Second
+	defaultUpdateJitter    = 5 * time.Second
+	defaultFailoverTimeout = 30 * time.Second
+	defaultMaxClusters     = 100
+	// maxMaxClusters bounds the election table and the elected-replica
+	// gauge's series per tenant.
+	maxMaxClusters = 100_000
 )
 
 func createDefaultConfig() component.Config {
@@ -191,6 +244,17 @@ func createDefaultConfig() component.Config {
 		Cache:            CacheConfig{MaxEntries: defaultMaxEntries},
 		SnapshotInterval: defaultSnapshotInterval,
 		PendingWait:      defaultPendingWait,
+		Metrics: MetricsConfig{
+			ReplicaElection: configoptional.Default(ElectionConfig{
+				ClusterLabel:       defaultClusterLabel,
+				ReplicaLabel:       defaultReplicaLabel,
+				UpdateInterval:     defaultUpdateInterval,
+				UpdateJitter:       defaultUpdateJitter,
+				FailoverTimeout:    defaultFailoverTimeout,
+				MaxClusters:        defaultMaxClusters,
+				RemoveReplicaLabel: true,
+			}),
+		},
 		Redis: configoptional.Default(RedisConfig{
 			Mode:    RedisModeAuto,
 			Timeout: defaultRedisTimeout,
@@ -254,10 +318,41 @@ func (cfg *Config) Validate() error {
 	if _, err := newSignalIdentity(spanSpec(set), cfg.Traces); err != nil {
 		errs = append(errs, err)
 	}
-	if _, err := newSignalIdentity(dataPointSpec(set), cfg.Metrics); err != nil {
+	if _, err := newSignalIdentity(dataPointSpec(set), cfg.Metrics.SignalConfig); err != nil {
 		errs = append(errs, err)
 	}
+	if el := cfg.Metrics.ReplicaElection.Get(); el != nil {
+		errs = append(errs, el.validate()...)
+	}
 	return errors.Join(errs...)
+}
+
+func (el *ElectionConfig) validate() []error {
+	const field = "metrics.replica_election."
+	var errs []error
+	if strings.TrimSpace(el.ClusterLabel) == "" {
+		errs = append(errs, errors.New(field+`cluster_label must not be empty (Mimir's default is "cluster")`))
+	}
+	if strings.TrimSpace(el.ReplicaLabel) == "" {
+		errs = append(errs, errors.New(field+`replica_label must not be empty (Mimir's default is "__replica__")`))
+	}
+	if el.ClusterLabel != "" && el.ClusterLabel == el.ReplicaLabel {
+		errs = append(errs, fmt.Errorf(field+"cluster_label and replica_label must differ, both are %q", el.ClusterLabel))
+	}
+	if el.UpdateInterval < minDuration {
+		errs = append(errs, fmt.Errorf(field+"update_interval must be >= 1ms, got %q (a number without a unit is nanoseconds: write e.g. 15s)", el.UpdateInterval))
+	}
+	if el.UpdateJitter < 0 {
+		errs = append(errs, fmt.Errorf(field+"update_jitter must be >= 0, got %q", el.UpdateJitter))
+	}
+	if el.FailoverTimeout <= el.UpdateInterval+el.UpdateJitter {
+		errs = append(errs, fmt.Errorf(field+"failover_timeout must be > update_interval + update_jitter (%s), or the elected replica loses its election between two refreshes; got %q",
+			el.UpdateInterval+el.UpdateJitter, el.FailoverTimeout))
+	}
+	if el.MaxClusters < 1 || el.MaxClusters > maxMaxClusters {
+		errs = append(errs, fmt.Errorf(field+"max_clusters must be between 1 and %d, got %d", maxMaxClusters, el.MaxClusters))
+	}
+	return errs
 }
 
 const (

@@ -68,6 +68,21 @@ func TestLoadValidConfigs(t *testing.T) {
 			c.Traces.Ignore = []string{`attributes["retry.count"]`}
 			c.Metrics.Ignore = []string{`resource.attributes["replica"]`}
 		}},
+		{name: "ha_election", want: func(c *Config) {
+			c.Metrics.ReplicaElection = configoptional.Some(ElectionConfig{
+				ClusterLabel: "cluster", ReplicaLabel: "__replica__",
+				UpdateInterval: 15 * time.Second, UpdateJitter: 5 * time.Second, FailoverTimeout: 30 * time.Second,
+				MaxClusters: 100, RemoveReplicaLabel: true,
+			})
+		}},
+		{name: "ha_election_tuned", want: func(c *Config) {
+			c.MetadataKeys = []string{"X-Scope-OrgID"}
+			c.Metrics.ReplicaElection = configoptional.Some(ElectionConfig{
+				ClusterLabel: "k8s.cluster.name", ReplicaLabel: "prometheus_replica",
+				UpdateInterval: 10 * time.Second, UpdateJitter: 2 * time.Second, FailoverTimeout: 20 * time.Second,
+				MaxClusters: 50, RemoveReplicaLabel: false,
+			})
+		}},
 		{name: "tenants", want: func(c *Config) {
 			c.MetadataKeys = []string{"X-Scope-OrgID"}
 		}},
@@ -177,6 +192,13 @@ func TestLoadInvalidConfigs(t *testing.T) {
 			`redis.timeout must be > 0, got "0s"` + "\n" +
 			`redis.lease must be > 0 and <= window (1m0s), got "2m0s"` + "\n" +
 			`redis.on_error must be "pass" or "refuse", got "ignore"`},
+		{name: "election_bad", validate: `metrics.replica_election.cluster_label must not be empty (Mimir's default is "cluster")` + "\n" +
+			`metrics.replica_election.replica_label must not be empty (Mimir's default is "__replica__")` + "\n" +
+			`metrics.replica_election.update_interval must be >= 1ms, got "15ns" (a number without a unit is nanoseconds: write e.g. 15s)` + "\n" +
+			`metrics.replica_election.update_jitter must be >= 0, got "-1s"` + "\n" +
+			`metrics.replica_election.max_clusters must be between 1 and 100000, got 0`},
+		{name: "election_failover_too_short", validate: `metrics.replica_election.cluster_label and replica_label must differ, both are "replica"` + "\n" +
+			`metrics.replica_election.failover_timeout must be > update_interval + update_jitter (25s), or the elected replica loses its election between two refreshes; got "25s"`},
 		{name: "redis_no_endpoints", validate: `redis.endpoints must list at least one "host:port"`},
 		{name: "redis_bad_mode", validate: `redis.mode must be "auto", "standalone", "cluster" or "sentinel", got "ring"`},
 		{name: "redis_sentinel_without_master", validate: `redis.master_name must name the master the Sentinels monitor with redis.mode "sentinel"`},

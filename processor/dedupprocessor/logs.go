@@ -140,7 +140,7 @@ func newLogsProcessor(set component.TelemetrySettings, id component.ID, cfg *Con
 	if err != nil {
 		return nil, err
 	}
-	e, err := newEngine(cfg, set, id, "logs")
+	e, err := newEngine(cfg, set, id, "logs", nil)
 	if err != nil {
 		return nil, err
 	}

@@ -127,15 +127,27 @@ type metricsProcessor struct {
 }
 
 func newMetricsProcessor(set component.TelemetrySettings, id component.ID, cfg *Config, next consumer.Metrics) (*metricsProcessor, error) {
-	si, err := newSignalIdentity(dataPointSpec(set), cfg.Metrics)
+	si, err := newSignalIdentity(dataPointSpec(set), cfg.Metrics.SignalConfig)
 	if err != nil {
 		return nil, err
 	}
-	e, err := newEngine(cfg, set, id, "metrics")
+	var el *elector
+	if ec := cfg.Metrics.ReplicaElection.Get(); ec != nil {
+		el = newElector(ec)
+	}
+	e, err := newEngine(cfg, set, id, "metrics", el)
 	if err != nil {
 		return nil, err
 	}
 	return &metricsProcessor{engine: e, si: si, next: next}, nil
+}
+
+// electReplicas runs replica election, when configured, before decideAll.
+func (p *metricsProcessor) electReplicas(ctx context.Context, b *batch, enc *identity.Encoder, md pmetric.Metrics) error {
+	if p.engine.elect == nil {
+		return nil
+	}
+	return p.engine.electReplicas(ctx, b, enc, md)
 }
 
 func (p *metricsProcessor) ConsumeMetrics(ctx context.Context, md pmetric.Metrics) error {
@@ -182,7 +194,11 @@ func (p *metricsProcessor) decideAll(ctx context.Context, b *batch, enc *identit
 }
 
 func decidePoints[P dataPoint](w *walk[*ottldatapoint.TransformContext], view *pointView, points pointSlice[P]) {
+	elect := w.b.ballots != nil
 	for i := 0; i < points.Len(); i++ {
+		if elect && !w.e.admitPoint(w.b, len(w.b.verdicts)) {
+			continue // a point of a replica that is not elected
+		}
 		dp := points.At(i)
 		if w.si.needsOTTL {
 			view.point = dp // boxed: only for OTTL
@@ -194,7 +210,12 @@ func decidePoints[P dataPoint](w *walk[*ottldatapoint.TransformContext], view *p
 
 func (p *metricsProcessor) apply(b *batch, md pmetric.Metrics) {
 	a := applier{e: p.engine, b: b}
+	res := 0
 	md.ResourceMetrics().RemoveIf(func(rm pmetric.ResourceMetrics) bool {
+		if box := b.ballots; box != nil && box.stripResource[res] {
+			rm.Resource().Attributes().Remove(p.engine.elect.replica)
+		}
+		res++
 		rm.ScopeMetrics().RemoveIf(func(sm pmetric.ScopeMetrics) bool {
 			sm.Metrics().RemoveIf(func(m pmetric.Metric) bool {
 				switch m.Type() {
@@ -224,6 +245,20 @@ func applyPoints[P dataPoint](a *applier, points pointSlice[P]) bool {
 	if points.Len() == 0 {
 		return false
 	}
-	points.RemoveIf(func(dp P) bool { return a.unit(dp.Attributes()) })
+	box := a.b.ballots
+	if box == nil || box.strips == 0 {
+		points.RemoveIf(func(dp P) bool { return a.unit(dp.Attributes()) })
+		return points.Len() == 0
+	}
+	points.RemoveIf(func(dp P) bool {
+		i := a.i
+		if a.unit(dp.Attributes()) {
+			return true
+		}
+		if box.stripPoint(i) {
+			dp.Attributes().Remove(a.e.elect.replica)
+		}
+		return false
+	})
 	return points.Len() == 0
 }

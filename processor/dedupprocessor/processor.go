@@ -63,6 +63,8 @@ type batch struct {
 	// unchecked holds the claimed digests the shared tier could not answer
 	// for, kept under on_error: pass on the local claim's word.
 	unchecked []digest.Digest
+
+	ballots *ballotBox // replica election (metrics); nil when not configured
 }
 
 var batchPool = sync.Pool{New: func() any { return new(batch) }}
@@ -87,6 +89,8 @@ type engine struct {
 	clock           clock
 	tier            sharedTier      // nil: local only
 	redis           *redistier.Tier // the tier, when it is Redis
+	elect           *elector        // replica election; nil: not configured
+	electTier       electionTier    // elections in the shared tier; nil: local only
 	redisPolicy     ErrorPolicy
 	keySpaces       *keySpaces // of the factory that made the engine
 	releaseKeySpace func()     // set while Start holds the key space
@@ -97,7 +101,7 @@ type engine struct {
 	persist     *persistence // nil: no storage
 }
 
-func newEngine(cfg *Config, set component.TelemetrySettings, id component.ID, signal string) (*engine, error) {
+func newEngine(cfg *Config, set component.TelemetrySettings, id component.ID, signal string, el *elector) (*engine, error) {
 	e := &engine{
 		cfg:         cfg,
 		cache:       localcache.New(cfg.Cache.MaxEntries, int64(cfg.Window)),
@@ -110,6 +114,7 @@ func newEngine(cfg *Config, set component.TelemetrySettings, id component.ID, si
 		id:          id,
 		signal:      signal,
 		fingerprint: identityFingerprint(cfg),
+		elect:       el,
 	}
 	if r := cfg.Redis.Get(); r != nil {
 		e.redisPolicy = r.OnError
@@ -119,6 +124,12 @@ func newEngine(cfg *Config, set component.TelemetrySettings, id component.ID, si
 		return nil, err
 	}
 	e.tel = tel
+	if el != nil {
+		maxSeries := cfg.Metrics.ReplicaElection.Get().MaxClusters
+		if err := tel.observeElections(set.MeterProvider.Meter(scopeName), el.table, func() int64 { return e.now() }, maxSeries); err != nil {
+			return nil, err
+		}
+	}
 	return e, nil
 }
 
@@ -133,6 +144,12 @@ type adapter[T any] interface {
 	send(ctx context.Context, data T) error
 }
 
+// electingAdapter is an adapter with replica election (metrics): its
+// electReplicas runs before decideAll, and may refuse the batch.
+type electingAdapter[T any] interface {
+	electReplicas(ctx context.Context, b *batch, enc *identity.Encoder, data T) error
+}
+
 // consume is ConsumeLogs, ConsumeTraces and ConsumeMetrics: decide every
 // item, settle the claims, drop or mark, send on, then commit or release.
 func consume[T any](ctx context.Context, e *engine, s adapter[T], data T, items int) error {
@@ -144,8 +161,14 @@ func consume[T any](ctx context.Context, e *engine, s adapter[T], data T, items 
 	enc := encoderPool.Get().(*identity.Encoder)
 	defer encoderPool.Put(enc)
 
+	if el, ok := s.(electingAdapter[T]); ok {
+		if err := el.electReplicas(ctx, b, enc, data); err != nil {
+			return err
+		}
+	}
 	s.decideAll(ctx, b, enc, data)
 	if err := e.settle(ctx, b); err != nil {
+		e.releaseElections(ctx, b)
 		return err
 	}
 	if e.needsApply(b) {
@@ -187,6 +210,10 @@ func (e *engine) nextToken() uint64 {
 func (e *engine) end(b *batch) {
 	if !b.landed {
 		e.land(b)
+	}
+	if b.ballots != nil {
+		e.elect.put(b.ballots)
+		b.ballots = nil
 	}
 	const maxRetained = 64 << 10
 	if cap(b.verdicts) > maxRetained {
@@ -261,6 +288,7 @@ func (e *engine) missing(b *batch) {
 func (e *engine) finish(ctx context.Context, b *batch, err error) error {
 	if err != nil {
 		e.tel.recordReleased(ctx, e.releaseAll(ctx, b))
+		e.releaseElections(ctx, b)
 		return err
 	}
 	// The next consumer has the batch: its local claims are committed now,
@@ -268,7 +296,11 @@ func (e *engine) finish(ctx context.Context, b *batch, err error) error {
 	// commits (a copy dropped meanwhile has a delivered original; a commit
 	// that fails leaves the shared claims pending, never a record lost).
 	e.land(b)
-	e.commitShared(ctx, b)
+	if b.ballots != nil {
+		e.commitElections(ctx, b) // the shared claims too, in one round trip
+	} else {
+		e.commitShared(ctx, b)
+	}
 	e.tel.recordBatch(ctx, b)
 	return nil
 }

@@ -114,9 +114,13 @@ func (h *harness) histogramCount(name string, attrs ...attribute.KeyValue) uint6
 	if err := h.reader.Collect(context.Background(), &rm); err != nil {
 		h.t.Fatal(err)
 	}
+	signal := h.signal
+	if signal == "" {
+		signal = "logs"
+	}
 	want := attribute.NewSet(append([]attribute.KeyValue{
 		attribute.String("processor", h.id.String()),
-		attribute.String("otel.signal", "logs"),
+		attribute.String("otel.signal", signal),
 	}, attrs...)...)
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {

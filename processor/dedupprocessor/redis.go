@@ -166,6 +166,9 @@ func (e *engine) startTier(ctx context.Context, host component.Host) error {
 		return fmt.Errorf("dedup: %w", err)
 	}
 	e.tier, e.redis = tier, tier
+	if e.elect != nil {
+		e.electTier = tier
+	}
 	e.tel.observeBreakers(tier)
 	fields := []zap.Field{zap.Strings("endpoints", r.Endpoints), zap.String("master_name", r.MasterName), zap.String("key_prefix", prefix)}
 	if mode := tier.Mode(); mode != "" {
@@ -198,7 +201,7 @@ func (e *engine) stopTier() error {
 		return nil
 	}
 	err := e.redis.Close()
-	e.tier, e.redis = nil, nil
+	e.tier, e.redis, e.electTier = nil, nil, nil
 	return err
 }
 

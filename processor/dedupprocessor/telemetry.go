@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/breaker"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/election"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/redistier"
 )
 
@@ -37,10 +38,11 @@ const (
 	tierBatch tier = iota
 	tierLocal
 	tierRedis
+	tierElection // a data point of a replica that is not its cluster's elected one
 	numTiers
 )
 
-var tierNames = [numTiers]string{"batch", "local", "redis"}
+var tierNames = [numTiers]string{"batch", "local", "redis", "election"}
 
 // telemetry holds one processor instance's instruments. Every series carries
 // the processor's component ID and signal as attributes of its own: the
@@ -67,7 +69,13 @@ type telemetry struct {
 	breakers       atomic.Pointer[func() []redistier.NodeBreaker]
 	base           []attribute.KeyValue
 
-	registration metric.Registration
+	elections     metric.Int64Counter
+	electionOpts  [numElectionReasons]metric.AddOption
+	undecided     metric.Int64Counter
+	undecidedOpts [numUndecidedReasons]metric.AddOption
+
+	registration         metric.Registration
+	electionRegistration metric.Registration
 }
 
 // waitResult is how a batch's wait for pending claims ended; the
@@ -103,6 +111,12 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, signal strin
 		baseOpt:    metric.WithAttributeSet(attribute.NewSet(base...)),
 		baseObsOpt: metric.WithAttributeSet(attribute.NewSet(base...)),
 	}
+	for r := range numElectionReasons {
+		t.electionOpts[r] = metric.WithAttributeSet(attribute.NewSet(append(base[:2:2], attribute.String("reason", electionReasonNames[r]))...))
+	}
+	for r := range numUndecidedReasons {
+		t.undecidedOpts[r] = metric.WithAttributeSet(attribute.NewSet(append(base[:2:2], attribute.String("reason", undecidedNames[r]))...))
+	}
 	for o := range numOutcomes {
 		t.outcomeOpts[o] = metric.WithAttributeSet(attribute.NewSet(append(base[:2:2], attribute.String("outcome", outcomeNames[o]))...))
 	}
@@ -118,7 +132,15 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, signal strin
 		metric.WithUnit("{records}"))
 	errs = errors.Join(errs, err)
 	t.duplicates, err = meter.Int64Counter("otelcol_processor_dedup_duplicates",
-		metric.WithDescription("Duplicate records, by the tier that caught them: batch, local, redis."),
+		metric.WithDescription("Duplicate records, by the tier that caught them: batch, local, redis, election (a data point of a replica that is not its cluster's elected one)."),
+		metric.WithUnit("{records}"))
+	errs = errors.Join(errs, err)
+	t.elections, err = meter.Int64Counter("otelcol_processor_dedup_elections",
+		metric.WithDescription("Replicas elected for a cluster by a delivered batch, by reason: new (no other replica held the cluster), failover (took over from another replica whose election had expired)."),
+		metric.WithUnit("{elections}"))
+	errs = errors.Join(errs, err)
+	t.undecided, err = meter.Int64Counter("otelcol_processor_dedup_election_undecided",
+		metric.WithDescription("Data points replica election did not decide, by reason: missing_label (no cluster or replica label), cluster_limit (the tenant's max_clusters was reached); they go on to the identity dedup."),
 		metric.WithUnit("{records}"))
 	errs = errors.Join(errs, err)
 	t.released, err = meter.Int64Counter("otelcol_processor_dedup_released",
@@ -159,7 +181,7 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, signal strin
 		return nil, errs
 	}
 	t.redisOpts = map[string]redisOpts{}
-	for _, op := range []string{redistier.OpClaim, redistier.OpRecheck, redistier.OpCommit, redistier.OpRelease} {
+	for _, op := range []string{redistier.OpClaim, redistier.OpRecheck, redistier.OpCommit, redistier.OpRelease, redistier.OpElect} {
 		for _, res := range []string{redistier.ResultOK, redistier.ResultError, redistier.ResultTimeout, redistier.ResultSkipped} {
 			t.redisOpts[op+"/"+res] = redisOpts{
 				add:    metric.WithAttributeSet(attribute.NewSet(append(base[:2:2], attribute.String("op", op), attribute.String("result", res))...)),
@@ -199,6 +221,47 @@ func (t *telemetry) recordBatch(ctx context.Context, b *batch) {
 	if n := len(b.unchecked); n > 0 {
 		t.redisUnchecked.Add(ctx, int64(n), t.baseOpt)
 	}
+	if box := b.ballots; box != nil {
+		for r, n := range box.undecided {
+			if n > 0 {
+				t.undecided.Add(ctx, n, t.undecidedOpts[r])
+			}
+		}
+		for r, n := range box.elections {
+			if n > 0 {
+				t.elections.Add(ctx, n, t.electionOpts[r])
+			}
+		}
+	}
+}
+
+// observeElections starts reporting the elected replica of each cluster
+// the table holds a live election of: one series per cluster and replica
+// (its value: how many tenants' clusters of that name elect that replica,
+// 1 without metadata_keys), at most maxSeries of them.
+func (t *telemetry) observeElections(meter metric.Meter, table *election.Table, now func() int64, maxSeries int) error {
+	gauge, err := meter.Int64ObservableGauge("otelcol_processor_dedup_elected_replica",
+		metric.WithDescription("The replica elected for each cluster, as a series per cluster and replica label value; the value is the number of tenants whose cluster of that name elected that replica."),
+		metric.WithUnit("{clusters}"))
+	if err != nil {
+		return err
+	}
+	type pair struct{ cluster, replica string }
+	t.electionRegistration, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		counts := map[pair]int64{}
+		table.Each(now(), func(cluster, replica string) {
+			p := pair{cluster, replica}
+			if _, ok := counts[p]; ok || len(counts) < maxSeries {
+				counts[p]++
+			}
+		})
+		for p, n := range counts {
+			o.ObserveInt64(gauge, n, metric.WithAttributeSet(attribute.NewSet(append(t.base[:2:2],
+				attribute.String("cluster", p.cluster), attribute.String("replica", p.replica))...)))
+		}
+		return nil
+	}, gauge)
+	return err
 }
 
 func (t *telemetry) recordReleased(ctx context.Context, n int) {
@@ -213,10 +276,14 @@ func (t *telemetry) recordWait(ctx context.Context, d time.Duration, r waitResul
 }
 
 func (t *telemetry) shutdown() error {
+	var errs []error
 	if t.registration != nil {
-		return t.registration.Unregister()
+		errs = append(errs, t.registration.Unregister())
 	}
-	return nil
+	if t.electionRegistration != nil {
+		errs = append(errs, t.electionRegistration.Unregister())
+	}
+	return errors.Join(errs...)
 }
 
 // observeBreakers starts reporting the state of the tier's breakers, one

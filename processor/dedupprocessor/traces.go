@@ -151,7 +151,7 @@ func newTracesProcessor(set component.TelemetrySettings, id component.ID, cfg *C
 	if err != nil {
 		return nil, err
 	}
-	e, err := newEngine(cfg, set, id, "traces")
+	e, err := newEngine(cfg, set, id, "traces", nil)
 	if err != nil {
 		return nil, err
 	}

@@ -105,5 +105,6 @@ func (a *applier) unit(attrs pcommon.Map) bool {
 
 // needsApply says whether the verdicts change the batch at all.
 func (e *engine) needsApply(b *batch) bool {
-	return b.removed > 0 || b.marked > 0 || e.cfg.IdentityAttribute != "" && len(b.pending) > 0
+	return b.removed > 0 || b.marked > 0 || e.cfg.IdentityAttribute != "" && len(b.pending) > 0 ||
+		b.ballots != nil && b.ballots.strips > 0
 }

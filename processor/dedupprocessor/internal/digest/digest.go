@@ -39,6 +39,11 @@ func (d Digest) AppendBinary(dst []byte) []byte {
 	return binary.BigEndian.AppendUint64(dst, d.Lo)
 }
 
+// FromBytes is the inverse of Bytes.
+func FromBytes(b [Size]byte) Digest {
+	return Digest{Hi: binary.BigEndian.Uint64(b[:8]), Lo: binary.BigEndian.Uint64(b[8:])}
+}
+
 // String returns the 32-character lowercase hex form.
 func (d Digest) String() string {
 	b := d.Bytes()

@@ -13,6 +13,9 @@ func TestFormsRoundTrip(t *testing.T) {
 	if b := d.Bytes(); b[0] != 0x01 || b[15] != 0x10 {
 		t.Fatalf("Bytes() = %x", b)
 	}
+	if got := FromBytes(d.Bytes()); got != d {
+		t.Fatalf("FromBytes(Bytes()) = %v, want %v", got, d)
+	}
 	if s := d.String(); s != "0123456789abcdeffedcba9876543210" {
 		t.Fatalf("String() = %s", s)
 	}

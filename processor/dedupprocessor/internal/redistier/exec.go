@@ -134,6 +134,9 @@ func scriptSource(sha any) string {
 	case releaseScript.Hash():
 		return releaseSource
 	}
+	if src, ok := electionSources[sha.(string)]; ok {
+		return src
+	}
 	panic(fmt.Sprintf("redistier: unknown script %v", sha))
 }
 
