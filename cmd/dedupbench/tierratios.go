@@ -58,14 +58,19 @@ func redisTierRows(res *results, o options, missing func(t, fig, goal, phase str
 		Measured: fmt.Sprintf("%.2fx (%d pairs)", ratio, len(costs)),
 		Goal:     fmt.Sprintf(">= %.2fx", targetRedisThroughput), Verdict: bench.Check(ratio >= targetRedisThroughput)})
 	byWait, byRedisCPU := med(func(c throughputCost) float64 { return c.ByWait }), med(func(c throughputCost) float64 { return c.ByRedisCPU })
+	byCopies := med(func(c throughputCost) float64 { return c.ByCopyWait })
 	dominant := "the senders waiting on round trips"
-	if byRedisCPU < byWait {
+	switch {
+	case byCopies < byWait && byCopies < byRedisCPU:
+		dominant = "the senders waiting for copies in flight"
+	case byRedisCPU < byWait:
 		dominant = "redis-server's CPU on the shared cores"
 	}
 	rows = append(rows, bench.Row{Target: "5",
-		Figure: "where the throughput goes: the senders' time in Redis round trips (the ratio that alone would give); redis-server's share of the run's CPU (the ratio that alone would give if CPU-bound; with all the extra CPU); CPU busy, pass-through / dedup+redis",
-		Measured: fmt.Sprintf("%.0f%% (%.2fx); %.0f%% (%.2fx; %.2fx); %.0f%% / %.0f%% of %d cores; larger cost: %s",
+		Figure: "where the throughput goes: the senders' time in Redis round trips (the ratio that alone would give); their time waiting for the export of another batch holding a copy of their records (the same); redis-server's share of the run's CPU (the ratio that alone would give if CPU-bound; with all the extra CPU); CPU busy, pass-through / dedup+redis",
+		Measured: fmt.Sprintf("%.0f%% (%.2fx); %.0f%% (%.2fx); %.0f%% (%.2fx; %.2fx); %.0f%% / %.0f%% of %d cores; largest cost: %s",
 			100*med(func(c throughputCost) float64 { return c.WaitShare }), byWait,
+			100*med(func(c throughputCost) float64 { return c.CopyWaitShare }), byCopies,
 			100*med(func(c throughputCost) float64 { return c.RedisCPUShare }), byRedisCPU, med(func(c throughputCost) float64 { return c.ByAllCPU }),
 			100*med(func(c throughputCost) float64 { return c.BusyPass }), 100*med(func(c throughputCost) float64 { return c.BusyRedis }), res.Machine.Cores,
 			dominant),
@@ -79,6 +84,9 @@ func redisTierRows(res *results, o options, missing func(t, fig, goal, phase str
 //   - the senders waiting: each synchronous sender also waits out its
 //     batches' Redis round trips (the redis_duration sum over senders), all
 //     else equal;
+//   - the senders waiting for copies in flight: a batch holding a copy of
+//     a record another batch is still exporting waits for that export (the
+//     wait_duration sum over senders), all else equal;
 //   - Redis's CPU: if the machine's cores are the limit, throughput goes as
 //     1 / CPU per record, and redis-server adds its CPU per record to the
 //     pass-through's (collector + senders); with the collector's own extra
@@ -86,7 +94,9 @@ func redisTierRows(res *results, o options, missing func(t, fig, goal, phase str
 type throughputCost struct {
 	Ratio                    float64 // measured records/s ratio
 	WaitShare, RedisCPUShare float64
+	CopyWaitShare            float64
 	ByWait, ByRedisCPU       float64
+	ByCopyWait               float64
 	ByAllCPU                 float64
 	BusyPass, BusyRedis      float64 // the run's own CPU / (wall x cores)
 }
@@ -111,6 +121,8 @@ func throughputCosts(runs []bench.CollectorRun, cores int) []throughputCost {
 				WaitShare:     r.RedisWaitSeconds / (e2eSenders * r.Load.Seconds),
 				RedisCPUShare: r.RedisCPUSeconds / ownCPU,
 				ByWait:        pass.Load.Seconds / (pass.Load.Seconds + r.RedisWaitSeconds/e2eSenders),
+				CopyWaitShare: r.CopyWaitSeconds / (e2eSenders * r.Load.Seconds),
+				ByCopyWait:    pass.Load.Seconds / (pass.Load.Seconds + r.CopyWaitSeconds/e2eSenders),
 				ByRedisCPU:    passCPU / (passCPU + redisPer),
 				ByAllCPU:      passCPU / (ownCPU / float64(r.Load.Sent)),
 				BusyPass:      (pass.CPUSeconds + pass.DriverCPUSeconds) / (pass.Load.Seconds * float64(max(cores, 1))),

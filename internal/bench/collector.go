@@ -93,6 +93,10 @@ type CollectorRun struct {
 	// trips to Redis, summed over batches (the redis_duration histogram's
 	// sum): with synchronous senders, time they spent waiting on Redis.
 	RedisWaitSeconds float64
+	// CopyWaitSeconds is the time the collector's batches spent waiting for
+	// other batches' pending claims on their records (copies in flight),
+	// summed over batches (the wait_duration histograms' sums).
+	CopyWaitSeconds float64
 	// DriverCPUSeconds is this process's CPU during the load: the senders.
 	DriverCPUSeconds float64
 	// GCCycles is the collector's garbage collections during the load,
@@ -215,6 +219,9 @@ func RunCollector(ctx context.Context, binary, dir, mode string, redis *RedisSer
 		return run, err
 	}
 	run.Dropped = counts.Records["duplicate"]
+	for _, h := range counts.Waits {
+		run.CopyWaitSeconds += h.Sum
+	}
 	if mode == ModeDedupRedis {
 		run.RedisRequests = counts.RedisRequests
 		for _, s := range counts.RedisSeconds {
