@@ -110,9 +110,10 @@ func runFleetPhase(ctx context.Context, o options, res *results, logf func(strin
 				return fmt.Errorf("fleet scaling, %s, %d collectors: %w", topo, n, err)
 			}
 			res.Scale = append(res.Scale, r)
-			logf("scale %-10s %d collectors, %d senders: %s records/s, CPU s collectors %.2f redis %.2f senders %.2f others %.2f in %.2fs; Redis %.2f µs/key; %.2f round trips/batch; refused %d; exact %v",
+			logf("scale %-10s %d collectors, %d senders: %s records/s, CPU s collectors %.2f redis %.2f senders %.2f others %.2f in %.2fs; Redis %.2f µs/key; %.2f round trips/batch (%v); waits %d; refused %d; exact %v",
 				topo, n, r.Senders, bench.Rate(r.RecordsPerSecond()), r.CPU.Collectors, r.CPU.Redis, r.CPU.Driver, r.CPU.Others, r.Seconds,
-				r.CPU.Redis*1e6/float64(r.Unique), float64(r.Counts.RoundTrips())/float64(r.Requests), r.Refused, r.Exact())
+				r.CPU.Redis*1e6/float64(r.Unique), float64(r.Counts.RoundTrips())/float64(r.Requests), r.Counts.RedisRequests,
+				int64(r.Counts.AllWaits().Count), r.Refused, r.Exact())
 			if topo == bench.TopologyCluster && n == fleetSizes[len(fleetSizes)-1] {
 				tags, err := cl.HashTags(ctx)
 				if err != nil {

@@ -46,16 +46,27 @@ import (
 // across its yields, so it ends up the oldest of those it meets and is no
 // longer turned back.
 //
-// In the local cache the rule is applied lazily, since the engine knows
-// which of its batches wait: a batch may wait, holding its claims, for an
-// older batch that is not waiting itself (it is claiming or being
-// delivered, and will settle without anyone's help). When a batch starts to
-// wait it says so (SetWaiting) and wakes the waiting batches, and any
-// younger one that waits for it while holding claims then yields. A cycle of
-// waits would need a younger batch waiting for an older one that waits too,
-// and that younger batch yields as soon as the older one starts waiting.
-// Copies racing within one collector then cost a short wait, not the
-// release and re-claim of every record of the younger batch.
+// The rule is applied lazily, in both tiers: a batch may wait, holding its
+// claims, for an older batch that is marked as not able to wait for it. In
+// the local cache a batch is marked once it waits at all (SetWaiting, which
+// also wakes the waiting batches). In Redis it is marked once it waits for a
+// younger batch's claim: a waiting mark beside its claims, set by the claim
+// call that met that claim (redistier). A younger batch that waits for a
+// marked one while holding claims is told so at its next look (PendingOlder:
+// the local cache's at once, Redis's at its next recheck, at most maxPause
+// later) and then yields.
+//
+// Why no cycle of waits lasts: a cycle cannot run from older to younger
+// batches all the way round, so some batch in it waits for a younger one,
+// and is marked in the tier the cycle reaches it through (a batch waiting in
+// the local cache holds no claim in Redis, see below, so a wait on it is a
+// local one, and a batch marked in Redis is marked locally too). Follow the
+// cycle backwards from it: each batch waiting on a marked one is either
+// younger, and yields, or older, and so waits for a younger batch and is
+// marked in turn; the ages cannot grow all the way round, so one yields.
+// Copies racing for a record, in one collector or across collectors, and
+// chains of copies each waiting for an older original, then cost a short
+// wait, not the release and re-claim of every record of the younger batch.
 //
 // A batch claims in the shared tier only once it waits for no local claim:
 // a batch that waits, or yields, in this collector then costs Redis
@@ -185,7 +196,7 @@ func (e *engine) claimShared(ctx context.Context, b *batch, op string) error {
 		case redistier.Held:
 			e.cache.Disown(d, b.token)
 			e.duplicate(b, int(at), tierRedis)
-		default: // Pending, PendingOlder
+		default: // Pending, PendingOlder, PendingYounger
 			b.yield = b.yield || a == redistier.PendingOlder
 			b.sharedWait = append(b.sharedWait, d)
 			b.sharedWaitAt = append(b.sharedWaitAt, at)
@@ -349,11 +360,14 @@ func (e *engine) releaseAll(ctx context.Context, b *batch) int {
 // local keys it released.
 func (e *engine) releaseClaims(ctx context.Context, b *batch, yield bool) int {
 	if b.sharedOK {
-		release := e.tier.Release
+		// A yield comes after a claim the tier answered: the batch holds in
+		// Redis only what that claim won. A batch that gives up may hold
+		// more: a failed call's claims may have reached Redis anyway.
+		release, ds := e.tier.Release, append(b.claimed, b.sharedWait...)
 		if yield {
-			release = e.tier.Yield
+			release, ds = e.tier.Yield, b.claimed[:b.shared]
 		}
-		if err := release(context.WithoutCancel(ctx), b.redisToken, append(b.claimed, b.sharedWait...)); err != nil {
+		if err := release(context.WithoutCancel(ctx), b.redisToken, ds); err != nil {
 			e.tierError.log(b.now, err, zap.String("op", redistier.OpRelease))
 		}
 	}

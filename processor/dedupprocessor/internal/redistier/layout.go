@@ -12,9 +12,11 @@ import (
 //	standalone, Sentinel: KeyPrefix
 //	Cluster:              KeyPrefix + "{" + tag + "}"
 //
-// followed by either the digest's 16 bytes (a digest key, value: the claim
-// token) or "claim:" + token (the claim's status key, value "p" while the
-// claim is pending, "c" once committed). Nothing else is stored.
+// followed by the digest's 16 bytes (a digest key, value: the claim token),
+// "claim:" + token (the claim's status key, value "p" while the claim is
+// pending, "c" once committed), or "claim:" + token + "w" (the claim's
+// waiting mark, while its batch waits for other claims; see claimScript).
+// Nothing else is stored.
 //
 // In a Cluster the hash tag puts a digest key and the status key that decides
 // whether its owner is still alive into the same slot, so one script can

@@ -9,10 +9,12 @@ import "github.com/redis/go-redis/v9"
 // claimScript claims every digest key that is free. It returns the number
 // of keys if it claimed them all (the common case, which then builds no
 // per-key answer), else a string with one byte per key: '1' claimed by this
-// token, '0' held by a committed claim of another token, '2' held by a
-// pending claim of a younger token (its batch is still on its way
-// downstream), '3' the same for an older token. Tokens compare bytewise
-// (string.byte, never the locale-dependent '<' of Lua strings). A key is
+// token, '0' held by a committed claim of another token, and for a key
+// held by a pending claim of another token (its batch is still on its way
+// downstream): '4' if that token is younger, '2' if it is older and not
+// marked waiting, '3' if it is older and marked (see Pending, PendingYounger
+// and PendingOlder). Tokens compare bytewise (string.byte, never the
+// locale-dependent '<' of Lua strings). A key is
 // free if it is absent, or if it holds a token whose status key is gone (a
 // pending claim whose lease ran out, or a released one). A key that already holds this
 // token counts as claimed: that is a retried round trip of the same claim,
@@ -29,18 +31,30 @@ import "github.com/redis/go-redis/v9"
 // GET form costs the server less per key (BENCHMARKS.md, "The shared tier on
 // its own").
 //
+// A claim that meets a pending claim of a younger token is about to wait
+// for a younger batch: if its token holds anything in the group, the script
+// sets the token's waiting mark (the status key + "w", with the lease as
+// TTL), which tells younger claims meeting it to give way. An older holder
+// whose token lacks the mark flag (bytes 9 and 10 are not tokenFlag: a
+// token of an earlier version, whose batch never sets the mark) is taken as
+// marked.
+//
 // ARGV: token, lease ms, window ms, status key prefix of the group.
 var claimScript = redis.NewScript(claimSource)
 
 const claimSource = `
 local tok, window, sp = ARGV[1], ARGV[3], ARGV[4]
-local out, live, any = nil, {}, false
+local out, live, seen, any, younger = nil, {}, {}, false, false
 local function older(a)
   for i = 1, math.min(#a, #tok) do
     local x, y = string.byte(a, i), string.byte(tok, i)
     if x ~= y then return x < y end
   end
   return #a < #tok
+end
+local function marked(a)
+  if #a ~= 16 or string.byte(a, 9) ~= 213 or string.byte(a, 10) ~= 58 then return true end
+  return redis.call('EXISTS', sp .. a .. 'w') == 1
 end
 for i = 2, #KEYS do
   local won = true
@@ -54,7 +68,20 @@ for i = 2, #KEYS do
     end
     if state then
       won = false
-      if state == 'p' then held = older(owner) and '3' or '2' end
+      if state == 'p' then
+        held = seen[owner]
+        if held == nil then
+          if not older(owner) then
+            held = '4'
+          elseif marked(owner) then
+            held = '3'
+          else
+            held = '2'
+          end
+          seen[owner] = held
+        end
+        if held == '4' then younger = true end
+      end
     else
       redis.call('SET', KEYS[i], tok, 'PX', window)
     end
@@ -68,12 +95,16 @@ for i = 2, #KEYS do
   if out then out[i - 1] = won and '1' or held end
 end
 if any then redis.call('SET', KEYS[1], 'p', 'NX', 'PX', ARGV[2]) end
+if younger and (any or redis.call('EXISTS', KEYS[1]) == 1) then
+  redis.call('SET', KEYS[1] .. 'w', '1', 'PX', ARGV[2])
+end
 if out then return table.concat(out) end
 return #KEYS - 1
 `
 
-// releaseScript deletes the digest keys that still hold the token, and the
-// status key. Keys taken over by another claim keep their new owner.
+// releaseScript deletes the digest keys that still hold the token, the
+// status key and the waiting mark. Keys taken over by another claim keep
+// their new owner.
 //
 // ARGV: token.
 var releaseScript = redis.NewScript(releaseSource)
@@ -86,6 +117,6 @@ for i = 2, #KEYS do
     n = n + 1
   end
 end
-redis.call('DEL', KEYS[1])
+redis.call('DEL', KEYS[1], KEYS[1] .. 'w')
 return n
 `

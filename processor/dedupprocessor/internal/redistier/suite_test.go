@@ -89,7 +89,7 @@ func runContractSuite(t *testing.T, tg suiteTarget) {
 				t.Fatal(err)
 			}
 			for i, a := range got {
-				w := []Answer{Held, Pending, Claimed}[i/100]
+				w := []Answer{Held, PendingYounger, Claimed}[i/100]
 				if a != w || want[i] != w {
 					t.Fatalf("digest %d: ClaimDistinct %v, ClaimAnswers %v, want %v", i, a, want[i], w)
 				}
@@ -112,18 +112,84 @@ func runContractSuite(t *testing.T, tg suiteTarget) {
 			wantClaimed(t, claim(t, tr, "tok-b", ds[1]), true)
 			commit(t, tr, "tok-a", ds[0])
 			// ds[0] delivered, ds[1] still on its way, ds[2] free. Tokens
-			// compare bytewise: tok-b is older than tok-c.
+			// compare bytewise: tok-b is older than tok-c, and, not made by
+			// NewToken, is taken as marked waiting: tok-c must yield.
 			if got := answers("tok-c"); got != want(Held, PendingOlder, Claimed) {
 				t.Fatalf("answers = %s", got)
 			}
 			// The same pending claims, seen by an older token.
-			if got := answers("tok-0"); got != want(Held, Pending, Pending) {
+			if got := answers("tok-0"); got != want(Held, PendingYounger, PendingYounger) {
 				t.Fatalf("answers of an older token = %s", got)
 			}
 			// tok-b's delivery failed: its key is free for the retry.
 			release(t, tr, "tok-b", ds[1])
 			if got := answers("tok-d"); got != want(Held, Claimed, PendingOlder) {
 				t.Fatalf("answers after release = %s", got)
+			}
+		})
+
+		t.Run("an older holder is yielded to only while it waits", func(t *testing.T) {
+			t.Parallel()
+			tr := newTier(t, "lazy:")
+			// k1 and k2 in different groups (in a Cluster: on their own
+			// script calls, which the post-claim mark must cover).
+			ds := digests(t, "", 64)
+			k1, k2 := ds[0], ds[1]
+			for _, d := range ds[1:] {
+				if tr.lay().groupOf(d) != tr.lay().groupOf(k1) {
+					k2 = d
+					break
+				}
+			}
+			older, younger := NewToken(1), NewToken(2)
+			answer := func(token string, d digest.Digest) Answer {
+				got := make([]Answer, 2)
+				if err := tr.Recheck(ctx, token, []digest.Digest{d}, got); err != nil {
+					t.Fatal(err)
+				}
+				return got[0]
+			}
+			wantClaimed(t, claim(t, tr, older, k1), true)
+			wantClaimed(t, claim(t, tr, younger, k2), true)
+			// The older batch is on its way downstream, not waiting: the
+			// younger may wait for it holding k2.
+			if got := answer(younger, k1); got != Pending {
+				t.Fatalf("younger meets an older batch that does not wait: %v, want Pending", got)
+			}
+			// The older batch waits for a still older one: no cycle can run
+			// through it to a younger batch, which may go on holding.
+			oldest, k3 := NewToken(0), ds[2]
+			wantClaimed(t, claim(t, tr, oldest, k3), true)
+			if got := answer(older, k3); got != Pending {
+				t.Fatalf("older meets the oldest: %v, want Pending", got)
+			}
+			if got := answer(younger, k1); got != Pending {
+				t.Fatalf("younger meets an older batch waiting for an older one: %v, want Pending", got)
+			}
+			// The older batch now meets the younger's claim, in a call that
+			// also holds k1 in another group: it waits, and says so there.
+			got := make([]Answer, 2)
+			if err := tr.ClaimAnswers(ctx, older, []digest.Digest{k1, k2}, got); err != nil {
+				t.Fatal(err)
+			}
+			if got[0] != Claimed || got[1] != PendingYounger {
+				t.Fatalf("older meets the younger: %v, want [Claimed PendingYounger]", got)
+			}
+			if got := answer(younger, k1); got != PendingOlder {
+				t.Fatalf("younger meets an older batch that waits: %v, want PendingOlder", got)
+			}
+			// The younger yields; the older's next look wins k2.
+			if err := tr.Yield(ctx, younger, []digest.Digest{k2}); err != nil {
+				t.Fatal(err)
+			}
+			if got := answer(older, k2); got != Claimed {
+				t.Fatalf("older after the yield: %v, want Claimed", got)
+			}
+			// A released claim leaves no waiting mark behind.
+			release(t, tr, older, k1, k2)
+			release(t, tr, oldest, k3)
+			if n := len(tg.store.scanAll(t, "lazy:*")); n != 0 {
+				t.Fatalf("%d keys left under lazy:, want 0", n)
 			}
 		})
 
@@ -363,7 +429,7 @@ func runContractSuite(t *testing.T, tg suiteTarget) {
 
 	// Every key any subtest left must follow the layout: a known prefix, the
 	// hash tag in a Cluster, then 16 digest bytes holding a 16-character token, or
-	// "claim:" and a token holding "p" or "c".
+	// "claim:" and a token holding "p" or "c", or the same + "w" holding "1".
 	all := tg.store.scanAll(t, "*")
 	if len(all) == 0 {
 		t.Fatal("no keys on the server after the suite")
@@ -390,8 +456,9 @@ func runContractSuite(t *testing.T, tg suiteTarget) {
 		}
 		switch {
 		case strings.HasPrefix(rest, "claim:"):
-			if v != "p" && v != "c" {
-				t.Errorf("status key %q holds %q, want p or c", k, v)
+			// A status key, or a waiting mark: the status key + "w".
+			if v != "p" && v != "c" && (v != "1" || !strings.HasSuffix(rest, "w")) {
+				t.Errorf("status key %q holds %q, want p or c (or a waiting mark: 1)", k, v)
 			}
 		case len(rest) == digest.Size:
 			if len(v) == 0 {

@@ -381,13 +381,22 @@ func (t *Tier) Breakers() []NodeBreaker {
 //
 // The age lets batches that meet each other's pending claims decide who
 // waits (see PendingOlder); any number that grows with the time a batch
-// started will do, e.g. microseconds since the epoch.
+// started will do, e.g. microseconds since the epoch. Bytes 9 and 10 are
+// tokenFlag: they say that the token's claims carry a waiting mark when its
+// batch waits for a younger one (claimScript); an earlier version's token,
+// 64 random bits there, lacks them but for a chance of one in 65,536, and is
+// taken as marked.
 func NewToken(age uint64) string {
 	var b [16]byte
 	binary.BigEndian.PutUint64(b[:8], age)
-	_, _ = rand.Read(b[8:]) // never fails (crypto/rand, Go >= 1.24)
+	copy(b[8:10], tokenFlag)
+	_, _ = rand.Read(b[10:]) // never fails (crypto/rand, Go >= 1.24)
 	return string(b[:])
 }
+
+// tokenFlag is bytes 9 and 10 of every token NewToken makes (213 and 58 in
+// claimScript).
+const tokenFlag = "\xd5\x3a"
 
 // Answer is the shared tier's answer for one digest of a claim.
 type Answer uint8
@@ -402,20 +411,28 @@ const (
 	Held
 	// Claimed: this call claimed the digest.
 	Claimed
-	// Pending: a pending claim of a younger token holds the digest: its
-	// batch is still on its way downstream, and may yet be released (its
-	// next consumer failed) or end with its lease (its collector died).
+	// Pending: a pending claim of an older token holds the digest (tokens
+	// compare bytewise; see NewToken): its batch is still on its way
+	// downstream, and may yet be released (its next consumer failed) or
+	// end with its lease (its collector died). That batch is not marked as
+	// waiting for a younger batch, so it cannot be waiting for the
+	// caller: the caller may wait for it while holding its own claims.
 	Pending
-	// PendingOlder: as Pending, but the holder's token is older than the
-	// caller's (tokens compare bytewise; see NewToken).
+	// PendingOlder: as Pending, but the holder is marked as waiting for a
+	// younger batch, which may be the caller: the caller gives up its own
+	// claims before it waits.
 	PendingOlder
+	// PendingYounger: as Pending, but the holder's token is younger than
+	// the caller's. The caller may wait for it holding its claims, and is
+	// marked as waiting for a younger batch where it holds claims.
+	PendingYounger
 )
 
 // ClaimAnswers atomically claims, under token, every digest of ds that no
 // live claim holds, in one round trip (one per node in a Cluster), and
 // answers for each: Claimed if this call claimed ds[i] (or token already
-// held it), else Held, Pending or PendingOlder by the state and age of the
-// claim that holds it. Of any number of concurrent claims of a digest, in
+// held it), else Held, Pending, PendingOlder or PendingYounger by the state
+// and age of the claim that holds it. Of any number of concurrent claims of a digest, in
 // this process or in others sharing the Redis, exactly one gets Claimed; so
 // does exactly one position if a digest occurs several times in ds (the
 // others are Held).
@@ -430,6 +447,9 @@ const (
 // maxKeysPerScript of them. A batch larger than that, or spread over a
 // Cluster's nodes, may win some digests and meet another batch's pending
 // claims on others; PendingOlder tells the caller which of the two yields.
+// A call that meets a pending claim of a younger token marks the token as
+// waiting in every group it claimed in (markWaiting), so that a younger
+// claim meeting it then answers PendingOlder.
 //
 // Each group's answers are its own. The digests of a group whose call
 // failed answer Unavailable, and the error says why; the others are
@@ -491,7 +511,42 @@ func (t *Tier) claimAs(ctx context.Context, op, token string, ds []digest.Digest
 			}
 		}
 	}
+	t.markWaiting(ctx, c, op, token, calls, answers)
 	return err
+}
+
+// markWaiting sets the waiting mark of token in the groups where a call of
+// a claim won digests without meeting a younger pending claim itself, if
+// another call of the claim met one: the batch is about to wait for a
+// younger batch, and a younger batch waiting for its claims there must give
+// way (see PendingOlder). The calls that met one set the mark in their own
+// group. A failed mark leaves a younger batch waiting for this one, until
+// pending_wait ends the wait.
+func (t *Tier) markWaiting(ctx context.Context, c *conn, op, token string, calls []*call, answers []Answer) {
+	if !slices.Contains(answers, PendingYounger) {
+		return
+	}
+	var marks []*call
+	marked := make(map[string]bool)
+	for _, cl := range calls {
+		won, met := false, false
+		for _, i := range cl.idx {
+			switch answers[i] {
+			case Claimed:
+				won = true
+			case PendingYounger:
+				met = true
+			}
+		}
+		if !won || met || marked[cl.route] {
+			continue
+		}
+		marked[cl.route] = true
+		marks = append(marks, &call{cmd: redis.NewCmd(ctx, "set", cl.route+"w", "1", "px", t.leaseArg), route: cl.route})
+	}
+	if len(marks) > 0 {
+		_ = t.run(ctx, c, op, marks)
+	}
 }
 
 // readClaim sets the answers of one claim script call from its reply.
@@ -516,6 +571,8 @@ func readClaim(cl *call, answers []Answer) error {
 				answers[i] = Pending
 			case '3':
 				answers[i] = PendingOlder
+			case '4':
+				answers[i] = PendingYounger
 			default:
 				answers[i] = Held
 			}
