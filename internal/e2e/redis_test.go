@@ -149,13 +149,14 @@ func dumpRedis(t *testing.T, nodes []*redistest.Server) []redisEntry {
 
 // The shared tier's key layout as the processor's README and redistier
 // describe it: the default prefix "dedup:<8 hex>:", in a Cluster a
-// hash tag, then either a 16-byte digest (value: the claim token) or
-// "claim:" and the token (value "p" pending, "c" committed).
+// hash tag, then a 16-byte digest (value: the claim token), "claim:" and the
+// token (value "p" pending, "c" committed), or the same + "w" (value "1": the
+// claim's waiting mark, set while its batch waited for a younger one).
 var redisKeyRE = regexp.MustCompile(`^(dedup:[0-9a-f]{8}:(?:\{[0-9a-z]+\})?)((?s).*)$`)
 
 // isClaimToken reports whether s is a claim token: 16 bytes, the claiming
 // batch's age (microseconds since the epoch, big-endian; a batch of this
-// test run) and 8 random bytes.
+// test run), then the mark flag and random bytes.
 func isClaimToken(s string) bool {
 	if len(s) != 16 {
 		return false
@@ -171,6 +172,7 @@ func isClaimToken(s string) bool {
 func checkRedisContents(t *testing.T, entries []redisEntry, digests int, window time.Duration, needles []string) map[string]int {
 	t.Helper()
 	status := map[string]string{} // group prefix + token -> value
+	var marks []string             // group prefix + token of each waiting mark
 	type digestKey struct{ group, token, node string }
 	var keys []digestKey
 	perNode := map[string]int{}
@@ -194,6 +196,11 @@ func checkRedisContents(t *testing.T, entries []redisEntry, digests int, window 
 		switch {
 		case strings.HasPrefix(rest, "claim:") && isClaimToken(rest[len("claim:"):]):
 			status[group+rest[len("claim:"):]] = e.value
+		case strings.HasPrefix(rest, "claim:") && strings.HasSuffix(rest, "w") && isClaimToken(rest[len("claim:"):len(rest)-1]):
+			if e.value != "1" {
+				t.Errorf("waiting mark %q holds %q, want 1", e.key, e.value)
+			}
+			marks = append(marks, group+rest[len("claim:"):len(rest)-1])
 		case len(rest) == 16:
 			if !isClaimToken(e.value) {
 				t.Errorf("digest key %q holds %q, want a claim token", e.key, e.value)
@@ -219,6 +226,11 @@ func checkRedisContents(t *testing.T, entries []redisEntry, digests int, window 
 	for st, v := range status {
 		if v != "c" {
 			t.Errorf("claim %q is %q, want committed (\"c\")", st, v)
+		}
+	}
+	for _, m := range marks {
+		if _, ok := status[m]; !ok {
+			t.Errorf("waiting mark of claim %q, which holds nothing in its group", m)
 		}
 	}
 	return perNode

@@ -511,7 +511,7 @@ func (t *Tier) claimAs(ctx context.Context, op, token string, ds []digest.Digest
 			}
 		}
 	}
-	t.markWaiting(ctx, c, op, token, calls, answers)
+	t.markWaiting(ctx, c, calls, answers)
 	return err
 }
 
@@ -521,8 +521,9 @@ func (t *Tier) claimAs(ctx context.Context, op, token string, ds []digest.Digest
 // younger batch, and a younger batch waiting for its claims there must give
 // way (see PendingOlder). The calls that met one set the mark in their own
 // group. A failed mark leaves a younger batch waiting for this one, until
-// pending_wait ends the wait.
-func (t *Tier) markWaiting(ctx context.Context, c *conn, op, token string, calls []*call, answers []Answer) {
+// pending_wait ends the wait. The marks are part of the claim's call: they
+// are not reported to Observe apart.
+func (t *Tier) markWaiting(ctx context.Context, c *conn, calls []*call, answers []Answer) {
 	if !slices.Contains(answers, PendingYounger) {
 		return
 	}
@@ -545,7 +546,9 @@ func (t *Tier) markWaiting(ctx context.Context, c *conn, op, token string, calls
 		marks = append(marks, &call{cmd: redis.NewCmd(ctx, "set", cl.route+"w", "1", "px", t.leaseArg), route: cl.route})
 	}
 	if len(marks) > 0 {
-		_ = t.run(ctx, c, op, marks)
+		cctx, cancel := context.WithTimeout(ctx, t.timeout)
+		c.exec.exec(cctx, marks)
+		cancel()
 	}
 }
 
