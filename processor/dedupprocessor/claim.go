@@ -88,8 +88,11 @@ var errInFlight = errors.New("dedup: a record of this batch is still being deliv
 var errSharedTier = errors.New("dedup: shared tier unavailable; retry later")
 
 // maxPause bounds the pause between two looks at the claims a batch waits
-// for; the first look comes after a millisecond.
-const maxPause = 50 * time.Millisecond
+// for; the first look comes after a millisecond. Across collectors nothing
+// wakes a waiting batch when the claims it waits for settle, so the pause is
+// how late it may see them settle: short next to the export times it waits
+// out, while a look costs one round trip for the records still pending.
+const maxPause = 16 * time.Millisecond
 
 // settle decides every keyed record of the batch: a claim of this batch, a
 // duplicate, or, after waiting, either of the two. On error the batch holds
