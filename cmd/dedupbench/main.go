@@ -578,8 +578,11 @@ func run(ctx context.Context, o options) error {
 	if err := os.WriteFile(filepath.Join(o.out, "table.md"), []byte(table), 0o644); err != nil {
 		return err
 	}
-	js, _ := json.MarshalIndent(res, "", "  ")
-	if err := os.WriteFile(filepath.Join(o.raw, "results.json"), js, 0o644); err != nil {
+	// A number JSON cannot hold costs the raw file, not the summaries
+	// written above.
+	if js, err := json.MarshalIndent(res, "", "  "); err != nil {
+		logf("results.json not written: %v", err)
+	} else if err := os.WriteFile(filepath.Join(o.raw, "results.json"), js, 0o644); err != nil {
 		return err
 	}
 	logf("summary in %s (table.md, benchstat.txt, sweep.md, fleet.md); the rest in %s (report.txt, results.json, gotest.txt, sweep.csv, profile-*.txt)", o.out, o.raw)

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"slices"
@@ -28,6 +29,20 @@ type Histogram struct {
 	Bounds     []float64
 	Cumulative []float64
 	Count, Sum float64
+}
+
+// MarshalJSON writes the bounds as Prometheus writes its le labels ("+Inf"
+// for the last one): JSON has no infinity.
+func (h Histogram) MarshalJSON() ([]byte, error) {
+	bounds := make([]string, len(h.Bounds))
+	for i, b := range h.Bounds {
+		bounds[i] = strconv.FormatFloat(b, 'g', -1, 64)
+	}
+	return json.Marshal(struct {
+		Bounds     []string
+		Cumulative []float64
+		Count, Sum float64
+	}{bounds, h.Cumulative, h.Count, h.Sum})
 }
 
 // histogramOf reads the histogram called name (its _bucket, _count and _sum

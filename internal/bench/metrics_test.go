@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"slices"
@@ -221,5 +222,17 @@ func TestPercentile(t *testing.T) {
 	}
 	if !slices.Equal(vs, []float64{5, 1, 4, 2, 3, 10, 9, 8, 7, 6}) {
 		t.Error("Percentile reordered its input")
+	}
+}
+
+func TestHistogramJSON(t *testing.T) {
+	h := Histogram{Bounds: []float64{0.005, 1, math.Inf(1)}, Cumulative: []float64{1, 3, 4}, Count: 4, Sum: 2.5}
+	js, err := json.Marshal(struct{ Waits Histogram }{h})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"Waits":{"Bounds":["0.005","1","+Inf"],"Cumulative":[1,3,4],"Count":4,"Sum":2.5}}`
+	if string(js) != want {
+		t.Fatalf("JSON = %s, want %s", js, want)
 	}
 }

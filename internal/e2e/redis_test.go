@@ -172,7 +172,7 @@ func isClaimToken(s string) bool {
 func checkRedisContents(t *testing.T, entries []redisEntry, digests int, window time.Duration, needles []string) map[string]int {
 	t.Helper()
 	status := map[string]string{} // group prefix + token -> value
-	var marks []string             // group prefix + token of each waiting mark
+	var marks []string            // group prefix + token of each waiting mark
 	type digestKey struct{ group, token, node string }
 	var keys []digestKey
 	perNode := map[string]int{}
