@@ -170,7 +170,7 @@ func (e *engine) claimShared(ctx context.Context, b *batch, op string) error {
 	var err error
 	switch {
 	case op == redistier.OpRecheck:
-		err = e.tier.Recheck(ctx, b.redisToken, ds, answers)
+		err = e.tier.Recheck(ctx, b.redisToken, b.claimed[:from], ds, answers)
 	case e.cache.ClaimsStayDistinct(len(b.pending)):
 		err = e.tier.ClaimDistinct(ctx, b.redisToken, ds, answers)
 	default:

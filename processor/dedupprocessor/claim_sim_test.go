@@ -434,7 +434,7 @@ func (m *simTier) ClaimDistinct(_ context.Context, token string, ds []digest.Dig
 	return m.claim(token, ds, answers)
 }
 
-func (m *simTier) Recheck(_ context.Context, token string, ds []digest.Digest, answers []redistier.Answer) error {
+func (m *simTier) Recheck(_ context.Context, token string, _, ds []digest.Digest, answers []redistier.Answer) error {
 	return m.claim(token, ds, answers)
 }
 

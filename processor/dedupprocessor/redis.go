@@ -211,7 +211,7 @@ func (e *engine) stopTier() error {
 type sharedTier interface {
 	ClaimAnswers(ctx context.Context, token string, ds []digest.Digest, answers []redistier.Answer) error
 	ClaimDistinct(ctx context.Context, token string, ds []digest.Digest, answers []redistier.Answer) error
-	Recheck(ctx context.Context, token string, ds []digest.Digest, answers []redistier.Answer) error
+	Recheck(ctx context.Context, token string, held, ds []digest.Digest, answers []redistier.Answer) error
 	Commit(ctx context.Context, token string, ds []digest.Digest) error
 	Release(ctx context.Context, token string, ds []digest.Digest) error
 	Yield(ctx context.Context, token string, ds []digest.Digest) error

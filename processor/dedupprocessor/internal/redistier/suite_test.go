@@ -144,7 +144,7 @@ func runContractSuite(t *testing.T, tg suiteTarget) {
 			older, younger := NewToken(1), NewToken(2)
 			answer := func(token string, d digest.Digest) Answer {
 				got := make([]Answer, 2)
-				if err := tr.Recheck(ctx, token, []digest.Digest{d}, got); err != nil {
+				if err := tr.Recheck(ctx, token, nil, []digest.Digest{d}, got); err != nil {
 					t.Fatal(err)
 				}
 				return got[0]
@@ -190,6 +190,43 @@ func runContractSuite(t *testing.T, tg suiteTarget) {
 			release(t, tr, oldest, k3)
 			if n := len(tg.store.scanAll(t, "lazy:*")); n != 0 {
 				t.Fatalf("%d keys left under lazy:, want 0", n)
+			}
+		})
+
+		t.Run("a recheck that meets a younger claim marks the claims held from before", func(t *testing.T) {
+			t.Parallel()
+			tr := newTier(t, "lazyheld:")
+			ds := digests(t, "", 64)
+			k1, k2 := ds[0], ds[1]
+			for _, d := range ds[1:] {
+				if tr.lay().groupOf(d) != tr.lay().groupOf(k1) {
+					k2 = d
+					break
+				}
+			}
+			older, younger, youngest := NewToken(1), NewToken(2), NewToken(3)
+			wantClaimed(t, claim(t, tr, older, k1), true)
+			wantClaimed(t, claim(t, tr, younger, k2), true)
+			// The older batch waits for k2 in a call of its own, holding k1
+			// from an earlier one (in a Cluster, in another group).
+			got := make([]Answer, 1)
+			if err := tr.Recheck(ctx, older, []digest.Digest{k1}, []digest.Digest{k2}, got); err != nil {
+				t.Fatal(err)
+			}
+			if got[0] != PendingYounger {
+				t.Fatalf("older meets the younger: %v, want PendingYounger", got[0])
+			}
+			if err := tr.ClaimAnswers(ctx, youngest, []digest.Digest{k1}, got); err != nil {
+				t.Fatal(err)
+			}
+			if got[0] != PendingOlder {
+				t.Fatalf("a younger batch meets k1 of the waiting older one: %v, want PendingOlder", got[0])
+			}
+			release(t, tr, older, k1)
+			release(t, tr, younger, k2)
+			release(t, tr, youngest, k1)
+			if n := len(tg.store.scanAll(t, "lazyheld:*")); n != 0 {
+				t.Fatalf("%d keys left under lazyheld:, want 0", n)
 			}
 		})
 

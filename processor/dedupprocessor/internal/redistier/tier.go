@@ -432,8 +432,9 @@ const (
 // live claim holds, in one round trip (one per node in a Cluster), and
 // answers for each: Claimed if this call claimed ds[i] (or token already
 // held it), else Held, Pending, PendingOlder or PendingYounger by the state
-// and age of the claim that holds it. Of any number of concurrent claims of a digest, in
-// this process or in others sharing the Redis, exactly one gets Claimed; so
+// and age of the claim that holds it. Of any number of concurrent claims of
+// a digest, in this process or in others sharing the Redis, exactly one gets
+// Claimed; so
 // does exactly one position if a digest occurs several times in ds (the
 // others are Held).
 //
@@ -448,8 +449,8 @@ const (
 // Cluster's nodes, may win some digests and meet another batch's pending
 // claims on others; PendingOlder tells the caller which of the two yields.
 // A call that meets a pending claim of a younger token marks the token as
-// waiting in every group it claimed in (markWaiting), so that a younger
-// claim meeting it then answers PendingOlder.
+// waiting in every group it holds claims in (markWaiting), so that a
+// younger claim meeting it then answers PendingOlder.
 //
 // Each group's answers are its own. The digests of a group whose call
 // failed answer Unavailable, and the error says why; the others are
@@ -459,7 +460,7 @@ const (
 // ends, or until Release with the same token. Retrying with the same token
 // is safe: digests already held by the token answer Claimed.
 func (t *Tier) ClaimAnswers(ctx context.Context, token string, ds []digest.Digest, answers []Answer) error {
-	return t.claimAs(ctx, OpClaim, token, ds, answers, false)
+	return t.claimAs(ctx, OpClaim, token, nil, ds, answers, false)
 }
 
 // ClaimDistinct is ClaimAnswers for a caller that never passes a digest
@@ -467,17 +468,19 @@ func (t *Tier) ClaimAnswers(ctx context.Context, token string, ds []digest.Diges
 // digests, about a fifth of the client's CPU per claim). A digest passed
 // twice anyway would be answered Claimed at both positions.
 func (t *Tier) ClaimDistinct(ctx context.Context, token string, ds []digest.Digest, answers []Answer) error {
-	return t.claimAs(ctx, OpClaim, token, ds, answers, true)
+	return t.claimAs(ctx, OpClaim, token, nil, ds, answers, true)
 }
 
 // Recheck is ClaimAnswers for digests a previous call of the same token
 // found Pending, reported to Observe as OpRecheck so that waiting on other
-// claims is told apart from claiming.
-func (t *Tier) Recheck(ctx context.Context, token string, ds []digest.Digest, answers []Answer) error {
-	return t.claimAs(ctx, OpRecheck, token, ds, answers, false)
+// claims is told apart from claiming. held are the digests the token
+// already holds: if the call meets a younger claim, their groups are marked
+// too (markWaiting).
+func (t *Tier) Recheck(ctx context.Context, token string, held, ds []digest.Digest, answers []Answer) error {
+	return t.claimAs(ctx, OpRecheck, token, held, ds, answers, false)
 }
 
-func (t *Tier) claimAs(ctx context.Context, op, token string, ds []digest.Digest, answers []Answer, distinct bool) error {
+func (t *Tier) claimAs(ctx context.Context, op, token string, held, ds []digest.Digest, answers []Answer, distinct bool) error {
 	if len(answers) < len(ds) {
 		return fmt.Errorf("dedup: redis claim: %d results for %d digests", len(answers), len(ds))
 	}
@@ -511,39 +514,49 @@ func (t *Tier) claimAs(ctx context.Context, op, token string, ds []digest.Digest
 			}
 		}
 	}
-	t.markWaiting(ctx, c, calls, answers)
+	t.markWaiting(ctx, c, token, held, calls, answers)
 	return err
 }
 
-// markWaiting sets the waiting mark of token in the groups where a call of
-// a claim won digests without meeting a younger pending claim itself, if
-// another call of the claim met one: the batch is about to wait for a
-// younger batch, and a younger batch waiting for its claims there must give
-// way (see PendingOlder). The calls that met one set the mark in their own
-// group. A failed mark leaves a younger batch waiting for this one, until
-// pending_wait ends the wait. The marks are part of the claim's call: they
-// are not reported to Observe apart.
-func (t *Tier) markWaiting(ctx context.Context, c *conn, calls []*call, answers []Answer) {
+// markWaiting sets the waiting mark of token in every group where it holds
+// claims (won by this call, or held: won before), if a call of the claim
+// met a younger pending claim: the batch is about to wait for a younger
+// batch, and a younger batch waiting for its claims must give way (see
+// PendingOlder). The last call of a group (its calls run in order) that
+// met one set the mark there itself; every other group is marked here. A failed mark leaves a younger batch waiting for this
+// one, until pending_wait ends the wait. The marks are part of the claim's
+// call: they are not reported to Observe apart.
+func (t *Tier) markWaiting(ctx context.Context, c *conn, token string, held []digest.Digest, calls []*call, answers []Answer) {
 	if !slices.Contains(answers, PendingYounger) {
 		return
 	}
-	var marks []*call
-	marked := make(map[string]bool)
+	need := make(map[string]bool) // status keys of the groups to mark
+	if len(held) > 0 {
+		for _, g := range c.groupsOf(held) {
+			need[c.layout.statusKey(g, token)] = true
+		}
+	}
+	marked := make(map[string]bool) // by the group's last call
 	for _, cl := range calls {
 		won, met := false, false
 		for _, i := range cl.idx {
-			switch answers[i] {
-			case Claimed:
-				won = true
-			case PendingYounger:
-				met = true
-			}
+			won = won || answers[i] == Claimed
+			met = met || answers[i] == PendingYounger
 		}
-		if !won || met || marked[cl.route] {
+		need[cl.route] = need[cl.route] || won
+		marked[cl.route] = met
+	}
+	for status, m := range marked {
+		if m {
+			delete(need, status)
+		}
+	}
+	marks := make([]*call, 0, len(need))
+	for status, ok := range need {
+		if !ok {
 			continue
 		}
-		marked[cl.route] = true
-		marks = append(marks, &call{cmd: redis.NewCmd(ctx, "set", cl.route+"w", "1", "px", t.leaseArg), route: cl.route})
+		marks = append(marks, &call{cmd: redis.NewCmd(ctx, "set", status+"w", "1", "px", t.leaseArg), route: status})
 	}
 	if len(marks) > 0 {
 		cctx, cancel := context.WithTimeout(ctx, t.timeout)
