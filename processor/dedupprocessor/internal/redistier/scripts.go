@@ -14,11 +14,11 @@ import "github.com/redis/go-redis/v9"
 // downstream): '4' if that token is younger, '2' if it is older and not
 // marked waiting, '3' if it is older and marked (see Pending, PendingYounger
 // and PendingOlder). Tokens compare bytewise (string.byte, never the
-// locale-dependent '<' of Lua strings). A key is
-// free if it is absent, or if it holds a token whose status key is gone (a
-// pending claim whose lease ran out, or a released one). A key that already holds this
-// token counts as claimed: that is a retried round trip of the same claim,
-// whose first reply was lost.
+// locale-dependent '<' of Lua strings). A key is free if it is absent, or
+// if it holds a token whose status key is gone (a pending claim whose lease
+// ran out, or a released one). A key that already holds this token counts
+// as claimed: that is a retried round trip of the same claim, whose first
+// reply was lost.
 //
 // Digest keys are written with the window as TTL (the window runs from the
 // first acceptance); whether the claim is alive is decided by its status key,
