@@ -197,3 +197,14 @@ func scanValues(t testing.TB, c *redis.Client, match string) map[string]string {
 	}
 	return kv
 }
+
+// apart returns ds[0] and the first digest of ds in another group than it
+// (ds[1] when the layout has one group).
+func apart(tr *Tier, ds []digest.Digest) (digest.Digest, digest.Digest) {
+	for _, d := range ds[1:] {
+		if tr.lay().groupOf(d) != tr.lay().groupOf(ds[0]) {
+			return ds[0], d
+		}
+	}
+	return ds[0], ds[1]
+}

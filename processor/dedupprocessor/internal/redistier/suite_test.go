@@ -134,13 +134,7 @@ func runContractSuite(t *testing.T, tg suiteTarget) {
 			// k1 and k2 in different groups (in a Cluster: on their own
 			// script calls, which the post-claim mark must cover).
 			ds := digests(t, "", 64)
-			k1, k2 := ds[0], ds[1]
-			for _, d := range ds[1:] {
-				if tr.lay().groupOf(d) != tr.lay().groupOf(k1) {
-					k2 = d
-					break
-				}
-			}
+			k1, k2 := apart(tr, ds)
 			older, younger := NewToken(1), NewToken(2)
 			answer := func(token string, d digest.Digest) Answer {
 				got := make([]Answer, 2)
@@ -158,7 +152,7 @@ func runContractSuite(t *testing.T, tg suiteTarget) {
 			}
 			// The older batch waits for a still older one: no cycle can run
 			// through it to a younger batch, which may go on holding.
-			oldest, k3 := NewToken(0), ds[2]
+			oldest, k3 := NewToken(0), digests(t, "oldest", 1)[0]
 			wantClaimed(t, claim(t, tr, oldest, k3), true)
 			if got := answer(older, k3); got != Pending {
 				t.Fatalf("older meets the oldest: %v, want Pending", got)
@@ -196,14 +190,7 @@ func runContractSuite(t *testing.T, tg suiteTarget) {
 		t.Run("a recheck that meets a younger claim marks the claims held from before", func(t *testing.T) {
 			t.Parallel()
 			tr := newTier(t, "lazyheld:")
-			ds := digests(t, "", 64)
-			k1, k2 := ds[0], ds[1]
-			for _, d := range ds[1:] {
-				if tr.lay().groupOf(d) != tr.lay().groupOf(k1) {
-					k2 = d
-					break
-				}
-			}
+			k1, k2 := apart(tr, digests(t, "", 64))
 			older, younger, youngest := NewToken(1), NewToken(2), NewToken(3)
 			wantClaimed(t, claim(t, tr, older, k1), true)
 			wantClaimed(t, claim(t, tr, younger, k2), true)
