@@ -215,6 +215,11 @@ func RunTier(ctx context.Context, s *RedisServer, records int64, batch, goroutin
 	if err != nil {
 		return TierResult{}, err
 	}
+	// The last batches' commits are still on their way: the run's Redis
+	// and client CPU include them.
+	if _, err := commitsSettled(ctx, reader, -1); err != nil {
+		return TierResult{}, err
+	}
 	cpuAfter, err := selfCPU()
 	if err != nil {
 		return TierResult{}, err
@@ -272,6 +277,45 @@ func collectRequests(ctx context.Context, reader *sdkmetric.ManualReader) (map[s
 	return out, nil
 }
 
+// commitsSettled waits until the processor's count of commit round trips
+// (every result) exceeds after, or, with after < 0, has not grown for
+// 50 ms: a batch's commit is sent after the batch returned. It returns the
+// count.
+func commitsSettled(ctx context.Context, reader *sdkmetric.ManualReader, after int64) (int64, error) {
+	commits := func() (int64, error) {
+		req, err := collectRequests(ctx, reader)
+		if err != nil {
+			return 0, err
+		}
+		var n int64
+		for k, v := range req {
+			if strings.HasPrefix(k, "commit/") {
+				n += v
+			}
+		}
+		return n, nil
+	}
+	last, err := commits()
+	if err != nil {
+		return 0, err
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for stable := time.Now(); time.Now().Before(deadline); {
+		if after >= 0 && last > after || after < 0 && time.Since(stable) >= 50*time.Millisecond {
+			return last, nil
+		}
+		time.Sleep(2 * time.Millisecond)
+		n, err := commits()
+		if err != nil {
+			return 0, err
+		}
+		if n != last {
+			last, stable = n, time.Now()
+		}
+	}
+	return last, errors.New("the queued commits were not sent within 10s")
+}
+
 // TripCount is the round trips of one batch on each path.
 type TripCount struct{ Claim, Commit int64 }
 
@@ -279,23 +323,28 @@ type TripCount struct{ Claim, Commit int64 }
 // time, through a dedup processor whose shared tier reaches s through a
 // RoundTripProxy, and returns each batch's round trips before the next
 // consumer saw the batch (the claim path: key derivation, local and shared
-// claims) and after it (the commit). The first batch also pays for opening
-// the connection and loading the script.
+// claims) and after it until its commit was sent (the commit, which the
+// batch does not wait for). The first batch also pays for opening the
+// connection and loading the script.
 func CountRoundTrips(ctx context.Context, s *RedisServer, batches, batch int) ([]TripCount, error) {
 	proxy, err := NewRoundTripProxy(s.Addr)
 	if err != nil {
 		return nil, err
 	}
 	defer proxy.Close()
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer func() { _ = mp.Shutdown(context.Background()) }()
 	var mid int64
 	sink := &CountingConsumer{OnBatch: func() { mid = proxy.Count() }}
-	p, err := NewProcessor(ctx, ProcOptions{Key: KeyEventID, Redis: proxy.Addr(), Next: sink})
+	p, err := NewProcessor(ctx, ProcOptions{Key: KeyEventID, Redis: proxy.Addr(), Next: sink, MeterProvider: mp})
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = p.Shutdown(context.Background()) }()
 	src := GenLogs(batches, batch, 0)
 	out := make([]TripCount, 0, batches)
+	var commits int64
 	pctx := PassContext("round-trips-" + time.Now().Format(time.RFC3339Nano))
 	for _, ld := range src {
 		before := proxy.Count()
@@ -305,6 +354,9 @@ func CountRoundTrips(ctx context.Context, s *RedisServer, batches, batch int) ([
 		}
 		if mid < 0 {
 			return out, errors.New("round trips: the batch never reached the next consumer")
+		}
+		if commits, err = commitsSettled(ctx, reader, commits); err != nil {
+			return out, fmt.Errorf("round trips: %w", err)
 		}
 		out = append(out, TripCount{Claim: mid - before, Commit: proxy.Count() - mid})
 	}
