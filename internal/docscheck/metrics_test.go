@@ -139,7 +139,23 @@ func exercise(t *testing.T, c *collector, sink *e2e.Sink) e2e.Scrape {
 	if got := sink.DataPointCount(); got != 2 {
 		t.Errorf("sink got %d data points, want 2 (the point, replica a's)", got)
 	}
-	return c.scrape()
+	// A batch's commit reaches Redis after its sender was answered: wait
+	// for the two logs batches' commits (whatever the names' style) before
+	// the counts are read.
+	deadline := time.Now().Add(opTimeout)
+	for {
+		sc := c.scrape()
+		commits := 0.0
+		for _, s := range sc {
+			if strings.Contains(s.Name, "redis_requests") && s.Labels["op"] == "commit" && s.Labels["otel_signal"] == "logs" {
+				commits += s.Value
+			}
+		}
+		if commits >= 2 || time.Now().After(deadline) {
+			return sc
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // wantSeries checks exact values of the processor's series after exercise.

@@ -399,11 +399,14 @@ func (e *engine) sharedFailed(ctx context.Context, b *batch, err error) error {
 	return fmt.Errorf("%w: %w", errSharedTier, err)
 }
 
-// commitShared makes the batch's shared claims last their window. A failed
-// commit leaves them pending; the tier commits them again in the background
-// until the lease ends, after which a copy would be let through again, so
-// it is logged. Digests the tier could not answer for are not committed:
-// their claims most likely do not exist.
+// commitShared makes the batch's shared claims last their window. The batch
+// is delivered and its local claims committed, so its sender need not wait
+// for Redis: the commit is queued, to share a round trip with the other
+// batches' (CommitLater), and sent in the caller only when the queue is
+// full. A failed commit leaves the claims pending; the tier commits them
+// again in the background until the lease ends, after which a copy would be
+// let through again, so it is logged. Digests the tier could not answer for
+// are not committed: their claims most likely do not exist.
 func (e *engine) commitShared(ctx context.Context, b *batch) {
 	if !b.sharedOK || len(b.claimed) == 0 {
 		return
@@ -411,6 +414,9 @@ func (e *engine) commitShared(ctx context.Context, b *batch) {
 	ds := b.claimed
 	if len(b.unchecked) > 0 {
 		ds = without(b.claimed, b.unchecked)
+	}
+	if e.tier.CommitLater(b.redisToken, ds) {
+		return
 	}
 	if err := e.tier.Commit(context.WithoutCancel(ctx), b.redisToken, ds); err != nil {
 		e.tierError.log(b.now, err, zap.String("op", redistier.OpCommit))

@@ -444,6 +444,13 @@ func (m *simTier) Commit(_ context.Context, token string, _ []digest.Digest) err
 	return nil
 }
 
+// CommitLater commits at once: a commit the real tier sends later lands, to
+// the other batches, as a slower commit does, a step the simulation takes.
+func (m *simTier) CommitLater(token string, ds []digest.Digest) bool {
+	_ = m.Commit(context.Background(), token, ds)
+	return true
+}
+
 func (m *simTier) Release(_ context.Context, token string, ds []digest.Digest) error {
 	m.sim.step(time.Time{}, nil)
 	for _, d := range ds {

@@ -154,6 +154,9 @@ func (e *engine) startTier(ctx context.Context, host component.Host) error {
 		Lease:      r.Lease,
 		Observe:    e.tel.observeRedis,
 		OnTopology: e.topologyFound(host, r),
+		OnCommitError: func(err error) {
+			e.tierError.log(e.now(), err, zap.String("op", redistier.OpCommit))
+		},
 	})
 	if err != nil {
 		return err
@@ -213,6 +216,7 @@ type sharedTier interface {
 	ClaimDistinct(ctx context.Context, token string, ds []digest.Digest, answers []redistier.Answer) error
 	Recheck(ctx context.Context, token string, held, ds []digest.Digest, answers []redistier.Answer) error
 	Commit(ctx context.Context, token string, ds []digest.Digest) error
+	CommitLater(token string, ds []digest.Digest) bool
 	Release(ctx context.Context, token string, ds []digest.Digest) error
 	Yield(ctx context.Context, token string, ds []digest.Digest) error
 }

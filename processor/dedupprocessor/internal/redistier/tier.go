@@ -99,8 +99,9 @@ type Options struct {
 	// Observe, if set, is called once per call with the operation (OpClaim,
 	// OpRecheck, OpCommit, OpRelease), its result (ResultOK, ResultError,
 	// ResultTimeout, ResultSkipped: the worst of its groups') and its
-	// duration (zero when no round trip was made). It is called
-	// synchronously and concurrently, and must be cheap.
+	// duration (zero when no round trip was made); a round of queued
+	// commits (CommitLater) is one call. It is called synchronously and
+	// concurrently, and must be cheap.
 	Observe func(op, result string, d time.Duration)
 	// OnTopology, if set, is called when a tier whose endpoints did not
 	// answer at Start learns what they are: with the mode found, or with
@@ -108,6 +109,10 @@ type Options struct {
 	// on failing every call, and asking again). It is called from a
 	// goroutine of the tier.
 	OnTopology func(Mode, error)
+	// OnCommitError, if set, is called with the error of a round of queued
+	// commits (CommitLater) that failed, from a goroutine of the tier. The
+	// failed groups are sent again in the background, as Commit's are.
+	OnCommitError func(error)
 }
 
 // Tier is a connection to the shared tier. It is safe for concurrent use.
@@ -121,8 +126,9 @@ type Tier struct {
 	conn    atomic.Pointer[conn]  // nil until the topology is known
 	unknown atomic.Pointer[error] // why conn is nil
 
-	follow followups
-	stop   chan struct{}
+	follow  followups
+	commits commitQueue
+	stop    chan struct{}
 	// bg bounds the background work (discovery, followups): Close cancels
 	// it.
 	bg     context.Context
@@ -198,6 +204,7 @@ func New(opts Options) (*Tier, error) {
 	}
 	t.bg, t.cancel = context.WithCancel(context.Background())
 	t.follow.wake = make(chan struct{}, 1)
+	t.commits.wake = make(chan struct{}, 1)
 	notStarted := errors.New("the tier has not been started")
 	t.unknown.Store(&notStarted)
 	return t, nil
@@ -227,6 +234,7 @@ func (t *Tier) Start(ctx context.Context) error {
 		t.connect(mode)
 	}
 	t.wg.Go(t.follow.run(t))
+	t.wg.Go(t.commits.run(t))
 	return nil
 }
 
@@ -348,10 +356,12 @@ func (t *Tier) Mode() Mode {
 	return ""
 }
 
-// Close stops the tier's goroutines and closes its connections.
+// Close sends the commits still queued (CommitLater), stops the tier's
+// goroutines and closes its connections.
 func (t *Tier) Close() error {
 	var err error
 	t.closed.Do(func() {
+		t.commits.close()
 		close(t.stop)
 		t.cancel()
 		t.wg.Wait()
