@@ -172,6 +172,7 @@ type results struct {
 	Sweep         []bench.SweepPoint     `json:",omitempty"`
 	Baseline      []bench.BaselineResult `json:",omitempty"`
 	Tier          []bench.TierResult     `json:",omitempty"`
+	TierLocal     []bench.TierResult     `json:",omitempty"` // Tier's driver with the local tier only
 	RoundTrips    []bench.TripCount      `json:",omitempty"`
 	Collector     []bench.CollectorRun   `json:",omitempty"`
 	Race          []bench.RaceResult     `json:",omitempty"`
@@ -416,6 +417,18 @@ func run(ctx context.Context, o options) error {
 				t.Server.CPUSeconds*1e9/float64(t.Records), t.ClientCPUSeconds*1e9/float64(t.Records))
 			if t.Delivered != t.Records {
 				return fmt.Errorf("the tier run delivered %d of %d unique records", t.Delivered, t.Records)
+			}
+			// The same driver with the local tier only: what the client
+			// side costs without the tier.
+			l, err := bench.RunTier(ctx, nil, o.records, tierBatch, tierClients)
+			if err != nil {
+				return err
+			}
+			res.TierLocal = append(res.TierLocal, l)
+			logf("rep %d: the same, local tier only: %s unique records/s, delivered %d of %d; CPU %.0f ns/record",
+				rep+1, bench.Rate(l.RecordsPerSecond()), l.Delivered, l.Records, l.ClientCPUSeconds*1e9/float64(l.Records))
+			if l.Delivered != l.Records {
+				return fmt.Errorf("the local tier run delivered %d of %d unique records", l.Delivered, l.Records)
 			}
 		}
 		if err := redisSrv.FlushAll(ctx); err != nil {
@@ -677,6 +690,14 @@ func targetRows(res *results, o options) []bench.Row {
 		sc, _ := bench.Median(client)
 		rows = append(rows, bench.Row{Target: "3", Figure: "Redis server CPU per record: tier vs redis-benchmark; the tier's client (processor + go-redis) CPU per record",
 			Measured: fmt.Sprintf("%.2f µs vs %.2f µs; client %.2f µs", st/1e3, sb/1e3, sc/1e3), Goal: "", Verdict: bench.Info})
+		var local []float64
+		for _, l := range res.TierLocal {
+			local = append(local, l.ClientCPUSeconds*1e9/float64(l.Records))
+		}
+		if ml, ok := bench.Median(local); ok {
+			rows = append(rows, bench.Row{Target: "3", Figure: "the same client CPU per record with the local tier only (same driver, records and processor, no Redis); the difference is what the shared tier adds in-process",
+				Measured: fmt.Sprintf("%.2f µs; the tier adds %.2f µs", ml/1e3, (sc-ml)/1e3), Goal: "", Verdict: bench.Info})
+		}
 		if ms, ok := bench.Median(scriptUs); ok {
 			mset, _ := bench.Median(setUs)
 			rows = append(rows, bench.Row{Target: "3", Figure: "Redis time per key inside commands (INFO commandstats): claim script vs SET NX PX",

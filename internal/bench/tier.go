@@ -85,6 +85,9 @@ func keyspaceKeys(info map[string]string, db string) (int64, error) {
 }
 
 func redisCounts(ctx context.Context, s *RedisServer) (RedisCounts, error) {
+	if s == nil { // the local tier only: no server to read
+		return RedisCounts{}, nil
+	}
 	info, err := s.Info(ctx, "everything")
 	if err != nil {
 		return RedisCounts{}, err
@@ -178,14 +181,19 @@ func (r TierResult) RecordsPerSecond() float64 { return float64(r.Records) / r.S
 // goroutines through a dedup processor (key event.id) whose shared tier is
 // s, and measures the wall time: key derivation, local claim, the claim
 // round trip, the (free) next consumer and the commit round trip, the
-// processor's whole path with the tier.
+// processor's whole path with the tier. With s nil the processor has the
+// local tier only: the same driver and records, without the tier's work.
 func RunTier(ctx context.Context, s *RedisServer, records int64, batch, goroutines int) (TierResult, error) {
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	defer func() { _ = mp.Shutdown(context.Background()) }()
 	sink := &CountingConsumer{}
+	addr := ""
+	if s != nil {
+		addr = s.Addr
+	}
 	p, err := NewProcessor(ctx, ProcOptions{
-		Key: KeyEventID, MaxEntries: int(records) + 1_000_000, Redis: s.Addr,
+		Key: KeyEventID, MaxEntries: int(records) + 1_000_000, Redis: addr,
 		Next: sink, MeterProvider: mp,
 	})
 	if err != nil {
