@@ -167,14 +167,19 @@ func (e *engine) claimShared(ctx context.Context, b *batch, op string) error {
 		b.answers = make([]redistier.Answer, len(ds))
 	}
 	answers := b.answers[:len(ds)]
+	// A recheck names the holders lookAgain lined up; a claim learns them.
+	if op != redistier.OpRecheck {
+		if cap(b.holders) < len(ds) {
+			b.holders = make([]string, len(ds))
+		}
+		b.holders = b.holders[:len(ds)]
+	}
+	holders := b.holders
 	var err error
-	switch {
-	case op == redistier.OpRecheck:
-		err = e.tier.Recheck(ctx, b.redisToken, b.claimed[:from], ds, answers)
-	case e.cache.ClaimsStayDistinct(len(b.pending)):
-		err = e.tier.ClaimDistinct(ctx, b.redisToken, ds, answers)
-	default:
-		err = e.tier.ClaimAnswers(ctx, b.redisToken, ds, answers)
+	if op == redistier.OpRecheck {
+		err = e.tier.Recheck(ctx, b.redisToken, b.claimed[:from], ds, answers, holders)
+	} else {
+		err = e.tier.ClaimHolders(ctx, b.redisToken, ds, answers, holders, e.cache.ClaimsStayDistinct(len(b.pending)))
 	}
 	b.sharedOK = b.sharedOK || answered(answers)
 	if err != nil {
@@ -203,6 +208,7 @@ func (e *engine) claimShared(ctx context.Context, b *batch, op string) error {
 			b.yield = b.yield || a == redistier.PendingOlder
 			b.sharedWait = append(b.sharedWait, d)
 			b.sharedWaitAt = append(b.sharedWaitAt, at)
+			b.sharedHolder = append(b.sharedHolder, holders[i])
 		}
 	}
 	b.claimed, b.claimedAt = b.claimed[:kept], b.claimedAt[:kept]
@@ -316,9 +322,17 @@ func (e *engine) lookAgain(ctx context.Context, b *batch) error {
 	if len(b.localWait) > 0 {
 		return nil
 	}
+	// The recheck names, for each digest it asks about again, the claim
+	// that held it: Redis then answers from that claim's status while it
+	// is alive. The digests won here since the last shared claim have none.
+	b.holders = b.holders[:0]
+	for range len(b.claimed) - b.shared {
+		b.holders = append(b.holders, "")
+	}
+	b.holders = append(b.holders, b.sharedHolder...)
 	b.claimed = append(b.claimed, b.sharedWait...)
 	b.claimedAt = append(b.claimedAt, b.sharedWaitAt...)
-	b.sharedWait, b.sharedWaitAt = b.sharedWait[:0], b.sharedWaitAt[:0]
+	b.sharedWait, b.sharedWaitAt, b.sharedHolder = b.sharedWait[:0], b.sharedWaitAt[:0], b.sharedHolder[:0]
 	return e.claimShared(ctx, b, redistier.OpRecheck)
 }
 
@@ -330,7 +344,7 @@ func (e *engine) yieldClaims(ctx context.Context, b *batch) {
 	b.localWait = append(append(b.localWait, b.claimed...), b.sharedWait...)
 	b.localWaitAt = append(append(b.localWaitAt, b.claimedAt...), b.sharedWaitAt...)
 	b.claimed, b.claimedAt, b.shared = b.claimed[:0], b.claimedAt[:0], 0
-	b.sharedWait, b.sharedWaitAt = b.sharedWait[:0], b.sharedWaitAt[:0]
+	b.sharedWait, b.sharedWaitAt, b.sharedHolder = b.sharedWait[:0], b.sharedWaitAt[:0], b.sharedHolder[:0]
 	b.unchecked = b.unchecked[:0]
 	b.yield = false
 	// Restore walk order, so in-batch copies resolve as on the first claim:

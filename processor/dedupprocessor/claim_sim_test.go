@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -54,11 +55,12 @@ func TestClaimDisciplineSimulated(t *testing.T) {
 		{collectors: 2, nodes: 3, failRate: 0.5},
 	} {
 		t.Run(setup.String(), func(t *testing.T) {
-			var waited, yielded int
+			var waited, yielded, named int
 			for seed := range uint64(seeds) {
 				r := runSim(t, setup, seed)
 				waited += r.waits
 				yielded += r.yields
+				named += r.named
 				if t.Failed() {
 					t.Fatalf("seed %d: %s", seed, r.trace)
 				}
@@ -68,6 +70,11 @@ func TestClaimDisciplineSimulated(t *testing.T) {
 			// younger ones and yield to older ones.
 			if waited == 0 || setup.collectors > 1 && yielded == 0 {
 				t.Errorf("over %d seeds: %d waits, %d yields; the simulation did not exercise the discipline", seeds, waited, yielded)
+			}
+			// Copies across collectors wait in the shared tier, and its
+			// rechecks answer from the holders they name.
+			if setup.nodes > 0 && setup.collectors > 1 && named == 0 {
+				t.Errorf("over %d seeds: no recheck answered from a named holder", seeds)
 			}
 		})
 	}
@@ -85,6 +92,7 @@ func (s simSetup) String() string {
 
 type simResult struct {
 	waits, yields int
+	named         int // shared answers given from a holder a recheck named
 	trace         string
 }
 
@@ -160,6 +168,7 @@ func runSim(t *testing.T, setup simSetup, seed uint64) simResult {
 	res := simResult{trace: trace.String(), waits: waitsSettled(t, reader)}
 	if shared != nil {
 		res.yields = shared.yields
+		res.named = shared.named
 	}
 	acked := map[string]bool{}
 	for i, r := range reqs {
@@ -385,14 +394,17 @@ type simTier struct {
 	keys   map[digest.Digest]string
 	status map[string]byte
 	yields int // PendingOlder answers given
+	named  int // answers given from a holder a recheck named
 }
 
 func (m *simTier) node(d digest.Digest) int { return int(d.Hi % uint64(m.nodes)) }
 
-func (m *simTier) claim(token string, ds []digest.Digest, answers []redistier.Answer) error {
+func (m *simTier) claim(token string, ds []digest.Digest, answers []redistier.Answer, holders []string) error {
 	for i := range ds {
 		answers[i] = redistier.Held // what a repeat in the call is answered
 	}
+	named := slices.Clone(holders)
+	clear(holders)
 	order := m.sim.rng.Perm(m.nodes)
 	for _, n := range order {
 		m.sim.step(time.Time{}, nil)
@@ -403,7 +415,18 @@ func (m *simTier) claim(token string, ds []digest.Digest, answers []redistier.An
 				continue // a repeat in the call stays Held, as in the script
 			}
 			seen[d] = true
-			owner, held := m.keys[d]
+			// A holder named by a recheck answers while its claim lives,
+			// whatever the key holds now (claimScript).
+			owner, held := "", false
+			if i < len(named) && named[i] != "" {
+				if _, live := m.status[named[i]]; live {
+					owner, held = named[i], true
+					m.named++
+				}
+			}
+			if !held {
+				owner, held = m.keys[d]
+			}
 			state, live := m.status[owner]
 			switch {
 			case !held || !live || owner == token:
@@ -418,6 +441,9 @@ func (m *simTier) claim(token string, ds []digest.Digest, answers []redistier.An
 			default:
 				answers[i] = redistier.Pending
 			}
+			if holders != nil && (answers[i] == redistier.Pending || answers[i] == redistier.PendingOlder) {
+				holders[i] = owner
+			}
 		}
 		if _, ok := m.status[token]; any && !ok {
 			m.status[token] = 'p'
@@ -426,16 +452,14 @@ func (m *simTier) claim(token string, ds []digest.Digest, answers []redistier.An
 	return nil
 }
 
-func (m *simTier) ClaimAnswers(_ context.Context, token string, ds []digest.Digest, answers []redistier.Answer) error {
-	return m.claim(token, ds, answers)
+func (m *simTier) ClaimHolders(_ context.Context, token string, ds []digest.Digest, answers []redistier.Answer, holders []string, _ bool) error {
+	holders = holders[:min(len(holders), len(ds))]
+	clear(holders) // a first claim names no holder
+	return m.claim(token, ds, answers, holders)
 }
 
-func (m *simTier) ClaimDistinct(_ context.Context, token string, ds []digest.Digest, answers []redistier.Answer) error {
-	return m.claim(token, ds, answers)
-}
-
-func (m *simTier) Recheck(_ context.Context, token string, _, ds []digest.Digest, answers []redistier.Answer) error {
-	return m.claim(token, ds, answers)
+func (m *simTier) Recheck(_ context.Context, token string, _, ds []digest.Digest, answers []redistier.Answer, holders []string) error {
+	return m.claim(token, ds, answers, holders[:min(len(holders), len(ds))])
 }
 
 func (m *simTier) Commit(_ context.Context, token string, _ []digest.Digest) error {

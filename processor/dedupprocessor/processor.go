@@ -52,6 +52,7 @@ type batch struct {
 	localWaitAt  []int32
 	sharedWait   []digest.Digest // held here locally, pending in the shared tier
 	sharedWaitAt []int32
+	sharedHolder []string  // the shared tier's token holding each sharedWait digest
 	yield        bool      // a holder met is older than this batch
 	landed       bool      // out of flight in the local cache (see land)
 	waitedSince  time.Time // zero until the batch first waits
@@ -60,6 +61,7 @@ type batch struct {
 	shared     int                // claimed[:shared] are claimed in the shared tier too (or unchecked)
 	sharedOK   bool               // the shared tier answered a claim of this batch
 	answers    []redistier.Answer // the shared tier's answer per claimed digest
+	holders    []string           // the token holding each digest answered pending ("" if none)
 	// unchecked holds the claimed digests the shared tier could not answer
 	// for, kept under on_error: pass on the local claim's word.
 	unchecked []digest.Digest
@@ -220,19 +222,19 @@ func (e *engine) end(b *batch) {
 		b.verdicts = nil
 	}
 	if cap(b.pending) > maxRetained {
-		b.pending, b.pendingAt, b.results, b.claimed, b.claimedAt, b.answers = nil, nil, nil, nil, nil, nil
+		b.pending, b.pendingAt, b.results, b.claimed, b.claimedAt, b.answers, b.holders = nil, nil, nil, nil, nil, nil, nil
 	}
 	if cap(b.unchecked) > maxRetained {
 		b.unchecked = nil
 	}
 	if cap(b.localWait)+cap(b.sharedWait) > maxRetained {
-		b.localWait, b.localWaitAt, b.sharedWait, b.sharedWaitAt = nil, nil, nil, nil
+		b.localWait, b.localWaitAt, b.sharedWait, b.sharedWaitAt, b.sharedHolder = nil, nil, nil, nil, nil
 	}
 	*b = batch{
 		verdicts: b.verdicts[:0], pending: b.pending[:0], pendingAt: b.pendingAt[:0], results: b.results[:0],
-		claimed: b.claimed[:0], claimedAt: b.claimedAt[:0], answers: b.answers[:0],
+		claimed: b.claimed[:0], claimedAt: b.claimedAt[:0], answers: b.answers[:0], holders: b.holders[:0],
 		localWait: b.localWait[:0], localWaitAt: b.localWaitAt[:0],
-		sharedWait: b.sharedWait[:0], sharedWaitAt: b.sharedWaitAt[:0],
+		sharedWait: b.sharedWait[:0], sharedWaitAt: b.sharedWaitAt[:0], sharedHolder: b.sharedHolder[:0],
 		unchecked: b.unchecked[:0],
 	}
 	batchPool.Put(b)

@@ -212,9 +212,8 @@ func (e *engine) stopTier() error {
 // whose methods document the contract. Each digest is answered on its own:
 // one whose part of the tier failed answers Unavailable.
 type sharedTier interface {
-	ClaimAnswers(ctx context.Context, token string, ds []digest.Digest, answers []redistier.Answer) error
-	ClaimDistinct(ctx context.Context, token string, ds []digest.Digest, answers []redistier.Answer) error
-	Recheck(ctx context.Context, token string, held, ds []digest.Digest, answers []redistier.Answer) error
+	ClaimHolders(ctx context.Context, token string, ds []digest.Digest, answers []redistier.Answer, holders []string, distinct bool) error
+	Recheck(ctx context.Context, token string, held, ds []digest.Digest, answers []redistier.Answer, holders []string) error
 	Commit(ctx context.Context, token string, ds []digest.Digest) error
 	CommitLater(token string, ds []digest.Digest) bool
 	Release(ctx context.Context, token string, ds []digest.Digest) error

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -138,7 +139,7 @@ func runContractSuite(t *testing.T, tg suiteTarget) {
 			older, younger := NewToken(1), NewToken(2)
 			answer := func(token string, d digest.Digest) Answer {
 				got := make([]Answer, 2)
-				if err := tr.Recheck(ctx, token, nil, []digest.Digest{d}, got); err != nil {
+				if err := tr.Recheck(ctx, token, nil, []digest.Digest{d}, got, nil); err != nil {
 					t.Fatal(err)
 				}
 				return got[0]
@@ -197,7 +198,7 @@ func runContractSuite(t *testing.T, tg suiteTarget) {
 			// The older batch waits for k2 in a call of its own, holding k1
 			// from an earlier one (in a Cluster, in another group).
 			got := make([]Answer, 1)
-			if err := tr.Recheck(ctx, older, []digest.Digest{k1}, []digest.Digest{k2}, got); err != nil {
+			if err := tr.Recheck(ctx, older, []digest.Digest{k1}, []digest.Digest{k2}, got, nil); err != nil {
 				t.Fatal(err)
 			}
 			if got[0] != PendingYounger {
@@ -215,6 +216,82 @@ func runContractSuite(t *testing.T, tg suiteTarget) {
 			if n := len(tg.store.scanAll(t, "lazyheld:*")); n != 0 {
 				t.Fatalf("%d keys left under lazyheld:, want 0", n)
 			}
+		})
+
+		t.Run("a recheck asks the holders it names, not the keys", func(t *testing.T) {
+			t.Parallel()
+			tr := newTier(t, "holders:")
+			ds := digests(t, "", 40) // over every group of a Cluster
+			held, free := ds[:30], ds[30:]
+			older, waiter := NewToken(1), NewToken(2)
+			wantClaimed(t, claim(t, tr, older, held...), slices.Repeat([]bool{true}, len(held))...)
+
+			answers, holders := make([]Answer, len(ds)), make([]string, len(ds))
+			if err := tr.ClaimHolders(ctx, waiter, ds, answers, holders, true); err != nil {
+				t.Fatal(err)
+			}
+			for i := range ds {
+				wantA, wantH := Pending, older
+				if i >= len(held) {
+					wantA, wantH = Claimed, ""
+				}
+				if answers[i] != wantA || holders[i] != wantH {
+					t.Fatalf("digest %d: %v held by %q, want %v held by %q", i, answers[i], holders[i], wantA, wantH)
+				}
+			}
+			recheck := func(want Answer, wantHolder string) {
+				t.Helper()
+				got, hs := make([]Answer, len(held)), slices.Clone(holders[:len(held)])
+				if err := tr.Recheck(ctx, waiter, free, held, got, hs); err != nil {
+					t.Fatal(err)
+				}
+				for i := range held {
+					if got[i] != want || hs[i] != wantHolder {
+						t.Fatalf("recheck of digest %d: %v held by %q, want %v held by %q", i, got[i], hs[i], want, wantHolder)
+					}
+				}
+			}
+			// While the holder is pending, so are its digests, whatever
+			// their keys hold: here one now names a claim that ended, which
+			// a claim would take over.
+			if err := tg.store.Set(ctx, tr.lay().digestKey(held[0]), "ended", time.Minute).Err(); err != nil {
+				t.Fatal(err)
+			}
+			recheck(Pending, older)
+			// The holder meets the waiter's claims and waits for them: it is
+			// marked in every group it holds, and the waiter must yield.
+			got := make([]Answer, 1)
+			if err := tr.Recheck(ctx, older, held, free[:1], got, nil); err != nil {
+				t.Fatal(err)
+			}
+			if got[0] != PendingYounger {
+				t.Fatalf("the holder meets the waiter: %v, want PendingYounger", got[0])
+			}
+			recheck(PendingOlder, older)
+			// Committed: every digest it claimed is delivered, the one whose
+			// key changed hands included.
+			commit(t, tr, older, held...)
+			recheck(Held, "")
+
+			// A holder whose claim ended leaves its digests to be claimed.
+			more := digests(t, "released", 5)
+			gone := NewToken(3)
+			wantClaimed(t, claim(t, tr, gone, more...), true, true, true, true, true)
+			answers, holders = make([]Answer, len(more)), make([]string, len(more))
+			if err := tr.ClaimHolders(ctx, waiter, more, answers, holders, true); err != nil {
+				t.Fatal(err)
+			}
+			release(t, tr, gone, more...)
+			if err := tr.Recheck(ctx, waiter, nil, more, answers, holders); err != nil {
+				t.Fatal(err)
+			}
+			for i := range more {
+				if answers[i] != Claimed || holders[i] != "" {
+					t.Fatalf("digest %d after its holder's release: %v held by %q, want Claimed", i, answers[i], holders[i])
+				}
+			}
+			release(t, tr, waiter, append(slices.Clone(ds), more...)...)
+			release(t, tr, older, held...)
 		})
 
 		t.Run("in-call duplicates", func(t *testing.T) {

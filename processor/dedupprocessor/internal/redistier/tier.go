@@ -470,7 +470,7 @@ const (
 // ends, or until Release with the same token. Retrying with the same token
 // is safe: digests already held by the token answer Claimed.
 func (t *Tier) ClaimAnswers(ctx context.Context, token string, ds []digest.Digest, answers []Answer) error {
-	return t.claimAs(ctx, OpClaim, token, nil, ds, answers, false)
+	return t.claimAs(ctx, OpClaim, token, nil, ds, answers, nil, false)
 }
 
 // ClaimDistinct is ClaimAnswers for a caller that never passes a digest
@@ -478,21 +478,42 @@ func (t *Tier) ClaimAnswers(ctx context.Context, token string, ds []digest.Diges
 // digests, about a fifth of the client's CPU per claim). A digest passed
 // twice anyway would be answered Claimed at both positions.
 func (t *Tier) ClaimDistinct(ctx context.Context, token string, ds []digest.Digest, answers []Answer) error {
-	return t.claimAs(ctx, OpClaim, token, nil, ds, answers, true)
+	return t.claimAs(ctx, OpClaim, token, nil, ds, answers, nil, true)
+}
+
+// ClaimHolders is ClaimAnswers, or ClaimDistinct if distinct, that also
+// sets holders[i] to the token of the claim holding ds[i] when ds[i] is
+// answered Pending, PendingOlder or PendingYounger, and to "" otherwise:
+// what Recheck needs to wait for it cheaply. holders must have at least
+// len(ds) elements.
+func (t *Tier) ClaimHolders(ctx context.Context, token string, ds []digest.Digest, answers []Answer, holders []string, distinct bool) error {
+	clear(holders[:min(len(holders), len(ds))]) // answers only: a first claim names no holder
+	return t.claimAs(ctx, OpClaim, token, nil, ds, answers, holders, distinct)
 }
 
 // Recheck is ClaimAnswers for digests a previous call of the same token
-// found Pending, reported to Observe as OpRecheck so that waiting on other
+// found pending, reported to Observe as OpRecheck so that waiting on other
 // claims is told apart from claiming. held are the digests the token
 // already holds: if the call meets a younger claim, their groups are marked
 // too (markWaiting).
-func (t *Tier) Recheck(ctx context.Context, token string, held, ds []digest.Digest, answers []Answer) error {
-	return t.claimAs(ctx, OpRecheck, token, held, ds, answers, false)
+//
+// holders, if not nil, holds for each digest the token of the claim a
+// previous call found holding it ("" if none), and receives the holders of
+// this call's pending answers, as in ClaimHolders. While a named holder's
+// claim is alive, its digests are answered from its status alone: Held once
+// it is committed (its batch delivered every record it claimed or found
+// delivered), pending while it is pending, without writing or even reading
+// the digest keys; once it has ended, they are claimed as by ClaimAnswers.
+func (t *Tier) Recheck(ctx context.Context, token string, held, ds []digest.Digest, answers []Answer, holders []string) error {
+	return t.claimAs(ctx, OpRecheck, token, held, ds, answers, holders, false)
 }
 
-func (t *Tier) claimAs(ctx context.Context, op, token string, held, ds []digest.Digest, answers []Answer, distinct bool) error {
+func (t *Tier) claimAs(ctx context.Context, op, token string, held, ds []digest.Digest, answers []Answer, holders []string, distinct bool) error {
 	if len(answers) < len(ds) {
 		return fmt.Errorf("dedup: redis claim: %d results for %d digests", len(answers), len(ds))
+	}
+	if holders != nil && len(holders) < len(ds) {
+		return fmt.Errorf("dedup: redis claim: %d holders for %d digests", len(holders), len(ds))
 	}
 	if token == "" {
 		return errors.New("dedup: redis claim: empty token")
@@ -513,11 +534,16 @@ func (t *Tier) claimAs(ctx context.Context, op, token string, held, ds []digest.
 			answers[i] = Held // a repeat: its first occurrence is answered
 		}
 	}
-	calls := t.scriptCalls(ctx, c, claimScript, b, token, ds)
+	calls := t.scriptCalls(ctx, c, claimScript, b, token, ds, holders)
+	if holders != nil {
+		// Each holder is now answered anew: it stays only for a digest
+		// still pending.
+		clear(holders[:len(ds)])
+	}
 	err = t.run(ctx, c, op, calls)
 	for _, cl := range calls {
 		if cl.err == nil {
-			if perr := readClaim(cl, answers); perr != nil {
+			if perr := readClaim(cl, answers, holders); perr != nil {
 				// Not what the script answers: the group stays
 				// Unavailable.
 				err = errors.Join(err, fmt.Errorf("dedup: redis %s: %w", op, perr))
@@ -575,36 +601,63 @@ func (t *Tier) markWaiting(ctx context.Context, c *conn, token string, held []di
 	}
 }
 
-// readClaim sets the answers of one claim script call from its reply.
-func readClaim(cl *call, answers []Answer) error {
-	switch res := cl.cmd.Val().(type) {
+// readClaim sets the answers of one claim script call from its reply, and
+// the holders of the digests it found pending if holders is not nil.
+func readClaim(cl *call, answers []Answer, holders []string) error {
+	var res, hidx string
+	var tokens []any
+	switch v := cl.cmd.Val().(type) {
 	case int64: // all claimed
-		if res != int64(len(cl.idx)) {
-			return fmt.Errorf("claim script claimed %d of %d digests", res, len(cl.idx))
+		if v != int64(len(cl.idx)) {
+			return fmt.Errorf("claim script claimed %d of %d digests", v, len(cl.idx))
 		}
 		for _, i := range cl.idx {
 			answers[i] = Claimed
 		}
+		return nil
 	case string:
-		if len(res) != len(cl.idx) {
-			return fmt.Errorf("claim script answered %d results for %d digests", len(res), len(cl.idx))
+		res = v
+	case []any: // some pending: answers, holder indexes, holders
+		if len(v) < 3 {
+			return fmt.Errorf("claim script answered %d elements", len(v))
 		}
-		for j, i := range cl.idx {
-			switch res[j] {
-			case '1':
-				answers[i] = Claimed
-			case '2':
-				answers[i] = Pending
-			case '3':
-				answers[i] = PendingOlder
-			case '4':
-				answers[i] = PendingYounger
-			default:
-				answers[i] = Held
+		var ok1, ok2 bool
+		res, ok1 = v[0].(string)
+		hidx, ok2 = v[1].(string)
+		if !ok1 || !ok2 || len(hidx) != 2*len(cl.idx) {
+			return errors.New("claim script answered a malformed holder list")
+		}
+		tokens = v[2:]
+	default:
+		return fmt.Errorf("claim script answered %T", v)
+	}
+	if len(res) != len(cl.idx) {
+		return fmt.Errorf("claim script answered %d results for %d digests", len(res), len(cl.idx))
+	}
+	for j, i := range cl.idx {
+		switch res[j] {
+		case '1':
+			answers[i] = Claimed
+		case '2':
+			answers[i] = Pending
+		case '3':
+			answers[i] = PendingOlder
+		case '4':
+			answers[i] = PendingYounger
+		default:
+			answers[i] = Held
+		}
+		if holders == nil || hidx == "" {
+			continue
+		}
+		if n := int(binary.BigEndian.Uint16([]byte(hidx[2*j:]))); n > 0 {
+			if n > len(tokens) {
+				return fmt.Errorf("claim script named holder %d of %d", n, len(tokens))
+			}
+			if h, ok := tokens[n-1].(string); ok {
+				holders[i] = h
 			}
 		}
-	default:
-		return fmt.Errorf("claim script answered %T", res)
 	}
 	return nil
 }
@@ -685,7 +738,7 @@ func (t *Tier) release(ctx context.Context, token string, ds []digest.Digest, fo
 	// so no need to look for repeats.
 	b := c.prepare(ds, true)
 	defer b.free()
-	calls := t.scriptCalls(ctx, c, releaseScript, b, token, ds)
+	calls := t.scriptCalls(ctx, c, releaseScript, b, token, ds, nil)
 	err = t.run(ctx, c, OpRelease, calls)
 	if err != nil && follow {
 		until := time.Now().Add(t.opts.Lease)
@@ -873,6 +926,43 @@ func (b *batch) repeated(ds []digest.Digest, i int) bool {
 	return false
 }
 
+// appendHolders appends to args the claim script's holder arguments for the
+// digests at idx: two bytes per digest indexing the tokens that follow,
+// each token once. Nothing if holders names none of them.
+func appendHolders(args []any, holders []string, idx []int32) []any {
+	if holders == nil {
+		return args
+	}
+	known := false
+	for _, i := range idx {
+		if holders[i] != "" {
+			known = true
+			break
+		}
+	}
+	if !known {
+		return args
+	}
+	hidx := make([]byte, 2*len(idx))
+	num := make(map[string]int)
+	var tokens []any
+	for k, i := range idx {
+		h := holders[i]
+		if h == "" {
+			continue
+		}
+		n, ok := num[h]
+		if !ok {
+			tokens = append(tokens, h)
+			n = len(tokens)
+			num[h] = n
+		}
+		binary.BigEndian.PutUint16(hidx[2*k:], uint16(n))
+	}
+	args = append(args, string(hidx))
+	return append(args, tokens...)
+}
+
 // resize returns s with length n, reusing its array if it is large enough.
 func resize[T any](s []T, n int) []T {
 	if cap(s) < n {
@@ -901,8 +991,9 @@ func (c *conn) groupsOf(ds []digest.Digest) []int {
 
 // scriptCalls builds one EVALSHA of s per group and chunk of at most
 // maxKeysPerScript digests. The claim script gets the lease, the window and
-// the group's status prefix after the token.
-func (t *Tier) scriptCalls(ctx context.Context, c *conn, s *redis.Script, b *batch, token string, ds []digest.Digest) []*call {
+// the group's status prefix after the token, and the holders of its digests
+// where holders names any (see claimScript).
+func (t *Tier) scriptCalls(ctx context.Context, c *conn, s *redis.Script, b *batch, token string, ds []digest.Digest, holders []string) []*call {
 	n := len(b.order)
 	claim := s == claimScript
 	l := &c.layout
@@ -951,6 +1042,7 @@ func (t *Tier) scriptCalls(ctx context.Context, c *conn, s *redis.Script, b *bat
 			args = append(args, tok)
 			if claim {
 				args = append(args, &t.leaseArg, &t.winArg, &l.groups[g].statusPrefix)
+				args = appendHolders(args, holders, b.order[lo:end])
 			}
 			cl := &calls[len(out)]
 			*cl = call{
