@@ -252,11 +252,12 @@ func (e *engine) await(ctx context.Context, b *batch) error {
 		// it asks Redis again after its pause.
 		var settled <-chan struct{}
 		local := len(b.localWait) > 0
+		yielded := b.yield || len(b.gate) > 0
 		if b.yield {
 			e.yieldClaims(ctx, b)
-			if local {
-				settled = e.ended.channel()
-			}
+		}
+		if local && yielded {
+			settled = e.ended.channel()
 		} else if local {
 			settled = e.released.channel()
 		}
@@ -271,6 +272,17 @@ func (e *engine) await(ctx context.Context, b *batch) error {
 			return err
 		}
 		pause = min(2*pause, maxPause)
+		// A batch that gave its claims up claims again only once the
+		// shared tier's claims it waited for have ended: claiming while
+		// the older one it yielded to is pending would meet it and give
+		// everything up again, a release and a claim of every record per
+		// look. Asking costs a status read per holder.
+		if len(b.gate) > 0 {
+			if pending, err := e.tier.HoldersPending(ctx, b.gate, b.gateHolder); err == nil && pending {
+				continue
+			}
+			b.gate, b.gateHolder = b.gate[:0], b.gateHolder[:0]
+		}
 		if err := e.lookAgain(ctx, b); err != nil {
 			if err := e.sharedFailed(ctx, b, err); err != nil {
 				return err
@@ -341,6 +353,13 @@ func (e *engine) lookAgain(ctx context.Context, b *batch) error {
 // claimed again from the start after the wait.
 func (e *engine) yieldClaims(ctx context.Context, b *batch) {
 	e.releaseClaims(ctx, b, true)
+	b.gate, b.gateHolder = b.gate[:0], b.gateHolder[:0]
+	for i, h := range b.sharedHolder {
+		if h != "" {
+			b.gate = append(b.gate, b.sharedWait[i])
+			b.gateHolder = append(b.gateHolder, h)
+		}
+	}
 	b.localWait = append(append(b.localWait, b.claimed...), b.sharedWait...)
 	b.localWaitAt = append(append(b.localWaitAt, b.claimedAt...), b.sharedWaitAt...)
 	b.claimed, b.claimedAt, b.shared = b.claimed[:0], b.claimedAt[:0], 0

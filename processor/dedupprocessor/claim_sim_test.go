@@ -55,12 +55,13 @@ func TestClaimDisciplineSimulated(t *testing.T) {
 		{collectors: 2, nodes: 3, failRate: 0.5},
 	} {
 		t.Run(setup.String(), func(t *testing.T) {
-			var waited, yielded, named int
+			var waited, yielded, named, gated int
 			for seed := range uint64(seeds) {
 				r := runSim(t, setup, seed)
 				waited += r.waits
 				yielded += r.yields
 				named += r.named
+				gated += r.gated
 				if t.Failed() {
 					t.Fatalf("seed %d: %s", seed, r.trace)
 				}
@@ -75,6 +76,11 @@ func TestClaimDisciplineSimulated(t *testing.T) {
 			// rechecks answer from the holders they name.
 			if setup.nodes > 0 && setup.collectors > 1 && named == 0 {
 				t.Errorf("over %d seeds: no recheck answered from a named holder", seeds)
+			}
+			// A batch that yielded in the shared tier waits for the claims
+			// it met there to end before claiming again.
+			if setup.nodes > 0 && setup.collectors > 1 && gated == 0 {
+				t.Errorf("over %d seeds: no yielded batch waited for its holders before claiming again", seeds)
 			}
 		})
 	}
@@ -93,6 +99,7 @@ func (s simSetup) String() string {
 type simResult struct {
 	waits, yields int
 	named         int // shared answers given from a holder a recheck named
+	gated         int // looks skipped after a yield, a holder still pending
 	trace         string
 }
 
@@ -169,6 +176,7 @@ func runSim(t *testing.T, setup simSetup, seed uint64) simResult {
 	if shared != nil {
 		res.yields = shared.yields
 		res.named = shared.named
+		res.gated = shared.gated
 	}
 	acked := map[string]bool{}
 	for i, r := range reqs {
@@ -395,6 +403,7 @@ type simTier struct {
 	status map[string]byte
 	yields int // PendingOlder answers given
 	named  int // answers given from a holder a recheck named
+	gated  int // looks a yielded batch skipped: a holder it waited for was pending
 }
 
 func (m *simTier) node(d digest.Digest) int { return int(d.Hi % uint64(m.nodes)) }
@@ -460,6 +469,17 @@ func (m *simTier) ClaimHolders(_ context.Context, token string, ds []digest.Dige
 
 func (m *simTier) Recheck(_ context.Context, token string, _, ds []digest.Digest, answers []redistier.Answer, holders []string) error {
 	return m.claim(token, ds, answers, holders[:min(len(holders), len(ds))])
+}
+
+func (m *simTier) HoldersPending(_ context.Context, _ []digest.Digest, holders []string) (bool, error) {
+	m.sim.step(time.Time{}, nil)
+	for _, h := range holders {
+		if h != "" && m.status[h] == 'p' {
+			m.gated++
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 func (m *simTier) Commit(_ context.Context, token string, _ []digest.Digest) error {

@@ -52,10 +52,14 @@ type batch struct {
 	localWaitAt  []int32
 	sharedWait   []digest.Digest // held here locally, pending in the shared tier
 	sharedWaitAt []int32
-	sharedHolder []string  // the shared tier's token holding each sharedWait digest
-	yield        bool      // a holder met is older than this batch
-	landed       bool      // out of flight in the local cache (see land)
-	waitedSince  time.Time // zero until the batch first waits
+	sharedHolder []string // the shared tier's token holding each sharedWait digest
+	// After a yield: digests that were pending in the shared tier, and
+	// their holders, whose claims must end before the batch claims again.
+	gate        []digest.Digest
+	gateHolder  []string
+	yield       bool      // a holder met is older than this batch
+	landed      bool      // out of flight in the local cache (see land)
+	waitedSince time.Time // zero until the batch first waits
 
 	redisToken string             // the shared tier's claim token; "" if none
 	shared     int                // claimed[:shared] are claimed in the shared tier too (or unchecked)
@@ -230,11 +234,15 @@ func (e *engine) end(b *batch) {
 	if cap(b.localWait)+cap(b.sharedWait) > maxRetained {
 		b.localWait, b.localWaitAt, b.sharedWait, b.sharedWaitAt, b.sharedHolder = nil, nil, nil, nil, nil
 	}
+	if cap(b.gate) > maxRetained {
+		b.gate, b.gateHolder = nil, nil
+	}
 	*b = batch{
 		verdicts: b.verdicts[:0], pending: b.pending[:0], pendingAt: b.pendingAt[:0], results: b.results[:0],
 		claimed: b.claimed[:0], claimedAt: b.claimedAt[:0], answers: b.answers[:0], holders: b.holders[:0],
 		localWait: b.localWait[:0], localWaitAt: b.localWaitAt[:0],
 		sharedWait: b.sharedWait[:0], sharedWaitAt: b.sharedWaitAt[:0], sharedHolder: b.sharedHolder[:0],
+		gate: b.gate[:0], gateHolder: b.gateHolder[:0],
 		unchecked: b.unchecked[:0],
 	}
 	batchPool.Put(b)

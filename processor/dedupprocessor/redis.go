@@ -214,6 +214,7 @@ func (e *engine) stopTier() error {
 type sharedTier interface {
 	ClaimHolders(ctx context.Context, token string, ds []digest.Digest, answers []redistier.Answer, holders []string, distinct bool) error
 	Recheck(ctx context.Context, token string, held, ds []digest.Digest, answers []redistier.Answer, holders []string) error
+	HoldersPending(ctx context.Context, ds []digest.Digest, holders []string) (bool, error)
 	Commit(ctx context.Context, token string, ds []digest.Digest) error
 	CommitLater(token string, ds []digest.Digest) bool
 	Release(ctx context.Context, token string, ds []digest.Digest) error

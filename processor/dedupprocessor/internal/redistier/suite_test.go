@@ -294,6 +294,48 @@ func runContractSuite(t *testing.T, tg suiteTarget) {
 			release(t, tr, older, held...)
 		})
 
+		t.Run("holders pending", func(t *testing.T) {
+			t.Parallel()
+			tr := newTier(t, "gate:")
+			ds := digests(t, "", 24) // over every group of a Cluster
+			h1, h2 := NewToken(1), NewToken(2)
+			claim(t, tr, h1, ds[:12]...)
+			claim(t, tr, h2, ds[12:]...)
+			names := func(n1, n2 string) []string {
+				hs := make([]string, len(ds))
+				for i := range ds {
+					hs[i] = n2
+					if i < 12 {
+						hs[i] = n1
+					}
+				}
+				return hs
+			}
+			pending := func(hs []string) bool {
+				t.Helper()
+				p, err := tr.HoldersPending(ctx, ds, hs)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return p
+			}
+			if !pending(names(h1, h2)) || !pending(names("", h2)) || pending(names("", "")) {
+				t.Fatal("pending holders not told from none")
+			}
+			commit(t, tr, h1, ds[:12]...)
+			if pending(names(h1, "")) || !pending(names(h1, h2)) {
+				t.Fatal("a committed holder is not pending; a pending one still is")
+			}
+			release(t, tr, h2, ds[12:]...)
+			if pending(names(h1, h2)) {
+				t.Fatal("a released holder is still pending")
+			}
+			// A holder is read in the group of the digest it held.
+			if pending(names(NewToken(3), NewToken(4))) {
+				t.Fatal("tokens that never claimed are pending")
+			}
+		})
+
 		t.Run("in-call duplicates", func(t *testing.T) {
 			t.Parallel()
 			tr := newTier(t, "incall:")

@@ -508,6 +508,47 @@ func (t *Tier) Recheck(ctx context.Context, token string, held, ds []digest.Dige
 	return t.claimAs(ctx, OpRecheck, token, held, ds, answers, holders, false)
 }
 
+// HoldersPending reports whether any of the claims holders names is still
+// pending, each read in the group of its digest (ds[i] for holders[i]; ""
+// names none): one status read per holder and group, in one round trip
+// (one per node in a Cluster), reported to Observe as OpRecheck. It claims
+// nothing. A batch that gave its claims up for an older one asks this
+// before claiming again: while that claim is pending, claiming again would
+// meet it and give up again. An error says nothing either way.
+func (t *Tier) HoldersPending(ctx context.Context, ds []digest.Digest, holders []string) (bool, error) {
+	c, err := t.connected(OpRecheck)
+	if err != nil {
+		return false, err
+	}
+	seen := make(map[string]bool)
+	var calls []*call
+	for i, h := range holders[:min(len(holders), len(ds))] {
+		if h == "" {
+			continue
+		}
+		key := c.layout.statusKey(c.layout.groupOf(ds[i]), h)
+		if seen[key] {
+			continue
+		}
+		seen[key] = true
+		// GETRANGE answers "" for a missing key, where GET answers nil,
+		// which the client reports as an error.
+		calls = append(calls, &call{cmd: redis.NewCmd(ctx, "getrange", key, 0, 0), route: key})
+	}
+	if len(calls) == 0 {
+		return false, nil
+	}
+	if err := t.run(ctx, c, OpRecheck, calls); err != nil {
+		return false, err
+	}
+	for _, cl := range calls {
+		if v, _ := cl.cmd.Val().(string); v == "p" {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 func (t *Tier) claimAs(ctx context.Context, op, token string, held, ds []digest.Digest, answers []Answer, holders []string, distinct bool) error {
 	if len(answers) < len(ds) {
 		return fmt.Errorf("dedup: redis claim: %d results for %d digests", len(answers), len(ds))
