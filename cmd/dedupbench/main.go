@@ -339,9 +339,14 @@ func run(ctx context.Context, o options) error {
 		res.BytesPerKey = bpk
 		// The label names the column after the file, wherever -raw put it.
 		res.Commands = append(res.Commands, "go tool benchstat gotest.txt="+goTestPath)
-		out, err := exec.CommandContext(ctx, "go", "tool", "benchstat", "gotest.txt="+goTestPath).CombinedOutput()
+		// Only benchstat's output goes in the file: the go command writes
+		// its module downloads to stderr on a cold module cache.
+		cmd := exec.CommandContext(ctx, "go", "tool", "benchstat", "gotest.txt="+goTestPath)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
 		if err != nil {
-			return fmt.Errorf("benchstat: %w\n%s", err, out)
+			return fmt.Errorf("benchstat: %w\n%s%s", err, out, stderr.Bytes())
 		}
 		benchstatOut = string(out)
 		return os.WriteFile(filepath.Join(o.out, "benchstat.txt"), out, 0o644)

@@ -93,13 +93,14 @@ func (h Host) CPUStat() (CPUStat, error) {
 }
 
 // Busy is the fraction of CPU time, over all CPUs, that was not idle
-// between before and s.
+// between before and s, within [0, 1]: the kernel's iowait counter can step
+// back, which on an idle machine would read as a little less than none.
 func (s CPUStat) Busy(before CPUStat) float64 {
 	total := s.Total - before.Total
 	if total <= 0 {
 		return 0
 	}
-	return 1 - (s.Idle-before.Idle)/total
+	return min(max(1-(s.Idle-before.Idle)/total, 0), 1)
 }
 
 // Machine describes the host for the report.

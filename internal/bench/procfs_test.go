@@ -87,6 +87,11 @@ func TestCPUStatBusy(t *testing.T) {
 	if got := a.Busy(a); got != 0 {
 		t.Fatalf("Busy over no time = %v", got)
 	}
+	// Idle time that grew by more than the total (iowait stepping back)
+	// is an idle machine, not a negative load.
+	if got := (CPUStat{Total: 1009, Idle: 410}).Busy(a); got != 0 {
+		t.Fatalf("Busy with idle ahead of total = %v, want 0", got)
+	}
 }
 
 // TestThisHost reads the machine's own /proc: this process's CPU time
