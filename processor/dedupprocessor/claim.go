@@ -38,8 +38,8 @@ import (
 // shared tier, which embeds the same age). A batch that meets a pending
 // claim of a younger batch waits, holding its own claims. A batch that meets
 // a pending claim of an older batch yields: it releases every claim it holds,
-// in both tiers, and only then waits, holding nothing, before it claims
-// again. So a batch that waits while holding claims waits only for younger
+// in both tiers, and only then waits, holding nothing, until the claims it
+// met have ended, before it claims again. So a batch that waits while holding claims waits only for younger
 // batches, and a batch that waits for an older one holds nothing anyone can
 // wait for: every chain of waits runs from older to younger batches, and
 // none can close into a cycle. A batch keeps its token, and so its age,
@@ -252,7 +252,7 @@ func (e *engine) await(ctx context.Context, b *batch) error {
 		// it asks Redis again after its pause.
 		var settled <-chan struct{}
 		local := len(b.localWait) > 0
-		yielded := b.yield || len(b.gate) > 0
+		yielded := b.yield || len(b.localGate) > 0 || len(b.gate) > 0
 		if b.yield {
 			e.yieldClaims(ctx, b)
 		}
@@ -273,10 +273,18 @@ func (e *engine) await(ctx context.Context, b *batch) error {
 		}
 		pause = min(2*pause, maxPause)
 		// A batch that gave its claims up claims again only once the
-		// shared tier's claims it waited for have ended: claiming while
-		// the older one it yielded to is pending would meet it and give
-		// everything up again, a release and a claim of every record per
-		// look. Asking costs a status read per holder.
+		// claims it waited for have ended: claiming while the older one
+		// it yielded to is pending would meet it and give everything up
+		// again, a release and a claim of every record per look. Asking
+		// costs a look-up per digest it waited for in the local cache,
+		// and a status read per holder in the shared tier.
+		if len(b.localGate) > 0 {
+			if e.cache.AnyPending(b.localGate, e.now()) {
+				e.localGated.Add(1)
+				continue
+			}
+			b.localGate = b.localGate[:0]
+		}
 		if len(b.gate) > 0 {
 			if pending, err := e.tier.HoldersPending(ctx, b.gate, b.gateHolder); err == nil && pending {
 				continue
@@ -350,9 +358,11 @@ func (e *engine) lookAgain(ctx context.Context, b *batch) error {
 
 // yieldClaims releases every claim the batch holds, in both tiers, and puts
 // their digests back with those it waits for in the local cache, to be
-// claimed again from the start after the wait.
+// claimed again from the start after the wait, once the claims it met have
+// ended.
 func (e *engine) yieldClaims(ctx context.Context, b *batch) {
 	e.releaseClaims(ctx, b, true)
+	b.localGate = append(b.localGate[:0], b.localWait...)
 	b.gate, b.gateHolder = b.gate[:0], b.gateHolder[:0]
 	for i, h := range b.sharedHolder {
 		if h != "" {
@@ -360,27 +370,23 @@ func (e *engine) yieldClaims(ctx context.Context, b *batch) {
 			b.gateHolder = append(b.gateHolder, h)
 		}
 	}
-	b.localWait = append(append(b.localWait, b.claimed...), b.sharedWait...)
-	b.localWaitAt = append(append(b.localWaitAt, b.claimedAt...), b.sharedWaitAt...)
+	// What is left to claim is every keyed record not yet found a
+	// duplicate: those claimed, and those waited for in either tier. Taken
+	// from b.pending, they are in walk order, so in-batch copies resolve as
+	// on the first claim: the first one claims, the others are its
+	// duplicates.
+	b.localWait, b.localWaitAt = b.localWait[:0], b.localWaitAt[:0]
+	for i, at := range b.pendingAt {
+		if b.verdicts[at] == verdictKeep {
+			b.localWait = append(b.localWait, b.pending[i])
+			b.localWaitAt = append(b.localWaitAt, at)
+		}
+	}
 	b.claimed, b.claimedAt, b.shared = b.claimed[:0], b.claimedAt[:0], 0
 	b.sharedWait, b.sharedWaitAt, b.sharedHolder = b.sharedWait[:0], b.sharedWaitAt[:0], b.sharedHolder[:0]
 	b.unchecked = b.unchecked[:0]
 	b.yield = false
-	// Restore walk order, so in-batch copies resolve as on the first claim:
-	// the first one claims, the others are its duplicates.
-	sortByVerdict(b.localWait, b.localWaitAt)
 	e.released.broadcast()
-}
-
-// sortByVerdict sorts ds and at together by verdict index (insertion sort:
-// the lists are short, and nearly sorted).
-func sortByVerdict(ds []digest.Digest, at []int32) {
-	for i := 1; i < len(at); i++ {
-		for j := i; j > 0 && at[j] < at[j-1]; j-- {
-			at[j], at[j-1] = at[j-1], at[j]
-			ds[j], ds[j-1] = ds[j-1], ds[j]
-		}
-	}
 }
 
 // releaseAll releases the batch's claims for good: it is refused, or its
@@ -407,15 +413,7 @@ func (e *engine) releaseClaims(ctx context.Context, b *batch, yield bool) int {
 			e.tierError.log(b.now, err, zap.String("op", redistier.OpRelease))
 		}
 	}
-	n := 0
-	for _, list := range [][]digest.Digest{b.claimed, b.sharedWait} {
-		for _, d := range list {
-			if e.cache.Release(d, b.token) {
-				n++
-			}
-		}
-	}
-	return n
+	return e.cache.ReleaseBatch(b.claimed, b.token) + e.cache.ReleaseBatch(b.sharedWait, b.token)
 }
 
 // sharedFailed refuses a batch whose shared claim failed under on_error:

@@ -55,13 +55,14 @@ func TestClaimDisciplineSimulated(t *testing.T) {
 		{collectors: 2, nodes: 3, failRate: 0.5},
 	} {
 		t.Run(setup.String(), func(t *testing.T) {
-			var waited, yielded, named, gated int
+			var waited, yielded, named, gated, localGated int
 			for seed := range uint64(seeds) {
 				r := runSim(t, setup, seed)
 				waited += r.waits
 				yielded += r.yields
 				named += r.named
 				gated += r.gated
+				localGated += r.localGated
 				if t.Failed() {
 					t.Fatalf("seed %d: %s", seed, r.trace)
 				}
@@ -82,6 +83,11 @@ func TestClaimDisciplineSimulated(t *testing.T) {
 			if setup.nodes > 0 && setup.collectors > 1 && gated == 0 {
 				t.Errorf("over %d seeds: no yielded batch waited for its holders before claiming again", seeds)
 			}
+			// So does one that yielded in the local cache, for the local
+			// claims it met.
+			if localGated == 0 {
+				t.Errorf("over %d seeds: no yielded batch waited for the local claims it met before claiming again", seeds)
+			}
 		})
 	}
 }
@@ -100,6 +106,7 @@ type simResult struct {
 	waits, yields int
 	named         int // shared answers given from a holder a recheck named
 	gated         int // looks skipped after a yield, a holder still pending
+	localGated    int // the same, a local claim met still pending
 	trace         string
 }
 
@@ -173,6 +180,9 @@ func runSim(t *testing.T, setup simSetup, seed uint64) simResult {
 	}
 
 	res := simResult{trace: trace.String(), waits: waitsSettled(t, reader)}
+	for _, p := range engines {
+		res.localGated += int(p.localGated.Load())
+	}
 	if shared != nil {
 		res.yields = shared.yields
 		res.named = shared.named

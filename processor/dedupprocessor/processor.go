@@ -53,8 +53,10 @@ type batch struct {
 	sharedWait   []digest.Digest // held here locally, pending in the shared tier
 	sharedWaitAt []int32
 	sharedHolder []string // the shared tier's token holding each sharedWait digest
-	// After a yield: digests that were pending in the shared tier, and
-	// their holders, whose claims must end before the batch claims again.
+	// After a yield: the digests that were pending in the local cache, and
+	// those pending in the shared tier with their holders, whose claims
+	// must end before the batch claims again.
+	localGate   []digest.Digest
 	gate        []digest.Digest
 	gateHolder  []string
 	yield       bool      // a holder met is older than this batch
@@ -91,6 +93,9 @@ type engine struct {
 	now       func() int64
 	ended     settledSignal // a batch ended: committed or released
 	released  settledSignal // a batch ended or yielded its claims
+	// localGated counts the looks yielded batches skipped because a local
+	// claim they met was still pending (the tests read it).
+	localGated atomic.Int64
 
 	clock           clock
 	tier            sharedTier      // nil: local only
@@ -234,15 +239,15 @@ func (e *engine) end(b *batch) {
 	if cap(b.localWait)+cap(b.sharedWait) > maxRetained {
 		b.localWait, b.localWaitAt, b.sharedWait, b.sharedWaitAt, b.sharedHolder = nil, nil, nil, nil, nil
 	}
-	if cap(b.gate) > maxRetained {
-		b.gate, b.gateHolder = nil, nil
+	if cap(b.gate)+cap(b.localGate) > maxRetained {
+		b.localGate, b.gate, b.gateHolder = nil, nil, nil
 	}
 	*b = batch{
 		verdicts: b.verdicts[:0], pending: b.pending[:0], pendingAt: b.pendingAt[:0], results: b.results[:0],
 		claimed: b.claimed[:0], claimedAt: b.claimedAt[:0], answers: b.answers[:0], holders: b.holders[:0],
 		localWait: b.localWait[:0], localWaitAt: b.localWaitAt[:0],
 		sharedWait: b.sharedWait[:0], sharedWaitAt: b.sharedWaitAt[:0], sharedHolder: b.sharedHolder[:0],
-		gate: b.gate[:0], gateHolder: b.gateHolder[:0],
+		localGate: b.localGate[:0], gate: b.gate[:0], gateHolder: b.gateHolder[:0],
 		unchecked: b.unchecked[:0],
 	}
 	batchPool.Put(b)

@@ -42,28 +42,8 @@ func (c *Cache) ClaimBatch(ds []digest.Digest, token uint64, now int64, out []Re
 	}
 	sc := scratchPool.Get().(*batchScratch)
 	defer scratchPool.Put(sc)
+	order, starts := c.byShard(ds, sc)
 	n := len(c.shards)
-	if cap(sc.starts) < n+1 {
-		sc.starts = make([]int32, n+1)
-	}
-	starts := sc.starts[:n+1]
-	clear(starts)
-	for _, d := range ds {
-		starts[(d.Lo&c.mask)+1]++
-	}
-	for i := 1; i <= n; i++ {
-		starts[i] += starts[i-1]
-	}
-	if cap(sc.order) < len(ds) {
-		sc.order = make([]int32, len(ds))
-	}
-	order := sc.order[:len(ds)]
-	// Counting sort; starts[k] walks from group k's start to group k+1's.
-	for i, d := range ds {
-		k := d.Lo & c.mask
-		order[starts[k]] = int32(i)
-		starts[k]++
-	}
 	begin := int32(0)
 	for k := range n {
 		end := starts[k]
@@ -89,6 +69,79 @@ func (c *Cache) ClaimBatch(ds []digest.Digest, token uint64, now int64, out []Re
 		s.mu.Unlock()
 		begin = end
 	}
+}
+
+// byShard groups the positions of ds by shard, keeping their order within
+// each: shard k's are order[starts[k-1]:starts[k]] (from 0 for k = 0).
+func (c *Cache) byShard(ds []digest.Digest, sc *batchScratch) (order, starts []int32) {
+	n := len(c.shards)
+	if cap(sc.starts) < n+1 {
+		sc.starts = make([]int32, n+1)
+	}
+	starts = sc.starts[:n+1]
+	clear(starts)
+	for _, d := range ds {
+		starts[(d.Lo&c.mask)+1]++
+	}
+	for i := 1; i <= n; i++ {
+		starts[i] += starts[i-1]
+	}
+	if cap(sc.order) < len(ds) {
+		sc.order = make([]int32, len(ds))
+	}
+	order = sc.order[:len(ds)]
+	// Counting sort; starts[k] walks from group k's start to group k+1's.
+	for i, d := range ds {
+		k := d.Lo & c.mask
+		order[starts[k]] = int32(i)
+		starts[k]++
+	}
+	return order, starts
+}
+
+// ReleaseBatch releases every digest of ds that token still holds, as
+// Release does one by one, taking each shard's lock once for all of that
+// shard's digests and reading their index cells ahead as ClaimBatch does. It
+// returns how many it released.
+func (c *Cache) ReleaseBatch(ds []digest.Digest, token uint64) int {
+	if token == noToken || len(ds) == 0 {
+		return 0
+	}
+	released := 0
+	if len(c.shards) == 1 {
+		s := &c.shards[0]
+		s.mu.Lock()
+		s.prefetch(ds, nil)
+		for _, d := range ds {
+			if s.release(d, token) {
+				released++
+			}
+		}
+		s.mu.Unlock()
+		return released
+	}
+	sc := scratchPool.Get().(*batchScratch)
+	defer scratchPool.Put(sc)
+	order, starts := c.byShard(ds, sc)
+	begin := int32(0)
+	for k := range len(c.shards) {
+		end := starts[k]
+		if end == begin {
+			continue
+		}
+		group := order[begin:end]
+		s := &c.shards[k]
+		s.mu.Lock()
+		s.prefetch(ds, group)
+		for _, i := range group {
+			if s.release(ds[i], token) {
+				released++
+			}
+		}
+		s.mu.Unlock()
+		begin = end
+	}
+	return released
 }
 
 // heldStateLocked is heldState for ClaimBatch, which takes c.flights.mu at

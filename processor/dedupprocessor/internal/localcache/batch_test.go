@@ -86,3 +86,56 @@ func TestClaimsStayDistinct(t *testing.T) {
 		t.Fatal("64 shards of 1024 or 1025 entries must promise batches of up to 1024")
 	}
 }
+
+// TestReleaseBatchMatchesRelease: ReleaseBatch releases exactly what Release
+// would one by one: the token's own keys, once each, and nothing held by
+// another token, committed, or absent.
+func TestReleaseBatchMatchesRelease(t *testing.T) {
+	for _, size := range []int{1000, 1 << 17} { // one shard, and 64
+		c := New(size, 1000)
+		c.Begin(5)
+		c.Begin(9)
+		var mine, theirs []digest.Digest
+		for k := range uint64(300) {
+			owner := uint64(5)
+			if k%3 == 0 {
+				owner = 9
+			}
+			if r, _ := c.Claim(d(k), owner, 0); r != Claimed {
+				t.Fatalf("claim %d: %v", k, r)
+			}
+			if owner == 5 {
+				mine = append(mine, d(k))
+			} else {
+				theirs = append(theirs, d(k))
+			}
+		}
+		if r, _ := c.Claim(d(1000), noToken, 0); r != Claimed {
+			t.Fatalf("claim 1000: %v", r)
+		}
+		ask := append(append(append([]digest.Digest{}, mine...), theirs...), d(1000), d(2000), mine[0])
+		if got := c.ReleaseBatch(ask, 5); got != len(mine) {
+			t.Errorf("size %d: released %d, want %d", size, got, len(mine))
+		}
+		if got := c.ReleaseBatch(ask, noToken); got != 0 {
+			t.Errorf("size %d: released %d for no token, want 0", size, got)
+		}
+		out := make([]Result, len(ask))
+		c.Begin(11)
+		c.ClaimBatch(ask, 11, 1, out)
+		for i, k := range ask {
+			want := Claimed // released, or never held
+			switch {
+			case i >= len(mine) && i < len(mine)+len(theirs):
+				want = Pending // token 9's, still in flight
+			case k == d(1000):
+				want = Held
+			case i == len(ask)-1:
+				want = HeldBySelf // mine[0] again, claimed earlier in this batch
+			}
+			if out[i] != want {
+				t.Errorf("size %d: key %v after ReleaseBatch: %v, want %v", size, k, out[i], want)
+			}
+		}
+	}
+}

@@ -200,6 +200,29 @@ func (c *Cache) heldState(token, owner uint64) Result {
 	return Pending
 }
 
+// AnyPending reports whether any of ds is held by the pending claim of a
+// token in flight, without claiming anything: a batch that gave its claims
+// up asks it before it claims its records again. now is unix nanoseconds.
+func (c *Cache) AnyPending(ds []digest.Digest, now int64) bool {
+	for _, d := range ds {
+		s := c.shardOf(d)
+		s.mu.Lock()
+		pending := false
+		if pos, _, ok := s.index.lookup(d, s); ok {
+			if sl := s.at(pos); sl.expires > now && sl.token != noToken {
+				c.flights.mu.Lock()
+				pending = c.flights.pending(sl.token)
+				c.flights.mu.Unlock()
+			}
+		}
+		s.mu.Unlock()
+		if pending {
+			return true
+		}
+	}
+	return false
+}
+
 // ClaimsStayDistinct reports whether a ClaimBatch of n digests is sure to
 // answer Claimed at most once per digest. It can answer twice only if the
 // batch itself evicts a digest it claimed before meeting it again, which
@@ -232,6 +255,11 @@ func (c *Cache) Release(d digest.Digest, token uint64) bool {
 	s := c.shardOf(d)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.release(d, token)
+}
+
+// release is Release under the shard's lock.
+func (s *shard) release(d digest.Digest, token uint64) bool {
 	pos, ci, ok := s.index.lookup(d, s)
 	if !ok {
 		return false
