@@ -39,12 +39,12 @@ import (
 // claim of a younger batch waits, holding its own claims. A batch that meets
 // a pending claim of an older batch yields: it releases every claim it holds,
 // in both tiers, and only then waits, holding nothing, until the claims it
-// met have ended, before it claims again. So a batch that waits while holding claims waits only for younger
-// batches, and a batch that waits for an older one holds nothing anyone can
-// wait for: every chain of waits runs from older to younger batches, and
-// none can close into a cycle. A batch keeps its token, and so its age,
-// across its yields, so it ends up the oldest of those it meets and is no
-// longer turned back.
+// met have ended, before it claims again. So a batch that waits while
+// holding claims waits only for younger batches, and a batch that waits for
+// an older one holds nothing anyone can wait for: every chain of waits runs
+// from older to younger batches, and none can close into a cycle. A batch
+// keeps its token, and so its age, across its yields, so it ends up the
+// oldest of those it meets and is no longer turned back.
 //
 // The rule is applied lazily, in both tiers: a batch may wait, holding its
 // claims, for an older batch that is marked as not able to wait for it. In
