@@ -21,38 +21,7 @@ var scratchPool = sync.Pool{New: func() any { return new(batchScratch) }}
 // CPU fetches them from memory in parallel rather than one miss at a time.
 // out must have at least len(ds) elements.
 func (c *Cache) ClaimBatch(ds []digest.Digest, token uint64, now int64, out []Result) {
-	if len(c.shards) == 1 {
-		s := &c.shards[0]
-		s.mu.Lock()
-		s.expire(now)
-		s.prefetch(ds, nil)
-		locked := false
-		for i, d := range ds {
-			var owner uint64
-			out[i], owner = s.claim(d, token, now, c.window)
-			if out[i] == Held {
-				out[i], locked = c.heldStateLocked(token, owner, locked)
-			}
-		}
-		if locked {
-			c.flights.mu.Unlock()
-		}
-		s.mu.Unlock()
-		return
-	}
-	sc := scratchPool.Get().(*batchScratch)
-	defer scratchPool.Put(sc)
-	order, starts := c.byShard(ds, sc)
-	n := len(c.shards)
-	begin := int32(0)
-	for k := range n {
-		end := starts[k]
-		if end == begin {
-			continue
-		}
-		group := order[begin:end]
-		s := &c.shards[k]
-		s.mu.Lock()
+	c.eachShard(ds, func(s *shard, group []int32) {
 		s.expire(now)
 		s.prefetch(ds, group)
 		locked := false
@@ -66,6 +35,24 @@ func (c *Cache) ClaimBatch(ds []digest.Digest, token uint64, now int64, out []Re
 		if locked {
 			c.flights.mu.Unlock()
 		}
+	})
+}
+
+// eachShard calls fn once for each shard holding digests of ds, under that
+// shard's lock, with the positions of those digests in ds, in their order.
+func (c *Cache) eachShard(ds []digest.Digest, fn func(s *shard, group []int32)) {
+	sc := scratchPool.Get().(*batchScratch)
+	defer scratchPool.Put(sc)
+	order, starts := c.byShard(ds, sc)
+	begin := int32(0)
+	for k := range c.shards {
+		end := starts[k]
+		if end == begin {
+			continue
+		}
+		s := &c.shards[k]
+		s.mu.Lock()
+		fn(s, order[begin:end])
 		s.mu.Unlock()
 		begin = end
 	}
@@ -108,39 +95,14 @@ func (c *Cache) ReleaseBatch(ds []digest.Digest, token uint64) int {
 		return 0
 	}
 	released := 0
-	if len(c.shards) == 1 {
-		s := &c.shards[0]
-		s.mu.Lock()
-		s.prefetch(ds, nil)
-		for _, d := range ds {
-			if s.release(d, token) {
-				released++
-			}
-		}
-		s.mu.Unlock()
-		return released
-	}
-	sc := scratchPool.Get().(*batchScratch)
-	defer scratchPool.Put(sc)
-	order, starts := c.byShard(ds, sc)
-	begin := int32(0)
-	for k := range len(c.shards) {
-		end := starts[k]
-		if end == begin {
-			continue
-		}
-		group := order[begin:end]
-		s := &c.shards[k]
-		s.mu.Lock()
+	c.eachShard(ds, func(s *shard, group []int32) {
 		s.prefetch(ds, group)
 		for _, i := range group {
 			if s.release(ds[i], token) {
 				released++
 			}
 		}
-		s.mu.Unlock()
-		begin = end
-	}
+	})
 	return released
 }
 
@@ -164,14 +126,8 @@ func (c *Cache) heldStateLocked(token, owner uint64, locked bool) (Result, bool)
 func (s *shard) prefetch(ds []digest.Digest, group []int32) {
 	x := &s.index
 	var acc cell
-	if group == nil {
-		for _, d := range ds {
-			acc ^= x.words[x.home(fingerprint(d))*bucketWords]
-		}
-	} else {
-		for _, i := range group {
-			acc ^= x.words[x.home(fingerprint(ds[i]))*bucketWords]
-		}
+	for _, i := range group {
+		acc ^= x.words[x.home(fingerprint(ds[i]))*bucketWords]
 	}
 	s.sink = acc
 }
