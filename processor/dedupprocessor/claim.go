@@ -342,6 +342,12 @@ func (e *engine) lookAgain(ctx context.Context, b *batch) error {
 	if len(b.localWait) > 0 {
 		return nil
 	}
+	// A batch that has waited only in the local cache claims in the shared
+	// tier for the first time here: a claim, not a recheck.
+	op := redistier.OpRecheck
+	if b.shared == 0 && len(b.sharedWait) == 0 {
+		op = redistier.OpClaim
+	}
 	// The recheck names, for each digest it asks about again, the claim
 	// that held it: Redis then answers from that claim's status while it
 	// is alive. The digests won here since the last shared claim have none.
@@ -353,7 +359,7 @@ func (e *engine) lookAgain(ctx context.Context, b *batch) error {
 	b.claimed = append(b.claimed, b.sharedWait...)
 	b.claimedAt = append(b.claimedAt, b.sharedWaitAt...)
 	b.sharedWait, b.sharedWaitAt, b.sharedHolder = b.sharedWait[:0], b.sharedWaitAt[:0], b.sharedHolder[:0]
-	return e.claimShared(ctx, b, redistier.OpRecheck)
+	return e.claimShared(ctx, b, op)
 }
 
 // yieldClaims releases every claim the batch holds, in both tiers, and puts

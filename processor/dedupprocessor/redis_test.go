@@ -391,6 +391,39 @@ func TestCopyOfARecordInFlightElsewhereWaits(t *testing.T) {
 	}
 }
 
+// TestLocalWaitThenSharedClaimIsAClaim: a batch that waits only for a batch
+// of its own collector claims in Redis once that wait is over, and that
+// first call is counted as a claim: op="recheck" is for records another
+// collector was still delivering.
+func TestLocalWaitThenSharedClaimIsAClaim(t *testing.T) {
+	srv := redistest.Standalone(t)
+	cfg := redisConfig([]string{srv.Addr()}, ErrorRefuse)
+	cfg.Redis.Get().KeyPrefix = "otelcol-dedup:" + t.Name() + ":"
+	gate := newGatedLogs()
+	h := newHarness(t, cfg, gate)
+
+	first := consumeAsync(h, events(1, 2))
+	<-gate.entered // claimed in both tiers, being delivered
+	copyDone := consumeAsync(h, events(2, 3))
+	notYet(t, copyDone, "the copy's request")
+	gate.release <- nil
+	if err := <-first; err != nil {
+		t.Fatalf("first request: %v", err)
+	}
+	<-gate.entered // the copy's batch, with 3 alone
+	gate.release <- nil
+	if err := <-copyDone; err != nil {
+		t.Fatalf("the copy's request: %v", err)
+	}
+	assertBodies(t, &gate.sink, "secret body 1", "secret body 2", "secret body 3")
+	if claims, rechecks := h.redisRequests("claim", "ok"), h.redisRequests("recheck", "ok"); claims != 2 || rechecks != 0 {
+		t.Fatalf("redis requests: %d claims, %d rechecks; want 2 claims (one per batch), 0 rechecks", claims, rechecks)
+	}
+	if h.tier("local") != 1 {
+		t.Fatalf("local duplicates = %d, want 1", h.tier("local"))
+	}
+}
+
 // TestCopyOfARecordPendingTooLongIsRefused: the owner of a pending claim is
 // gone (it never commits nor releases). A copy is refused with a retryable
 // error, never dropped; once the lease ends, the retry is delivered.
