@@ -163,6 +163,7 @@ func (e *engine) claimShared(ctx context.Context, b *batch, op string) error {
 		return nil
 	}
 	ds := b.claimed[from:]
+	b.askedShared = true
 	if cap(b.answers) < len(ds) {
 		b.answers = make([]redistier.Answer, len(ds))
 	}
@@ -345,7 +346,7 @@ func (e *engine) lookAgain(ctx context.Context, b *batch) error {
 	// A batch that has waited only in the local cache claims in the shared
 	// tier for the first time here: a claim, not a recheck.
 	op := redistier.OpRecheck
-	if b.shared == 0 && len(b.sharedWait) == 0 {
+	if !b.askedShared {
 		op = redistier.OpClaim
 	}
 	// The recheck names, for each digest it asks about again, the claim

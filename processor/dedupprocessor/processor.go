@@ -63,11 +63,12 @@ type batch struct {
 	landed      bool      // out of flight in the local cache (see land)
 	waitedSince time.Time // zero until the batch first waits
 
-	redisToken string             // the shared tier's claim token; "" if none
-	shared     int                // claimed[:shared] are claimed in the shared tier too (or unchecked)
-	sharedOK   bool               // the shared tier answered a claim of this batch
-	answers    []redistier.Answer // the shared tier's answer per claimed digest
-	holders    []string           // the token holding each digest answered pending ("" if none)
+	redisToken  string             // the shared tier's claim token; "" if none
+	shared      int                // claimed[:shared] are claimed in the shared tier too (or unchecked)
+	sharedOK    bool               // the shared tier answered a claim of this batch
+	askedShared bool               // the batch called the shared tier to claim: its later calls are rechecks
+	answers     []redistier.Answer // the shared tier's answer per claimed digest
+	holders     []string           // the token holding each digest answered pending ("" if none)
 	// unchecked holds the claimed digests the shared tier could not answer
 	// for, kept under on_error: pass on the local claim's word.
 	unchecked []digest.Digest
