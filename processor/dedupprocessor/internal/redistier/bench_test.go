@@ -23,26 +23,9 @@ import (
 // the Redis CPU time each record costs. BenchmarkRedisBenchmark runs
 // redis-benchmark itself for the baseline.
 //
-// Measured 2026-11-22 on the 2-core machine (Redis 7.0.15, loopback; the Go
-// client, the servers and other work shared the 2 cores), -benchtime 1000x
-// (10^6 records), medians of 5 runs:
-//
-//	                                     records/s  Redis CPU/record  Redis B/record
-//	RedisBenchmark/standalone (SET NX PX)  454k       1.97 µs          161
-//	ClaimCommit/tier (this package)        403k       2.32 µs          161
-//	ClaimCommit/set-nx-px (Go, no commit)  310k       2.04 µs          161
-//	ClaimCommit/per-key-commit             197k       3.69 µs          161
-//	RedisBenchmark/cluster (3 masters)     569k       2.6 µs
-//	ClaimCommitCluster (3 masters)         ~220k      3.7 µs
-//
-// Standalone, claim+commit reaches 89% of redis-benchmark's records/s (85%
-// of its server efficiency). Claiming through one script per batch costs the
-// server 15% more per key than plain SET NX, but the Go side 36 allocations
-// per batch instead of 6000, which is why it beats pipelined SET NX from Go.
-// The per-key design (SET NX PX lease, then a script extending each key)
-// costs twice the commands and reaches 43%. In the Cluster, the Go client is
-// mostly idle: 3 servers and the client share 2 cores, and each batch waits
-// for the claim and then the commit fan-out to 3 nodes.
+// Their figures, and what they say about the tier's design (one script
+// call per batch against pipelined SET NX, and a lease per key), are in
+// BENCHMARKS.md, "The shared tier on its own".
 const benchBatch = 1000
 
 var benchSeq atomic.Uint64
