@@ -476,9 +476,9 @@ func run(ctx context.Context, o options) error {
 				if mode == bench.ModeDedupRedis {
 					extra += fmt.Sprintf(", redis requests %v, redis CPU %.2f µs/record", r.RedisRequests, r.RedisCPUSeconds*1e6/float64(r.Load.Sent))
 				}
-				logf("rep %d %-12s: %d records in %.2fs (%s/s), collector CPU %.2fs = %.3f µs/record, %d GC cycles, peak RSS %s%s",
+				logf("rep %d %-12s: %d records in %.2fs (%s/s), collector CPU %.2fs = %.3f µs/record, %d GC cycles, %d context switches, peak RSS %s%s",
 					rep+1, mode, r.Load.Sent, r.Load.Seconds, bench.Rate(r.Load.RecordsPerSecond), r.CPUSeconds,
-					r.CPUPerRecord()*1e6, r.GCCycles, bench.MiB(r.PeakRSS), extra)
+					r.CPUPerRecord()*1e6, r.GCCycles, r.ContextSwitches, bench.MiB(r.PeakRSS), extra)
 				if mode != bench.ModePassThrough && r.Dropped != r.Load.Duplicates {
 					return fmt.Errorf("%s dropped %d duplicates, loadgen sent %d", mode, r.Dropped, r.Load.Duplicates)
 				}
@@ -738,12 +738,14 @@ func targetRows(res *results, o options) []bench.Row {
 	perMode := map[string][]float64{}
 	rss := map[string][]float64{}
 	gc := map[string][]float64{}
+	switches := map[string][]float64{}
 	ratios := map[string][]float64{}
 	lastPass := 0.0
 	for _, r := range res.Collector {
 		perMode[r.Mode] = append(perMode[r.Mode], r.CPUPerRecord())
 		rss[r.Mode] = append(rss[r.Mode], float64(r.PeakRSS))
 		gc[r.Mode] = append(gc[r.Mode], float64(r.GCCycles))
+		switches[r.Mode] = append(switches[r.Mode], float64(r.ContextSwitches)*1000/float64(r.Load.Sent))
 		if r.Mode == bench.ModePassThrough {
 			lastPass = r.CPUPerRecord()
 		} else if lastPass > 0 {
@@ -776,7 +778,7 @@ func targetRows(res *results, o options) []bench.Row {
 		}
 	}
 	if okPass {
-		var parts, gcs []string
+		var parts, gcs, css []string
 		for _, mode := range []string{bench.ModePassThrough, bench.ModeDedup, bench.ModeDedupRedis} {
 			if m, ok := bench.Median(rss[mode]); ok {
 				parts = append(parts, fmt.Sprintf("%s %s", mode, bench.MiB(int64(m))))
@@ -784,9 +786,13 @@ func targetRows(res *results, o options) []bench.Row {
 			if m, ok := bench.Median(gc[mode]); ok {
 				gcs = append(gcs, fmt.Sprintf("%s %.0f", mode, m))
 			}
+			if m, ok := bench.Median(switches[mode]); ok {
+				css = append(css, fmt.Sprintf("%s %.1f", mode, m))
+			}
 		}
 		rows = append(rows, bench.Row{Target: "4", Figure: "collector peak RSS (VmHWM), median", Measured: strings.Join(parts, ", "), Verdict: bench.Info})
 		rows = append(rows, bench.Row{Target: "4", Figure: "collector GC cycles during the load (gctrace), median", Measured: strings.Join(gcs, ", "), Verdict: bench.Info})
+		rows = append(rows, bench.Row{Target: "4", Figure: "collector context switches per 1000 records received (all its threads, /proc), median", Measured: strings.Join(css, ", "), Verdict: bench.Info})
 	}
 
 	// 5. The Redis tier's costs against plain Redis and the pass-through;

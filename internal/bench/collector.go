@@ -99,6 +99,10 @@ type CollectorRun struct {
 	CopyWaitSeconds float64
 	// DriverCPUSeconds is this process's CPU during the load: the senders.
 	DriverCPUSeconds float64
+	// ContextSwitches is the collector's context switches during the load,
+	// all its threads (/proc/<pid>/task/*/status): each is a thread put to
+	// sleep or pushed off its core and run again later.
+	ContextSwitches int64
 	// GCCycles is the collector's garbage collections during the load,
 	// counted from its GODEBUG=gctrace=1 lines.
 	GCCycles int
@@ -173,6 +177,10 @@ func RunCollector(ctx context.Context, binary, dir, mode string, redis *RedisSer
 	if err != nil {
 		return run, err
 	}
+	csBefore, err := ReadContextSwitches(c.PID)
+	if err != nil {
+		return run, err
+	}
 	driverBefore, err := selfCPU()
 	if err != nil {
 		return run, err
@@ -189,6 +197,11 @@ func RunCollector(ctx context.Context, binary, dir, mode string, redis *RedisSer
 	if err != nil {
 		return run, err
 	}
+	csAfter, err := ReadContextSwitches(c.PID)
+	if err != nil {
+		return run, err
+	}
+	run.ContextSwitches = csAfter - csBefore
 	run.DriverCPUSeconds = (driverAfter - driverBefore).Seconds()
 	gcAfter, err := CountGCTrace(logf.Name())
 	if err != nil {
