@@ -82,7 +82,8 @@ func redisTierRows(res *results, o options, missing func(t, fig, goal, phase str
 // pass-through run, and estimates what each of two costs alone would make
 // of the throughput ratio:
 //   - the senders waiting: each synchronous sender also waits out its
-//     batches' Redis round trips (the redis_duration sum over senders), all
+//     batches' Redis round trips (the redis_duration sum over senders, the
+//     commits' left out: they are sent after the sender is answered), all
 //     else equal;
 //   - the senders waiting for copies in flight: a batch holding a copy of
 //     a record another batch is still exporting waits for that export (the

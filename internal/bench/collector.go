@@ -89,9 +89,10 @@ type CollectorRun struct {
 	RedisRequests map[string]int64
 	// RedisCPUSeconds is the shared tier's server CPU during the load.
 	RedisCPUSeconds float64
-	// RedisWaitSeconds is the time the collector's batches spent in round
-	// trips to Redis, summed over batches (the redis_duration histogram's
-	// sum): with synchronous senders, time they spent waiting on Redis.
+	// RedisWaitSeconds is the time the collector's batches spent in the
+	// round trips to Redis their senders wait for, summed over batches
+	// (DedupCounts.WaitedRedisSeconds): with synchronous senders, time they
+	// spent waiting on Redis.
 	RedisWaitSeconds float64
 	// CopyWaitSeconds is the time the collector's batches spent waiting for
 	// other batches' pending claims on their records (copies in flight),
@@ -237,9 +238,7 @@ func RunCollector(ctx context.Context, binary, dir, mode string, redis *RedisSer
 	}
 	if mode == ModeDedupRedis {
 		run.RedisRequests = counts.RedisRequests
-		for _, s := range counts.RedisSeconds {
-			run.RedisWaitSeconds += s
-		}
+		run.RedisWaitSeconds = counts.WaitedRedisSeconds()
 	}
 	return run, c.Stop(10 * time.Second)
 }

@@ -173,6 +173,20 @@ func dedupCountsOf(sc e2e.Scrape) (DedupCounts, error) {
 	return c, nil
 }
 
+// WaitedRedisSeconds is the time of the round trips a request waits out
+// before its sender is answered: every op's but the commit's, which the
+// processor queues and sends after the answer (it waits for a commit only
+// when the queue is full, which these loads never fill).
+func (c DedupCounts) WaitedRedisSeconds() float64 {
+	var s float64
+	for op, v := range c.RedisSeconds {
+		if op != "commit" {
+			s += v
+		}
+	}
+	return s
+}
+
 func newDedupCounts() DedupCounts {
 	return DedupCounts{Records: map[string]int64{}, ByTier: map[string]int64{}, RedisRequests: map[string]int64{},
 		RedisSeconds: map[string]float64{}, Waits: map[string]Histogram{}}

@@ -128,6 +128,10 @@ func TestDedupCounts(t *testing.T) {
 	if c.RedisSeconds["claim"] != 0.5 || c.RedisSeconds["commit"] != 0.25 || len(c.RedisSeconds) != 2 {
 		t.Errorf("redis seconds %v", c.RedisSeconds)
 	}
+	// The commits are sent after the sender is answered: not waited for.
+	if w := c.WaitedRedisSeconds(); w != 0.5 {
+		t.Errorf("waited redis seconds %v, want 0.5 (the claims', not the commits')", w)
+	}
 	if w := c.AllWaits(); w.Count != 13 || w.Cumulative[12] != 13 || c.Waits["refused"].Count != 1 {
 		t.Errorf("waits: all %+v, refused %+v", w, c.Waits["refused"])
 	}
