@@ -41,7 +41,7 @@ func redisTierRows(res *results, o options, missing func(t, fig, goal, phase str
 	}
 
 	tputFig := fmt.Sprintf("end-to-end records/s, dedup+redis / pass-through, %d synchronous senders; median of paired runs", e2eSenders)
-	costs := throughputCosts(res.Collector, res.Machine.Cores)
+	costs := throughputCosts(res.Collector, res.Machine.Cores, setCPUPerOp(res.Baseline, o.records))
 	if len(costs) == 0 {
 		return append(rows, missing("5", tputFig, fmt.Sprintf(">= %.2fx", targetRedisThroughput), "e2e"))
 	}
@@ -75,7 +75,32 @@ func redisTierRows(res *results, o options, missing func(t, fig, goal, phase str
 			100*med(func(c throughputCost) float64 { return c.BusyPass }), 100*med(func(c throughputCost) float64 { return c.BusyRedis }), res.Machine.Cores,
 			dominant),
 		Verdict: bench.Info})
+	if local := med(func(c throughputCost) float64 { return c.LocalRatio }); local > 0 {
+		rows = append(rows, bench.Row{Target: "5",
+			Figure:   "the same rounds' end-to-end records/s with the local tier alone (dedup without redis) / pass-through: what the delivery guarantee's waits for copies in flight and the local tier cost without Redis",
+			Measured: fmt.Sprintf("%.2fx", local), Verdict: bench.Info})
+	}
+	if floor := med(func(c throughputCost) float64 { return c.ByFloor }); floor > 0 {
+		rows = append(rows, bench.Row{Target: "5",
+			Figure: "the ceiling these cores put on the ratio if Redis did no more per delivered record than one pipelined SET NX PX (redis-benchmark's server CPU per op, the redis phase) and nothing else were added: the pass-through's CPU per record against it plus that floor, if CPU-bound",
+			Measured: fmt.Sprintf("%.2fx (%.2f µs per op, %.2f keys per record)", floor,
+				med(func(c throughputCost) float64 { return c.FloorPerKey })*1e6, med(func(c throughputCost) float64 { return c.KeysPerRecord })),
+			Verdict: bench.Info})
+	}
 	return rows
+}
+
+// setCPUPerOp is redis-benchmark's median server CPU seconds per SET NX PX
+// (the whole process, pipelined), or 0 without a redis phase.
+func setCPUPerOp(baseline []bench.BaselineResult, ops int64) float64 {
+	var per []float64
+	for _, b := range baseline {
+		if b.Server.CPUSeconds > 0 && ops > 0 {
+			per = append(per, b.Server.CPUSeconds/float64(ops))
+		}
+	}
+	m, _ := bench.Median(per)
+	return m
 }
 
 // throughputCost compares one round's dedup+redis run with its
@@ -92,8 +117,17 @@ func redisTierRows(res *results, o options, missing func(t, fig, goal, phase str
 //     1 / CPU per record, and redis-server adds its CPU per record to the
 //     pass-through's (collector + senders); with the collector's own extra
 //     work too (ByAllCPU).
+//
+// Two references go with it: the same round's local-tier run against the
+// pass-through (LocalRatio), and the ratio the cores would allow, CPU-bound,
+// if redis-server spent only the CPU of one pipelined SET NX PX (setPerOp)
+// per record the tier claimed and the collector nothing more (ByFloor).
 type throughputCost struct {
 	Ratio                    float64 // measured records/s ratio
+	LocalRatio               float64 // the local tier's records/s ratio, 0 if not run
+	FloorPerKey              float64 // the SET NX PX CPU seconds per op used for ByFloor
+	KeysPerRecord            float64 // records claimed (delivered) per record received
+	ByFloor                  float64 // 0 without setPerOp
 	WaitShare, RedisCPUShare float64
 	CopyWaitShare            float64
 	ByWait, ByRedisCPU       float64
@@ -102,14 +136,16 @@ type throughputCost struct {
 	BusyPass, BusyRedis      float64 // the run's own CPU / (wall x cores)
 }
 
-func throughputCosts(runs []bench.CollectorRun, cores int) []throughputCost {
+func throughputCosts(runs []bench.CollectorRun, cores int, setPerOp float64) []throughputCost {
 	var out []throughputCost
-	var pass *bench.CollectorRun
+	var pass, local *bench.CollectorRun
 	for i := range runs {
 		r := &runs[i]
 		switch r.Mode {
 		case bench.ModePassThrough:
-			pass = r
+			pass, local = r, nil
+		case bench.ModeDedup:
+			local = r
 		case bench.ModeDedupRedis:
 			if pass == nil || r.Load.Seconds <= 0 || pass.Load.Seconds <= 0 {
 				continue
@@ -117,7 +153,7 @@ func throughputCosts(runs []bench.CollectorRun, cores int) []throughputCost {
 			passCPU := (pass.CPUSeconds + pass.DriverCPUSeconds) / float64(pass.Load.Sent)
 			ownCPU := r.CPUSeconds + r.DriverCPUSeconds + r.RedisCPUSeconds
 			redisPer := r.RedisCPUSeconds / float64(r.Load.Sent)
-			out = append(out, throughputCost{
+			c := throughputCost{
 				Ratio:         r.Load.RecordsPerSecond / pass.Load.RecordsPerSecond,
 				WaitShare:     r.RedisWaitSeconds / (e2eSenders * r.Load.Seconds),
 				RedisCPUShare: r.RedisCPUSeconds / ownCPU,
@@ -128,7 +164,16 @@ func throughputCosts(runs []bench.CollectorRun, cores int) []throughputCost {
 				ByAllCPU:      passCPU / (ownCPU / float64(r.Load.Sent)),
 				BusyPass:      (pass.CPUSeconds + pass.DriverCPUSeconds) / (pass.Load.Seconds * float64(max(cores, 1))),
 				BusyRedis:     ownCPU / (r.Load.Seconds * float64(max(cores, 1))),
-			})
+			}
+			if local != nil && local.Load.Seconds > 0 {
+				c.LocalRatio = local.Load.RecordsPerSecond / pass.Load.RecordsPerSecond
+			}
+			if setPerOp > 0 {
+				c.FloorPerKey = setPerOp
+				c.KeysPerRecord = float64(r.Load.Sent-r.Dropped) / float64(r.Load.Sent)
+				c.ByFloor = passCPU / (passCPU + setPerOp*c.KeysPerRecord)
+			}
+			out = append(out, c)
 		}
 	}
 	return out
