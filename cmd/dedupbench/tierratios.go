@@ -41,7 +41,8 @@ func redisTierRows(res *results, o options, missing func(t, fig, goal, phase str
 	}
 
 	tputFig := fmt.Sprintf("end-to-end records/s, dedup+redis / pass-through, %d synchronous senders; median of paired runs", e2eSenders)
-	costs := throughputCosts(res.Collector, res.Machine.Cores, setCPUPerOp(res.Baseline, o.records))
+	setPerOp := setCPUPerOp(res.Baseline, o.records)
+	costs := throughputCosts(res.Collector, res.Machine.Cores, setPerOp)
 	if len(costs) == 0 {
 		return append(rows, missing("5", tputFig, fmt.Sprintf(">= %.2fx", targetRedisThroughput), "e2e"))
 	}
@@ -84,7 +85,7 @@ func redisTierRows(res *results, o options, missing func(t, fig, goal, phase str
 		rows = append(rows, bench.Row{Target: "5",
 			Figure: "the ceiling these cores put on the ratio if Redis did no more per delivered record than one pipelined SET NX PX (redis-benchmark's server CPU per op, the redis phase) and nothing else were added: the pass-through's CPU per record against it plus that floor, if CPU-bound",
 			Measured: fmt.Sprintf("%.2fx (%.2f µs per op, %.2f keys per record)", floor,
-				med(func(c throughputCost) float64 { return c.FloorPerKey })*1e6, med(func(c throughputCost) float64 { return c.KeysPerRecord })),
+				setPerOp*1e6, med(func(c throughputCost) float64 { return c.KeysPerRecord })),
 			Verdict: bench.Info})
 	}
 	return rows
@@ -104,7 +105,7 @@ func setCPUPerOp(baseline []bench.BaselineResult, ops int64) float64 {
 }
 
 // throughputCost compares one round's dedup+redis run with its
-// pass-through run, and estimates what each of two costs alone would make
+// pass-through run, and estimates what each of three costs alone would make
 // of the throughput ratio:
 //   - the senders waiting: each synchronous sender also waits out its
 //     batches' Redis round trips (the redis_duration sum over senders, the
@@ -125,7 +126,6 @@ func setCPUPerOp(baseline []bench.BaselineResult, ops int64) float64 {
 type throughputCost struct {
 	Ratio                    float64 // measured records/s ratio
 	LocalRatio               float64 // the local tier's records/s ratio, 0 if not run
-	FloorPerKey              float64 // the SET NX PX CPU seconds per op used for ByFloor
 	KeysPerRecord            float64 // records claimed (delivered) per record received
 	ByFloor                  float64 // 0 without setPerOp
 	WaitShare, RedisCPUShare float64
@@ -169,7 +169,6 @@ func throughputCosts(runs []bench.CollectorRun, cores int, setPerOp float64) []t
 				c.LocalRatio = local.Load.RecordsPerSecond / pass.Load.RecordsPerSecond
 			}
 			if setPerOp > 0 {
-				c.FloorPerKey = setPerOp
 				c.KeysPerRecord = float64(r.Load.Sent-r.Dropped) / float64(r.Load.Sent)
 				c.ByFloor = passCPU / (passCPU + setPerOp*c.KeysPerRecord)
 			}
