@@ -7,7 +7,8 @@
 #   make demo    build, then send testdata/demo-logs.json through it and check what comes out
 #   make test    go test -race of every package of both modules, the end-to-end tests included
 #                (builds both binaries first)
-#   make deps    install redis-server, redis-cli and promtool if missing (make test does it)
+#   make deps    install redis-server and redis-cli if missing (Debian's packages), and
+#                build bin/promtool from the Prometheus module (make test does it)
 #   make bench   the performance targets table and benchstat (cmd/dedupbench, see BENCHMARKS.md)
 #   make lint    go vet
 #   make clean   remove build output
@@ -88,18 +89,26 @@ demo-data:
 # The end-to-end tests (internal/e2e) use the binaries built here
 # (OTELCOL_DEDUP_BIN, OTELCOL_AGENT_BIN); run alone with go test they build
 # them themselves.
-# redis-server, redis-cli and promtool for the tests, from Debian's packages
-# if missing.
-deps:
+# redis-server and redis-cli for the tests, from Debian's packages if missing
+# (the only step that needs root); promtool built from the Prometheus module
+# that tools/promtool pins, without service discovery (as the agent), so that
+# no Prometheus server is installed.
+PROMTOOL := bin/promtool
+
+deps: $(PROMTOOL)
 	bash scripts/ensure-redis.sh
-	bash deploy/ensure-promtool.sh
+
+$(PROMTOOL): tools/promtool/go.mod tools/promtool/go.sum
+	@echo "go build: $(PROMTOOL) (cold: about a minute)"
+	@mkdir -p $(dir $@)
+	cd tools/promtool && $(GO) build -tags remove_all_sd -o $(CURDIR)/$@ github.com/prometheus/prometheus/cmd/promtool
 
 # Both modules run in one `go test` process tree at a time: the 2-core
 # machines this runs on have no room for two -race runs side by side.
 test: build agent deps
 	@failed=""; for m in $(MODULES); do \
 		echo "go test: module $$m"; \
-		(cd $$m && OTELCOL_DEDUP_BIN=$(CURDIR)/$(BIN) OTELCOL_AGENT_BIN=$(CURDIR)/$(AGENT_BIN) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./...) || failed="$$failed $$m"; \
+		(cd $$m && OTELCOL_DEDUP_BIN=$(CURDIR)/$(BIN) OTELCOL_AGENT_BIN=$(CURDIR)/$(AGENT_BIN) PROMTOOL=$(CURDIR)/$(PROMTOOL) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./...) || failed="$$failed $$m"; \
 	done; \
 	if [ -n "$$failed" ]; then echo "go test: FAILED in module(s):$$failed"; exit 1; fi
 

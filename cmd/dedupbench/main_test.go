@@ -221,9 +221,13 @@ func TestGoBenchJobsResolve(t *testing.T) {
 		module := filepath.Join(root, job.pkg.Module)
 		cmd := exec.Command("go", "list", "-f", "{{.Module.Dir}}\n{{.Dir}}{{range .TestGoFiles}}\n{{.}}{{end}}", job.pkg.Arg())
 		cmd.Dir = module
-		out, err := cmd.CombinedOutput()
+		// Only stdout is go list's answer: on a cold module cache the go
+		// command reports its downloads on stderr.
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
 		if err != nil {
-			t.Errorf("(cd %s && go list %s): %v\n%s", job.pkg.Module, job.pkg.Arg(), err, out)
+			t.Errorf("(cd %s && go list %s): %v\n%s", job.pkg.Module, job.pkg.Arg(), err, stderr.String())
 			continue
 		}
 		lines := strings.Split(strings.TrimSpace(string(out)), "\n")

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -304,18 +303,20 @@ func TestRulesStructure(t *testing.T) {
 
 // --- promtool ---
 
-// promtool returns the path of promtool, or fails the test: Debian's
-// prometheus package provides it, and make test installs it (make deps).
+// promtool returns the path of the promtool that make deps builds from the
+// Prometheus module pinned in tools/promtool ($PROMTOOL, else bin/promtool),
+// or fails the test. A promtool on PATH is not used: the tests hold the
+// pinned one.
 func promtool(t *testing.T) string {
 	t.Helper()
-	if p, err := exec.LookPath("promtool"); err == nil {
-		return p
+	p := os.Getenv("PROMTOOL")
+	if p == "" {
+		p = filepath.Join(root(t), "bin", "promtool")
 	}
-	if _, err := os.Stat("/usr/bin/promtool"); err == nil {
-		return "/usr/bin/promtool"
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("promtool not built (%v): run `make deps`", err)
 	}
-	t.Fatal("promtool not installed: run `make deps` (deploy/ensure-promtool.sh installs Debian's prometheus package)")
-	return ""
+	return p
 }
 
 func TestPromtoolCheckRules(t *testing.T) {
