@@ -158,11 +158,11 @@ func BenchmarkDecide(b *testing.B) {
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				bt := p.begin(n)
-				p.decideAll(ctx, bt, &enc, ld)
-				if len(bt.pending) != n {
-					b.Fatalf("%d of %d records keyed", len(bt.pending), n)
+				p.identify(ctx, bt, &enc, ld)
+				if len(bt.keys) != n {
+					b.Fatalf("%d of %d records keyed", len(bt.keys), n)
 				}
-				p.end(bt)
+				p.end(ctx, bt)
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/record")
 		})

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -22,21 +21,24 @@ import (
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/redistier"
 )
 
-// The claim discipline (claim.go), tested by deterministic simulation: the
-// real engine, with its real local caches, runs many batches of several
+// The claim discipline (consume.go), tested by deterministic simulation:
+// the real engine, with its real local caches, runs many batches of several
 // collectors at once, one step at a time in an order a seeded generator
-// picks. Every call to the shared tier, every delivery and every pause is a
-// step; the shared tier is a model of the Redis scripts whose claims are
-// atomic per node only, so a batch's claims interleave with others' as they
-// do on a Redis Cluster or across script calls. Time is simulated: a pause
-// lasts until the batches it waits for settle or its time is up, and when
-// every batch waits, the clock jumps to the next wake-up.
+// picks. Every call to the shared tier, every delivery, every commit and
+// every pause is a step; the shared tier is a model of the Redis scripts
+// whose claims are atomic per node only, so a batch's claims interleave with
+// others' as they do on a Redis Cluster or across script calls. Commits
+// land later, as the tier's writer sends them; answers may be lost (the
+// script ran, the reply did not arrive); local caches may be smaller than a
+// batch, so a batch evicts its own claims. Time is simulated: a pause lasts
+// until the batches it waits for settle or its time is up, and when every
+// batch waits, the clock jumps to the next wake-up.
 //
 // The invariants: every record of a request that was acknowledged is
-// delivered, none is delivered twice, and no batch is refused for waiting
-// too long. pending_wait is an hour of simulated time while a delivery
-// takes at most 20 ms, so a refusal can only mean batches waited for each
-// other in a cycle.
+// delivered, none is delivered twice, no claim is left pending, and no
+// batch is refused for waiting too long. pending_wait is an hour of
+// simulated time while a delivery takes at most 20 ms, so a refusal can
+// only mean batches waited for each other in a cycle.
 
 // TestClaimDisciplineSimulated runs the simulation over many seeds and
 // set-ups: one or three collectors, with and without a shared tier (one
@@ -53,40 +55,27 @@ func TestClaimDisciplineSimulated(t *testing.T) {
 		{collectors: 3, nodes: 3, failRate: 0},
 		{collectors: 3, nodes: 3, failRate: 0.25},
 		{collectors: 2, nodes: 3, failRate: 0.5},
+		{collectors: 3, nodes: 3, failRate: 0.25, lostRate: 0.2},
+		{collectors: 2, nodes: 3, failRate: 0.25, cache: 4},
 	} {
 		t.Run(setup.String(), func(t *testing.T) {
-			var waited, yielded, named, gated, localGated int
+			var waited, lost int
 			for seed := range uint64(seeds) {
 				r := runSim(t, setup, seed)
 				waited += r.waits
-				yielded += r.yields
-				named += r.named
-				gated += r.gated
-				localGated += r.localGated
+				lost += r.lost
 				if t.Failed() {
 					t.Fatalf("seed %d: %s", seed, r.trace)
 				}
 			}
-			// The simulation must reach the waits it is about: a setup
-			// with copies racing across pieces makes batches wait for
-			// younger ones and yield to older ones.
-			if waited == 0 || setup.collectors > 1 && yielded == 0 {
-				t.Errorf("over %d seeds: %d waits, %d yields; the simulation did not exercise the discipline", seeds, waited, yielded)
+			// The simulation must reach the waits it is about: copies
+			// racing make batches leave records for a second call and
+			// wait for them.
+			if waited == 0 {
+				t.Errorf("over %d seeds: no wait for a second call; the simulation did not exercise the discipline", seeds)
 			}
-			// Copies across collectors wait in the shared tier, and its
-			// rechecks answer from the holders they name.
-			if setup.nodes > 0 && setup.collectors > 1 && named == 0 {
-				t.Errorf("over %d seeds: no recheck answered from a named holder", seeds)
-			}
-			// A batch that yielded in the shared tier waits for the claims
-			// it met there to end before claiming again.
-			if setup.nodes > 0 && setup.collectors > 1 && gated == 0 {
-				t.Errorf("over %d seeds: no yielded batch waited for its holders before claiming again", seeds)
-			}
-			// So does one that yielded in the local cache, for the local
-			// claims it met.
-			if localGated == 0 {
-				t.Errorf("over %d seeds: no yielded batch waited for the local claims it met before claiming again", seeds)
+			if setup.lostRate > 0 && lost == 0 {
+				t.Errorf("over %d seeds: no answer was lost", seeds)
 			}
 		})
 	}
@@ -96,18 +85,20 @@ type simSetup struct {
 	collectors int
 	nodes      int // of the shared tier; 0: none
 	failRate   float64
+	// lostRate: the share of shared-tier node calls whose reply is lost
+	// after the script ran (under on_error: refuse).
+	lostRate float64
+	cache    int // cache.max_entries; 0: the default
 }
 
 func (s simSetup) String() string {
-	return fmt.Sprintf("collectors=%d,nodes=%d,fail=%.2f", s.collectors, s.nodes, s.failRate)
+	return fmt.Sprintf("collectors=%d,nodes=%d,fail=%.2f,lost=%.2f,cache=%d", s.collectors, s.nodes, s.failRate, s.lostRate, s.cache)
 }
 
 type simResult struct {
-	waits, yields int
-	named         int // shared answers given from a holder a recheck named
-	gated         int // looks skipped after a yield, a holder still pending
-	localGated    int // the same, a local claim met still pending
-	trace         string
+	waits int // waits that settled, each before a second call
+	lost  int // answers lost
+	trace string
 }
 
 const (
@@ -122,7 +113,7 @@ func runSim(t *testing.T, setup simSetup, seed uint64) simResult {
 	s := newSim(seed)
 	var shared *simTier
 	if setup.nodes > 0 {
-		shared = &simTier{sim: s, nodes: setup.nodes, keys: map[digest.Digest]string{}, status: map[string]byte{}}
+		shared = &simTier{sim: s, nodes: setup.nodes, lostRate: setup.lostRate, keys: map[digest.Digest]string{}, status: map[string]byte{}}
 	}
 	delivered := map[string]int{}
 	var trace strings.Builder
@@ -134,6 +125,9 @@ func runSim(t *testing.T, setup simSetup, seed uint64) simResult {
 		cfg := defaultConfig()
 		cfg.Logs.Key = []string{`attributes["event.id"]`}
 		cfg.PendingWait = time.Hour
+		if setup.cache > 0 {
+			cfg.Cache.MaxEntries = setup.cache
+		}
 		set := processortest.NewNopSettings(componentType)
 		set.MeterProvider = mp
 		next := &simConsumer{sim: s, failRate: setup.failRate, delivered: delivered, trace: &trace, collector: c}
@@ -145,6 +139,10 @@ func runSim(t *testing.T, setup simSetup, seed uint64) simResult {
 		p.now = func() int64 { return s.at.UnixNano() }
 		if shared != nil {
 			p.tier = shared
+			p.redisPolicy = ErrorPass
+			if setup.lostRate > 0 {
+				p.redisPolicy = ErrorRefuse
+			}
 		}
 		engines[c] = p
 	}
@@ -180,13 +178,8 @@ func runSim(t *testing.T, setup simSetup, seed uint64) simResult {
 	}
 
 	res := simResult{trace: trace.String(), waits: waitsSettled(t, reader)}
-	for _, p := range engines {
-		res.localGated += int(p.localGated.Load())
-	}
 	if shared != nil {
-		res.yields = shared.yields
-		res.named = shared.named
-		res.gated = shared.gated
+		res.lost = shared.lost
 	}
 	acked := map[string]bool{}
 	for i, r := range reqs {
@@ -197,7 +190,7 @@ func runSim(t *testing.T, setup simSetup, seed uint64) simResult {
 			}
 		case errors.Is(r.err, errInFlight):
 			t.Errorf("request %d refused after waiting %v: batches waited for each other", i, time.Hour)
-		case !errors.Is(r.err, errSimDelivery):
+		case !errors.Is(r.err, errSimDelivery) && !errors.Is(r.err, errSharedTier):
 			t.Errorf("request %d: unexpected error %v", i, r.err)
 		}
 	}
@@ -363,7 +356,7 @@ func closed(ch <-chan struct{}) bool {
 func (s *sim) now() time.Time { return s.at }
 
 func (s *sim) pause(ctx context.Context, settled <-chan struct{}, d time.Duration) error {
-	s.step(s.at.Add(d), settled)
+	s.step(s.at.Add(d+time.Duration(s.rng.Int64N(int64(time.Millisecond)))), settled)
 	return ctx.Err()
 }
 
@@ -402,107 +395,69 @@ func (c *simConsumer) ConsumeLogs(_ context.Context, ld plog.Logs) error {
 func (c *simConsumer) Capabilities() consumer.Capabilities { return consumer.Capabilities{} }
 
 // simTier models the shared tier's scripts: a digest key holds the token
-// of its claim, a status per token says pending ('p') or committed ('c'),
-// and tokens compare bytewise. A call is atomic per node only, with a step
-// before each node's part, as pipelined script calls to a Cluster's nodes
-// are.
+// of its claim, a status per token says pending ('p') or committed ('c').
+// A call is atomic per node only, with a step before each node's part, as
+// pipelined script calls to a Cluster's nodes are; a node's reply may be
+// lost after its script ran. A commit lands some steps later, as the tier's
+// writer sends it. A pending claim lives as long as its batch (the tier
+// renews it while the batch is downstream).
 type simTier struct {
-	sim    *sim
-	nodes  int
-	keys   map[digest.Digest]string
-	status map[string]byte
-	yields int // PendingOlder answers given
-	named  int // answers given from a holder a recheck named
-	gated  int // looks a yielded batch skipped: a holder it waited for was pending
+	sim      *sim
+	nodes    int
+	lostRate float64
+	keys     map[digest.Digest]string
+	status   map[string]byte
+	lost     int // replies lost
 }
 
 func (m *simTier) node(d digest.Digest) int { return int(d.Hi % uint64(m.nodes)) }
 
-func (m *simTier) claim(token string, ds []digest.Digest, answers []redistier.Answer, holders []string) error {
-	for i := range ds {
-		answers[i] = redistier.Held // what a repeat in the call is answered
-	}
-	named := slices.Clone(holders)
-	clear(holders)
-	order := m.sim.rng.Perm(m.nodes)
-	for _, n := range order {
+func (m *simTier) Claim(_ context.Context, token string, ds []digest.Digest, answers []redistier.Answer) error {
+	clear(answers[:len(ds)]) // Unavailable
+	var err error
+	for _, n := range m.sim.rng.Perm(m.nodes) {
 		m.sim.step(time.Time{}, nil)
-		seen := map[digest.Digest]bool{}
+		lost := m.sim.rng.Float64() < m.lostRate
 		any := false
 		for i, d := range ds {
-			if m.node(d) != n || seen[d] {
-				continue // a repeat in the call stays Held, as in the script
+			if m.node(d) != n {
+				continue
 			}
-			seen[d] = true
-			// A holder named by a recheck answers while its claim lives,
-			// whatever the key holds now (claimScript).
-			owner, held := "", false
-			if i < len(named) && named[i] != "" {
-				if _, live := m.status[named[i]]; live {
-					owner, held = named[i], true
-					m.named++
-				}
-			}
-			if !held {
-				owner, held = m.keys[d]
-			}
+			owner, held := m.keys[d]
 			state, live := m.status[owner]
+			a := redistier.Pending
 			switch {
 			case !held || !live || owner == token:
 				m.keys[d] = token
-				answers[i] = redistier.Claimed
+				a = redistier.Claimed
 				any = true
 			case state == 'c':
-				answers[i] = redistier.Held
-			case owner < token:
-				answers[i] = redistier.PendingOlder
-				m.yields++
-			default:
-				answers[i] = redistier.Pending
+				a = redistier.Held
 			}
-			if holders != nil && (answers[i] == redistier.Pending || answers[i] == redistier.PendingOlder) {
-				holders[i] = owner
+			if !lost {
+				answers[i] = a
 			}
 		}
 		if _, ok := m.status[token]; any && !ok {
 			m.status[token] = 'p'
 		}
-	}
-	return nil
-}
-
-func (m *simTier) ClaimHolders(_ context.Context, token string, ds []digest.Digest, answers []redistier.Answer, holders []string, _ bool) error {
-	holders = holders[:min(len(holders), len(ds))]
-	clear(holders) // a first claim names no holder
-	return m.claim(token, ds, answers, holders)
-}
-
-func (m *simTier) Recheck(_ context.Context, token string, _, ds []digest.Digest, answers []redistier.Answer, holders []string) error {
-	return m.claim(token, ds, answers, holders[:min(len(holders), len(ds))])
-}
-
-func (m *simTier) HoldersPending(_ context.Context, _ []digest.Digest, holders []string) (bool, error) {
-	m.sim.step(time.Time{}, nil)
-	for _, h := range holders {
-		if h != "" && m.status[h] == 'p' {
-			m.gated++
-			return true, nil
+		if lost {
+			m.lost++
+			err = errors.New("sim: reply lost")
 		}
 	}
-	return false, nil
+	return err
 }
 
+// Commit lands a few steps later, in an actor of its own.
 func (m *simTier) Commit(_ context.Context, token string, _ []digest.Digest) error {
-	m.sim.step(time.Time{}, nil)
-	m.status[token] = 'c'
+	m.sim.spawn(func() {
+		m.sim.sleep(time.Duration(m.sim.rng.IntN(5)) * time.Millisecond)
+		if m.status[token] == 'p' {
+			m.status[token] = 'c'
+		}
+	})
 	return nil
-}
-
-// CommitLater commits at once: a commit the real tier sends later lands, to
-// the other batches, as a slower commit does, a step the simulation takes.
-func (m *simTier) CommitLater(token string, ds []digest.Digest) bool {
-	_ = m.Commit(context.Background(), token, ds)
-	return true
 }
 
 func (m *simTier) Release(_ context.Context, token string, ds []digest.Digest) error {
@@ -514,10 +469,6 @@ func (m *simTier) Release(_ context.Context, token string, ds []digest.Digest) e
 	}
 	delete(m.status, token)
 	return nil
-}
-
-func (m *simTier) Yield(ctx context.Context, token string, ds []digest.Digest) error {
-	return m.Release(ctx, token, ds)
 }
 
 // checkNoPending: once every batch has settled, no claim is left pending.

@@ -79,7 +79,7 @@ var electionReasonNames = [numElectionReasons]string{"new", "failover"}
 // whose methods document the contract.
 type electionTier interface {
 	Elect(ctx context.Context, token string, failover time.Duration, es []redistier.Election, answers []redistier.ElectionAnswer) error
-	CommitElected(ctx context.Context, token string, failover time.Duration, ds []digest.Digest, es []redistier.Election, answers []redistier.ElectionAnswer) error
+	CommitElected(ctx context.Context, token string, failover time.Duration, es []redistier.Election, answers []redistier.ElectionAnswer) error
 	ReleaseElections(ctx context.Context, token string, failover time.Duration, keys []digest.Digest) error
 }
 
@@ -486,7 +486,6 @@ func (e *engine) giveUpElections(ctx context.Context, b *batch) {
 			bl.state, bl.took, bl.inRedis, bl.hasPrev = ballotOpen, false, false, false
 		}
 	}
-	e.released.broadcast()
 	e.ended.broadcast()
 }
 
@@ -531,7 +530,6 @@ func (e *engine) commitElections(ctx context.Context, b *batch) {
 	}
 	shared := e.electTier != nil && !box.local && len(box.asked) > 0
 	if !shared {
-		e.commitShared(ctx, b)
 		now := e.now()
 		for _, i := range box.asked {
 			e.commitElection(b, i, now, e.elect.failover)
@@ -546,18 +544,8 @@ func (e *engine) commitElections(ctx context.Context, b *batch) {
 		box.answers = make([]redistier.ElectionAnswer, len(box.es))
 	}
 	answers := box.answers[:len(box.es)]
-	var ds []digest.Digest
-	if b.sharedOK {
-		ds = b.claimed
-		if len(b.unchecked) > 0 {
-			ds = without(b.claimed, b.unchecked)
-		}
-	}
-	if b.redisToken == "" {
-		b.redisToken = redistier.NewToken(b.token)
-	}
 	start := e.now()
-	if err := e.electTier.CommitElected(context.WithoutCancel(ctx), b.redisToken, e.elect.failover, ds, box.es, answers); err != nil {
+	if err := e.electTier.CommitElected(context.WithoutCancel(ctx), b.redisToken, e.elect.failover, box.es, answers); err != nil {
 		// The data was delivered: the elections hold here; in Redis a
 		// pending one ends with its lease, as a claim's does.
 		e.tierError.log(b.now, err, zap.String("op", redistier.OpCommit))
@@ -638,15 +626,7 @@ func (e *engine) admitPoint(b *batch, idx int) bool {
 		}
 		return true
 	}
-	b.tiers[tierElection]++
-	b.outcomes[outcomeDuplicate]++
-	if e.cfg.Action == ActionMark {
-		b.marked++
-		b.verdicts = append(b.verdicts, verdictMark)
-	} else {
-		b.removed++
-		b.verdicts = append(b.verdicts, verdictDrop)
-	}
+	b.duplicate(tierElection, e.cfg.Action)
 	return false
 }
 

@@ -30,12 +30,12 @@ func TestIdentityEncodingIsPinned(t *testing.T) {
 	// pending runs one batch's decisions and returns its digests in hex.
 	pending := func(p interface {
 		begin(int) *batch
-		end(*batch)
+		end(context.Context, *batch)
 		Shutdown(context.Context) error
 	}, n int, decideAll func(*batch, *identity.Encoder)) []string {
 		defer func() { _ = p.Shutdown(ctx) }()
 		b := p.begin(n)
-		defer p.end(b)
+		defer p.end(ctx, b)
 		var enc identity.Encoder
 		decideAll(b, &enc)
 		return hexDigests(b)
@@ -46,7 +46,7 @@ func TestIdentityEncodingIsPinned(t *testing.T) {
 			t.Fatal(err)
 		}
 		ld := goldenLogs()
-		return pending(p, ld.LogRecordCount(), func(b *batch, enc *identity.Encoder) { p.decideAll(ctx, b, enc, ld) })
+		return pending(p, ld.LogRecordCount(), func(b *batch, enc *identity.Encoder) { p.identify(ctx, b, enc, ld) })
 	}
 	traces := func(cfg *Config) []string {
 		p, err := newTracesProcessor(set.TelemetrySettings, set.ID, cfg, consumertest.NewNop())
@@ -54,7 +54,7 @@ func TestIdentityEncodingIsPinned(t *testing.T) {
 			t.Fatal(err)
 		}
 		td := goldenTraces()
-		return pending(p, td.SpanCount(), func(b *batch, enc *identity.Encoder) { p.decideAll(ctx, b, enc, td) })
+		return pending(p, td.SpanCount(), func(b *batch, enc *identity.Encoder) { p.identify(ctx, b, enc, td) })
 	}
 	metrics := func(cfg *Config) []string {
 		p, err := newMetricsProcessor(set.TelemetrySettings, set.ID, cfg, consumertest.NewNop())
@@ -62,7 +62,7 @@ func TestIdentityEncodingIsPinned(t *testing.T) {
 			t.Fatal(err)
 		}
 		md := goldenMetrics()
-		return pending(p, md.DataPointCount(), func(b *batch, enc *identity.Encoder) { p.decideAll(ctx, b, enc, md) })
+		return pending(p, md.DataPointCount(), func(b *batch, enc *identity.Encoder) { p.identify(ctx, b, enc, md) })
 	}
 	for _, tc := range []struct {
 		name string
@@ -81,9 +81,9 @@ func TestIdentityEncodingIsPinned(t *testing.T) {
 }
 
 func hexDigests(b *batch) []string {
-	out := make([]string, len(b.pending))
-	for i, d := range b.pending {
-		out[i] = fmt.Sprintf("%016x%016x", d.Hi, d.Lo)
+	out := make([]string, len(b.keys))
+	for i, k := range b.keys {
+		out[i] = fmt.Sprintf("%016x%016x", k.d.Hi, k.d.Lo)
 	}
 	return out
 }

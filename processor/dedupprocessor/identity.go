@@ -211,11 +211,11 @@ func decide[K any, V recordView](ctx context.Context, e *engine, b *batch, enc *
 		ok, err := si.matches(ctx, tctx)
 		if err != nil {
 			e.keyError.log(b.now, err)
-			e.pass(b, outcomeKeyError)
+			b.pass(outcomeKeyError)
 			return
 		}
 		if !ok {
-			e.pass(b, outcomeSkipped)
+			b.pass(outcomeSkipped)
 			return
 		}
 	}
@@ -226,14 +226,14 @@ func decide[K any, V recordView](ctx context.Context, e *engine, b *batch, enc *
 		status, err := encodeKey(ctx, si, enc, tctx, view)
 		switch {
 		case status == keyOK:
-			e.claim(b, enc.Digest())
+			b.keyed(enc.Digest())
 			return
 		case status == keyFailed:
 			e.keyError.log(b.now, err)
-			e.pass(b, outcomeKeyError)
+			b.pass(outcomeKeyError)
 			return
 		case e.cfg.OnMissingKey != MissingKeyContent:
-			e.missing(b)
+			b.missing(e.cfg.OnMissingKey)
 			return
 		}
 	}
@@ -241,7 +241,7 @@ func decide[K any, V recordView](ctx context.Context, e *engine, b *batch, enc *
 	enc.Reset()
 	enc.Raw(prefix)
 	view.content(enc, &si.ignore)
-	e.claim(b, enc.Digest())
+	b.keyed(enc.Digest())
 }
 
 // fieldSet is a set of scalar fields, one bit each: the content identity

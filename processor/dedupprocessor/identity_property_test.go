@@ -72,13 +72,13 @@ func wantEverySetterListed(t *testing.T, v any, listed map[string]bool) {
 func firstDigest(t *testing.T, e *engine, decideAll func(*batch, *identity.Encoder)) digest.Digest {
 	t.Helper()
 	b := e.begin(1)
-	defer e.end(b)
+	defer e.end(context.Background(), b)
 	var enc identity.Encoder
 	decideAll(b, &enc)
-	if len(b.pending) != 1 {
-		t.Fatalf("%d keyed units, want 1", len(b.pending))
+	if len(b.keys) != 1 {
+		t.Fatalf("%d keyed units, want 1", len(b.keys))
 	}
-	return b.pending[0]
+	return b.keys[0].d
 }
 
 func TestLogIdentityChangesWithEveryField(t *testing.T) {
@@ -142,7 +142,7 @@ func TestLogIdentityChangesWithEveryField(t *testing.T) {
 	wantEverySetterListed(t, plog.NewLogRecord(), listed)
 
 	digestOf := func(ld plog.Logs) digest.Digest {
-		return firstDigest(t, p.engine, func(b *batch, enc *identity.Encoder) { p.decideAll(context.Background(), b, enc, ld) })
+		return firstDigest(t, p.engine, func(b *batch, enc *identity.Encoder) { p.identify(context.Background(), b, enc, ld) })
 	}
 	want := digestOf(base(true))
 	if again := digestOf(base(true)); again != want {
@@ -254,7 +254,7 @@ func TestSpanIdentityChangesWithEveryField(t *testing.T) {
 	}
 	wantEverySetterListed(t, ptrace.NewSpan(), listed)
 	digestOf := func(td ptrace.Traces) digest.Digest {
-		return firstDigest(t, p.engine, func(b *batch, enc *identity.Encoder) { p.decideAll(context.Background(), b, enc, td) })
+		return firstDigest(t, p.engine, func(b *batch, enc *identity.Encoder) { p.identify(context.Background(), b, enc, td) })
 	}
 	want := digestOf(base())
 	for name, c := range changes {
@@ -345,7 +345,7 @@ func TestPointIdentityChangesWithEveryField(t *testing.T) {
 	}
 	wantEverySetterListed(t, pmetric.NewNumberDataPoint(), listed)
 	digestOf := func(md pmetric.Metrics) digest.Digest {
-		return firstDigest(t, p.engine, func(b *batch, enc *identity.Encoder) { p.decideAll(context.Background(), b, enc, md) })
+		return firstDigest(t, p.engine, func(b *batch, enc *identity.Encoder) { p.identify(context.Background(), b, enc, md) })
 	}
 	want := digestOf(base())
 	for name, c := range changes {

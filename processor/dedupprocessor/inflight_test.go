@@ -1,6 +1,7 @@
 package dedupprocessor
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"sync"
@@ -32,11 +33,23 @@ func notYet(t *testing.T, done <-chan error, what string) {
 	}
 }
 
+// holding returns a gate predicate that holds the batches with body.
+func holding(body string) func(plog.Logs) bool {
+	return func(ld plog.Logs) bool {
+		sink := new(consumertest.LogsSink)
+		_ = sink.ConsumeLogs(context.Background(), ld)
+		return slices.Contains(bodies(sink), body)
+	}
+}
+
 // TestCopyWaitsForTheBatchInFlight: on one collector, a copy of a record
-// whose batch is still being delivered is neither dropped nor delivered
-// at once: its request waits. If the first delivery fails (and its sender
-// never retries), the copy is delivered; if it succeeds, the copy is a
-// duplicate. Either way the record reaches the next consumer once.
+// whose batch is still being delivered is neither dropped nor delivered at
+// once. Its request delivers its other records at once (the first call),
+// without waiting, then waits, holding nothing pending, for the batch in
+// flight: if that delivery fails (and its sender never retries), the copy
+// is delivered in a second call; if it succeeds, the copy is a duplicate.
+// Either way the record reaches the next consumer once, and the copy's
+// request is answered only after both calls.
 func TestCopyWaitsForTheBatchInFlight(t *testing.T) {
 	for _, firstFails := range []bool{true, false} {
 		name := map[bool]string{true: "first delivery fails", false: "first delivery succeeds"}[firstFails]
@@ -44,11 +57,13 @@ func TestCopyWaitsForTheBatchInFlight(t *testing.T) {
 			cfg := defaultConfig()
 			cfg.PendingWait = time.Minute
 			next := newGatedLogs()
+			next.hold = holding("secret body 1")
 			h := newHarness(t, cfg, next)
 
 			first := consumeAsync(h, events(1, 2))
 			<-next.entered // the first batch is being delivered
 			copyDone := consumeAsync(h, events(2, 3))
+			waitFor(t, "the copy's first call", func() bool { return len(bodies(&next.sink)) == 1 })
 			notYet(t, copyDone, "the copy's request")
 
 			if firstFails {
@@ -59,13 +74,10 @@ func TestCopyWaitsForTheBatchInFlight(t *testing.T) {
 			if err := <-first; firstFails != (err != nil) {
 				t.Fatalf("first request: %v", err)
 			}
-			// The copy's batch goes on: with 2 and 3, or 3 alone.
-			<-next.entered
-			next.release <- nil
 			if err := <-copyDone; err != nil {
 				t.Fatalf("the copy's request: %v", err)
 			}
-			want := map[bool][]string{true: {"secret body 2", "secret body 3"}, false: {"secret body 1", "secret body 2", "secret body 3"}}[firstFails]
+			want := map[bool][]string{true: {"secret body 3", "secret body 2"}, false: {"secret body 3", "secret body 1", "secret body 2"}}[firstFails]
 			assertBodies(t, &next.sink, want...)
 			if n := h.histogramCount("otelcol_processor_dedup_wait_duration", attribute.String("result", "settled")); n != 1 {
 				t.Fatalf("settled waits = %d, want 1", n)
@@ -75,12 +87,14 @@ func TestCopyWaitsForTheBatchInFlight(t *testing.T) {
 }
 
 // TestCopyRefusedAfterPendingWait: when the batch in flight outlasts
-// pending_wait, the copy's request is refused with the retryable error and
-// delivers nothing; its retry after the first delivery is a duplicate.
+// pending_wait, the copy's request is refused with the retryable error,
+// after delivering its other records; its retry after the first delivery
+// finds every record delivered.
 func TestCopyRefusedAfterPendingWait(t *testing.T) {
 	cfg := defaultConfig()
 	cfg.PendingWait = 50 * time.Millisecond
 	next := newGatedLogs()
+	next.hold = holding("secret body 1")
 	h := newHarness(t, cfg, next)
 
 	first := consumeAsync(h, events(1))
@@ -92,15 +106,26 @@ func TestCopyRefusedAfterPendingWait(t *testing.T) {
 	if err := <-first; err != nil {
 		t.Fatal(err)
 	}
-	// The retry: record 1 was delivered, so only record 2 goes on.
-	next.release <- nil
+	// The retry: records 1 and 2 were delivered, so nothing goes on.
 	if err := h.consume(events(1, 2)); err != nil {
 		t.Fatal(err)
 	}
 	if n := h.histogramCount("otelcol_processor_dedup_wait_duration", attribute.String("result", "refused")); n != 1 {
 		t.Fatalf("refused waits = %d, want 1", n)
 	}
-	assertBodies(t, &next.sink, "secret body 1", "secret body 2")
+	assertBodies(t, &next.sink, "secret body 2", "secret body 1")
+}
+
+// waitFor waits until cond holds, for at most 10 seconds.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not after 10s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // TestLargeRacingCopiesNeverDeadlock: two collectors get the same requests

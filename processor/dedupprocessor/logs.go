@@ -151,12 +151,18 @@ func (p *logsProcessor) ConsumeLogs(ctx context.Context, ld plog.Logs) error {
 	return consume(ctx, p.engine, p, ld, ld.LogRecordCount())
 }
 
+func (p *logsProcessor) clone(ld plog.Logs) plog.Logs {
+	c := plog.NewLogs()
+	ld.CopyTo(c)
+	return c
+}
+
 func (p *logsProcessor) send(ctx context.Context, ld plog.Logs) error {
 	return p.next.ConsumeLogs(ctx, ld)
 }
 
-// decideAll gives every record a verdict, in walk order.
-func (p *logsProcessor) decideAll(ctx context.Context, b *batch, enc *identity.Encoder, ld plog.Logs) {
+// identify gives every record a verdict, in walk order.
+func (p *logsProcessor) identify(ctx context.Context, b *batch, enc *identity.Encoder, ld plog.Logs) {
 	w := newWalk(ctx, p.engine, p.si, b, enc)
 	var view logView
 	rls := ld.ResourceLogs()

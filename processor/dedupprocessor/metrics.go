@@ -154,11 +154,17 @@ func (p *metricsProcessor) ConsumeMetrics(ctx context.Context, md pmetric.Metric
 	return consume(ctx, p.engine, p, md, md.DataPointCount())
 }
 
+func (p *metricsProcessor) clone(md pmetric.Metrics) pmetric.Metrics {
+	c := pmetric.NewMetrics()
+	md.CopyTo(c)
+	return c
+}
+
 func (p *metricsProcessor) send(ctx context.Context, md pmetric.Metrics) error {
 	return p.next.ConsumeMetrics(ctx, md)
 }
 
-func (p *metricsProcessor) decideAll(ctx context.Context, b *batch, enc *identity.Encoder, md pmetric.Metrics) {
+func (p *metricsProcessor) identify(ctx context.Context, b *batch, enc *identity.Encoder, md pmetric.Metrics) {
 	w := newWalk(ctx, p.engine, p.si, b, enc)
 	var view pointView
 	rms := md.ResourceMetrics()

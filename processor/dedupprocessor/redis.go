@@ -12,7 +12,6 @@ import (
 	"go.opentelemetry.io/collector/component/componentstatus"
 	"go.uber.org/zap"
 
-	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/identity"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/redistier"
 )
@@ -154,8 +153,8 @@ func (e *engine) startTier(ctx context.Context, host component.Host) error {
 		Lease:      r.Lease,
 		Observe:    e.tel.observeRedis,
 		OnTopology: e.topologyFound(host, r),
-		OnCommitError: func(err error) {
-			e.tierError.log(e.now(), err, zap.String("op", redistier.OpCommit))
+		OnWriteError: func(err error) {
+			e.tierError.log(e.now(), err, zap.String("op", "write"))
 		},
 	})
 	if err != nil {
@@ -206,19 +205,6 @@ func (e *engine) stopTier() error {
 	err := e.redis.Close()
 	e.tier, e.redis, e.electTier = nil, nil, nil
 	return err
-}
-
-// sharedTier is what the engine needs of the shared tier: redistier.Tier,
-// whose methods document the contract. Each digest is answered on its own:
-// one whose part of the tier failed answers Unavailable.
-type sharedTier interface {
-	ClaimHolders(ctx context.Context, token string, ds []digest.Digest, answers []redistier.Answer, holders []string, distinct bool) error
-	Recheck(ctx context.Context, token string, held, ds []digest.Digest, answers []redistier.Answer, holders []string) error
-	HoldersPending(ctx context.Context, ds []digest.Digest, holders []string) (bool, error)
-	Commit(ctx context.Context, token string, ds []digest.Digest) error
-	CommitLater(token string, ds []digest.Digest) bool
-	Release(ctx context.Context, token string, ds []digest.Digest) error
-	Yield(ctx context.Context, token string, ds []digest.Digest) error
 }
 
 // redisTelemetry is set up by newTelemetry; these are the hooks the tier

@@ -321,10 +321,13 @@ func TestRedisTLSAndACLThroughConfig(t *testing.T) {
 	}
 }
 
-// gatedLogs holds each batch until released, then answers with err.
+// gatedLogs holds each batch until released, then answers with err. With
+// hold set, only the batches it names are held; the others are delivered
+// at once.
 type gatedLogs struct {
 	entered chan struct{}
 	release chan error
+	hold    func(plog.Logs) bool
 	sink    consumertest.LogsSink
 }
 
@@ -335,6 +338,9 @@ func newGatedLogs() *gatedLogs {
 func (g *gatedLogs) Capabilities() consumer.Capabilities { return consumer.Capabilities{} }
 
 func (g *gatedLogs) ConsumeLogs(ctx context.Context, ld plog.Logs) error {
+	if g.hold != nil && !g.hold(ld) {
+		return g.sink.ConsumeLogs(ctx, ld)
+	}
 	g.entered <- struct{}{}
 	if err := <-g.release; err != nil {
 		return err
@@ -437,7 +443,6 @@ func TestCopyOfARecordPendingTooLongIsRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer owner.Close()
 	if err := owner.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -448,12 +453,15 @@ func TestCopyOfARecordPendingTooLongIsRefused(t *testing.T) {
 	var ds []digest.Digest
 	ld := events(7, 8)
 	b := lp.begin(2)
-	lp.decideAll(context.Background(), b, enc, ld)
-	ds = append(ds, b.pending...)
-	lp.end(b)
-	if err := owner.ClaimAnswers(context.Background(), redistier.NewToken(1), ds, make([]redistier.Answer, len(ds))); err != nil {
+	lp.identify(context.Background(), b, enc, ld)
+	for _, k := range b.keys {
+		ds = append(ds, k.d)
+	}
+	lp.end(context.Background(), b)
+	if err := owner.Claim(context.Background(), redistier.NewToken(1), ds, make([]redistier.Answer, len(ds))); err != nil {
 		t.Fatal(err)
 	}
+	owner.Close() // dies: its claim is renewed no more
 	if err := h.consume(events(7, 8)); !errors.Is(err, errInFlight) {
 		t.Fatalf("error = %v, want the retryable pending error", err)
 	}
@@ -526,4 +534,59 @@ func TestOneProcessorIDInTwoPipelinesWithSharedTier(t *testing.T) {
 	if err := again.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestBatchLargerThanTheCacheLosesNothing: a request with more records than
+// the local cache holds, with a copy of its first record at its end, claims
+// each record once. Its export fails, so every claim is released: a copy of
+// the first record from another sender is then delivered, not dropped as a
+// copy of a record that never arrived.
+func TestBatchLargerThanTheCacheLosesNothing(t *testing.T) {
+	srv := redistest.Standalone(t)
+	cfg := redisConfig([]string{srv.Addr()}, ErrorPass)
+	cfg.Cache.MaxEntries = 10
+	next := newGatedLogs()
+	h := newHarness(t, cfg, next)
+	ids := []int{1}
+	for id := 100; id < 110; id++ {
+		ids = append(ids, id)
+	}
+	ids = append(ids, 1)
+	next.release <- errors.New("backend down")
+	if err := h.consume(events(ids...)); err == nil {
+		t.Fatal("the failed export was acknowledged")
+	}
+	next.release <- nil
+	if err := h.consume(events(1)); err != nil {
+		t.Fatalf("another sender's copy: %v", err)
+	}
+	assertBodies(t, &next.sink, "secret body 1")
+	if n := h.metric("otelcol_processor_dedup_released"); n != 11 {
+		t.Fatalf("released = %d, want the 11 records claimed", n)
+	}
+}
+
+// TestLostClaimAnswerIsReleased: a claim whose reply is lost (Redis too slow
+// for the timeout) may have been made all the same. Under on_error: refuse
+// the batch is refused, and its claim is released by compare-and-delete
+// once Redis answers again, so the sender's retry is delivered at once
+// instead of waiting out the lease.
+func TestLostClaimAnswerIsReleased(t *testing.T) {
+	srv := redistest.Standalone(t)
+	cfg := redisConfig([]string{srv.Addr()}, ErrorRefuse)
+	cfg.Redis.Get().Timeout = 200 * time.Millisecond
+	cfg.Window = 2 * time.Hour
+	cfg.Redis.Get().Lease = time.Hour // only a release can free the claim in time
+	sink := new(consumertest.LogsSink)
+	h := newHarness(t, cfg, sink)
+	srv.Pause()
+	err := h.consume(events(1, 2))
+	srv.Resume() // the paused claim script runs now, its reply unread
+	if !errors.Is(err, errSharedTier) {
+		t.Fatalf("claim against a paused Redis: %v, want the retryable shared-tier error", err)
+	}
+	if err := h.consume(events(1, 2)); err != nil {
+		t.Fatalf("the retry: %v", err)
+	}
+	assertBodies(t, sink, "secret body 1", "secret body 2")
 }

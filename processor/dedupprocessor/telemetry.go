@@ -161,7 +161,7 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, signal strin
 		metric.WithUnit("{keys}"))
 	errs = errors.Join(errs, err)
 	t.redisRequests, err = meter.Int64Counter("otelcol_processor_dedup_redis_requests",
-		metric.WithDescription("Round trips to the shared tier, by op (claim, recheck, commit, release) and result (ok, error, timeout, skipped: breaker open)."),
+		metric.WithDescription("Round trips to the shared tier, by op (claim, commit, release, renew, elect) and result (ok, error, timeout, skipped: breaker open); result lost counts claims that ended before their commit or renewal reached them."),
 		metric.WithUnit("{requests}"))
 	errs = errors.Join(errs, err)
 	t.redisDuration, err = meter.Float64Histogram("otelcol_processor_dedup_redis_duration",
@@ -181,8 +181,8 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, signal strin
 		return nil, errs
 	}
 	t.redisOpts = map[string]redisOpts{}
-	for _, op := range []string{redistier.OpClaim, redistier.OpRecheck, redistier.OpCommit, redistier.OpRelease, redistier.OpElect} {
-		for _, res := range []string{redistier.ResultOK, redistier.ResultError, redistier.ResultTimeout, redistier.ResultSkipped} {
+	for _, op := range []string{redistier.OpClaim, redistier.OpCommit, redistier.OpRelease, redistier.OpRenew, redistier.OpElect} {
+		for _, res := range []string{redistier.ResultOK, redistier.ResultError, redistier.ResultTimeout, redistier.ResultSkipped, redistier.ResultLost} {
 			t.redisOpts[op+"/"+res] = redisOpts{
 				add:    metric.WithAttributeSet(attribute.NewSet(append(base[:2:2], attribute.String("op", op), attribute.String("result", res))...)),
 				record: metric.WithAttributeSet(attribute.NewSet(append(base[:2:2], attribute.String("op", op))...)),
@@ -206,8 +206,9 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, signal strin
 	return t, nil
 }
 
-// recordBatch adds one accepted batch's counts.
-func (t *telemetry) recordBatch(ctx context.Context, b *batch) {
+// recordCall adds the counts of one call to the next consumer that was
+// accepted, and zeroes them: a batch's second call records its own.
+func (t *telemetry) recordCall(ctx context.Context, b *batch) {
 	for o, n := range b.outcomes {
 		if n > 0 {
 			t.records.Add(ctx, n, t.outcomeOpts[o])
@@ -218,7 +219,7 @@ func (t *telemetry) recordBatch(ctx context.Context, b *batch) {
 			t.duplicates.Add(ctx, n, t.tierOpts[tr])
 		}
 	}
-	if n := len(b.unchecked); n > 0 {
+	if n := b.unchecked; n > 0 {
 		t.redisUnchecked.Add(ctx, int64(n), t.baseOpt)
 	}
 	if box := b.ballots; box != nil {
@@ -232,7 +233,9 @@ func (t *telemetry) recordBatch(ctx context.Context, b *batch) {
 				t.elections.Add(ctx, n, t.electionOpts[r])
 			}
 		}
+		box.undecided, box.elections = [numUndecidedReasons]int64{}, [numElectionReasons]int64{}
 	}
+	b.outcomes, b.tiers, b.unchecked = [numOutcomes]int64{}, [numTiers]int64{}, 0
 }
 
 // observeElections starts reporting the elected replica of each cluster

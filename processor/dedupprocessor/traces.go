@@ -162,11 +162,17 @@ func (p *tracesProcessor) ConsumeTraces(ctx context.Context, td ptrace.Traces) e
 	return consume(ctx, p.engine, p, td, td.SpanCount())
 }
 
+func (p *tracesProcessor) clone(td ptrace.Traces) ptrace.Traces {
+	c := ptrace.NewTraces()
+	td.CopyTo(c)
+	return c
+}
+
 func (p *tracesProcessor) send(ctx context.Context, td ptrace.Traces) error {
 	return p.next.ConsumeTraces(ctx, td)
 }
 
-func (p *tracesProcessor) decideAll(ctx context.Context, b *batch, enc *identity.Encoder, td ptrace.Traces) {
+func (p *tracesProcessor) identify(ctx context.Context, b *batch, enc *identity.Encoder, td ptrace.Traces) {
 	w := newWalk(ctx, p.engine, p.si, b, enc)
 	var view spanView
 	rss := td.ResourceSpans()

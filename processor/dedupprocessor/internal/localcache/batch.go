@@ -29,7 +29,7 @@ func (c *Cache) ClaimBatch(ds []digest.Digest, token uint64, now int64, out []Re
 			var owner uint64
 			out[i], owner = s.claim(ds[i], token, now, c.window)
 			if out[i] == Held {
-				out[i], locked = c.heldStateLocked(token, owner, locked)
+				out[i], locked = c.heldStateLocked(owner, locked)
 			}
 		}
 		if locked {
@@ -110,14 +110,14 @@ func (c *Cache) ReleaseBatch(ds []digest.Digest, token uint64) int {
 // the first key held by a token (committed keys held by no token need no
 // look) and keeps it until the shard is done: locked says whether it is
 // taken, and is returned updated.
-func (c *Cache) heldStateLocked(token, owner uint64, locked bool) (Result, bool) {
+func (c *Cache) heldStateLocked(owner uint64, locked bool) (Result, bool) {
 	if owner == noToken {
 		return Held, locked
 	}
 	if !locked {
 		c.flights.mu.Lock()
 	}
-	return c.heldState(token, owner), true
+	return c.heldState(owner), true
 }
 
 // prefetch reads the index cells the coming claims will probe first. The

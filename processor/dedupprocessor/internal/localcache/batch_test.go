@@ -46,47 +46,6 @@ func TestClaimBatchMatchesClaim(t *testing.T) {
 	}
 }
 
-// TestClaimsStayDistinct checks the promise the shared tier's ClaimDistinct
-// rests on: a batch no larger than the smallest shard answers Claimed once
-// per digest, and a batch larger than the cache can answer twice, which
-// ClaimsStayDistinct then does not promise.
-func TestClaimsStayDistinct(t *testing.T) {
-	ds := func(keys ...uint64) []digest.Digest {
-		out := make([]digest.Digest, len(keys))
-		for i, k := range keys {
-			out[i] = d(k)
-		}
-		return out
-	}
-	claimed := func(c *Cache, batch []digest.Digest) int {
-		out := make([]Result, len(batch))
-		c.ClaimBatch(batch, 7, 0, out)
-		n := 0
-		for _, r := range out {
-			if r == Claimed {
-				n++
-			}
-		}
-		return n
-	}
-	small := New(4, 1<<40)
-	batch := ds(1, 2, 3, 1, 2, 3)
-	if !small.ClaimsStayDistinct(len(batch)-2) || small.ClaimsStayDistinct(len(batch)-1) {
-		t.Fatal("a 4-entry cache must promise batches of up to 4 and no more")
-	}
-	if got := claimed(small, batch[:4]); got != 3 {
-		t.Fatalf("4 claims, 3 digests: %d claimed", got)
-	}
-	overflow := ds(10, 11, 12, 13, 14, 10)
-	if got := claimed(New(4, 1<<40), overflow); got != 6 {
-		t.Fatalf("a batch of 6 in a 4-entry cache: %d claimed, want 6 (10 evicted by the batch, then claimed again)", got)
-	}
-	big := New(64*1024+10, 1<<40)
-	if !big.ClaimsStayDistinct(1024) || big.ClaimsStayDistinct(1025) {
-		t.Fatal("64 shards of 1024 or 1025 entries must promise batches of up to 1024")
-	}
-}
-
 // TestReleaseBatchMatchesRelease: ReleaseBatch releases exactly what Release
 // would one by one: the token's own keys, once each, and nothing held by
 // another token, committed, or absent.

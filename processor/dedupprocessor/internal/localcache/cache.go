@@ -40,10 +40,6 @@ const (
 	// flight (see Begin): its record is on its way downstream and may yet
 	// be released.
 	Pending
-	// PendingOlder: as Pending, but the holder's token is older than the
-	// caller's and is waiting itself (see SetWaiting): a caller that waited
-	// for it while holding claims could close a cycle of waits.
-	PendingOlder
 )
 
 // noToken marks an entry that no claim owns (restored, or learned from the
@@ -80,9 +76,7 @@ type shard struct {
 // A key is held by the token that claimed it. While that token is in flight
 // (between Begin and End) the key is pending: the batch that claimed it has
 // not been accepted downstream yet. Once the token has ended, the keys it
-// still holds are committed. Tokens also order claims by age: a smaller
-// token is an older claim; with whether the holder waits itself, that
-// tells Pending from PendingOlder and settles who waits for whom.
+// still holds are committed.
 type Cache struct {
 	shards   []shard
 	mask     uint64
@@ -91,12 +85,11 @@ type Cache struct {
 	flights  flights
 }
 
-// flights is the set of tokens in flight, each with whether it is waiting.
-// It is only taken inside a shard's lock or alone, never the other way
-// round.
+// flights is the set of tokens in flight. It is only taken inside a shard's
+// lock or alone, never the other way round.
 type flights struct {
 	mu     sync.Mutex
-	tokens map[uint64]bool // token -> waiting
+	tokens map[uint64]struct{}
 }
 
 // pending reports whether token is in flight; the caller holds f.mu.
@@ -110,7 +103,7 @@ func (f *flights) pending(token uint64) bool {
 func New(maxEntries int, windowNanos int64) *Cache {
 	n := shardCount(maxEntries)
 	c := &Cache{shards: make([]shard, n), mask: uint64(n - 1), window: windowNanos,
-		flights: flights{tokens: map[uint64]bool{}}}
+		flights: flights{tokens: map[uint64]struct{}{}}}
 	base, extra := maxEntries/n, maxEntries%n
 	c.minShard = base
 	for i := range c.shards {
@@ -143,18 +136,7 @@ func (c *Cache) shardOf(d digest.Digest) *shard {
 // Tokens must be unique and not noToken.
 func (c *Cache) Begin(token uint64) {
 	c.flights.mu.Lock()
-	c.flights.tokens[token] = false
-	c.flights.mu.Unlock()
-}
-
-// SetWaiting says whether the batch of token, in flight, is waiting for
-// other tokens' pending claims. A younger claim that meets one of its keys
-// answers PendingOlder while it waits, Pending while it does not.
-func (c *Cache) SetWaiting(token uint64, waiting bool) {
-	c.flights.mu.Lock()
-	if _, ok := c.flights.tokens[token]; ok {
-		c.flights.tokens[token] = waiting
-	}
+	c.flights.tokens[token] = struct{}{}
 	c.flights.mu.Unlock()
 }
 
@@ -177,7 +159,7 @@ func (c *Cache) Claim(d digest.Digest, token uint64, now int64) (Result, uint64)
 	res, owner := s.claim(d, token, now, c.window)
 	if res == Held {
 		var locked bool
-		if res, locked = c.heldStateLocked(token, owner, false); locked {
+		if res, locked = c.heldStateLocked(owner, false); locked {
 			c.flights.mu.Unlock()
 		}
 	}
@@ -185,51 +167,16 @@ func (c *Cache) Claim(d digest.Digest, token uint64, now int64) (Result, uint64)
 	return res, owner
 }
 
-// heldState tells a key held by owner apart as Held (committed), Pending or
-// PendingOlder, for a claim by token. The caller holds the key's shard lock,
-// so the key cannot be released meanwhile, and c.flights.mu: a holder that
-// is not in flight has ended without releasing the key, so it committed.
-func (c *Cache) heldState(token, owner uint64) Result {
-	waiting, inFlight := c.flights.tokens[owner]
-	if owner == noToken || !inFlight {
+// heldState tells a key held by owner apart as Held (committed) or Pending.
+// The caller holds the key's shard lock, so the key cannot be released
+// meanwhile, and c.flights.mu: a holder that is not in flight has ended
+// without releasing the key, so it committed.
+func (c *Cache) heldState(owner uint64) Result {
+	if owner == noToken || !c.flights.pending(owner) {
 		return Held
-	}
-	if owner < token && waiting {
-		return PendingOlder
 	}
 	return Pending
 }
-
-// AnyPending reports whether any of ds is held by the pending claim of a
-// token in flight, without claiming anything: a batch that gave its claims
-// up asks it before it claims its records again. now is unix nanoseconds.
-func (c *Cache) AnyPending(ds []digest.Digest, now int64) bool {
-	for _, d := range ds {
-		s := c.shardOf(d)
-		s.mu.Lock()
-		pending := false
-		if pos, _, ok := s.index.lookup(d, s); ok {
-			if sl := s.at(pos); sl.expires > now && sl.token != noToken {
-				c.flights.mu.Lock()
-				pending = c.flights.pending(sl.token)
-				c.flights.mu.Unlock()
-			}
-		}
-		s.mu.Unlock()
-		if pending {
-			return true
-		}
-	}
-	return false
-}
-
-// ClaimsStayDistinct reports whether a ClaimBatch of n digests is sure to
-// answer Claimed at most once per digest. It can answer twice only if the
-// batch itself evicts a digest it claimed before meeting it again, which
-// takes more claims in one shard than the shard holds: impossible when n is
-// no larger than the smallest shard, since a batch holds each shard's lock
-// over all of its claims there.
-func (c *Cache) ClaimsStayDistinct(n int) bool { return n <= c.minShard }
 
 // Insert remembers d as held until expires (unix nanoseconds) without a
 // token, e.g. when restoring a snapshot. It returns false if d is already

@@ -199,7 +199,6 @@ func testPendingUntilEnd(t *testing.T, c *Cache) {
 		t.Fatalf("first claim: %v", r)
 	}
 	c.Begin(7)
-	// An older holder that is not waiting is waited for like a younger one.
 	for _, tc := range []struct {
 		key  uint64
 		want Result
@@ -208,18 +207,10 @@ func testPendingUntilEnd(t *testing.T, c *Cache) {
 			t.Errorf("key %d held by %d: %v, want %v", tc.key, owner, r, tc.want)
 		}
 	}
-	// Once the older holder waits, its keys answer PendingOlder; a younger
-	// waiting holder's keys still answer Pending.
-	c.SetWaiting(5, true)
-	c.SetWaiting(9, true)
 	out := make([]Result, 3)
 	c.ClaimBatch([]digest.Digest{d(1), d(2), d(3)}, 7, 1, out)
-	if want := []Result{PendingOlder, Pending, Claimed}; !slices.Equal(out, want) {
+	if want := []Result{Pending, Pending, Claimed}; !slices.Equal(out, want) {
 		t.Errorf("ClaimBatch: %v, want %v", out, want)
-	}
-	c.SetWaiting(5, false)
-	if r, _ := c.Claim(d(1), 7, 1); r != Pending {
-		t.Errorf("after the older holder stopped waiting: %v, want Pending", r)
 	}
 
 	c.End(5) // delivered: its key is committed
@@ -245,52 +236,5 @@ func testPendingUntilEnd(t *testing.T, c *Cache) {
 	c.Range(3, func(k digest.Digest, _ int64) { got = append(got, k) })
 	if len(got) != 3 {
 		t.Errorf("Range after End: %d keys, want 3", len(got))
-	}
-}
-
-// TestAnyPending: a key counts as pending while its holder is in flight, and
-// no longer once it is committed, released, expired or never held; asking
-// claims nothing.
-func TestAnyPending(t *testing.T) {
-	for _, size := range []int{100, 1 << 17} { // one shard, and 64
-		c := New(size, 1000)
-		c.Begin(5)
-		c.Begin(9)
-		for _, k := range []uint64{1, 2} {
-			if r, _ := c.Claim(d(k), 5, 0); r != Claimed {
-				t.Fatalf("claim %d: %v", k, r)
-			}
-		}
-		if r, _ := c.Claim(d(3), 9, 0); r != Claimed {
-			t.Fatalf("claim 3: %v", r)
-		}
-		if !c.AnyPending([]digest.Digest{d(4), d(1)}, 1) {
-			t.Error("a key of a token in flight: not pending")
-		}
-		if c.AnyPending([]digest.Digest{d(4)}, 1) {
-			t.Error("a key never held: pending")
-		}
-		if r, _ := c.Claim(d(4), 7, 1); r != Claimed {
-			t.Errorf("AnyPending claimed the key it was asked about: %v", r)
-		}
-		c.End(5) // keys 1 and 2 committed
-		if c.AnyPending([]digest.Digest{d(1), d(2)}, 1) {
-			t.Error("keys of an ended token: pending")
-		}
-		if !c.Release(d(3), 9) {
-			t.Fatal("release")
-		}
-		if c.AnyPending([]digest.Digest{d(3)}, 1) {
-			t.Error("a released key: pending")
-		}
-		c.Begin(11)
-		if r, _ := c.Claim(d(5), 11, 1); r != Claimed {
-			t.Fatalf("claim 5: %v", r)
-		}
-		if c.AnyPending([]digest.Digest{d(5)}, 1001) {
-			t.Error("a key past its window: pending")
-		}
-		c.End(9)
-		c.End(11)
 	}
 }

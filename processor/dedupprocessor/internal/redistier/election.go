@@ -126,57 +126,41 @@ func electionAnswers(calls []*call, answers []ElectionAnswer) error {
 	return nil
 }
 
-// CommitElected is Commit of the digests ds claimed under token, together
-// with the confirmation of the elections es, in one round trip (one per
-// node in a Cluster): the batch holding them was delivered. For each
+// CommitElected confirms the elections es, in one round trip (one per node
+// in a Cluster): the batch holding them was delivered. For each
 // election: a pending one of token is committed; a committed one of the
 // same replica is refreshed; a free one (absent, expired) is taken,
 // committed, since the replica's data was delivered. Each of these answers
 // ElectionLive with Remaining the failover timeout. An election held by
 // another replica (live), or pending under another token, is left alone and
 // answered as Elect would, so the caller learns who holds it.
-func (t *Tier) CommitElected(ctx context.Context, token string, failover time.Duration, ds []digest.Digest, es []Election, answers []ElectionAnswer) error {
+func (t *Tier) CommitElected(ctx context.Context, token string, failover time.Duration, es []Election, answers []ElectionAnswer) error {
 	if len(answers) < len(es) {
 		return fmt.Errorf("dedup: redis commit: %d answers for %d elections", len(answers), len(es))
 	}
 	answers = answers[:len(es)]
 	clear(answers)
 	if len(es) == 0 {
-		return t.Commit(ctx, token, ds)
+		return nil
 	}
 	c, err := t.connected(OpCommit)
 	if err != nil {
 		return err
 	}
 	fo := strconv.FormatInt(failover.Milliseconds(), 10)
-	var gs []int
-	if len(ds) > 0 {
-		gs = c.groupsOf(ds)
-	}
-	calls := make([]*call, 0, len(gs)+len(es))
-	for _, g := range gs {
-		calls = append(calls, t.commitCall(ctx, c, g, token))
-	}
+	calls := make([]*call, 0, len(es))
 	for _, el := range es {
 		rep := el.Replica.Bytes()
 		key := t.electionKey(el.Key)
 		calls = append(calls, &call{cmd: redis.NewCmd(ctx, "evalsha", confirmScript.Hash(), 1, key,
 			string(rep[:]), token, fo), route: key})
 	}
-	err = t.run(ctx, c, OpCommit, calls)
-	if err != nil {
-		// As in Commit: a claim left pending would free its digests when
-		// the lease ends. (An election left pending expires with its lease
-		// and is taken again by the next batch of its cluster.)
-		until := time.Now().Add(t.opts.Lease)
-		for i, g := range gs {
-			if calls[i].err != nil {
-				t.follow.add(followup{op: OpCommit, token: token, group: g, until: until})
-			}
-		}
+	if err := t.run(ctx, c, OpCommit, calls); err != nil {
+		// An election left pending expires with its lease and is taken
+		// again by the next batch of its cluster.
 		return err
 	}
-	return electionAnswers(calls[len(gs):], answers)
+	return electionAnswers(calls, answers)
 }
 
 // ReleaseElections gives up the elections of keys that token holds pending:
@@ -259,7 +243,7 @@ end
 // or "", 0} when the token holds it (taken now, or by an earlier try of the
 // same call); {2|3, candidate, 0} for another token's pending election
 // (younger|older).
-var electScript = redis.NewScript(electSource)
+var electScript = newScript(electSource)
 
 const electSource = electionLib + `
 local rep, tok, lease, failover = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
@@ -286,7 +270,7 @@ return {1, string.sub(prev, 2, 17), 0}
 // pending election, refreshes a committed one of the same replica, or takes
 // a free one committed: each answers {0, replica, failover}. Otherwise it
 // answers as electScript about what holds the election.
-var confirmScript = redis.NewScript(confirmSource)
+var confirmScript = newScript(confirmSource)
 
 const confirmSource = electionLib + `
 local rep, tok, failover = ARGV[1], ARGV[2], tonumber(ARGV[3])
@@ -308,7 +292,7 @@ return {0, rep, failover}
 // releaseElectionScript: ARGV token, failover ms. Gives up the token's
 // pending election, restoring the committed value it replaced for the rest
 // of its time, if any is left. Answers 1 if it gave one up, else 0.
-var releaseElectionScript = redis.NewScript(releaseElectionSource)
+var releaseElectionScript = newScript(releaseElectionSource)
 
 const releaseElectionSource = electionLib + `
 local tok, failover = ARGV[1], tonumber(ARGV[2])
@@ -328,11 +312,3 @@ end
 redis.call('DEL', KEYS[1])
 return 1
 `
-
-// electionSources maps the election scripts' hashes to their sources, for
-// execScripts' reload after NOSCRIPT.
-var electionSources = map[string]string{
-	electScript.Hash():           electSource,
-	confirmScript.Hash():         confirmSource,
-	releaseElectionScript.Hash(): releaseElectionSource,
-}

@@ -81,7 +81,7 @@ func runElectionCases(t *testing.T, newT func(*testing.T, string) *Tier, key fun
 	confirm1 := func(t *testing.T, tr *Tier, tok string, k, rep digest.Digest) ElectionAnswer {
 		t.Helper()
 		got := make([]ElectionAnswer, 1)
-		if err := tr.CommitElected(ctx, tok, testFailover, nil, []Election{{Key: k, Replica: rep}}, got); err != nil {
+		if err := tr.CommitElected(ctx, tok, testFailover, []Election{{Key: k, Replica: rep}}, got); err != nil {
 			t.Fatal(err)
 		}
 		return got[0]
@@ -214,24 +214,6 @@ func runElectionCases(t *testing.T, newT func(*testing.T, string) *Tier, key fun
 		wantAnswer(t, elect1(t, tr, testToken(), k, b), ElectionTaken, digest.Digest{})
 	})
 
-	t.Run("commit of claims and confirms in one call", func(t *testing.T) {
-		t.Parallel()
-		tr := newT(t, "commit:")
-		k := key(t)
-		tok := testToken()
-		ds := digests(t, "claims", 30)
-		claim(t, tr, tok, ds...)
-		elect1(t, tr, tok, k, a)
-		got := make([]ElectionAnswer, 1)
-		if err := tr.CommitElected(ctx, tok, testFailover, ds, []Election{{Key: k, Replica: a}}, got); err != nil {
-			t.Fatal(err)
-		}
-		wantAnswer(t, got[0], ElectionLive, a)
-		// The claims are committed: past the lease, still held.
-		time.Sleep(pastLease)
-		wantClaimed(t, claim(t, tr, testToken(), ds[:3]...), false, false, false)
-	})
-
 	t.Run("racing candidates: exactly one takes it", func(t *testing.T) {
 		t.Parallel()
 		tr := newT(t, "race:")
@@ -302,7 +284,7 @@ func TestElectionNoScriptReload(t *testing.T) {
 	if err := srv.Client().ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := tr.CommitElected(ctx, tok, time.Minute, digests(t, "", 2), []Election{{Key: k, Replica: rep}}, got); err != nil || got[0].State != ElectionLive {
+	if err := tr.CommitElected(ctx, tok, time.Minute, []Election{{Key: k, Replica: rep}}, got); err != nil || got[0].State != ElectionLive {
 		t.Fatalf("commit after SCRIPT FLUSH = %+v, %v", got[0], err)
 	}
 	if err := srv.Client().ScriptFlush(ctx).Err(); err != nil {

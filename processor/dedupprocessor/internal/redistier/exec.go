@@ -18,6 +18,7 @@ import (
 type call struct {
 	cmd   *redis.Cmd
 	route string  // the key the command is routed by: its group's status key
+	group int     // its group
 	idx   []int32 // the digests (indexes into the operation's ds) it stands for
 	node  string  // the node it was last sent to ("" if none)
 	err   error
@@ -128,13 +129,7 @@ func withSource(ctx context.Context, calls []*call) []*call {
 }
 
 func scriptSource(sha any) string {
-	switch sha {
-	case claimScript.Hash():
-		return claimSource
-	case releaseScript.Hash():
-		return releaseSource
-	}
-	if src, ok := electionSources[sha.(string)]; ok {
+	if src, ok := scriptSources[sha.(string)]; ok {
 		return src
 	}
 	panic(fmt.Sprintf("redistier: unknown script %v", sha))

@@ -81,10 +81,13 @@ func claim(t testing.TB, tr *Tier, token string, ds ...digest.Digest) []bool {
 	return claimed
 }
 
-// claimBools is ClaimAnswers reduced to claimed or not.
+// claimBools is Claim reduced to claimed or not. The claim is not renewed
+// (as if its collector had died), so that tests see no renewals they did
+// not ask for.
 func (tr *Tier) claimBools(ctx context.Context, token string, ds []digest.Digest, claimed []bool) error {
 	answers := make([]Answer, len(claimed))
-	err := tr.ClaimAnswers(ctx, token, ds, answers)
+	err := tr.Claim(ctx, token, ds, answers)
+	tr.w.drop(token)
 	for i, a := range answers {
 		claimed[i] = a == Claimed
 	}
@@ -97,16 +100,18 @@ var ages atomic.Uint64
 // testToken returns a token younger than every one made before it.
 func testToken() string { return NewToken(ages.Add(1)) }
 
+// commit commits at once, where Commit queues.
 func commit(t testing.TB, tr *Tier, token string, ds ...digest.Digest) {
 	t.Helper()
-	if err := tr.Commit(context.Background(), token, ds); err != nil {
+	if err := tr.finish(context.Background(), OpCommit, token, ds, false); err != nil {
 		t.Fatalf("Commit: %v", err)
 	}
 }
 
+// release releases at once, where Release queues.
 func release(t testing.TB, tr *Tier, token string, ds ...digest.Digest) {
 	t.Helper()
-	if err := tr.Release(context.Background(), token, ds); err != nil {
+	if err := tr.finish(context.Background(), OpRelease, token, ds, false); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
 }

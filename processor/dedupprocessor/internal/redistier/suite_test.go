@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -33,7 +32,7 @@ type suiteTarget struct {
 func runContractSuite(t *testing.T, tg suiteTarget) {
 	var mu sync.Mutex
 	var prefixes []string
-	newTierLease := func(t *testing.T, prefix string, lease time.Duration) *Tier {
+	newTierObserved := func(t *testing.T, prefix string, lease time.Duration, obs *observations) *Tier {
 		mu.Lock()
 		prefixes = append(prefixes, prefix)
 		mu.Unlock()
@@ -43,7 +42,11 @@ func runContractSuite(t *testing.T, tg suiteTarget) {
 			Window:    testWindow,
 			Lease:     lease,
 			Timeout:   5 * time.Second, // generous: -race on 2 cores
+			Observe:   obs.observe,
 		})
+	}
+	newTierLease := func(t *testing.T, prefix string, lease time.Duration) *Tier {
+		return newTierObserved(t, prefix, lease, new(observations))
 	}
 	newTier := func(t *testing.T, prefix string) *Tier { return newTierLease(t, prefix, testLease) }
 	ctx := context.Background()
@@ -61,9 +64,9 @@ func runContractSuite(t *testing.T, tg suiteTarget) {
 			wantClaimed(t, claim(t, tr, "tok-d", ds...), false, false, false)
 		})
 
-		t.Run("distinct claims answer as claims do", func(t *testing.T) {
+		t.Run("answers by the holder's state", func(t *testing.T) {
 			t.Parallel()
-			tr := newTier(t, "distinct:")
+			tr := newTier(t, "answers:")
 			ds := digests(t, "", 300)
 			got := make([]Answer, len(ds))
 			for _, tok := range []string{"tok-a", "tok-p"} {
@@ -71,7 +74,7 @@ func runContractSuite(t *testing.T, tg suiteTarget) {
 				if tok == "tok-p" {
 					part = ds[100:200]
 				}
-				if err := tr.ClaimDistinct(ctx, tok, part, got); err != nil {
+				if err := tr.Claim(ctx, tok, part, got); err != nil {
 					t.Fatal(err)
 				}
 				for i, a := range got[:100] {
@@ -82,277 +85,30 @@ func runContractSuite(t *testing.T, tg suiteTarget) {
 			}
 			commit(t, tr, "tok-a", ds[:100]...)
 			// 100 delivered, 100 pending under tok-p, 100 free.
-			if err := tr.ClaimDistinct(ctx, "tok-b", ds, got); err != nil {
+			if err := tr.Claim(ctx, "tok-b", ds, got); err != nil {
 				t.Fatal(err)
 			}
-			want := make([]Answer, len(ds))
-			if err := tr.ClaimAnswers(ctx, "tok-b", ds, want); err != nil { // tok-b's own: Claimed again
+			again := make([]Answer, len(ds))
+			if err := tr.Claim(ctx, "tok-b", ds, again); err != nil { // tok-b's own: Claimed again
 				t.Fatal(err)
 			}
 			for i, a := range got {
-				w := []Answer{Held, PendingYounger, Claimed}[i/100]
-				if a != w || want[i] != w {
-					t.Fatalf("digest %d: ClaimDistinct %v, ClaimAnswers %v, want %v", i, a, want[i], w)
+				w := []Answer{Held, Pending, Claimed}[i/100]
+				if a != w || again[i] != w {
+					t.Fatalf("digest %d: %v, then %v, want %v", i, a, again[i], w)
+				}
+			}
+			// tok-p's delivery failed: its keys are free for the retry.
+			release(t, tr, "tok-p", ds[100:200]...)
+			if err := tr.Claim(ctx, "tok-c", ds[:200], got); err != nil {
+				t.Fatal(err)
+			}
+			for i, a := range got[:200] {
+				if w := []Answer{Held, Claimed}[i/100]; a != w {
+					t.Fatalf("after release, digest %d: %v, want %v", i, a, w)
 				}
 			}
 		})
-
-		t.Run("pending and committed holders are told apart", func(t *testing.T) {
-			t.Parallel()
-			tr := newTier(t, "answers:")
-			ds := digests(t, "", 3)
-			answers := func(token string) string {
-				got := make([]Answer, len(ds))
-				if err := tr.ClaimAnswers(ctx, token, ds, got); err != nil {
-					t.Fatal(err)
-				}
-				return fmt.Sprint(got)
-			}
-			want := func(answers ...Answer) string { return fmt.Sprint(answers) }
-			wantClaimed(t, claim(t, tr, "tok-a", ds[0]), true)
-			wantClaimed(t, claim(t, tr, "tok-b", ds[1]), true)
-			commit(t, tr, "tok-a", ds[0])
-			// ds[0] delivered, ds[1] still on its way, ds[2] free. Tokens
-			// compare bytewise: tok-b is older than tok-c, and, not made by
-			// NewToken, is taken as marked waiting: tok-c must yield.
-			if got := answers("tok-c"); got != want(Held, PendingOlder, Claimed) {
-				t.Fatalf("answers = %s", got)
-			}
-			// The same pending claims, seen by an older token.
-			if got := answers("tok-0"); got != want(Held, PendingYounger, PendingYounger) {
-				t.Fatalf("answers of an older token = %s", got)
-			}
-			// tok-b's delivery failed: its key is free for the retry.
-			release(t, tr, "tok-b", ds[1])
-			if got := answers("tok-d"); got != want(Held, Claimed, PendingOlder) {
-				t.Fatalf("answers after release = %s", got)
-			}
-		})
-
-		t.Run("an older holder is yielded to only while it waits", func(t *testing.T) {
-			t.Parallel()
-			tr := newTier(t, "lazy:")
-			// k1 and k2 in different groups (in a Cluster: on their own
-			// script calls, which the post-claim mark must cover).
-			ds := digests(t, "", 64)
-			k1, k2 := apart(tr, ds)
-			older, younger := NewToken(1), NewToken(2)
-			answer := func(token string, d digest.Digest) Answer {
-				got := make([]Answer, 2)
-				if err := tr.Recheck(ctx, token, nil, []digest.Digest{d}, got, nil); err != nil {
-					t.Fatal(err)
-				}
-				return got[0]
-			}
-			wantClaimed(t, claim(t, tr, older, k1), true)
-			wantClaimed(t, claim(t, tr, younger, k2), true)
-			// The older batch is on its way downstream, not waiting: the
-			// younger may wait for it holding k2.
-			if got := answer(younger, k1); got != Pending {
-				t.Fatalf("younger meets an older batch that does not wait: %v, want Pending", got)
-			}
-			// The older batch waits for a still older one: no cycle can run
-			// through it to a younger batch, which may go on holding.
-			oldest, k3 := NewToken(0), digests(t, "oldest", 1)[0]
-			wantClaimed(t, claim(t, tr, oldest, k3), true)
-			if got := answer(older, k3); got != Pending {
-				t.Fatalf("older meets the oldest: %v, want Pending", got)
-			}
-			if got := answer(younger, k1); got != Pending {
-				t.Fatalf("younger meets an older batch waiting for an older one: %v, want Pending", got)
-			}
-			// The older batch now meets the younger's claim, in a call that
-			// also holds k1 in another group: it waits, and says so there.
-			got := make([]Answer, 2)
-			if err := tr.ClaimAnswers(ctx, older, []digest.Digest{k1, k2}, got); err != nil {
-				t.Fatal(err)
-			}
-			if got[0] != Claimed || got[1] != PendingYounger {
-				t.Fatalf("older meets the younger: %v, want [Claimed PendingYounger]", got)
-			}
-			if got := answer(younger, k1); got != PendingOlder {
-				t.Fatalf("younger meets an older batch that waits: %v, want PendingOlder", got)
-			}
-			// The younger yields; the older's next look wins k2.
-			if err := tr.Yield(ctx, younger, []digest.Digest{k2}); err != nil {
-				t.Fatal(err)
-			}
-			if got := answer(older, k2); got != Claimed {
-				t.Fatalf("older after the yield: %v, want Claimed", got)
-			}
-			// A released claim leaves no waiting mark behind.
-			release(t, tr, older, k1, k2)
-			release(t, tr, oldest, k3)
-			if n := len(tg.store.scanAll(t, "lazy:*")); n != 0 {
-				t.Fatalf("%d keys left under lazy:, want 0", n)
-			}
-		})
-
-		t.Run("a recheck that meets a younger claim marks the claims held from before", func(t *testing.T) {
-			t.Parallel()
-			tr := newTier(t, "lazyheld:")
-			k1, k2 := apart(tr, digests(t, "", 64))
-			older, younger, youngest := NewToken(1), NewToken(2), NewToken(3)
-			wantClaimed(t, claim(t, tr, older, k1), true)
-			wantClaimed(t, claim(t, tr, younger, k2), true)
-			// The older batch waits for k2 in a call of its own, holding k1
-			// from an earlier one (in a Cluster, in another group).
-			got := make([]Answer, 1)
-			if err := tr.Recheck(ctx, older, []digest.Digest{k1}, []digest.Digest{k2}, got, nil); err != nil {
-				t.Fatal(err)
-			}
-			if got[0] != PendingYounger {
-				t.Fatalf("older meets the younger: %v, want PendingYounger", got[0])
-			}
-			if err := tr.ClaimAnswers(ctx, youngest, []digest.Digest{k1}, got); err != nil {
-				t.Fatal(err)
-			}
-			if got[0] != PendingOlder {
-				t.Fatalf("a younger batch meets k1 of the waiting older one: %v, want PendingOlder", got[0])
-			}
-			release(t, tr, older, k1)
-			release(t, tr, younger, k2)
-			release(t, tr, youngest, k1)
-			if n := len(tg.store.scanAll(t, "lazyheld:*")); n != 0 {
-				t.Fatalf("%d keys left under lazyheld:, want 0", n)
-			}
-		})
-
-		t.Run("a recheck asks the holders it names, not the keys", func(t *testing.T) {
-			t.Parallel()
-			tr := newTier(t, "holders:")
-			ds := digests(t, "", 40) // over every group of a Cluster
-			held, free := ds[:30], ds[30:]
-			older, waiter := NewToken(1), NewToken(2)
-			wantClaimed(t, claim(t, tr, older, held...), slices.Repeat([]bool{true}, len(held))...)
-
-			answers, holders := make([]Answer, len(ds)), make([]string, len(ds))
-			if err := tr.ClaimHolders(ctx, waiter, ds, answers, holders, true); err != nil {
-				t.Fatal(err)
-			}
-			for i := range ds {
-				wantA, wantH := Pending, older
-				if i >= len(held) {
-					wantA, wantH = Claimed, ""
-				}
-				if answers[i] != wantA || holders[i] != wantH {
-					t.Fatalf("digest %d: %v held by %q, want %v held by %q", i, answers[i], holders[i], wantA, wantH)
-				}
-			}
-			recheck := func(want Answer, wantHolder string) {
-				t.Helper()
-				got, hs := make([]Answer, len(held)), slices.Clone(holders[:len(held)])
-				if err := tr.Recheck(ctx, waiter, free, held, got, hs); err != nil {
-					t.Fatal(err)
-				}
-				for i := range held {
-					if got[i] != want || hs[i] != wantHolder {
-						t.Fatalf("recheck of digest %d: %v held by %q, want %v held by %q", i, got[i], hs[i], want, wantHolder)
-					}
-				}
-			}
-			// While the holder is pending, so are its digests, whatever
-			// their keys hold: here one now names a claim that ended, which
-			// a claim would take over.
-			if err := tg.store.Set(ctx, tr.lay().digestKey(held[0]), "ended", time.Minute).Err(); err != nil {
-				t.Fatal(err)
-			}
-			recheck(Pending, older)
-			// The holder meets the waiter's claims and waits for them: it is
-			// marked in every group it holds, and the waiter must yield.
-			got := make([]Answer, 1)
-			if err := tr.Recheck(ctx, older, held, free[:1], got, nil); err != nil {
-				t.Fatal(err)
-			}
-			if got[0] != PendingYounger {
-				t.Fatalf("the holder meets the waiter: %v, want PendingYounger", got[0])
-			}
-			recheck(PendingOlder, older)
-			// Committed: every digest it claimed is delivered, the one whose
-			// key changed hands included.
-			commit(t, tr, older, held...)
-			recheck(Held, "")
-
-			// A holder whose claim ended leaves its digests to be claimed.
-			more := digests(t, "released", 5)
-			gone := NewToken(3)
-			wantClaimed(t, claim(t, tr, gone, more...), true, true, true, true, true)
-			answers, holders = make([]Answer, len(more)), make([]string, len(more))
-			if err := tr.ClaimHolders(ctx, waiter, more, answers, holders, true); err != nil {
-				t.Fatal(err)
-			}
-			release(t, tr, gone, more...)
-			if err := tr.Recheck(ctx, waiter, nil, more, answers, holders); err != nil {
-				t.Fatal(err)
-			}
-			for i := range more {
-				if answers[i] != Claimed || holders[i] != "" {
-					t.Fatalf("digest %d after its holder's release: %v held by %q, want Claimed", i, answers[i], holders[i])
-				}
-			}
-			release(t, tr, waiter, append(slices.Clone(ds), more...)...)
-			release(t, tr, older, held...)
-		})
-
-		t.Run("holders pending", func(t *testing.T) {
-			t.Parallel()
-			tr := newTier(t, "gate:")
-			ds := digests(t, "", 24) // over every group of a Cluster
-			h1, h2 := NewToken(1), NewToken(2)
-			claim(t, tr, h1, ds[:12]...)
-			claim(t, tr, h2, ds[12:]...)
-			names := func(n1, n2 string) []string {
-				hs := make([]string, len(ds))
-				for i := range ds {
-					hs[i] = n2
-					if i < 12 {
-						hs[i] = n1
-					}
-				}
-				return hs
-			}
-			pending := func(hs []string) bool {
-				t.Helper()
-				p, err := tr.HoldersPending(ctx, ds, hs)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return p
-			}
-			if !pending(names(h1, h2)) || !pending(names("", h2)) || pending(names("", "")) {
-				t.Fatal("pending holders not told from none")
-			}
-			commit(t, tr, h1, ds[:12]...)
-			if pending(names(h1, "")) || !pending(names(h1, h2)) {
-				t.Fatal("a committed holder is not pending; a pending one still is")
-			}
-			release(t, tr, h2, ds[12:]...)
-			if pending(names(h1, h2)) {
-				t.Fatal("a released holder is still pending")
-			}
-			// A holder is read in the group of the digest it held.
-			if pending(names(NewToken(3), NewToken(4))) {
-				t.Fatal("tokens that never claimed are pending")
-			}
-		})
-
-		t.Run("in-call duplicates", func(t *testing.T) {
-			t.Parallel()
-			tr := newTier(t, "incall:")
-			ds := digests(t, "", 3)
-			a, b, c := ds[0], ds[1], ds[2]
-			wantClaimed(t, claim(t, tr, "tok-a", a, b, a, a, c, b), true, true, false, false, true, false)
-			// Above the small-batch size, repeats are found with a map.
-			many := digests(t, "many", 40)
-			in := append(append([]digest.Digest{}, many...), many[:20]...)
-			got := claim(t, tr, "tok-b", in...)
-			for i, ok := range got {
-				if ok != (i < 40) {
-					t.Fatalf("claimed[%d] = %v, want %v", i, ok, i < 40)
-				}
-			}
-		})
-
 		t.Run("large batch spans several scripts", func(t *testing.T) {
 			t.Parallel()
 			tr := newTier(t, "large:")
@@ -366,11 +122,9 @@ func runContractSuite(t *testing.T, tg suiteTarget) {
 					t.Fatalf("claimed[%d] = false", i)
 				}
 			}
-			// Repeats of the first digests come after the chunk boundary.
-			in := append(append([]digest.Digest{}, ds...), ds[:5]...)
-			got := claim(t, tr, testToken(), in...)
+			got := claim(t, tr, testToken(), ds...)
 			for i, ok := range got {
-				if want := i < len(ds) && i%3 != 0; ok != want {
+				if want := i%3 != 0; ok != want {
 					t.Fatalf("claimed[%d] = %v, want %v", i, ok, want)
 				}
 			}
@@ -475,7 +229,8 @@ func runContractSuite(t *testing.T, tg suiteTarget) {
 
 		t.Run("uncommitted claim ends with the lease", func(t *testing.T) {
 			t.Parallel()
-			tr := newTier(t, "lease:")
+			obs := new(observations)
+			tr := newTierObserved(t, "lease:", testLease, obs)
 			ds := digests(t, "", 1)
 			tokA, tokB := testToken(), testToken()
 			wantClaimed(t, claim(t, tr, tokA, ds...), true)
@@ -487,11 +242,46 @@ func runContractSuite(t *testing.T, tg suiteTarget) {
 			wantValue(t, tg.store, key, tokB)
 			wantPTTL(t, tg.store, key, testWindow-5*time.Second, testWindow) // a new window
 
-			// A late commit or release of the first claim changes nothing.
+			// A late commit or release of the first claim changes nothing,
+			// and the commit is reported lost.
+			obs.take()
 			commit(t, tr, tokA, ds...)
+			if got := obs.take(); fmt.Sprint(got) != "[commit/ok commit/lost]" {
+				t.Fatalf("observed %v, want the commit and its loss", got)
+			}
 			release(t, tr, tokA, ds...)
 			wantValue(t, tg.store, key, tokB)
 			wantClaimed(t, claim(t, tr, testToken(), ds...), false)
+		})
+
+		t.Run("a claim downstream is renewed past its lease", func(t *testing.T) {
+			t.Parallel()
+			obs := new(observations)
+			tr := newTierObserved(t, "renew:", testLease, obs)
+			ds := digests(t, "", 2)
+			tok := testToken()
+			answers := make([]Answer, len(ds))
+			if err := tr.Claim(ctx, tok, ds, answers); err != nil || answers[0] != Claimed || answers[1] != Claimed {
+				t.Fatalf("Claim: %v, %v", answers, err)
+			}
+			time.Sleep(3 * testLease) // an export far longer than the lease
+			wantClaimed(t, claim(t, tr, testToken(), ds...), false, false)
+			status := tr.lay().statusKey(tr.lay().groupOf(ds[0]), tok)
+			wantValue(t, tg.store, status, "p")
+			commit(t, tr, tok, ds...)
+			wantValue(t, tg.store, status, "c")
+			renewed := 0
+			for _, o := range obs.take() {
+				if o == "renew/lost" || o == "commit/lost" {
+					t.Fatalf("observed %s", o)
+				}
+				if o == "renew/ok" {
+					renewed++
+				}
+			}
+			if renewed < 3 {
+				t.Fatalf("renewed %d times in three leases, want at least 3", renewed)
+			}
 		})
 
 		t.Run("release deletes only its own keys", func(t *testing.T) {

@@ -47,12 +47,12 @@ import (
 
 // Operation names and results passed to Options.Observe.
 const (
-	OpClaim = "claim"
-	// OpRecheck: a repeated claim of digests that were held by a pending
-	// claim, while waiting for its outcome.
-	OpRecheck = "recheck"
+	OpClaim   = "claim"
 	OpCommit  = "commit"
 	OpRelease = "release"
+	// OpRenew: the renewal of the leases of claims whose batches are
+	// downstream (writer.go).
+	OpRenew = "renew"
 
 	ResultOK = "ok"
 	// ResultError: a command failed, or the topology is not known yet
@@ -62,6 +62,10 @@ const (
 	// ResultSkipped: a node's breaker was open and its commands were not
 	// sent.
 	ResultSkipped = "skipped"
+	// ResultLost: a commit or renewal found its claim ended (its lease ran
+	// out first), or a commit or release could not be sent before the
+	// claim's lease ended. Copies of its records may be delivered again.
+	ResultLost = "lost"
 )
 
 // Options configures a Tier.
@@ -97,10 +101,12 @@ type Options struct {
 	// take its defaults.
 	Breaker breaker.Config
 	// Observe, if set, is called once per call with the operation (OpClaim,
-	// OpRecheck, OpCommit, OpRelease), its result (ResultOK, ResultError,
-	// ResultTimeout, ResultSkipped: the worst of its groups') and its
-	// duration (zero when no round trip was made); a round of queued
-	// commits (CommitLater) is one call. It is called synchronously and
+	// OpCommit, OpRelease, OpRenew, OpElect), its result (ResultOK,
+	// ResultError, ResultTimeout, ResultSkipped: the worst of its groups')
+	// and its duration (zero when no round trip was made); a round of the
+	// writer is one call per operation. Each claim a commit or renewal
+	// found ended, and each write given up, is one more call with
+	// ResultLost and no duration. It is called synchronously and
 	// concurrently, and must be cheap.
 	Observe func(op, result string, d time.Duration)
 	// OnTopology, if set, is called when a tier whose endpoints did not
@@ -109,10 +115,10 @@ type Options struct {
 	// on failing every call, and asking again). It is called from a
 	// goroutine of the tier.
 	OnTopology func(Mode, error)
-	// OnCommitError, if set, is called with the error of a round of queued
-	// commits (CommitLater) that failed, from a goroutine of the tier. The
-	// failed groups are sent again in the background, as Commit's are.
-	OnCommitError func(error)
+	// OnWriteError, if set, is called with the error of a round of the
+	// writer (commits, releases, renewals sent in the background) that
+	// failed or found claims ended, from a goroutine of the tier.
+	OnWriteError func(error)
 }
 
 // Tier is a connection to the shared tier. It is safe for concurrent use.
@@ -126,11 +132,10 @@ type Tier struct {
 	conn    atomic.Pointer[conn]  // nil until the topology is known
 	unknown atomic.Pointer[error] // why conn is nil
 
-	follow  followups
-	commits commitQueue
-	stop    chan struct{}
-	// bg bounds the background work (discovery, followups): Close cancels
-	// it.
+	w    writer
+	stop chan struct{}
+	// bg bounds the background work (discovery, the writer's retries):
+	// Close cancels it.
 	bg     context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -203,8 +208,7 @@ func New(opts Options) (*Tier, error) {
 		stop:     make(chan struct{}),
 	}
 	t.bg, t.cancel = context.WithCancel(context.Background())
-	t.follow.wake = make(chan struct{}, 1)
-	t.commits.wake = make(chan struct{}, 1)
+	t.w.init()
 	notStarted := errors.New("the tier has not been started")
 	t.unknown.Store(&notStarted)
 	return t, nil
@@ -233,8 +237,7 @@ func (t *Tier) Start(ctx context.Context) error {
 	if mode != "" {
 		t.connect(mode)
 	}
-	t.wg.Go(t.follow.run(t))
-	t.wg.Go(t.commits.run(t))
+	t.wg.Go(t.w.run(t))
 	return nil
 }
 
@@ -356,12 +359,13 @@ func (t *Tier) Mode() Mode {
 	return ""
 }
 
-// Close sends the commits still queued (CommitLater), stops the tier's
-// goroutines and closes its connections.
+// Close sends what the writer still holds (each write tried once more,
+// bounded by the timeout), stops the tier's goroutines and closes its
+// connections.
 func (t *Tier) Close() error {
 	var err error
 	t.closed.Do(func() {
-		t.commits.close()
+		t.w.close()
 		close(t.stop)
 		t.cancel()
 		t.wg.Wait()
@@ -386,27 +390,16 @@ func (t *Tier) Breakers() []NodeBreaker {
 // NewToken returns a claim token of the given age: 16 bytes, the age
 // big-endian then 64 random bits. Tokens compare bytewise, so a token made
 // with a smaller age is older, and two tokens of one age still differ and
-// are ordered. Each claiming batch needs its own token: Commit and Release
-// act on everything claimed under it.
-//
-// The age lets batches that meet each other's pending claims decide who
-// waits (see PendingOlder); any number that grows with the time a batch
-// started will do, e.g. microseconds since the epoch. Bytes 9 and 10 are
-// tokenFlag: they say that the token's claims carry a waiting mark when its
-// batch waits for a younger one (claimScript); an earlier version's token,
-// 64 random bits there, lacks them but for a chance of one in 65,536, and is
-// taken as marked.
+// are ordered. Each claim needs its own token: Commit and Release act on
+// everything claimed under it. Claims do not use the age; elections do
+// (ElectionPendingOlder): any number that grows with the time a batch
+// started will do, e.g. microseconds since the epoch.
 func NewToken(age uint64) string {
 	var b [16]byte
 	binary.BigEndian.PutUint64(b[:8], age)
-	copy(b[8:10], tokenFlag)
-	_, _ = rand.Read(b[10:]) // never fails (crypto/rand, Go >= 1.24)
+	_, _ = rand.Read(b[8:]) // never fails (crypto/rand, Go >= 1.24)
 	return string(b[:])
 }
-
-// tokenFlag is bytes 9 and 10 of every token NewToken makes (213 and 58 in
-// claimScript).
-const tokenFlag = "\xd5\x3a"
 
 // Answer is the shared tier's answer for one digest of a claim.
 type Answer uint8
@@ -414,147 +407,42 @@ type Answer uint8
 const (
 	// Unavailable: the tier could not answer for the digest: the node that
 	// serves its group failed, or Redis did not. The claim may have been
-	// made anyway (its reply was lost).
+	// made anyway (its reply was lost): Commit or Release the token's
+	// digests all the same.
 	Unavailable Answer = iota
 	// Held: a committed claim of another token holds the digest: its
 	// record was delivered.
 	Held
 	// Claimed: this call claimed the digest.
 	Claimed
-	// Pending: a pending claim of an older token holds the digest (tokens
-	// compare bytewise; see NewToken): its batch is still on its way
-	// downstream, and may yet be released (its next consumer failed) or
-	// end with its lease (its collector died). That batch is not marked as
-	// waiting for a younger batch, so it cannot be waiting for the
-	// caller: the caller may wait for it while holding its own claims.
+	// Pending: a pending claim of another token holds the digest: its
+	// batch is still on its way downstream, and may yet be released (its
+	// next consumer failed) or end with its lease (its collector died).
 	Pending
-	// PendingOlder: as Pending, but the holder is marked as waiting for a
-	// younger batch, which may be the caller: the caller gives up its own
-	// claims before it waits.
-	PendingOlder
-	// PendingYounger: as Pending, but the holder's token is younger than
-	// the caller's. The caller may wait for it holding its claims, and is
-	// marked as waiting for a younger batch where it holds claims.
-	PendingYounger
 )
 
-// ClaimAnswers atomically claims, under token, every digest of ds that no
-// live claim holds, in one round trip (one per node in a Cluster), and
-// answers for each: Claimed if this call claimed ds[i] (or token already
-// held it), else Held, Pending, PendingOlder or PendingYounger by the state
-// and age of the claim that holds it. Of any number of concurrent claims of
-// a digest, in this process or in others sharing the Redis, exactly one gets
-// Claimed; so
-// does exactly one position if a digest occurs several times in ds (the
-// others are Held).
+// Claim atomically claims, under token, every digest of ds that no live
+// claim holds, in one round trip (one per node in a Cluster), and answers
+// for each: Claimed if this call claimed ds[i] (or token already held it),
+// else Held or Pending by the state of the claim that holds it. Of any
+// number of concurrent claims of a digest, in this process or in others
+// sharing the Redis, exactly one gets Claimed. ds must not hold a digest
+// twice; answers must have at least len(ds) elements; token must be unique
+// to its claim (see NewToken).
 //
-// A new claim is pending: it holds for the lease unless Commit makes it hold
-// for the window or Release ends it. A digest whose claim ended (window over,
-// lease over without commit, released) is claimed afresh, and its window
-// restarts. token must be unique to its batch (see NewToken) and non-empty;
-// answers must have at least len(ds) elements.
-//
-// Atomicity is per script call: one group's digests, at most
-// maxKeysPerScript of them. A batch larger than that, or spread over a
-// Cluster's nodes, may win some digests and meet another batch's pending
-// claims on others; PendingOlder tells the caller which of the two yields.
-// A call that meets a pending claim of a younger token marks the token as
-// waiting in every group it holds claims in (markWaiting), so that a
-// younger claim meeting it then answers PendingOlder.
+// A new claim is pending: its lease is renewed in the background until
+// Commit makes it hold for the window or Release ends it, and every claim
+// must end with one of the two, whatever the answers (a claim whose reply
+// was lost may exist all the same). Atomicity is per script call: one
+// group's digests, at most maxKeysPerScript of them.
 //
 // Each group's answers are its own. The digests of a group whose call
 // failed answer Unavailable, and the error says why; the others are
-// answered. An error leaves no answer other than Unavailable only when
-// nothing could be asked. Digests answered Unavailable may have been
-// claimed anyway (the reply was lost): they stay pending until the lease
-// ends, or until Release with the same token. Retrying with the same token
-// is safe: digests already held by the token answer Claimed.
-func (t *Tier) ClaimAnswers(ctx context.Context, token string, ds []digest.Digest, answers []Answer) error {
-	return t.claimAs(ctx, OpClaim, token, nil, ds, answers, nil, false)
-}
-
-// ClaimDistinct is ClaimAnswers for a caller that never passes a digest
-// twice in one call: it skips looking for repeats (a map of the batch's
-// digests, about a fifth of the client's CPU per claim). A digest passed
-// twice anyway would be answered Claimed at both positions.
-func (t *Tier) ClaimDistinct(ctx context.Context, token string, ds []digest.Digest, answers []Answer) error {
-	return t.claimAs(ctx, OpClaim, token, nil, ds, answers, nil, true)
-}
-
-// ClaimHolders is ClaimAnswers, or ClaimDistinct if distinct, that also
-// sets holders[i] to the token of the claim holding ds[i] when ds[i] is
-// answered Pending, PendingOlder or PendingYounger, and to "" otherwise:
-// what Recheck needs to wait for it cheaply. holders must have at least
-// len(ds) elements.
-func (t *Tier) ClaimHolders(ctx context.Context, token string, ds []digest.Digest, answers []Answer, holders []string, distinct bool) error {
-	clear(holders[:min(len(holders), len(ds))]) // answers only: a first claim names no holder
-	return t.claimAs(ctx, OpClaim, token, nil, ds, answers, holders, distinct)
-}
-
-// Recheck is ClaimAnswers for digests a previous call of the same token
-// found pending, reported to Observe as OpRecheck so that waiting on other
-// claims is told apart from claiming. held are the digests the token
-// already holds: if the call meets a younger claim, their groups are marked
-// too (markWaiting).
-//
-// holders, if not nil, holds for each digest the token of the claim a
-// previous call found holding it ("" if none), and receives the holders of
-// this call's pending answers, as in ClaimHolders. While a named holder's
-// claim is alive, its digests are answered from its status alone: Held once
-// it is committed (its batch delivered every record it claimed or found
-// delivered), pending while it is pending, without writing or even reading
-// the digest keys; once it has ended, they are claimed as by ClaimAnswers.
-func (t *Tier) Recheck(ctx context.Context, token string, held, ds []digest.Digest, answers []Answer, holders []string) error {
-	return t.claimAs(ctx, OpRecheck, token, held, ds, answers, holders, false)
-}
-
-// HoldersPending reports whether any of the claims holders names is still
-// pending, each read in the group of its digest (ds[i] for holders[i]; ""
-// names none): one status read per holder and group, in one round trip
-// (one per node in a Cluster), reported to Observe as OpRecheck. It claims
-// nothing. A batch that gave its claims up for an older one asks this
-// before claiming again: while that claim is pending, claiming again would
-// meet it and give up again. An error says nothing either way.
-func (t *Tier) HoldersPending(ctx context.Context, ds []digest.Digest, holders []string) (bool, error) {
-	c, err := t.connected(OpRecheck)
-	if err != nil {
-		return false, err
-	}
-	seen := make(map[string]bool)
-	var calls []*call
-	for i, h := range holders[:min(len(holders), len(ds))] {
-		if h == "" {
-			continue
-		}
-		key := c.layout.statusKey(c.layout.groupOf(ds[i]), h)
-		if seen[key] {
-			continue
-		}
-		seen[key] = true
-		// GETRANGE answers "" for a missing key, where GET answers nil,
-		// which the client reports as an error.
-		calls = append(calls, &call{cmd: redis.NewCmd(ctx, "getrange", key, 0, 0), route: key})
-	}
-	if len(calls) == 0 {
-		return false, nil
-	}
-	if err := t.run(ctx, c, OpRecheck, calls); err != nil {
-		return false, err
-	}
-	for _, cl := range calls {
-		if v, _ := cl.cmd.Val().(string); v == "p" {
-			return true, nil
-		}
-	}
-	return false, nil
-}
-
-func (t *Tier) claimAs(ctx context.Context, op, token string, held, ds []digest.Digest, answers []Answer, holders []string, distinct bool) error {
+// answered. Retrying with the same token is safe: digests already held by
+// the token answer Claimed.
+func (t *Tier) Claim(ctx context.Context, token string, ds []digest.Digest, answers []Answer) error {
 	if len(answers) < len(ds) {
 		return fmt.Errorf("dedup: redis claim: %d results for %d digests", len(answers), len(ds))
-	}
-	if holders != nil && len(holders) < len(ds) {
-		return fmt.Errorf("dedup: redis claim: %d holders for %d digests", len(holders), len(ds))
 	}
 	if token == "" {
 		return errors.New("dedup: redis claim: empty token")
@@ -564,89 +452,45 @@ func (t *Tier) claimAs(ctx context.Context, op, token string, held, ds []digest.
 	if len(ds) == 0 {
 		return nil
 	}
-	c, err := t.connected(op)
+	c, err := t.connected(OpClaim)
 	if err != nil {
 		return err
 	}
-	b := c.prepare(ds, distinct)
+	b := c.prepare(ds)
 	defer b.free()
-	for i, first := range b.unique {
-		if !first {
-			answers[i] = Held // a repeat: its first occurrence is answered
-		}
-	}
-	calls := t.scriptCalls(ctx, c, claimScript, b, token, ds, holders)
-	if holders != nil {
-		// Each holder is now answered anew: it stays only for a digest
-		// still pending.
-		clear(holders[:len(ds)])
-	}
-	err = t.run(ctx, c, op, calls)
+	calls := t.scriptCalls(ctx, c, claimScript, b, token, ds)
+	err = t.run(ctx, c, OpClaim, calls)
+	held := b.groups[:0]
 	for _, cl := range calls {
 		if cl.err == nil {
-			if perr := readClaim(cl, answers, holders); perr != nil {
+			if perr := readClaim(cl, answers); perr != nil {
 				// Not what the script answers: the group stays
 				// Unavailable.
-				err = errors.Join(err, fmt.Errorf("dedup: redis %s: %w", op, perr))
+				err = errors.Join(err, fmt.Errorf("dedup: redis claim: %w", perr))
+			}
+		}
+		if cl.err != nil || anyClaimed(cl, answers) {
+			if len(held) == 0 || held[len(held)-1] != cl.group {
+				held = append(held, cl.group)
 			}
 		}
 	}
-	t.markWaiting(ctx, c, token, held, calls, answers)
+	t.w.hold(token, held)
 	return err
 }
 
-// markWaiting sets the waiting mark of token in every group where it holds
-// claims (won by this call, or held: won before), if a call of the claim
-// met a younger pending claim: the batch is about to wait for a younger
-// batch, and a younger batch waiting for its claims must give way (see
-// PendingOlder). The last call of a group (its calls run in order) that
-// met one set the mark there itself; every other group is marked here. A failed mark leaves a younger batch waiting for this
-// one, until pending_wait ends the wait. The marks are part of the claim's
-// call: they are not reported to Observe apart.
-func (t *Tier) markWaiting(ctx context.Context, c *conn, token string, held []digest.Digest, calls []*call, answers []Answer) {
-	if !slices.Contains(answers, PendingYounger) {
-		return
-	}
-	need := make(map[string]bool) // status keys of the groups to mark
-	if len(held) > 0 {
-		for _, g := range c.groupsOf(held) {
-			need[c.layout.statusKey(g, token)] = true
+// anyClaimed reports whether the call claimed any of its digests.
+func anyClaimed(cl *call, answers []Answer) bool {
+	for _, i := range cl.idx {
+		if answers[i] != Held && answers[i] != Pending {
+			return true
 		}
 	}
-	marked := make(map[string]bool) // by the group's last call
-	for _, cl := range calls {
-		won, met := false, false
-		for _, i := range cl.idx {
-			won = won || answers[i] == Claimed
-			met = met || answers[i] == PendingYounger
-		}
-		need[cl.route] = need[cl.route] || won
-		marked[cl.route] = met
-	}
-	for status, m := range marked {
-		if m {
-			delete(need, status)
-		}
-	}
-	marks := make([]*call, 0, len(need))
-	for status, ok := range need {
-		if !ok {
-			continue
-		}
-		marks = append(marks, &call{cmd: redis.NewCmd(ctx, "set", status+"w", "1", "px", t.leaseArg), route: status})
-	}
-	if len(marks) > 0 {
-		cctx, cancel := context.WithTimeout(ctx, t.timeout)
-		c.exec.exec(cctx, marks)
-		cancel()
-	}
+	return false
 }
 
-// readClaim sets the answers of one claim script call from its reply, and
-// the holders of the digests it found pending if holders is not nil.
-func readClaim(cl *call, answers []Answer, holders []string) error {
-	var res, hidx string
-	var tokens []any
+// readClaim sets the answers of one claim script call from its reply.
+func readClaim(cl *call, answers []Answer) error {
 	switch v := cl.cmd.Val().(type) {
 	case int64: // all claimed
 		if v != int64(len(cl.idx)) {
@@ -657,144 +501,78 @@ func readClaim(cl *call, answers []Answer, holders []string) error {
 		}
 		return nil
 	case string:
-		res = v
-	case []any: // some pending: answers, holder indexes, holders
-		if len(v) < 3 {
-			return fmt.Errorf("claim script answered %d elements", len(v))
+		if len(v) != len(cl.idx) {
+			return fmt.Errorf("claim script answered %d results for %d digests", len(v), len(cl.idx))
 		}
-		var ok1, ok2 bool
-		res, ok1 = v[0].(string)
-		hidx, ok2 = v[1].(string)
-		if !ok1 || !ok2 || len(hidx) != 2*len(cl.idx) {
-			return errors.New("claim script answered a malformed holder list")
+		for j, i := range cl.idx {
+			switch v[j] {
+			case '1':
+				answers[i] = Claimed
+			case '2':
+				answers[i] = Pending
+			default:
+				answers[i] = Held
+			}
 		}
-		tokens = v[2:]
+		return nil
 	default:
 		return fmt.Errorf("claim script answered %T", v)
 	}
-	if len(res) != len(cl.idx) {
-		return fmt.Errorf("claim script answered %d results for %d digests", len(res), len(cl.idx))
-	}
-	for j, i := range cl.idx {
-		switch res[j] {
-		case '1':
-			answers[i] = Claimed
-		case '2':
-			answers[i] = Pending
-		case '3':
-			answers[i] = PendingOlder
-		case '4':
-			answers[i] = PendingYounger
-		default:
-			answers[i] = Held
-		}
-		if holders == nil || hidx == "" {
-			continue
-		}
-		if n := int(binary.BigEndian.Uint16([]byte(hidx[2*j:]))); n > 0 {
-			if n > len(tokens) {
-				return fmt.Errorf("claim script named holder %d of %d", n, len(tokens))
-			}
-			if h, ok := tokens[n-1].(string); ok {
-				holders[i] = h
-			}
-		}
-	}
-	return nil
 }
 
-// Commit makes the digests claimed under token hold for the rest of their
-// window (counted from the claim), in one round trip that costs one command
-// per batch (per tag group in a Cluster), whatever the batch size. ds are
-// the digests the claim won; passing others is harmless, but in a Cluster it
-// may leave a stray status key for a window in a group where the claim won
-// nothing. A digest that another claim took over after this claim's lease
-// ended stays with that claim; a digest whose lease ended but was not taken
-// over becomes committed again. Commit is idempotent.
-//
-// A group whose commit fails is committed again in the background, with a
-// growing pause, until it succeeds or the lease has passed (followup.go): a
-// claim left pending would free its digests when the lease ends, and a copy
-// arriving then would be delivered again.
+// Commit makes the digests ds claimed under token hold for the rest of
+// their window (counted from the claim): the batch that claimed them was
+// delivered. It costs one command per claim (per tag group in a Cluster),
+// whatever the number of digests. The commit is queued, to share a round
+// trip with other claims' (writer.go), and sent by the caller only when the
+// queue is full; the error is that send's. A commit that fails is sent
+// again until it lands or the claim's lease has ended; one that finds the
+// claim ended (its lease ran out first) is reported as ResultLost: it
+// never revives the claim, whose digests may belong to another claim by
+// then.
 func (t *Tier) Commit(ctx context.Context, token string, ds []digest.Digest) error {
-	if len(ds) == 0 {
-		return nil
-	}
-	c, err := t.connected(OpCommit)
-	if err != nil {
-		return err
-	}
-	gs := c.groupsOf(ds)
-	calls := make([]*call, len(gs))
-	for i, g := range gs {
-		calls[i] = t.commitCall(ctx, c, g, token)
-	}
-	err = t.run(ctx, c, OpCommit, calls)
-	if err != nil {
-		until := time.Now().Add(t.opts.Lease)
-		for i, cl := range calls {
-			if cl.err != nil {
-				t.follow.add(followup{op: OpCommit, token: token, group: gs[i], until: until})
-			}
-		}
-	}
-	return err
-}
-
-func (t *Tier) commitCall(ctx context.Context, c *conn, g int, token string) *call {
-	key := c.layout.statusKey(g, token)
-	return &call{cmd: redis.NewCmd(ctx, "set", key, "c", "px", t.winArg), route: key}
+	return t.finish(ctx, OpCommit, token, ds, true)
 }
 
 // Release ends the claim of token on the digests ds: it deletes each digest
-// key that still holds token (compare-and-delete) and the claim's status, so
-// the digests can be claimed again at once. A digest that another claim took
-// over keeps its new owner. Release is idempotent; releasing a committed
-// claim ends it too.
-//
-// Release is a batch's last word: a group whose release fails is released
-// again in the background until it succeeds or the lease has passed, so the
-// token must not claim again afterwards (see Yield).
+// key that still holds token (compare-and-delete) and the claim's status,
+// so the digests can be claimed again at once. A digest that another claim
+// took over keeps its new owner. Like Commit, it is queued, and sent again
+// until it lands or the lease has ended. Release is idempotent; releasing a
+// committed claim ends it too.
 func (t *Tier) Release(ctx context.Context, token string, ds []digest.Digest) error {
-	return t.release(ctx, token, ds, true)
+	return t.finish(ctx, OpRelease, token, ds, true)
 }
 
-// Yield is Release for a batch that will claim again under the same token:
-// a group whose release fails is not released again later, which could
-// undo the new claim. Its claim stays until the lease ends, or until the
-// batch claims it again.
-func (t *Tier) Yield(ctx context.Context, token string, ds []digest.Digest) error {
-	return t.release(ctx, token, ds, false)
-}
-
-func (t *Tier) release(ctx context.Context, token string, ds []digest.Digest, follow bool) error {
+// finish queues the commit or release of token's claim on ds, one write per
+// group, or sends it now if the queue is full or queue is false.
+func (t *Tier) finish(ctx context.Context, op, token string, ds []digest.Digest, queue bool) error {
+	t.w.drop(token)
 	if len(ds) == 0 {
 		return nil
 	}
-	c, err := t.connected(OpRelease)
+	c, err := t.connected(op)
 	if err != nil {
 		return err
 	}
-	// A repeated digest is harmless here (its second delete finds nothing),
-	// so no need to look for repeats.
-	b := c.prepare(ds, true)
+	b := c.prepare(ds)
 	defer b.free()
-	calls := t.scriptCalls(ctx, c, releaseScript, b, token, ds, nil)
-	err = t.run(ctx, c, OpRelease, calls)
-	if err != nil && follow {
-		until := time.Now().Add(t.opts.Lease)
-		for _, cl := range calls {
-			if cl.err == nil {
-				continue
+	until := time.Now().Add(t.opts.Lease)
+	ws := make([]write, 0, len(b.groups))
+	for _, g := range b.groups {
+		w := write{op: op, token: token, group: g, until: until}
+		if op == OpRelease {
+			w.ds = make([]digest.Digest, 0, b.bounds[g+1]-b.bounds[g])
+			for _, i := range b.order[b.bounds[g]:b.bounds[g+1]] {
+				w.ds = append(w.ds, ds[i])
 			}
-			group := make([]digest.Digest, len(cl.idx))
-			for k, i := range cl.idx {
-				group[k] = ds[i]
-			}
-			t.follow.add(followup{op: OpRelease, token: token, group: c.layout.groupOf(group[0]), ds: group, until: until})
 		}
+		ws = append(ws, w)
 	}
-	return err
+	if queue && t.w.enqueue(ws) {
+		return nil
+	}
+	return t.send(ctx, c, op, ws)
 }
 
 // connected returns the tier's connection, or, while the topology is not
@@ -888,120 +666,47 @@ type nodeError struct {
 func (e nodeError) Error() string { return "node " + e.node + ": " + e.err.Error() }
 func (e nodeError) Unwrap() error { return e.err }
 
-// batch is the per-call scratch: the unique digests of ds grouped by group,
-// as indexes into ds.
+// batch is the per-call scratch: the digests of ds grouped by group, as
+// indexes into ds.
 type batch struct {
-	order  []int32 // indexes of ds, unique digests only, grouped by group
+	order  []int32 // indexes of ds, grouped by group
 	bounds []int32 // order[bounds[g]:bounds[g+1]] belong to group g
 	next   []int32
-	unique []bool // unique[i]: ds[i] is the first occurrence of its digest
-	seen   map[digest.Digest]struct{}
+	groups []int // the groups with digests, ascending
 }
 
 var batchPool = sync.Pool{New: func() any { return new(batch) }}
 
-func (b *batch) free() {
-	clear(b.seen)
-	batchPool.Put(b)
-}
+func (b *batch) free() { batchPool.Put(b) }
 
-// smallBatch is the size up to which in-call duplicates are found by
-// comparing pairs instead of with a map.
-const smallBatch = 16
-
-// prepare groups the digests of ds, dropping repeats of a digest within ds
-// (their claimed entries stay false) unless distinct says there are none.
-func (c *conn) prepare(ds []digest.Digest, distinct bool) *batch {
+// prepare groups the digests of ds.
+func (c *conn) prepare(ds []digest.Digest) *batch {
 	b := batchPool.Get().(*batch)
 	ng := len(c.layout.groups)
 	b.bounds = resize(b.bounds, ng+1)
 	clear(b.bounds)
 	b.next = resize(b.next, ng)
-	b.unique = resize(b.unique, len(ds))
-	clear(b.unique)
-	if !distinct && len(ds) > smallBatch && b.seen == nil {
-		b.seen = make(map[digest.Digest]struct{}, len(ds))
-	}
 	// Count per group, then place: a counting sort that keeps ds's order
 	// within each group.
-	unique := b.unique
-	for i, d := range ds {
-		if !distinct && b.repeated(ds, i) {
-			continue
-		}
-		unique[i] = true
+	for _, d := range ds {
 		b.bounds[c.layout.groupOf(d)+1]++
 	}
+	b.groups = b.groups[:0]
 	for g := 1; g <= ng; g++ {
+		if b.bounds[g] > 0 {
+			b.groups = append(b.groups, g-1)
+		}
 		b.bounds[g] += b.bounds[g-1]
 	}
-	b.order = resize(b.order, int(b.bounds[ng]))
+	b.order = resize(b.order, len(ds))
 	next := b.next
 	copy(next, b.bounds[:ng])
 	for i, d := range ds {
-		if !unique[i] {
-			continue
-		}
 		g := c.layout.groupOf(d)
 		b.order[next[g]] = int32(i)
 		next[g]++
 	}
 	return b
-}
-
-// repeated reports whether ds[i] occurred earlier in ds.
-func (b *batch) repeated(ds []digest.Digest, i int) bool {
-	d := ds[i]
-	if len(ds) <= smallBatch {
-		for _, e := range ds[:i] {
-			if e == d {
-				return true
-			}
-		}
-		return false
-	}
-	if _, dup := b.seen[d]; dup {
-		return true
-	}
-	b.seen[d] = struct{}{}
-	return false
-}
-
-// appendHolders appends to args the claim script's holder arguments for the
-// digests at idx: two bytes per digest indexing the tokens that follow,
-// each token once. Nothing if holders names none of them.
-func appendHolders(args []any, holders []string, idx []int32) []any {
-	if holders == nil {
-		return args
-	}
-	known := false
-	for _, i := range idx {
-		if holders[i] != "" {
-			known = true
-			break
-		}
-	}
-	if !known {
-		return args
-	}
-	hidx := make([]byte, 2*len(idx))
-	num := make(map[string]int)
-	var tokens []any
-	for k, i := range idx {
-		h := holders[i]
-		if h == "" {
-			continue
-		}
-		n, ok := num[h]
-		if !ok {
-			tokens = append(tokens, h)
-			n = len(tokens)
-			num[h] = n
-		}
-		binary.BigEndian.PutUint16(hidx[2*k:], uint16(n))
-	}
-	args = append(args, string(hidx))
-	return append(args, tokens...)
 }
 
 // resize returns s with length n, reusing its array if it is large enough.
@@ -1012,29 +717,10 @@ func resize[T any](s []T, n int) []T {
 	return s[:n]
 }
 
-// groupsOf returns the groups the digests of ds belong to.
-func (c *conn) groupsOf(ds []digest.Digest) []int {
-	ng := len(c.layout.groups)
-	if ng == 1 {
-		return []int{0}
-	}
-	seen := make([]bool, ng)
-	gs := make([]int, 0, min(len(ds), ng))
-	for _, d := range ds {
-		g := c.layout.groupOf(d)
-		if !seen[g] {
-			seen[g] = true
-			gs = append(gs, g)
-		}
-	}
-	return gs
-}
-
 // scriptCalls builds one EVALSHA of s per group and chunk of at most
 // maxKeysPerScript digests. The claim script gets the lease, the window and
-// the group's status prefix after the token, and the holders of its digests
-// where holders names any (see claimScript).
-func (t *Tier) scriptCalls(ctx context.Context, c *conn, s *redis.Script, b *batch, token string, ds []digest.Digest, holders []string) []*call {
+// the group's status prefix after the token (see claimScript).
+func (t *Tier) scriptCalls(ctx context.Context, c *conn, s *redis.Script, b *batch, token string, ds []digest.Digest) []*call {
 	n := len(b.order)
 	claim := s == claimScript
 	l := &c.layout
@@ -1058,19 +744,17 @@ func (t *Tier) scriptCalls(ctx context.Context, c *conn, s *redis.Script, b *bat
 		prev = end
 	}
 
-	ng := len(l.groups)
 	chunks := 0
-	for g := range ng {
-		if m := int(b.bounds[g+1] - b.bounds[g]); m > 0 {
-			chunks += (m + maxKeysPerScript - 1) / maxKeysPerScript
-		}
+	for _, g := range b.groups {
+		m := int(b.bounds[g+1] - b.bounds[g])
+		chunks += (m + maxKeysPerScript - 1) / maxKeysPerScript
 	}
 	// Per chunk: evalsha, sha, numkeys, status key, keys..., token, extra...
 	args := make([]any, 0, n+chunks*8)
 	calls := make([]call, chunks)
 	out := make([]*call, 0, chunks)
 	tok := &token
-	for g := range ng {
+	for _, g := range b.groups {
 		lo, hi := int(b.bounds[g]), int(b.bounds[g+1])
 		for lo < hi {
 			end := min(lo+maxKeysPerScript, hi)
@@ -1083,12 +767,12 @@ func (t *Tier) scriptCalls(ctx context.Context, c *conn, s *redis.Script, b *bat
 			args = append(args, tok)
 			if claim {
 				args = append(args, &t.leaseArg, &t.winArg, &l.groups[g].statusPrefix)
-				args = appendHolders(args, holders, b.order[lo:end])
 			}
 			cl := &calls[len(out)]
 			*cl = call{
 				cmd:   redis.NewCmd(ctx, args[start:len(args):len(args)]...),
 				route: status,
+				group: g,
 				idx:   b.order[lo:end],
 			}
 			out = append(out, cl)

@@ -1,0 +1,331 @@
+package redistier
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
+)
+
+// The writer is the tier's one background goroutine for claims. It does
+// what no sender has to wait for, and what must not be forgotten:
+//
+//   - Commits and releases, queued by Commit and Release once a batch's
+//     fate is known, go out together: one round trip per round (one per
+//     master in a Cluster) for every batch that ended while the last round
+//     was in flight. Until a commit lands its claim is pending, and a copy
+//     meeting it waits (it is never dropped on a pending claim's word).
+//   - The lease of every claim whose batch is still downstream is renewed
+//     each third of the lease, so an export may take as long as it takes:
+//     the lease bounds only how long the claims of a collector that died
+//     stand in the way.
+//   - A write that fails is sent again, with a growing pause, until it lands
+//     or its claim's lease has ended (Redis has then freed the claim and
+//     nothing is left to do). A commit or renewal that finds its claim ended,
+//     and a write given up, are reported (ResultLost) and logged: a copy of
+//     the claim's records may be delivered again.
+//
+// The queue holds at most maxQueued writes; a batch that finds it full
+// sends its own write and its sender waits for it, so a Redis that cannot
+// keep up slows the senders instead of letting the queue grow. Close sends
+// what is left once more, bounded by the timeout.
+const (
+	maxQueued  = 4096
+	retryFirst = 100 * time.Millisecond
+	retryMost  = time.Second
+)
+
+// write is one group's commit or release of one claim.
+type write struct {
+	op    string // OpCommit or OpRelease
+	token string
+	group int
+	ds    []digest.Digest // a release's digests
+	until time.Time       // the claim's lease has ended by then
+	pause time.Duration   // before the next try, once one failed
+	next  time.Time
+}
+
+type writer struct {
+	mu     sync.Mutex
+	queue  []write
+	retry  []write
+	live   map[string]*liveClaim // claims whose batches are downstream
+	closed bool
+	wake   chan struct{}
+}
+
+// liveClaim is a claim whose lease the writer renews.
+type liveClaim struct {
+	groups  []int
+	renewed time.Time
+}
+
+func (w *writer) init() {
+	w.live = map[string]*liveClaim{}
+	w.wake = make(chan struct{}, 1)
+}
+
+// hold starts renewing the lease of token's claim in groups.
+func (w *writer) hold(token string, groups []int) {
+	if len(groups) == 0 {
+		return
+	}
+	w.mu.Lock()
+	w.live[token] = &liveClaim{groups: append([]int(nil), groups...), renewed: time.Now()}
+	w.mu.Unlock()
+}
+
+// drop stops renewing token's claim: its batch has been decided.
+func (w *writer) drop(token string) {
+	w.mu.Lock()
+	delete(w.live, token)
+	w.mu.Unlock()
+}
+
+// enqueue queues ws and reports whether it did: not when the queue is full
+// or closed.
+func (w *writer) enqueue(ws []write) bool {
+	w.mu.Lock()
+	if w.closed || len(w.queue)+len(ws) > maxQueued {
+		w.mu.Unlock()
+		return false
+	}
+	w.queue = append(w.queue, ws...)
+	w.mu.Unlock()
+	w.signal()
+	return true
+}
+
+func (w *writer) signal() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (w *writer) close() {
+	w.mu.Lock()
+	w.closed = true
+	w.mu.Unlock()
+}
+
+// run returns the writer's loop: a round whenever writes are queued, when a
+// retry is due, and each third of the lease for the renewals.
+func (w *writer) run(t *Tier) func() {
+	return func() {
+		every := max(t.opts.Lease/3, time.Millisecond)
+		timer := time.NewTimer(every)
+		defer timer.Stop()
+		for {
+			select {
+			case <-t.stop:
+				// Close: what is left goes out once more, bounded by
+				// the timeout, even past the background context.
+				w.round(t, context.Background(), time.Now(), every, true)
+				return
+			case <-w.wake:
+			case <-timer.C:
+			}
+			next := w.round(t, t.bg, time.Now(), every, false)
+			if !timer.Stop() {
+				select {
+				case <-timer.C:
+				default:
+				}
+			}
+			timer.Reset(next)
+		}
+	}
+}
+
+// round sends the queued writes, the retries that are due and the renewals
+// that are due, and returns when the next round is due at the latest.
+func (w *writer) round(t *Tier, ctx context.Context, now time.Time, every time.Duration, last bool) time.Duration {
+	w.mu.Lock()
+	ws := w.queue
+	w.queue = nil
+	keep := w.retry[:0]
+	var expired []write
+	for _, r := range w.retry {
+		switch {
+		case !now.Before(r.until):
+			expired = append(expired, r) // the lease has freed the claim
+		case last || !now.Before(r.next):
+			ws = append(ws, r)
+		default:
+			keep = append(keep, r)
+		}
+	}
+	w.retry = keep
+	var renew []string
+	var groups [][]int
+	if !last {
+		for tok, lc := range w.live {
+			if now.Sub(lc.renewed) >= every {
+				lc.renewed = now
+				renew, groups = append(renew, tok), append(groups, lc.groups)
+			}
+		}
+	}
+	w.mu.Unlock()
+	for _, wr := range expired {
+		t.lost(wr.op, fmt.Errorf("dedup: redis %s: not sent before the claim's lease ended", wr.op))
+	}
+
+	c := t.conn.Load()
+	if c != nil {
+		var retry []write
+		for _, op := range []string{OpCommit, OpRelease} {
+			var sent []write
+			for _, wr := range ws {
+				if wr.op == op {
+					sent = append(sent, wr)
+				}
+			}
+			if len(sent) > 0 {
+				retry = append(retry, t.sendRound(ctx, c, op, sent, now)...)
+			}
+		}
+		if len(renew) > 0 {
+			t.renew(ctx, c, renew, groups)
+		}
+		ws = retry
+	}
+	if last {
+		for _, wr := range ws {
+			t.lost(wr.op, fmt.Errorf("dedup: redis %s: shut down before it landed", wr.op))
+		}
+		return every
+	}
+	next := every
+	w.mu.Lock()
+	for _, wr := range ws {
+		if !now.Before(wr.until) {
+			w.mu.Unlock()
+			t.lost(wr.op, fmt.Errorf("dedup: redis %s: not sent before the claim's lease ended", wr.op))
+			w.mu.Lock()
+			continue
+		}
+		wr.pause = min(max(2*wr.pause, retryFirst), retryMost)
+		wr.next = now.Add(wr.pause)
+		w.retry = append(w.retry, wr)
+	}
+	for _, r := range w.retry {
+		next = min(next, max(r.next.Sub(now), time.Millisecond))
+	}
+	w.mu.Unlock()
+	return next
+}
+
+// send sends ws now and queues for retry those that fail; it returns the
+// round's error.
+func (t *Tier) send(ctx context.Context, c *conn, op string, ws []write) error {
+	calls := t.writeCalls(ctx, c, op, ws)
+	err := t.run(ctx, c, op, calls)
+	retry := t.readWrites(op, ws, calls)
+	if len(retry) > 0 {
+		now := time.Now()
+		t.w.mu.Lock()
+		for _, wr := range retry {
+			wr.pause, wr.next = retryFirst, now.Add(retryFirst)
+			t.w.retry = append(t.w.retry, wr)
+		}
+		t.w.mu.Unlock()
+		t.w.signal()
+	}
+	return err
+}
+
+// sendRound sends one op's writes of a round and returns those to try
+// again.
+func (t *Tier) sendRound(ctx context.Context, c *conn, op string, ws []write, now time.Time) []write {
+	calls := t.writeCalls(ctx, c, op, ws)
+	if err := t.run(ctx, c, op, calls); err != nil && t.opts.OnWriteError != nil {
+		t.opts.OnWriteError(err)
+	}
+	return t.readWrites(op, ws, calls)
+}
+
+func (t *Tier) writeCalls(ctx context.Context, c *conn, op string, ws []write) []*call {
+	calls := make([]*call, len(ws))
+	for i, wr := range ws {
+		status := c.layout.statusKey(wr.group, wr.token)
+		if op == OpCommit {
+			calls[i] = &call{cmd: redis.NewCmd(ctx, "evalsha", commitScript.Hash(), 1, status, t.winArg), route: status, group: wr.group}
+			continue
+		}
+		args := make([]any, 0, 5+len(wr.ds))
+		args = append(args, "evalsha", releaseScript.Hash(), 1+len(wr.ds), status)
+		for _, d := range wr.ds {
+			b := d.Bytes()
+			args = append(args, c.layout.groups[wr.group].prefix+string(b[:]))
+		}
+		args = append(args, wr.token)
+		calls[i] = &call{cmd: redis.NewCmd(ctx, args...), route: status, group: wr.group}
+	}
+	return calls
+}
+
+// readWrites reports the commits that found their claim ended and returns
+// the writes whose call failed.
+func (t *Tier) readWrites(op string, ws []write, calls []*call) []write {
+	var retry []write
+	for i, cl := range calls {
+		if cl.err != nil {
+			retry = append(retry, ws[i])
+			continue
+		}
+		if op == OpCommit {
+			if n, _ := cl.cmd.Int64(); n == 0 {
+				t.lost(OpCommit, errors.New("dedup: redis commit: the claim had ended before its commit (its lease ran out): copies of its records may be delivered again"))
+			}
+		}
+	}
+	return retry
+}
+
+// renew extends the leases of the claims of tokens, in their groups.
+func (t *Tier) renew(ctx context.Context, c *conn, tokens []string, groups [][]int) {
+	var calls []*call
+	var owner []string
+	for i, tok := range tokens {
+		for _, g := range groups[i] {
+			status := c.layout.statusKey(g, tok)
+			calls = append(calls, &call{cmd: redis.NewCmd(ctx, "evalsha", renewScript.Hash(), 1, status, t.leaseArg), route: status, group: g})
+			owner = append(owner, tok)
+		}
+	}
+	if err := t.run(ctx, c, OpRenew, calls); err != nil && t.opts.OnWriteError != nil {
+		t.opts.OnWriteError(err)
+	}
+	for i, cl := range calls {
+		if cl.err != nil {
+			continue // renewed at the next round, if the lease allows
+		}
+		if n, _ := cl.cmd.Int64(); n == 0 {
+			t.w.mu.Lock()
+			_, stillLive := t.w.live[owner[i]]
+			delete(t.w.live, owner[i])
+			t.w.mu.Unlock()
+			if stillLive {
+				t.lost(OpRenew, errors.New("dedup: redis renew: the claim of a batch still downstream had ended (its lease ran out): copies of its records may be delivered meanwhile"))
+			}
+		}
+	}
+}
+
+// lost reports a claim the tier could not keep.
+func (t *Tier) lost(op string, err error) {
+	if t.observe != nil {
+		t.observe(op, ResultLost, 0)
+	}
+	if t.opts.OnWriteError != nil {
+		t.opts.OnWriteError(err)
+	}
+}
