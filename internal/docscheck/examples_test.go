@@ -261,7 +261,7 @@ func TestExampleHAMetrics(t *testing.T) {
 
 	// dedup/ha_scraped, swapped into the pipeline as the comment says.
 	text := strings.Replace(string(readFile(t, "examples/ha-metrics.yaml")),
-		"processors: [memory_limiter, dedup/ha, batch]", "processors: [memory_limiter, dedup/ha_scraped, batch]", 1)
+		"processors: [memory_limiter, dedup/ha]", "processors: [memory_limiter, dedup/ha_scraped]", 1)
 	p := filepath.Join(t.TempDir(), "ha-scraped.yaml")
 	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
