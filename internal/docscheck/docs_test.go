@@ -5,12 +5,15 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor"
 )
 
 // The Markdown files whose YAML blocks this package checks (see doc.go for
@@ -314,4 +317,72 @@ func anchors(md string) []string {
 		out = append(out, b.String())
 	}
 	return out
+}
+
+// TestEverySettingDocumented: every setting of the processor's Config (its
+// mapstructure path) is in docs/versioning.md's stability table and in the
+// component README's configuration table.
+func TestEverySettingDocumented(t *testing.T) {
+	var paths []string
+	settingPaths(reflect.TypeFor[dedupprocessor.Config](), "", &paths)
+	if len(paths) < 30 {
+		t.Fatalf("found only %d settings: %q", len(paths), paths)
+	}
+	for _, file := range []string{"docs/versioning.md", "processor/dedupprocessor/README.md"} {
+		var table strings.Builder
+		for _, line := range strings.Split(string(readFile(t, file)), "\n") {
+			if strings.HasPrefix(line, "| `") {
+				table.WriteString(line + "\n")
+			}
+		}
+		for _, p := range paths {
+			if !strings.Contains(table.String(), "`"+p+"`") {
+				t.Errorf("%s: no table row names `%s`", file, p)
+			}
+		}
+	}
+}
+
+// settingPaths appends the dotted mapstructure path of every setting of t:
+// the processor's own structs (and configoptional.Optional of them) are
+// walked, other types (configtls, component.ID) are one setting.
+func settingPaths(t reflect.Type, prefix string, out *[]string) {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		tag := f.Tag.Get("mapstructure")
+		if tag == "" || !f.IsExported() {
+			continue
+		}
+		name, opts, _ := strings.Cut(tag, ",")
+		ft := f.Type
+		for ft.Kind() == reflect.Pointer {
+			ft = ft.Elem()
+		}
+		if opts == "squash" {
+			settingPaths(ft, prefix, out)
+			continue
+		}
+		path := prefix + name
+		if strings.HasPrefix(ft.PkgPath(), "go.opentelemetry.io/collector/config/configoptional") && ft.Kind() == reflect.Struct {
+			// Optional[T]: its one field holds the T.
+			for j := range ft.NumField() {
+				if inner := ft.Field(j).Type; inner.Kind() == reflect.Struct && inner.PkgPath() != ft.PkgPath() {
+					ft = inner
+					break
+				}
+			}
+		}
+		if f.Name == "DeprecatedPendingWait" {
+			*out = append(*out, path)
+			continue
+		}
+		if ft.Kind() == reflect.Struct && ft.PkgPath() == reflect.TypeFor[dedupprocessor.Config]().PkgPath() {
+			if strings.Contains(ft.String(), "Optional") || name == "redis" || name == "replica_election" {
+				*out = append(*out, path) // present or absent: a setting of its own
+			}
+			settingPaths(ft, path+".", out)
+			continue
+		}
+		*out = append(*out, path)
+	}
 }
