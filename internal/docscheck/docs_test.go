@@ -10,7 +10,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"go.opentelemetry.io/collector/confmap"
 	"gopkg.in/yaml.v3"
 
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor"
@@ -384,5 +386,102 @@ func settingPaths(t reflect.Type, prefix string, out *[]string) {
 			continue
 		}
 		*out = append(*out, path)
+	}
+}
+
+// TestReadmeDefaults: the component README's configuration table gives
+// each setting the default the processor really has (with the optional
+// sections, redis and metrics.replica_election, present).
+func TestReadmeDefaults(t *testing.T) {
+	cfg := dedupprocessor.NewFactory().CreateDefaultConfig().(*dedupprocessor.Config)
+	present := confmap.NewFromStringMap(map[string]any{
+		"redis":   map[string]any{"endpoints": []any{"redis.internal:6379"}},
+		"metrics": map[string]any{"replica_election": map[string]any{}},
+	})
+	if err := present.Unmarshal(cfg); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	settingValues(reflect.ValueOf(cfg).Elem(), "", got)
+	rowRE := regexp.MustCompile("^\\| ((?:`[a-z_.]+`(?:, )?)+) \\| `([^`]*)` \\|")
+	checked := 0
+	for _, line := range strings.Split(string(readFile(t, "processor/dedupprocessor/README.md")), "\n") {
+		m := rowRE.FindStringSubmatch(line)
+		if m == nil || strings.Contains(m[2], "<") {
+			continue
+		}
+		for _, name := range strings.Split(m[1], ", ") {
+			name = strings.Trim(name, "`")
+			v, ok := got[name]
+			if !ok {
+				t.Errorf("README: `%s` has a default but is no setting", name)
+				continue
+			}
+			checked++
+			doc := m[2]
+			if doc == `""` {
+				doc = ""
+			}
+			if d, err := time.ParseDuration(doc); err == nil && strings.HasPrefix(v, "duration ") {
+				doc = "duration " + d.String()
+			}
+			if v != doc {
+				t.Errorf("README: `%s` defaults to `%s`; the processor's default is %q", name, m[2], v)
+			}
+		}
+	}
+	if checked < 25 {
+		t.Errorf("checked only %d defaults", checked)
+	}
+}
+
+// settingValues records the value of every leaf setting of v by its dotted
+// path: durations as time.Duration.String(), lists as [] when empty.
+func settingValues(v reflect.Value, prefix string, out map[string]string) {
+	t := v.Type()
+	for i := range t.NumField() {
+		f := t.Field(i)
+		tag := f.Tag.Get("mapstructure")
+		if tag == "" || !f.IsExported() {
+			continue
+		}
+		name, opts, _ := strings.Cut(tag, ",")
+		fv := v.Field(i)
+		if opts == "squash" {
+			settingValues(fv, prefix, out)
+			continue
+		}
+		path := prefix + name
+		if get := fv.Addr().MethodByName("Get"); get.IsValid() && strings.Contains(fv.Type().String(), "Optional") {
+			if p := get.Call(nil)[0]; !p.IsNil() && p.Elem().Kind() == reflect.Struct && p.Elem().Type().PkgPath() == t.PkgPath() {
+				settingValues(p.Elem(), path+".", out)
+			}
+			continue
+		}
+		if fv.Kind() == reflect.Struct && fv.Type().PkgPath() == t.PkgPath() {
+			settingValues(fv, path+".", out)
+			continue
+		}
+		switch x := fv.Interface().(type) {
+		case time.Duration:
+			out[path] = "duration " + x.String()
+		default:
+			switch fv.Kind() {
+			case reflect.String: // configopaque.String prints redacted
+				out[path] = fv.String()
+			case reflect.Slice:
+				if fv.Len() == 0 {
+					out[path] = "[]"
+				} else {
+					out[path] = fmt.Sprint(x)
+				}
+			case reflect.Pointer:
+				if !fv.IsNil() {
+					out[path] = fmt.Sprint(fv.Elem().Interface())
+				}
+			default:
+				out[path] = fmt.Sprint(x)
+			}
+		}
 	}
 }
