@@ -261,7 +261,7 @@ func TestExampleHAMetrics(t *testing.T) {
 
 	// dedup/ha_scraped, swapped into the pipeline as the comment says.
 	text := strings.Replace(string(readFile(t, "examples/ha-metrics.yaml")),
-		"processors: [memory_limiter, dedup/ha, batch]", "processors: [memory_limiter, dedup/ha_scraped, batch]", 1)
+		"processors: [memory_limiter, dedup/ha]", "processors: [memory_limiter, dedup/ha_scraped]", 1)
 	p := filepath.Join(t.TempDir(), "ha-scraped.yaml")
 	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
@@ -462,5 +462,37 @@ func TestExampleTLSFilesReadAtStart(t *testing.T) {
 	}
 	if want := "dedup: redis.tls: "; !strings.Contains(out, want) || !strings.Contains(out, missing+"ca.pem") {
 		t.Errorf("start without certificates said:\n%s\nwant %q and the missing file %s", out, want, missing+"ca.pem")
+	}
+}
+
+// TestValidateRefusesOneRedisIDInTwoPipelines: `validate` refuses what the
+// start refuses when the config alone decides it: one dedup ID with redis
+// in two pipelines of a signal, with the fix named.
+func TestValidateRefusesOneRedisIDInTwoPipelines(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "two.yaml")
+	if err := os.WriteFile(p, []byte(`
+receivers:
+  otlp:
+    protocols:
+      grpc: {endpoint: 127.0.0.1:4317}
+processors:
+  dedup:
+    redis: {endpoints: ["127.0.0.1:6379"]}
+exporters:
+  debug: {}
+  otlp_grpc: {endpoint: backend.example.internal:4317}
+service:
+  pipelines:
+    logs/a: {receivers: [otlp], processors: [dedup], exporters: [debug]}
+    logs/b: {receivers: [otlp], processors: [dedup], exporters: [otlp_grpc]}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := validate(t, p)
+	if err == nil {
+		t.Fatalf("validate accepted one dedup ID with redis in two logs pipelines:\n%s", out)
+	}
+	if want := `give each pipeline its own dedup processor ID (e.g. dedup/a and dedup/b)`; !strings.Contains(out, want) {
+		t.Errorf("validate said:\n%s\nwant it to contain %q", out, want)
 	}
 }

@@ -71,25 +71,25 @@ func TestOCBManifestBuildsFromCleanDir(t *testing.T) {
 			t.Errorf("otelcol-custom components does not list %q:\n%s", want, out)
 		}
 	}
+	// README's config for this collector (the block marked `ocb`), as
+	// shipped: with an empty environment.
+	var blocks []docBlock
+	for _, b := range docBlocks(t) {
+		if b.mark == "ocb" {
+			blocks = append(blocks, b)
+		}
+	}
+	if len(blocks) != 1 {
+		t.Fatalf("README.md has %d YAML blocks marked `ocb`, want 1", len(blocks))
+	}
 	cfg := filepath.Join(clean, "config.yaml")
-	if err := os.WriteFile(cfg, []byte(`
-receivers:
-  otlp:
-    protocols:
-      grpc: {endpoint: 127.0.0.1:4317}
-processors:
-  dedup:
-    logs:
-      key: ['attributes["event.id"]']
-exporters:
-  debug: {}
-service:
-  pipelines:
-    logs: {receivers: [otlp], processors: [dedup], exporters: [debug]}
-`), 0o644); err != nil {
+	if err := os.WriteFile(cfg, []byte(blocks[0].text), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := run(t, clean, nil, bin, "validate", "--config", cfg); err != nil {
-		t.Fatalf("otelcol-custom validate: %v\n%s", err, out)
+	if out, err := runIn(t, cmdTimeout, clean, nil, bin, "validate", "--config", cfg); err != nil {
+		t.Fatalf("otelcol-custom validate README.md's config: %v\n%s", err, out)
+	}
+	for _, p := range promiseBreaches(t, []byte(blocks[0].text)) {
+		t.Errorf("README.md's config for the custom collector: %s", p)
 	}
 }

@@ -2,7 +2,12 @@ package docscheck
 
 import (
 	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
+
+	"gopkg.in/yaml.v3"
 
 	"github.com/otelcol-dedup/otelcol-dedup/internal/e2e"
 )
@@ -89,5 +94,140 @@ service:
 				t.Errorf("[released, duplicates, delivered] = %v, want %v", got, want)
 			}
 		})
+	}
+}
+
+// TestExamplesKeepThePromise holds every shipped example to the full-promise
+// placement: no batch processor after dedup in any pipeline, and every
+// exporter either without a queue or with a queue that answers after the
+// export (wait_for_result: true, which a persistent queue cannot do). No
+// example sets redis.lease: the lease follows the export on its own. The
+// default backend is never one of the example's own receivers.
+func TestExamplesKeepThePromise(t *testing.T) {
+	for _, name := range exampleFiles {
+		t.Run(name, func(t *testing.T) {
+			text := string(readFile(t, "examples/"+name))
+			for _, p := range promiseBreaches(t, []byte(text)) {
+				t.Error(p)
+			}
+			if strings.Contains(text, "lease:") {
+				t.Error("sets redis.lease: the lease follows the export; leave the default")
+			}
+			for _, m := range envRE.FindAllStringSubmatch(text, -1) {
+				if m[1] != "OTLP_BACKEND" {
+					continue
+				}
+				def := strings.TrimPrefix(m[2], ":-")
+				for _, own := range []string{":4317", ":4318"} {
+					if strings.HasSuffix(strings.TrimSuffix(def, "/"), own) {
+						t.Errorf("OTLP_BACKEND defaults to %s, where the example's own receiver listens", def)
+					}
+				}
+			}
+		})
+	}
+}
+
+// promiseBreaches lists what in a collector config breaks "acknowledged
+// means delivered" behind dedup.
+func promiseBreaches(t *testing.T, config []byte) []string {
+	t.Helper()
+	var cfg struct {
+		Exporters map[string]struct {
+			SendingQueue *struct {
+				Enabled       *bool   `yaml:"enabled"`
+				WaitForResult bool    `yaml:"wait_for_result"`
+				Storage       *string `yaml:"storage"`
+			} `yaml:"sending_queue"`
+		} `yaml:"exporters"`
+		Service struct {
+			Pipelines map[string]struct {
+				Processors []string `yaml:"processors"`
+				Exporters  []string `yaml:"exporters"`
+			} `yaml:"pipelines"`
+		} `yaml:"service"`
+	}
+	if err := yaml.Unmarshal(config, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for name, p := range cfg.Service.Pipelines {
+		i := slices.IndexFunc(p.Processors, isDedup)
+		if i < 0 {
+			continue
+		}
+		for _, after := range p.Processors[i+1:] {
+			if after == "batch" || strings.HasPrefix(after, "batch/") {
+				out = append(out, fmt.Sprintf("pipeline %s: %s after %s answers the sender before the export", name, after, p.Processors[i]))
+			}
+		}
+		for _, id := range p.Exporters {
+			q := cfg.Exporters[id].SendingQueue
+			switch {
+			case id == "debug" || strings.HasPrefix(id, "debug/"):
+			case q == nil:
+				out = append(out, fmt.Sprintf("pipeline %s: exporter %s has the default sending_queue, which answers before the export; set sending_queue: {enabled: true, wait_for_result: true}", name, id))
+			case q.Enabled != nil && !*q.Enabled:
+			case q.Storage != nil:
+				out = append(out, fmt.Sprintf("pipeline %s: exporter %s has a persistent queue, which answers when the request is on disk", name, id))
+			case !q.WaitForResult:
+				out = append(out, fmt.Sprintf("pipeline %s: exporter %s's sending_queue answers before the export; set wait_for_result: true", name, id))
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func isDedup(id string) bool { return id == "dedup" || strings.HasPrefix(id, "dedup/") }
+
+// TestExampleQueueFullIsNotAcknowledged runs examples/gateway.yaml's
+// exporter settings, with a queue of one request, against a backend that
+// stalls: a request the full queue refuses is not acknowledged (its sender
+// gets the error), its keys are released, and its re-send once the backend
+// is back is delivered, not dropped as a copy of data that never arrived.
+func TestExampleQueueFullIsNotAcknowledged(t *testing.T) {
+	sink := newSink(t)
+	c := startCollector(t, []string{"OTLP_BACKEND=" + sink.GRPCEndpoint()}, func(p e2e.Ports) []string {
+		return []string{fmt.Sprintf(`
+extensions:
+  health_check: {endpoint: %q}
+receivers:
+  otlp:
+    protocols:
+      grpc: {endpoint: %q}
+      http: {endpoint: %q}
+exporters:
+  otlp_grpc:
+    sending_queue: {queue_size: 1, num_consumers: 1}
+service:
+%s`, e2e.Addr(p.Health), e2e.Addr(p.OTLPGRPC), e2e.Addr(p.OTLPHTTP), telemetryYAML(p.Metrics))}
+	}, filepath.Join(root(t), "examples", "gateway.yaml"))
+	s := c.grpcSender()
+	ctx := ctxT(t)
+	sink.Hold()
+	held := make(chan error, 1)
+	go func() { held <- s.SendLogs(ctx, logBatch("payment accepted")) }()
+	if err := sink.WaitFor(ctx, func(s *e2e.Sink) bool { return s.Holding() == 1 }); err != nil {
+		t.Fatalf("the first export never reached the backend: %v", err)
+	}
+	if err := s.SendLogs(ctx, logBatch("payment settled")); err == nil {
+		t.Fatal("a request the full queue refused was acknowledged")
+	}
+	sink.Unhold()
+	if err := <-held; err != nil {
+		t.Fatalf("the held request: %v", err)
+	}
+	mustSend(t, "re-send of the refused request", s.SendLogs(ctx, logBatch("payment settled")))
+	sc := c.scrape()
+	c.stop()
+	l := e2e.Labels{"processor": "dedup", "otel_signal": "logs"}
+	got := [3]float64{
+		sc.Sum("otelcol_processor_dedup_released", l),
+		sc.Sum("otelcol_processor_dedup_records", e2e.Labels{"processor": "dedup", "otel_signal": "logs", "outcome": "duplicate"}),
+		float64(sink.LogRecordCount()),
+	}
+	if want := [3]float64{1, 0, 2}; got != want {
+		t.Errorf("[released, duplicates, delivered] = %v, want %v", got, want)
 	}
 }

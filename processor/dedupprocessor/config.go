@@ -144,6 +144,9 @@ type RedisConfig struct {
 	KeyPrefix string `mapstructure:"key_prefix"`
 	// Timeout bounds each round trip.
 	Timeout time.Duration `mapstructure:"timeout"`
+	// DeprecatedPendingWait is pending_wait's former name, redis.pending_wait:
+	// it still works and means the same, with a warning at start-up.
+	DeprecatedPendingWait *time.Duration `mapstructure:"pending_wait"`
 	// Lease is how long a claim stays pending before the next consumer has
 	// accepted its batch; a collector that dies mid-batch blocks that
 	// batch's retries for at most this long.
@@ -296,6 +299,15 @@ func (cfg *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("snapshot_interval must be >= 0 (0 saves only at shutdown), got %q", cfg.SnapshotInterval))
 	} else if cfg.SnapshotInterval > 0 && cfg.SnapshotInterval < minDuration {
 		errs = append(errs, fmt.Errorf("snapshot_interval must be 0 or >= 1ms, got %q (a number without a unit is nanoseconds: write e.g. 1m)", cfg.SnapshotInterval))
+	}
+	if r := cfg.Redis.Get(); r != nil && r.DeprecatedPendingWait != nil {
+		// The renamed setting moves to its new name (the first step of a
+		// rename, docs/versioning.md); setting both is an error naming both.
+		if old := *r.DeprecatedPendingWait; cfg.PendingWait != defaultPendingWait && cfg.PendingWait != old {
+			errs = append(errs, fmt.Errorf("redis.pending_wait is deprecated and replaced by pending_wait: set only pending_wait, got both (%q and %q)", old, cfg.PendingWait))
+		} else {
+			cfg.PendingWait = old
+		}
 	}
 	if cfg.PendingWait < 0 {
 		errs = append(errs, fmt.Errorf("pending_wait must be >= 0 (0 refuses at once), got %q", cfg.PendingWait))

@@ -61,7 +61,6 @@ func TestConfigMatrixUnmarshalErrors(t *testing.T) {
 		{`traces: {condition: []}`, `'traces' has invalid keys: condition`},
 		{`metrics: {ignores: []}`, `'metrics' has invalid keys: ignores`},
 		{`redis: {endpoint: "a:1"}`, `'redis' ` + decodePrefix + `'dedupprocessor.RedisConfig' has invalid keys: endpoint`},
-		{`redis: {endpoints: ["a:1"], pending_wait: 1s}`, `'redis' ` + decodePrefix + `'dedupprocessor.RedisConfig' has invalid keys: pending_wait`},
 		{`redis: {endpoints: ["a:1"], tls: {ca: x}}`, `'redis' ` + decodePrefix + `'tls' ` + decodePrefix + `'configtls.ClientConfig' has invalid keys: ca`},
 	} {
 		t.Run(tt.yaml, func(t *testing.T) {

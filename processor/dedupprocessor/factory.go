@@ -5,10 +5,13 @@ package dedupprocessor
 
 import (
 	"context"
+	"fmt"
+	"sync"
 
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/consumer"
 	"go.opentelemetry.io/collector/processor"
+	"go.uber.org/zap"
 )
 
 // componentType is the name of the processor in collector configs.
@@ -21,33 +24,76 @@ const stability = component.StabilityLevelAlpha
 // factory makes (one per pipeline of a collector) share its record of which
 // Redis key spaces are in use.
 func NewFactory() processor.Factory {
-	ks := new(keySpaces)
+	b := new(built)
 	return processor.NewFactory(
 		componentType,
 		createDefaultConfig,
 		processor.WithLogs(func(_ context.Context, set processor.Settings, cfg component.Config, next consumer.Logs) (processor.Logs, error) {
+			if err := b.add(set, cfg.(*Config), "logs"); err != nil {
+				return nil, err
+			}
 			p, err := newLogsProcessor(set.TelemetrySettings, set.ID, cfg.(*Config), next)
 			if err != nil {
 				return nil, err
 			}
-			p.keySpaces = ks
 			return p, nil
 		}, stability),
 		processor.WithTraces(func(_ context.Context, set processor.Settings, cfg component.Config, next consumer.Traces) (processor.Traces, error) {
+			if err := b.add(set, cfg.(*Config), "traces"); err != nil {
+				return nil, err
+			}
 			p, err := newTracesProcessor(set.TelemetrySettings, set.ID, cfg.(*Config), next)
 			if err != nil {
 				return nil, err
 			}
-			p.keySpaces = ks
 			return p, nil
 		}, stability),
 		processor.WithMetrics(func(_ context.Context, set processor.Settings, cfg component.Config, next consumer.Metrics) (processor.Metrics, error) {
+			if err := b.add(set, cfg.(*Config), "metrics"); err != nil {
+				return nil, err
+			}
 			p, err := newMetricsProcessor(set.TelemetrySettings, set.ID, cfg.(*Config), next)
 			if err != nil {
 				return nil, err
 			}
-			p.keySpaces = ks
 			return p, nil
 		}, stability),
 	)
+}
+
+// built records what one factory has made. The collector takes a fresh set
+// of factories for every build of its pipelines, `validate` included, and
+// makes one processor per pipeline before starting any, so a second
+// processor of one ID and signal with a shared tier means one dedup ID in
+// two pipelines: refused here, where `validate` sees it too.
+type built struct {
+	mu     sync.Mutex
+	tiered map[keySpace]bool
+	warned map[component.ID]bool
+}
+
+func (b *built) add(set processor.Settings, cfg *Config, signal string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	r := cfg.Redis.Get()
+	if r == nil {
+		return nil
+	}
+	if r.DeprecatedPendingWait != nil && !b.warned[set.ID] {
+		if b.warned == nil {
+			b.warned = map[component.ID]bool{}
+		}
+		b.warned[set.ID] = true
+		set.Logger.Warn(`dedup: "redis.pending_wait" is deprecated, use "pending_wait"`, zap.String("processor", set.ID.String()))
+	}
+	u := keySpace{id: set.ID, signal: signal}
+	if b.tiered[u] {
+		return fmt.Errorf("dedup: processor %q is in two %s pipelines and has a shared tier (redis): both would claim the same keys and each pipeline would drop the records the other delivered; give each pipeline its own dedup processor ID (e.g. %s/a and %s/b)",
+			set.ID, signal, set.ID.Type(), set.ID.Type())
+	}
+	if b.tiered == nil {
+		b.tiered = map[keySpace]bool{}
+	}
+	b.tiered[u] = true
+	return nil
 }

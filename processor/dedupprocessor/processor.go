@@ -35,13 +35,11 @@ type engine struct {
 	clock     clock
 	ended     settledSignal // a round ended: committed or released
 
-	tier            sharedTier      // nil: local only
-	redis           *redistier.Tier // the tier, when it is Redis
-	elect           *elector        // replica election; nil: not configured
-	electTier       electionTier    // elections in the shared tier; nil: local only
-	redisPolicy     ErrorPolicy
-	keySpaces       *keySpaces // of the factory that made the engine
-	releaseKeySpace func()     // set while Start holds the key space
+	tier        sharedTier      // nil: local only
+	redis       *redistier.Tier // the tier, when it is Redis
+	elect       *elector        // replica election; nil: not configured
+	electTier   electionTier    // elections in the shared tier; nil: local only
+	redisPolicy ErrorPolicy
 
 	id          component.ID
 	signal      string
@@ -140,20 +138,7 @@ func (e *engine) tenant(ctx context.Context, enc *identity.Encoder) [digest.Size
 	return enc.Digest().Bytes()
 }
 
-func (e *engine) Start(ctx context.Context, host component.Host) (err error) {
-	if e.cfg.Redis.Get() != nil {
-		release, err := e.claimKeySpace()
-		if err != nil {
-			return err
-		}
-		e.releaseKeySpace = release
-		defer func() {
-			if err != nil {
-				release()
-				e.releaseKeySpace = nil
-			}
-		}()
-	}
+func (e *engine) Start(ctx context.Context, host component.Host) error {
 	if err := e.startPersistence(ctx, host); err != nil {
 		return err
 	}
@@ -161,10 +146,6 @@ func (e *engine) Start(ctx context.Context, host component.Host) (err error) {
 }
 
 func (e *engine) Shutdown(ctx context.Context) error {
-	if e.releaseKeySpace != nil {
-		e.releaseKeySpace()
-		e.releaseKeySpace = nil
-	}
 	return errors.Join(e.stopPersistence(ctx), e.stopTier(), e.tel.shutdown())
 }
 

@@ -75,46 +75,11 @@ func (l zapRedisLogger) Printf(_ context.Context, format string, v ...any) {
 	l.logger.Warn(fmt.Sprintf(format, v...))
 }
 
-// keySpaces counts the running processors with a shared tier that one
-// factory made, per processor ID and signal. A collector builds its
-// processors with one factory, one per pipeline: one dedup ID in two
-// pipelines of a signal would be two processors writing the same keys, and
-// each pipeline would drop the records the other delivered.
-type keySpaces struct {
-	mu    sync.Mutex
-	users map[keySpace]int
-}
-
+// keySpace is one processor ID's keys in one signal's pipelines: a
+// collector may use it in one pipeline only (see built in factory.go).
 type keySpace struct {
 	id     component.ID
 	signal string
-}
-
-// claimKeySpace registers the engine as a user of its key space, and fails
-// if another processor of its factory (another pipeline) already uses it.
-func (e *engine) claimKeySpace() (release func(), err error) {
-	ks := e.keySpaces
-	if ks == nil {
-		return func() {}, nil
-	}
-	u := keySpace{id: e.id, signal: e.signal}
-	ks.mu.Lock()
-	defer ks.mu.Unlock()
-	if ks.users[u] > 0 {
-		return nil, fmt.Errorf("dedup: processor %q is in two %s pipelines and has a shared tier (redis): both would claim the same keys and each pipeline would drop the records the other delivered; give each pipeline its own dedup processor ID (e.g. %s/a and %s/b)",
-			e.id, e.signal, e.id.Type(), e.id.Type())
-	}
-	if ks.users == nil {
-		ks.users = map[keySpace]int{}
-	}
-	ks.users[u]++
-	return func() {
-		ks.mu.Lock()
-		defer ks.mu.Unlock()
-		if ks.users[u]--; ks.users[u] == 0 {
-			delete(ks.users, u)
-		}
-	}, nil
 }
 
 // startTier connects the shared tier, if one is configured. It asks the

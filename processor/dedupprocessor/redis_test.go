@@ -10,15 +10,12 @@ import (
 	"time"
 
 	"go.opentelemetry.io/collector/component"
-	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/config/configopaque"
 	"go.opentelemetry.io/collector/config/configoptional"
 	"go.opentelemetry.io/collector/config/configtls"
 	"go.opentelemetry.io/collector/consumer"
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/pdata/plog"
-	"go.opentelemetry.io/collector/processor"
-	"go.opentelemetry.io/collector/processor/processortest"
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
@@ -474,65 +471,6 @@ func TestCopyOfARecordPendingTooLongIsRefused(t *testing.T) {
 	}
 	if n := sink.LogRecordCount(); n != 2 {
 		t.Fatalf("retry delivered %d, want 2", n)
-	}
-}
-
-// TestOneProcessorIDInTwoPipelinesWithSharedTier: a collector makes one
-// processor per pipeline with one factory; with a shared tier, a second
-// processor of the same ID and signal from that factory is refused at Start
-// with the fix named, while another collector (factory), another signal or
-// another ID is fine, and a processor that shut down frees its place.
-func TestOneProcessorIDInTwoPipelinesWithSharedTier(t *testing.T) {
-	ctx := context.Background()
-	cfg := redisConfig([]string{"127.0.0.1:1"}, ErrorPass)
-	set := processortest.NewNopSettings(componentType)
-	collector := NewFactory()
-	logsProc := func(f processor.Factory, set processor.Settings) processor.Logs {
-		p, err := f.CreateLogs(ctx, set, cfg, consumertest.NewNop())
-		if err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	host := componenttest.NewNopHost()
-	first := logsProc(collector, set)
-	if err := first.Start(ctx, host); err != nil {
-		t.Fatal(err)
-	}
-	second := logsProc(collector, set)
-	err := second.Start(ctx, host)
-	want := `dedup: processor "dedup" is in two logs pipelines and has a shared tier (redis): both would claim the same keys and each pipeline would drop the records the other delivered; give each pipeline its own dedup processor ID (e.g. dedup/a and dedup/b)`
-	if err == nil || err.Error() != want {
-		t.Fatalf("second Start: %v\nwant: %s", err, want)
-	}
-	other := logsProc(NewFactory(), set)
-	if err := other.Start(ctx, host); err != nil {
-		t.Fatalf("another collector: %v", err)
-	}
-	named := set
-	named.ID = component.MustNewIDWithName("dedup", "b")
-	b := logsProc(collector, named)
-	if err := b.Start(ctx, host); err != nil {
-		t.Fatalf("another ID: %v", err)
-	}
-	traces, err := collector.CreateTraces(ctx, set, cfg, consumertest.NewNop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := traces.Start(ctx, host); err != nil {
-		t.Fatalf("another signal: %v", err)
-	}
-	for _, p := range []component.Component{first, second, other, b, traces} {
-		if err := p.Shutdown(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	again := logsProc(collector, set)
-	if err := again.Start(ctx, host); err != nil {
-		t.Fatalf("after the first shut down: %v", err)
-	}
-	if err := again.Shutdown(ctx); err != nil {
-		t.Fatal(err)
 	}
 }
 
