@@ -7,7 +7,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.opentelemetry.io/collector/client"
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/consumer"
 	"go.uber.org/zap"
@@ -74,6 +73,8 @@ type batch struct {
 	unchecked []digest.Digest
 
 	ballots *ballotBox // replica election (metrics); nil when not configured
+
+	unidentified bool // the request lacks the auth_attributes identity
 }
 
 var batchPool = sync.Pool{New: func() any { return new(batch) }}
@@ -331,25 +332,10 @@ func (e *engine) land(b *batch) {
 	e.released.broadcast()
 }
 
-// tenant is the digest of the request's metadata_keys values: part of every
-// identity, so that tenants never suppress each other's data.
-func (e *engine) tenant(ctx context.Context, enc *identity.Encoder) [digest.Size]byte {
-	if len(e.cfg.MetadataKeys) == 0 {
-		return [digest.Size]byte{}
-	}
-	info := client.FromContext(ctx)
-	enc.Reset()
-	for _, k := range e.cfg.MetadataKeys {
-		vals := info.Metadata.Get(k)
-		enc.Uint(uint64(len(vals)))
-		for _, v := range vals {
-			enc.String(v)
-		}
-	}
-	return enc.Digest().Bytes()
-}
-
 func (e *engine) Start(ctx context.Context, host component.Host) (err error) {
+	if err := checkAuthenticator(e.cfg, host); err != nil {
+		return err
+	}
 	if e.cfg.Redis.Get() != nil {
 		release, err := e.claimKeySpace()
 		if err != nil {
