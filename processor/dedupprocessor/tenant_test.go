@@ -150,6 +150,12 @@ func TestAuthAttributeValues(t *testing.T) {
 	if d, ok := digestOf(defaultConfig(), request(authData{"subject": "alice"})); !ok || d != string(make([]byte, len(d))) {
 		t.Errorf("no partition configured: identified=%v, digest not zero", ok)
 	}
+
+	// A snapshot or a shared key space made under other partition settings
+	// is not reused.
+	if identityFingerprint(md) == identityFingerprint(cfg) {
+		t.Error("auth_attributes left the identity fingerprint unchanged")
+	}
 }
 
 // TestAuthAttributesNeedAnAuthenticator: auth_attributes on a collector
