@@ -241,3 +241,50 @@ service:
 		t.Errorf("collector output lacks %q:\n%s", want, out)
 	}
 }
+
+// TestHeaderTenantsCanBeClaimed is the attack auth_attributes closes: with
+// metadata_keys alone, a sender that sends another tenant's event IDs under
+// that tenant's header first has the real events dropped as copies.
+func TestHeaderTenantsCanBeClaimed(t *testing.T) {
+	r := startCollector(t, nil, `
+receivers:
+  otlp:
+    protocols:
+      grpc:
+        include_metadata: true
+processors:
+  dedup:
+    metadata_keys: [X-Scope-OrgID]
+    logs:
+      key: ['attributes["event.id"]']
+service:
+  pipelines:
+    logs:
+      receivers: [otlp]
+      processors: [dedup]
+      exporters: [otlp_grpc/sink]
+`)
+	c, _ := eventCorpus(10)
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	s := r.grpcSender()
+	asAcme := WithGRPCMetadata(ctx, "X-Scope-OrgID", "acme")
+	forged := c.batch(span(0, 10)...)
+	for i := range 10 {
+		forged.ResourceLogs().At(0).ScopeLogs().At(0).LogRecords().At(i).Body().SetStr("forged")
+	}
+	runAuthSteps(t, r, []authStep{
+		{"mallory, acme's header and event IDs", func() error { return s.SendLogs(asAcme, forged) }, 10, 0, 0},
+		{"acme's real events", func() error { return s.SendLogs(asAcme, c.batch(span(0, 10)...)) }, 10, 10, 0},
+	})
+	r.stop()
+	counts, total := delivered(r.sink)
+	if total != 10 {
+		t.Errorf("sink received %d records, want 10 (mallory's only)", total)
+	}
+	for i := range 10 {
+		if n := counts[c.recordKey(i)]; n != 0 {
+			t.Errorf("acme's evt-%d delivered %d times; want 0: the attack this test shows", i, n)
+		}
+	}
+}
