@@ -14,6 +14,8 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/pdata/pmetric"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"gopkg.in/yaml.v3"
 
 	"github.com/otelcol-dedup/otelcol-dedup/internal/e2e"
@@ -228,15 +230,33 @@ func TestExampleFleetRedis(t *testing.T) {
 	}
 }
 
-// TestExampleMultiTenant: the same event from two tenants is two events;
-// from one tenant twice, one.
+// TestExampleMultiTenant: against a real OIDC issuer, the same event from
+// two tenants' tokens is two events; from one tenant twice, one; and a
+// tenant that sets the other's header cannot suppress the other's event.
+// A request without a token is refused.
 func TestExampleMultiTenant(t *testing.T) {
+	iss, err := e2e.NewIssuer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(iss.Close)
 	sink := newSink(t)
-	c := runExample(t, "multi-tenant.yaml", sink, true)
+	c := runExample(t, "multi-tenant.yaml", sink, true, "OIDC_ISSUER_URL="+iss.URL, "OIDC_AUDIENCE=otelcol-dedup")
 	s := c.grpcSender()
 	ctx := ctxT(t)
-	for _, tenant := range []string{"acme", "globex", "acme"} {
-		mustSend(t, tenant, s.SendLogs(e2e.WithGRPCMetadata(ctx, "X-Scope-OrgID", tenant), event("evt-1", "signup")))
+	as := func(tenant string, headers ...string) context.Context {
+		tok, err := iss.Token("otelcol-dedup", tenant, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e2e.WithGRPCMetadata(ctx, append([]string{"authorization", "Bearer " + tok}, headers...)...)
+	}
+	mustSend(t, "globex with acme's header", s.SendLogs(as("globex", "X-Scope-OrgID", "acme"), event("evt-1", "signup")))
+	for _, tenant := range []string{"acme", "acme"} {
+		mustSend(t, tenant, s.SendLogs(as(tenant), event("evt-1", "signup")))
+	}
+	if err := s.SendLogs(ctx, event("evt-1", "signup")); status.Code(err) != codes.Unauthenticated {
+		t.Errorf("without a token: %v, want Unauthenticated", err)
 	}
 	c.stop()
 	if got := sink.LogRecordCount(); got != 2 {

@@ -58,6 +58,8 @@ type batch struct {
 	seen    []int32 // scratch of firstCopies
 
 	ballots *ballotBox // replica election (metrics); nil when not configured
+
+	unidentified bool // the request lacks the auth_attributes identity
 }
 
 var batchPool = sync.Pool{New: func() any { return new(batch) }}

@@ -69,6 +69,12 @@ type Config struct {
 	// MetadataKeys names client metadata keys (e.g. X-Scope-OrgID) whose
 	// values partition every identity, so tenants never suppress each other.
 	MetadataKeys []string `mapstructure:"metadata_keys"`
+	// AuthAttributes names attributes of the authenticated identity that
+	// the receiver's authenticator sets (client.Info.Auth, e.g. oidc's
+	// subject) whose values partition every identity. Unlike metadata_keys,
+	// a sender cannot choose them. Requests without them share one
+	// partition of their own, counted.
+	AuthAttributes []string `mapstructure:"auth_attributes"`
 	// Logs configures the identity of log records.
 	Logs SignalConfig `mapstructure:"logs"`
 	// Traces configures the identity of spans.
@@ -315,6 +321,11 @@ func (cfg *Config) Validate() error {
 	for i, k := range cfg.MetadataKeys {
 		if strings.TrimSpace(k) == "" {
 			errs = append(errs, fmt.Errorf("metadata_keys[%d]: must not be empty", i))
+		}
+	}
+	for i, k := range cfg.AuthAttributes {
+		if strings.TrimSpace(k) == "" {
+			errs = append(errs, fmt.Errorf(`auth_attributes[%d]: must not be empty (name an attribute the authenticator sets, e.g. "subject")`, i))
 		}
 	}
 	if r := cfg.Redis.Get(); r != nil {

@@ -86,6 +86,10 @@ func TestLoadValidConfigs(t *testing.T) {
 		{name: "tenants", want: func(c *Config) {
 			c.MetadataKeys = []string{"X-Scope-OrgID"}
 		}},
+		{name: "authenticated_tenants", want: func(c *Config) {
+			c.AuthAttributes = []string{"subject"}
+			c.Logs.Key = []string{`attributes["event.id"]`}
+		}},
 		{name: "persistent", want: func(c *Config) {
 			id := component.MustNewID("file_storage")
 			c.Storage = &id
@@ -186,6 +190,7 @@ func TestLoadInvalidConfigs(t *testing.T) {
 		{name: "traces_ignore_with_key", validate: `traces.ignore applies only to the content identity: set traces.key to [] or remove traces.ignore`},
 		{name: "bad_metrics_key", validate: `metrics.key[0] "metric.nme": segment "nme" from path "metric.nme" is not a valid path nor a valid OTTL keyword for the metric context - review https://github.com/open-telemetry/opentelemetry-collector-contrib/tree/main/pkg/ottl/contexts/ottlmetric to see all valid paths`},
 		{name: "empty_metadata_key", validate: `metadata_keys[0]: must not be empty`},
+		{name: "empty_auth_attribute", validate: `auth_attributes[1]: must not be empty (name an attribute the authenticator sets, e.g. "subject")`},
 		{name: "bad_snapshot_interval", validate: `snapshot_interval must be >= 0 (0 saves only at shutdown), got "-1s"`},
 		{name: "redis_bad", validate: `redis.endpoints[0] must be "host:port", got "localhost"` + "\n" +
 			`redis.db must be 0 with several endpoints (a Redis Cluster has only database 0), got 3` + "\n" +

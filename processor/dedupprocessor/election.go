@@ -215,7 +215,7 @@ func label(m pcommon.Map, name string) (string, bool) {
 
 // scan is the first pass: each point's labels and vote.
 func (e *elector) scan(ctx context.Context, eng *engine, box *ballotBox, enc *identity.Encoder, md pmetric.Metrics) {
-	box.tenant = eng.tenant(ctx, enc)
+	box.tenant, _ = tenantDigest(ctx, eng.cfg, enc)
 	box.lastVote = noVote
 	rms := md.ResourceMetrics()
 	for i := 0; i < rms.Len(); i++ {

@@ -6,13 +6,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.opentelemetry.io/collector/client"
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/consumer"
 	"go.uber.org/zap"
 
-	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
-	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/identity"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/localcache"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/redistier"
 )
@@ -120,25 +117,10 @@ func (e *engine) end(ctx context.Context, b *batch) {
 	batchPool.Put(b)
 }
 
-// tenant is the digest of the request's metadata_keys values: part of every
-// identity, so that tenants never suppress each other's data.
-func (e *engine) tenant(ctx context.Context, enc *identity.Encoder) [digest.Size]byte {
-	if len(e.cfg.MetadataKeys) == 0 {
-		return [digest.Size]byte{}
-	}
-	info := client.FromContext(ctx)
-	enc.Reset()
-	for _, k := range e.cfg.MetadataKeys {
-		vals := info.Metadata.Get(k)
-		enc.Uint(uint64(len(vals)))
-		for _, v := range vals {
-			enc.String(v)
-		}
-	}
-	return enc.Digest().Bytes()
-}
-
 func (e *engine) Start(ctx context.Context, host component.Host) error {
+	if err := checkAuthenticator(e.cfg, host); err != nil {
+		return err
+	}
 	if err := e.startPersistence(ctx, host); err != nil {
 		return err
 	}

@@ -41,6 +41,12 @@ type harness struct {
 // if given, replaces the nop one.
 func newHarness(t *testing.T, cfg *Config, next consumer.Logs, logger ...*zap.Logger) *harness {
 	t.Helper()
+	return newHarnessOn(t, nil, cfg, next, logger...)
+}
+
+// newHarnessOn is newHarness with the processor started on host.
+func newHarnessOn(t *testing.T, host component.Host, cfg *Config, next consumer.Logs, logger ...*zap.Logger) *harness {
+	t.Helper()
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
@@ -56,7 +62,7 @@ func newHarness(t *testing.T, cfg *Config, next consumer.Logs, logger ...*zap.Lo
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := proc.Start(context.Background(), nil); err != nil {
+	if err := proc.Start(context.Background(), host); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {

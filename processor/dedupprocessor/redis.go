@@ -61,6 +61,12 @@ func identityFingerprint(cfg *Config) uint64 {
 		}
 	}
 	e.String(string(cfg.OnMissingKey))
+	if len(cfg.AuthAttributes) > 0 { // only when set: fingerprints made without it stay valid
+		e.Uint(uint64(len(cfg.AuthAttributes)))
+		for _, s := range cfg.AuthAttributes {
+			e.String(s)
+		}
+	}
 	return e.Digest().Hi
 }
 

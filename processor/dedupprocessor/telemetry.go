@@ -65,6 +65,7 @@ type telemetry struct {
 	redisRequests  metric.Int64Counter
 	redisDuration  metric.Float64Histogram
 	redisUnchecked metric.Int64Counter
+	unidentified   metric.Int64Counter
 	redisOpts      map[string]redisOpts // by "op/result"
 	breakers       atomic.Pointer[func() []redistier.NodeBreaker]
 	base           []attribute.KeyValue
@@ -173,6 +174,10 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, signal strin
 		metric.WithDescription("Records delivered on the local cache's word alone because the shared tier could not answer for them (redis.on_error: pass): another collector may deliver a copy of each."),
 		metric.WithUnit("{records}"))
 	errs = errors.Join(errs, err)
+	t.unidentified, err = meter.Int64Counter("otelcol_processor_dedup_unidentified_records",
+		metric.WithDescription("Records whose request lacked the auth_attributes identity (no authenticator on its receiver, or the attribute not set); they are deduplicated in one partition shared by all such requests."),
+		metric.WithUnit("{records}"))
+	errs = errors.Join(errs, err)
 	breaker, err := meter.Int64ObservableGauge("otelcol_processor_dedup_redis_breaker_state",
 		metric.WithDescription("The circuit breaker of each node of the shared tier (label node: a Cluster master's address, a standalone server's endpoint, a Sentinel master's name): 0 closed, 1 half-open (probing), 2 open (the node skipped)."),
 		metric.WithUnit("1"))
@@ -209,6 +214,13 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, signal strin
 // recordCall adds the counts of one call to the next consumer that was
 // accepted, and zeroes them: a batch's second call records its own.
 func (t *telemetry) recordCall(ctx context.Context, b *batch) {
+	if b.unidentified {
+		var n int64
+		for _, c := range b.outcomes {
+			n += c
+		}
+		t.unidentified.Add(ctx, n, t.baseOpt)
+	}
 	for o, n := range b.outcomes {
 		if n > 0 {
 			t.records.Add(ctx, n, t.outcomeOpts[o])

@@ -29,10 +29,12 @@ type walk[K transformContext] struct {
 }
 
 func newWalk[K transformContext](ctx context.Context, e *engine, si *signalIdentity[K], b *batch, enc *identity.Encoder) walk[K] {
+	tenant, identified := tenantDigest(ctx, e.cfg, enc)
+	b.unidentified = !identified
 	return walk[K]{
 		ctx: ctx, e: e, si: si, b: b, enc: enc,
 		content: si.usesContent(e.cfg.OnMissingKey),
-		sk:      scopeKey{tenant: e.tenant(ctx, enc)},
+		sk:      scopeKey{tenant: tenant},
 	}
 }
 
