@@ -67,12 +67,12 @@ const (
 var dupPcts = []int{30, 0}
 
 type options struct {
-	bin, out, phases            string
-	redisServer, redisBenchmark string
-	count, reps                 int
-	records                     int64
-	loadMax                     float64
-	loadWait                    time.Duration
+	bin, out, phases, compression string
+	redisServer, redisBenchmark   string
+	count, reps                   int
+	records                       int64
+	loadMax                       float64
+	loadWait                      time.Duration
 }
 
 func main() {
@@ -85,6 +85,7 @@ func main() {
 	flag.Int64Var(&o.records, "records", 1_000_000, "records of each end-to-end run")
 	flag.Float64Var(&o.loadMax, "load-max", 1.0, "wait for the 1-minute load average to drop below this before measuring")
 	flag.DurationVar(&o.loadWait, "load-wait", 10*time.Minute, "the longest wait for -load-max; then measure anyway and say so")
+	flag.StringVar(&o.compression, "compression", "gzip", "the collector's OTLP exporter compression: gzip (its default) or none")
 	flag.StringVar(&o.redisServer, "redis-server", "redis-server", "redis-server binary")
 	flag.StringVar(&o.redisBenchmark, "redis-benchmark", "redis-benchmark", "redis-benchmark binary")
 	flag.Parse()
@@ -168,8 +169,8 @@ func run(ctx context.Context, o options) error {
 		phase("profile", func() error { return profiles(ctx, o, res, redis, logf) })
 	}
 
-	table := fmt.Sprintf("`make bench` of %s on %s; %s; %s; load %s; %s records per end-to-end run.\n\n%s\n%s\n",
-		res.Date, res.Machine, res.Go, res.Redis, res.Load, bench.Rate(float64(o.records)), bench.FormatTable(targetRows(res)), bench.Summary(targetRows(res)))
+	table := fmt.Sprintf("`make bench` of %s on %s; %s; %s; load %s; %s records per end-to-end run, exporter compression %s.\n\n%s\n%s\n",
+		res.Date, res.Machine, res.Go, res.Redis, res.Load, bench.Rate(float64(o.records)), o.compression, bench.FormatTable(targetRows(res)), bench.Summary(targetRows(res)))
 	logf("\n%s", table)
 	if err := os.WriteFile(filepath.Join(o.out, "table.md"), []byte(table), 0o644); err != nil {
 		return err
@@ -233,7 +234,7 @@ func measure(ctx context.Context, o options, redis *bench.RedisServer, mode stri
 	if mode == bench.ModeRedis {
 		tier = redis
 	}
-	r, err := bench.RunCollector(ctx, o.bin, o.out, mode, tier, loadConfig(o.records, dupPct), profile)
+	r, err := bench.RunCollector(ctx, o.bin, o.out, mode, tier, loadConfig(o.records, dupPct), o.compression, profile)
 	if err != nil {
 		return r, fmt.Errorf("%s, %d%% copies: %w", mode, dupPct, err)
 	}
@@ -275,40 +276,44 @@ func endToEnd(ctx context.Context, o options, res *results, redis *bench.RedisSe
 	return nil
 }
 
-// profiles runs each mode once more at 30% copies with its CPU profile
-// written, and tables what differs.
+// profiles runs each mode once more at each duplicate share with its CPU
+// profile written, and tables what differs.
 func profiles(ctx context.Context, o options, res *results, redis *bench.RedisServer, logf func(string, ...any)) error {
-	var tops []map[string]bench.FuncCPU
-	var records []int64
-	for _, mode := range bench.Modes {
-		path, err := filepath.Abs(filepath.Join(o.out, "profile-"+mode+".pprof"))
-		if err != nil {
-			return err
+	doc := fmt.Sprintf("CPU profiles of the collector (pprof extension, start to shutdown) under the same load: %s OTLP logs, "+
+		"batches of %d, %d senders, exported over OTLP (compression %s); %s, %s. The functions whose CPU per record received "+
+		"differs most from the pass-through's; the profiles are profile-<mode>-<copies>.pprof.\n",
+		bench.Rate(float64(o.records)), batch, senders, o.compression, res.Date, res.Machine)
+	for _, dup := range dupPcts {
+		var tops []map[string]bench.FuncCPU
+		var records []int64
+		for _, mode := range bench.Modes {
+			path, err := filepath.Abs(filepath.Join(o.out, fmt.Sprintf("profile-%s-%d.pprof", mode, dup)))
+			if err != nil {
+				return err
+			}
+			r, err := measure(ctx, o, redis, mode, dup, path)
+			if err != nil {
+				return err
+			}
+			res.Profiles = append(res.Profiles, r)
+			logf("profiled: %s", describe(r, dup))
+			out, err := exec.CommandContext(ctx, "go", "tool", "pprof", "-top", "-nodecount", "1000000", "-nodefraction", "0", path).Output()
+			if err != nil {
+				return fmt.Errorf("go tool pprof -top %s: %w", path, err)
+			}
+			if err := os.WriteFile(strings.TrimSuffix(path, ".pprof")+".top.txt", out, 0o644); err != nil {
+				return err
+			}
+			top, err := bench.ParsePprofTop(bytes.NewReader(out))
+			if err != nil {
+				return err
+			}
+			tops = append(tops, top)
+			records = append(records, r.Load.Sent)
 		}
-		r, err := measure(ctx, o, redis, mode, 30, path)
-		if err != nil {
-			return err
-		}
-		res.Profiles = append(res.Profiles, r)
-		logf("profiled: %s", describe(r, 30))
-		out, err := exec.CommandContext(ctx, "go", "tool", "pprof", "-top", "-nodecount", "1000000", path).Output()
-		if err != nil {
-			return fmt.Errorf("go tool pprof -top %s: %w", path, err)
-		}
-		if err := os.WriteFile(strings.TrimSuffix(path, ".pprof")+".top.txt", out, 0o644); err != nil {
-			return err
-		}
-		top, err := bench.ParsePprofTop(bytes.NewReader(out))
-		if err != nil {
-			return err
-		}
-		tops = append(tops, top)
-		records = append(records, r.Load.Sent)
+		doc += fmt.Sprintf("\n### %d%% copies\n\n%s\n%s", dup,
+			bench.ProfileDiff(bench.Modes, tops, records, 20, false), bench.ProfileDiff(bench.Modes, tops, records, 20, true))
 	}
-	doc := fmt.Sprintf("CPU profiles of the collector (pprof extension, start to shutdown) under the same load: %s OTLP logs, 30%% exact copies, "+
-		"batches of %d, %d senders, exported over OTLP; %s, %s. The functions whose CPU per record received differs most from the pass-through's.\n\n%s\n%s",
-		bench.Rate(float64(o.records)), batch, senders, res.Date, res.Machine,
-		bench.ProfileDiff(bench.Modes, tops, records, 20, false), bench.ProfileDiff(bench.Modes, tops, records, 20, true))
 	logf("\n%s", doc)
 	return os.WriteFile(filepath.Join(o.out, "profile.md"), []byte(doc), 0o644)
 }

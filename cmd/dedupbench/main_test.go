@@ -107,7 +107,7 @@ func TestRunEndToEnd(t *testing.T) {
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	o := options{bin: bin, out: dir, phases: "e2e,profile",
+	o := options{bin: bin, out: dir, phases: "e2e,profile", compression: "gzip",
 		redisServer: "redis-server", redisBenchmark: "redis-benchmark", reps: 1, records: 5000, loadMax: 100}
 	if err := run(ctx, o); err != nil {
 		t.Fatal(err)
@@ -121,8 +121,8 @@ func TestRunEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	runs := append(append(res.Runs[30], res.Runs[0]...), res.Profiles...)
-	if len(runs) != 9 {
-		t.Fatalf("%d runs, want 9", len(runs))
+	if len(runs) != 12 {
+		t.Fatalf("%d runs, want 12", len(runs))
 	}
 	for _, r := range runs {
 		dup := 5000 - r.Load.Unique
@@ -137,7 +137,7 @@ func TestRunEndToEnd(t *testing.T) {
 			t.Errorf("%s: %d round trips to Redis, %d commands", r.Mode, r.RoundTrips, r.Redis.Calls)
 		}
 	}
-	for _, f := range []string{"table.md", "profile.md", "profile-pass-through.pprof", "profile-local.top.txt", "profile-redis.pprof"} {
+	for _, f := range []string{"table.md", "profile.md", "profile-pass-through-30.pprof", "profile-local-0.top.txt", "profile-redis-30.pprof"} {
 		if st, err := os.Stat(filepath.Join(dir, f)); err != nil || st.Size() == 0 {
 			t.Errorf("%s: %v", f, err)
 		}

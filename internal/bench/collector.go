@@ -26,12 +26,12 @@ var Modes = []string{ModePassThrough, ModeLocal, ModeRedis}
 
 // CollectorConfig is the otelcol-dedup config of a mode: the OTLP/gRPC
 // receiver, the OTLP/gRPC exporter to sink with its defaults (a sending
-// queue, gzip), health_check, the collector's own metrics on ports.Metrics,
+// queue) but compression (gzip or none), health_check, the collector's own metrics on ports.Metrics,
 // and dedup with its defaults (content identity, 10 m window, 10^6 cache
 // entries) plus, in ModeRedis, the shared tier at redisAddr. A profile path
 // adds the pprof extension, which writes the collector's CPU profile there
 // from start to shutdown. JSON is YAML.
-func CollectorConfig(mode string, ports e2e.Ports, sink, redisAddr, profile string) ([]byte, error) {
+func CollectorConfig(mode string, ports e2e.Ports, sink, compression, redisAddr, profile string) ([]byte, error) {
 	dedup := map[string]any{}
 	processors := []string{"dedup"}
 	switch mode {
@@ -65,7 +65,7 @@ func CollectorConfig(mode string, ports e2e.Ports, sink, redisAddr, profile stri
 		}}},
 		"processors": map[string]any{"dedup": dedup},
 		"exporters": map[string]any{"otlp_grpc": map[string]any{
-			"endpoint": sink, "tls": map[string]any{"insecure": true},
+			"endpoint": sink, "tls": map[string]any{"insecure": true}, "compression": compression,
 		}},
 		"service": map[string]any{
 			"extensions": names,
@@ -93,8 +93,9 @@ type Run struct {
 	// to its last record's arrival at the sink; PeakRSS its VmHWM then.
 	CPUSeconds float64
 	PeakRSS    int64
-	// Redis is the server's CPU and commands meanwhile (ModeRedis), and
-	// RoundTrips the processor's requests to it.
+	// Redis is the server's CPU and commands from before the load to the
+	// collector's exit (ModeRedis), and RoundTrips the processor's requests
+	// to it until the last record's arrival.
 	Redis      RedisCounts
 	RoundTrips int64
 }
@@ -131,7 +132,7 @@ func (r Run) Exact(records int64) error {
 // collector: the returned Run is checked with Exact after the stop, so a
 // record the collector sends late counts too. With a profile path the
 // collector runs with the pprof extension and writes its CPU profile there.
-func RunCollector(ctx context.Context, binary, dir, mode string, redis *RedisServer, load loadgen.Config, profile string) (Run, error) {
+func RunCollector(ctx context.Context, binary, dir, mode string, redis *RedisServer, load loadgen.Config, compression, profile string) (Run, error) {
 	run := Run{Mode: mode}
 	sink, err := NewSink()
 	if err != nil {
@@ -146,7 +147,7 @@ func RunCollector(ctx context.Context, binary, dir, mode string, redis *RedisSer
 	if redis != nil {
 		redisAddr = redis.Addr
 	}
-	cfg, err := CollectorConfig(mode, ports, sink.Endpoint(), redisAddr, profile)
+	cfg, err := CollectorConfig(mode, ports, sink.Endpoint(), compression, redisAddr, profile)
 	if err != nil {
 		return run, err
 	}
@@ -198,13 +199,6 @@ func RunCollector(ctx context.Context, binary, dir, mode string, redis *RedisSer
 	if run.PeakRSS, err = ReadPeakRSS(c.PID); err != nil {
 		return run, err
 	}
-	if redis != nil {
-		after, err := redis.Counts(ctx)
-		if err != nil {
-			return run, err
-		}
-		run.Redis = after.Sub(redisBefore)
-	}
 	sc, err := e2e.ScrapeMetrics(ctx, ports.MetricsURL())
 	if err != nil {
 		return run, err
@@ -215,5 +209,14 @@ func RunCollector(ctx context.Context, binary, dir, mode string, redis *RedisSer
 		return run, fmt.Errorf("stop: %w (log: %s)", err, logf.Name())
 	}
 	run.Delivered, run.Distinct = sink.Counts()
+	// After the stop: the processor sends a batch's commit after its
+	// request is answered, and flushes the last ones on shutdown.
+	if redis != nil {
+		after, err := redis.Counts(ctx)
+		if err != nil {
+			return run, err
+		}
+		run.Redis = after.Sub(redisBefore)
+	}
 	return run, nil
 }
