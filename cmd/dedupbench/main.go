@@ -99,13 +99,13 @@ func main() {
 
 // results is what a run measured; runs.json is its JSON form.
 type results struct {
-	Date, Machine, Go, Redis, Load string
-	Records                        int64
-	GoBench                        []bench.GoBench
-	Runs                           map[int][]bench.Run // by duplicate %: rounds of Modes in order
-	Ceiling                        []bench.Ceiling
-	Profiles                       []bench.Run
-	Errors                         map[string]string
+	Date, Source, Machine, Go, Redis, Load string
+	Records                                int64
+	GoBench                                []bench.GoBench
+	Runs                                   map[int][]bench.Run // by duplicate %: rounds of Modes in order
+	Ceiling                                []bench.Ceiling
+	Profiles                               []bench.Run
+	Errors                                 map[string]string
 }
 
 func run(ctx context.Context, o options) error {
@@ -121,17 +121,21 @@ func run(ctx context.Context, o options) error {
 	logf := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
 	phases := map[string]bool{}
 	for _, p := range strings.Split(o.phases, ",") {
-		phases[strings.TrimSpace(p)] = true
+		p = strings.TrimSpace(p)
+		if p != "gotest" && p != "e2e" && p != "profile" {
+			return fmt.Errorf("-phases: unknown phase %q; want gotest, e2e or profile", p)
+		}
+		phases[p] = true
 	}
 
 	m, err := bench.ReadMachine()
 	if err != nil {
 		return err
 	}
-	res := &results{Date: time.Now().UTC().Format(time.RFC3339), Go: runtime.Version(), Redis: redisVersion(o.redisServer),
+	res := &results{Date: time.Now().UTC().Format(time.RFC3339), Source: source(ctx), Go: runtime.Version(), Redis: redisVersion(o.redisServer),
 		Machine: fmt.Sprintf("%s, %d cores, %.1f GiB", m.CPUModel, m.Cores, float64(m.MemBytes)/(1<<30)),
 		Records: o.records, Runs: map[int][]bench.Run{}, Errors: map[string]string{}}
-	logf("dedupbench: %s; %s; %s; %s", res.Date, res.Machine, res.Go, res.Redis)
+	logf("dedupbench: %s; %s; %s; %s; %s", res.Date, res.Source, res.Machine, res.Go, res.Redis)
 	load, quiet, err := bench.WaitForQuiet(o.loadMax, o.loadWait, 15*time.Second, bench.ReadLoadAvg, time.Sleep,
 		func(l bench.LoadAvg, waited time.Duration) {
 			logf("load %s (1-min >= %.2f): waiting (%s of at most %s)", l, o.loadMax, waited.Round(time.Second), o.loadWait)
@@ -169,8 +173,8 @@ func run(ctx context.Context, o options) error {
 		phase("profile", func() error { return profiles(ctx, o, res, redis, logf) })
 	}
 
-	table := fmt.Sprintf("`make bench` of %s on %s; %s; %s; load %s; %s records per end-to-end run, exporter compression %s.\n\n%s\n%s\n",
-		res.Date, res.Machine, res.Go, res.Redis, res.Load, bench.Rate(float64(o.records)), o.compression, bench.FormatTable(targetRows(res)), bench.Summary(targetRows(res)))
+	table := fmt.Sprintf("`make bench` of %s, %s, on %s; %s; %s; load %s; %s records per end-to-end run, exporter compression %s.\n\n%s\n%s\n",
+		res.Date, res.Source, res.Machine, res.Go, res.Redis, res.Load, bench.Rate(float64(o.records)), o.compression, bench.FormatTable(targetRows(res)), bench.Summary(targetRows(res)))
 	logf("\n%s", table)
 	if err := os.WriteFile(filepath.Join(o.out, "table.md"), []byte(table), 0o644); err != nil {
 		return err
@@ -476,6 +480,15 @@ func shellJoin(args []string) string {
 		}
 	}
 	return strings.Join(q, " ")
+}
+
+// source names the commit measured, and whether the working tree differs.
+func source(ctx context.Context) string {
+	out, err := exec.CommandContext(ctx, "git", "describe", "--always", "--dirty").Output()
+	if err != nil {
+		return "commit unknown (no git)"
+	}
+	return "commit " + strings.TrimSpace(string(out))
 }
 
 func redisVersion(bin string) string {

@@ -143,7 +143,14 @@ func TestRunEndToEnd(t *testing.T) {
 		}
 	}
 	table, _ := os.ReadFile(filepath.Join(o.out, "table.md"))
-	if !strings.Contains(string(table), "phase gotest not run") || strings.Contains(string(table), "failed") {
+	if !strings.Contains(string(table), "phase gotest not run") || strings.Contains(string(table), "failed") || !strings.Contains(string(table), ", commit ") {
 		t.Errorf("table.md:\n%s", table)
+	}
+}
+
+func TestRunRefusesUnknownPhase(t *testing.T) {
+	err := run(context.Background(), options{out: t.TempDir(), phases: "gotest,sweep"})
+	if err == nil || err.Error() != `-phases: unknown phase "sweep"; want gotest, e2e or profile` {
+		t.Fatalf("got %v", err)
 	}
 }
