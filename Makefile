@@ -9,7 +9,8 @@
 #                (builds both binaries first)
 #   make deps    install redis-server and redis-cli if missing (Debian's packages), and
 #                build bin/promtool from the Prometheus module (make test does it)
-#   make bench   the performance targets table and benchstat (cmd/dedupbench, see BENCHMARKS.md)
+#   make bench   the performance targets: Go benchmarks with benchstat, the distribution end
+#                to end against its pass-through, CPU profiles (cmd/dedupbench, BENCHMARKS.md)
 #   make lint    go vet
 #   make clean   remove build output
 #
@@ -112,25 +113,25 @@ test: build agent deps
 	done; \
 	if [ -n "$$failed" ]; then echo "go test: FAILED in module(s):$$failed"; exit 1; fi
 
-# The performance targets in one run (cmd/dedupbench, about 9-10 minutes after
-# a wait of at most BENCH_LOAD_WAIT for the shared machine's 1-minute load to
-# drop below 1): the Go benchmarks of the processor's module (-count
-# BENCH_COUNT, summarized by benchstat), the throughput sweep, the Redis tier
-# against redis-benchmark, the distribution end to end, and fleets of it on a
-# standalone Redis and a 3-master Cluster (about 2 of the minutes). Prints one
-# table of the figures against their targets. The summary kept in git
-# (table.md, benchstat.txt, sweep.md, fleet.md) goes to BENCH_OUT; the report,
-# results.json, raw benchmark output and profiles to BENCH_RAW, which git
-# ignores. BENCH_FLAGS shortens or selects: e.g. '-phases fleet',
-# '-fleet-records 50000 -fleet-reps 1' (go run ./cmd/dedupbench -h lists all).
+# The performance targets in one run (cmd/dedupbench; BENCHMARKS.md says how
+# long at each scale), after a wait of at most BENCH_LOAD_WAIT for the
+# machine's 1-minute load to drop below 1: the processor module's Go
+# benchmarks (go test -bench, -count BENCH_COUNT, benchstat), BENCH_REPS
+# rounds of the distribution end to end (pass-through, local tier, Redis tier
+# on BENCH_RECORDS OTLP logs, 30% and 0% copies, every delivery checked
+# against the load's ground truth, and redis-benchmark's SET NX PX on the
+# same redis-server), and a CPU profile of the collector in each mode with
+# the functions whose cost differs. Writes to _bench (git ignores it):
+# table.md and profile.md, which BENCHMARKS.md records, and the raw output.
+# BENCH_FLAGS adds flags, e.g. '-phases e2e' (go run ./cmd/dedupbench -h).
 BENCH_COUNT ?= 6
-BENCH_OUT ?= docs/bench
-BENCH_RAW ?= _bench
+BENCH_REPS ?= 3
+BENCH_RECORDS ?= 1000000
 BENCH_LOAD_WAIT ?= 10m
 BENCH_FLAGS ?=
 
 bench: build deps
-	$(GO) run ./cmd/dedupbench -bin $(BIN) -out $(BENCH_OUT) -raw $(BENCH_RAW) -count $(BENCH_COUNT) -load-wait $(BENCH_LOAD_WAIT) $(BENCH_FLAGS)
+	$(GO) run ./cmd/dedupbench -bin $(BIN) -out _bench -count $(BENCH_COUNT) -reps $(BENCH_REPS) -records $(BENCH_RECORDS) -load-wait $(BENCH_LOAD_WAIT) $(BENCH_FLAGS)
 
 lint:
 	@for m in $(MODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done

@@ -226,8 +226,8 @@ func printHuman(w io.Writer, cfg loadgen.Config, s loadgen.Summary) {
 		g(s.Sent), g(cfg.Records), cfg.Endpoint, cfg.Protocol, s.Seconds, g(int64(s.RecordsPerSecond)))
 	fmt.Fprintf(w, "  unique %s, duplicates %s (key %s; originals in the same request %s, same sender %s, other senders %s)\n",
 		g(s.Unique), g(s.Duplicates), cfg.Key, g(s.CopiesInBatch), g(s.CopiesSameSender), g(s.CopiesOtherSender))
-	fmt.Fprintf(w, "  requests %s, retries %s, errors %s, failed records %s\n",
-		g(s.Requests), g(s.Retries), g(s.Errors), g(s.FailedRecords))
+	fmt.Fprintf(w, "  requests %s, retries %s, errors %s, failed records %s; latency p50 %.2f ms, p99 %.2f ms\n",
+		g(s.Requests), g(s.Retries), g(s.Errors), g(s.FailedRecords), s.LatencyP50*1e3, s.LatencyP99*1e3)
 	if s.LastError != "" {
 		fmt.Fprintf(w, "  last error: %s\n", s.LastError)
 	}

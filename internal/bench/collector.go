@@ -6,128 +6,148 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/otelcol-dedup/otelcol-dedup/cmd/dedupload/loadgen"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/e2e"
 )
 
-// Pipeline modes of the end-to-end runs.
+// The pipelines an end-to-end run compares: the same binary, receiver and
+// exporter, with no processor, dedup on its local tier, or dedup with a
+// shared tier on a standalone redis-server.
 const (
-	ModePassThrough = "pass-through" // otlp -> nop
-	ModeDedup       = "dedup"        // otlp -> dedup -> nop
-	ModeDedupRedis  = "dedup+redis"  // otlp -> dedup (shared tier) -> nop
+	ModePassThrough = "pass-through"
+	ModeLocal       = "local"
+	ModeRedis       = "redis"
 )
 
-// CollectorConfig returns the otelcol-dedup config of a mode: the OTLP/gRPC
-// receiver, the nop exporter (free, and the same in every mode), health_check
-// and the internal metrics on ports, and a logs pipeline with no processor,
-// dedup, or dedup with the shared tier at redisAddr. dedup runs with its
-// defaults (content identity, 10 m window, 10^6 cache entries). JSON is YAML.
-func CollectorConfig(mode string, ports e2e.Ports, redisAddr string) ([]byte, error) {
-	processors := map[string]any{}
-	var pipeline []string
+// Modes are the pipelines in the order a round runs them.
+var Modes = []string{ModePassThrough, ModeLocal, ModeRedis}
+
+// CollectorConfig is the otelcol-dedup config of a mode: the OTLP/gRPC
+// receiver, the OTLP/gRPC exporter to sink with its defaults (a sending
+// queue) but compression (gzip or none), health_check, the collector's own metrics on ports.Metrics,
+// and dedup with its defaults (content identity, 10 m window, 10^6 cache
+// entries) plus, in ModeRedis, the shared tier at redisAddr. A profile path
+// adds the pprof extension, which writes the collector's CPU profile there
+// from start to shutdown. JSON is YAML.
+func CollectorConfig(mode string, ports e2e.Ports, sink, compression, redisAddr, profile string) ([]byte, error) {
+	dedup := map[string]any{}
+	processors := []string{"dedup"}
 	switch mode {
 	case ModePassThrough:
-		pipeline = []string{}
-	case ModeDedup:
-		processors["dedup"] = map[string]any{}
-		pipeline = []string{"dedup"}
-	case ModeDedupRedis:
+		processors = []string{}
+	case ModeLocal:
+	case ModeRedis:
 		if redisAddr == "" {
 			return nil, fmt.Errorf("mode %s needs a Redis address", mode)
 		}
-		processors["dedup"] = map[string]any{"redis": map[string]any{"endpoints": []string{redisAddr}}}
-		pipeline = []string{"dedup"}
+		dedup["redis"] = map[string]any{"endpoints": []string{redisAddr}}
 	default:
 		return nil, fmt.Errorf("unknown mode %q", mode)
 	}
+	extensions := map[string]any{"health_check": map[string]any{"endpoint": e2e.Addr(ports.Health)}}
+	if profile != "" {
+		port, err := FreePort()
+		if err != nil {
+			return nil, err
+		}
+		extensions["pprof"] = map[string]any{"endpoint": e2e.Addr(port), "save_to_file": profile}
+	}
+	names := make([]string, 0, len(extensions))
+	for name := range extensions {
+		names = append(names, name)
+	}
 	cfg := map[string]any{
-		"extensions": map[string]any{
-			"health_check": map[string]any{"endpoint": e2e.Addr(ports.Health)},
-		},
-		"receivers": map[string]any{
-			"otlp": map[string]any{"protocols": map[string]any{
-				"grpc": map[string]any{"endpoint": e2e.Addr(ports.OTLPGRPC)},
+		"extensions": extensions,
+		"receivers": map[string]any{"otlp": map[string]any{"protocols": map[string]any{
+			"grpc": map[string]any{"endpoint": e2e.Addr(ports.OTLPGRPC)},
+		}}},
+		"processors": map[string]any{"dedup": dedup},
+		"exporters": map[string]any{"otlp_grpc": map[string]any{
+			"endpoint": sink, "tls": map[string]any{"insecure": true}, "compression": compression,
+		}},
+		"service": map[string]any{
+			"extensions": names,
+			"telemetry":  e2e.Telemetry("normal", ports.Metrics),
+			"pipelines": map[string]any{"logs": map[string]any{
+				"receivers": []string{"otlp"}, "processors": processors, "exporters": []string{"otlp_grpc"},
 			}},
 		},
-		"exporters": map[string]any{"nop": map[string]any{}},
-		"service": map[string]any{
-			"extensions": []string{"health_check"},
-			"telemetry":  e2e.Telemetry("normal", ports.Metrics),
-			"pipelines": map[string]any{
-				"logs": map[string]any{
-					"receivers":  []string{"otlp"},
-					"exporters":  []string{"nop"},
-					"processors": pipeline,
-				},
-			},
-		},
-	}
-	if len(processors) > 0 {
-		cfg["processors"] = processors
 	}
 	return json.MarshalIndent(cfg, "", "  ")
 }
 
-// CollectorRun is one end-to-end run.
-type CollectorRun struct {
+// Run is one end-to-end run of a mode.
+type Run struct {
 	Mode string
-	// Load is what loadgen reported: Sent is the records the collector
-	// received (acknowledged).
+	// Load is what the load tool had acknowledged: Sent records, Unique
+	// identities among them, request latencies.
 	Load loadgen.Summary
-	// CPUSeconds is the collector's user+system time during the load
-	// (/proc/<pid>/stat deltas).
+	// Delivered is the records the sink received, Distinct the identities
+	// among them.
+	Delivered, Distinct int64
+	// Dropped is the duplicates the processor counted.
+	Dropped int64
+	// CPUSeconds is the collector's user+system time from before the load
+	// to its last record's arrival at the sink; PeakRSS its VmHWM then.
 	CPUSeconds float64
-	// PeakRSS is VmHWM at the end of the load, in bytes.
-	PeakRSS int64
-	// Dropped is the duplicates dedup reported; RedisRequests its round
-	// trips by "op/result" (shared tier only), from its metrics endpoint.
-	Dropped       int64
-	RedisRequests map[string]int64
-	// RedisCPUSeconds is the shared tier's server CPU during the load.
-	RedisCPUSeconds float64
-	// RedisWaitSeconds is the time the collector's batches spent in the
-	// round trips to Redis their senders wait for, summed over batches
-	// (DedupCounts.WaitedRedisSeconds): with synchronous senders, time they
-	// spent waiting on Redis.
-	RedisWaitSeconds float64
-	// CopyWaitSeconds is the time the collector's batches spent waiting for
-	// other batches' pending claims on their records (copies in flight),
-	// summed over batches (the wait_duration histograms' sums).
-	CopyWaitSeconds float64
-	// DriverCPUSeconds is this process's CPU during the load: the senders.
-	DriverCPUSeconds float64
-	// ContextSwitches is the collector's context switches during the load,
-	// all its threads (/proc/<pid>/task/*/status): each is a thread put to
-	// sleep or pushed off its core and run again later.
-	ContextSwitches int64
-	// GCCycles is the collector's garbage collections during the load,
-	// counted from its GODEBUG=gctrace=1 lines.
-	GCCycles int
+	PeakRSS    int64
+	// Redis is the server's CPU and commands from before the load to the
+	// collector's exit (ModeRedis), and RoundTrips the processor's requests
+	// to it until the last record's arrival.
+	Redis      RedisCounts
+	RoundTrips int64
 }
 
 // CPUPerRecord is the collector's CPU seconds per record received.
-func (r CollectorRun) CPUPerRecord() float64 { return r.CPUSeconds / float64(r.Load.Sent) }
+func (r Run) CPUPerRecord() float64 { return r.CPUSeconds / float64(r.Load.Sent) }
 
-// RunCollector starts binary with mode's config (written to dir), waits for
-// it to be healthy, sends load through loadgen over OTLP/gRPC and measures
-// the collector's CPU time around the load and its peak RSS, then stops it.
-// With ModeDedupRedis, redis is the shared tier; the caller empties it
-// between runs.
-func RunCollector(ctx context.Context, binary, dir, mode string, redis *RedisServer, load loadgen.Config) (CollectorRun, error) {
-	run := CollectorRun{Mode: mode}
+// Exact checks what was delivered against the load's ground truth: every
+// record acknowledged, every identity delivered (0 lost) and, with dedup,
+// each exactly once (0 leaked) and every copy counted as dropped.
+func (r Run) Exact(records int64) error {
+	want := r.Load.Sent
+	if r.Mode != ModePassThrough {
+		want = r.Load.Unique
+		if r.Dropped != r.Load.Duplicates {
+			return fmt.Errorf("%s: dedup counted %d duplicates, the load sent %d", r.Mode, r.Dropped, r.Load.Duplicates)
+		}
+	}
+	switch {
+	case r.Load.Sent != records || r.Load.Errors > 0:
+		return fmt.Errorf("%s: %d of %d records acknowledged, %d failed requests (last error: %s)",
+			r.Mode, r.Load.Sent, records, r.Load.Errors, r.Load.LastError)
+	case r.Distinct != r.Load.Unique:
+		return fmt.Errorf("%s: %d identities delivered, want %d (%d lost)", r.Mode, r.Distinct, r.Load.Unique, r.Load.Unique-r.Distinct)
+	case r.Delivered != want:
+		return fmt.Errorf("%s: %d records delivered, want %d (%d leaked)", r.Mode, r.Delivered, want, r.Delivered-want)
+	}
+	return nil
+}
+
+// RunCollector starts binary with mode's config (files in dir), sends load
+// through it to a fresh sink, measures the collector (and redis, if not
+// nil) until the sink has every record it should, then stops the
+// collector: the returned Run is checked with Exact after the stop, so a
+// record the collector sends late counts too. With a profile path the
+// collector runs with the pprof extension and writes its CPU profile there.
+func RunCollector(ctx context.Context, binary, dir, mode string, redis *RedisServer, load loadgen.Config, compression, profile string) (Run, error) {
+	run := Run{Mode: mode}
+	sink, err := NewSink()
+	if err != nil {
+		return run, err
+	}
+	defer sink.Close()
 	ports, err := e2e.FreePorts()
 	if err != nil {
 		return run, err
 	}
-	addr := ""
+	redisAddr := ""
 	if redis != nil {
-		addr = redis.Addr
+		redisAddr = redis.Addr
 	}
-	cfg, err := CollectorConfig(mode, ports, addr)
+	cfg, err := CollectorConfig(mode, ports, sink.Endpoint(), compression, redisAddr, profile)
 	if err != nil {
 		return run, err
 	}
@@ -140,17 +160,7 @@ func RunCollector(ctx context.Context, binary, dir, mode string, redis *RedisSer
 		return run, err
 	}
 	defer logf.Close()
-	// gctrace: one line per collection on stderr (the log), to count them.
-	// The child inherits the environment; this process read its GODEBUG at
-	// start-up and is not affected.
-	prevDebug, hadDebug := os.LookupEnv("GODEBUG")
-	os.Setenv("GODEBUG", "gctrace=1")
 	c, err := e2e.StartCollector(binary, logf, path)
-	if hadDebug {
-		os.Setenv("GODEBUG", prevDebug)
-	} else {
-		os.Unsetenv("GODEBUG")
-	}
 	if err != nil {
 		return run, err
 	}
@@ -163,105 +173,50 @@ func RunCollector(ctx context.Context, binary, dir, mode string, redis *RedisSer
 	}
 
 	var redisBefore RedisCounts
-	if mode == ModeDedupRedis {
-		if redisBefore, err = redisCounts(ctx, redis); err != nil {
+	if redis != nil {
+		if redisBefore, err = redis.Counts(ctx); err != nil {
 			return run, err
 		}
 	}
-	load.Endpoint = e2e.Addr(ports.OTLPGRPC)
-	load.Protocol = loadgen.GRPC
-	gcBefore, err := CountGCTrace(logf.Name())
+	cpuBefore, err := ReadProcCPU(c.PID)
 	if err != nil {
 		return run, err
 	}
-	before, err := ReadProcCPU(c.PID)
+	load.Endpoint, load.Protocol = e2e.Addr(ports.OTLPGRPC), loadgen.GRPC
+	if run.Load, err = loadgen.Run(ctx, load); err != nil {
+		return run, err
+	}
+	want := run.Load.Sent
+	if mode != ModePassThrough {
+		want = run.Load.Unique
+	}
+	sink.WaitFor(want, 60*time.Second)
+	cpuAfter, err := ReadProcCPU(c.PID)
 	if err != nil {
 		return run, err
 	}
-	csBefore, err := ReadContextSwitches(c.PID)
-	if err != nil {
-		return run, err
-	}
-	driverBefore, err := selfCPU()
-	if err != nil {
-		return run, err
-	}
-	run.Load, err = loadgen.Run(ctx, load)
-	if err != nil {
-		return run, err
-	}
-	driverAfter, err := selfCPU()
-	if err != nil {
-		return run, err
-	}
-	after, err := ReadProcCPU(c.PID)
-	if err != nil {
-		return run, err
-	}
-	csAfter, err := ReadContextSwitches(c.PID)
-	if err != nil {
-		return run, err
-	}
-	run.ContextSwitches = csAfter - csBefore
-	run.DriverCPUSeconds = (driverAfter - driverBefore).Seconds()
-	gcAfter, err := CountGCTrace(logf.Name())
-	if err != nil {
-		return run, err
-	}
-	run.GCCycles = gcAfter - gcBefore
-	run.CPUSeconds = (after - before).Seconds()
+	run.CPUSeconds = (cpuAfter - cpuBefore).Seconds()
 	if run.PeakRSS, err = ReadPeakRSS(c.PID); err != nil {
 		return run, err
-	}
-	if mode == ModeDedupRedis {
-		redisAfter, err := redisCounts(ctx, redis)
-		if err != nil {
-			return run, err
-		}
-		run.RedisCPUSeconds = redisAfter.sub(redisBefore).CPUSeconds
-	}
-	if run.Load.Errors > 0 || run.Load.Sent != load.Records {
-		return run, fmt.Errorf("%s: loadgen delivered %d of %d records, %d failed requests (last error: %s)",
-			mode, run.Load.Sent, load.Records, run.Load.Errors, run.Load.LastError)
 	}
 	sc, err := e2e.ScrapeMetrics(ctx, ports.MetricsURL())
 	if err != nil {
 		return run, err
 	}
-	counts, err := dedupCountsOf(sc)
-	if err != nil {
-		return run, err
+	run.Dropped = int64(sc.Sum("otelcol_processor_dedup_records", e2e.Labels{"outcome": "duplicate"}))
+	run.RoundTrips = int64(sc.Sum("otelcol_processor_dedup_redis_requests", nil))
+	if err := c.Stop(30 * time.Second); err != nil {
+		return run, fmt.Errorf("stop: %w (log: %s)", err, logf.Name())
 	}
-	run.Dropped = counts.Records["duplicate"]
-	for _, h := range counts.Waits {
-		run.CopyWaitSeconds += h.Sum
-	}
-	if mode == ModeDedupRedis {
-		run.RedisRequests = counts.RedisRequests
-		run.RedisWaitSeconds = counts.WaitedRedisSeconds()
-	}
-	return run, c.Stop(10 * time.Second)
-}
-
-// CountGCTrace counts the GODEBUG=gctrace=1 lines ("gc 12 @3.4s 2%: ...")
-// in a log file.
-func CountGCTrace(path string) (int, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0, err
-	}
-	return CountGCLines(string(b)), nil
-}
-
-// CountGCLines counts the lines of s that are gctrace lines.
-func CountGCLines(s string) int {
-	n := 0
-	for _, line := range strings.Split(s, "\n") {
-		if f := strings.Fields(line); len(f) >= 3 && f[0] == "gc" && strings.HasPrefix(f[2], "@") {
-			if _, err := strconv.Atoi(f[1]); err == nil {
-				n++
-			}
+	run.Delivered, run.Distinct = sink.Counts()
+	// After the stop: the processor sends a batch's commit after its
+	// request is answered, and flushes the last ones on shutdown.
+	if redis != nil {
+		after, err := redis.Counts(ctx)
+		if err != nil {
+			return run, err
 		}
+		run.Redis = after.Sub(redisBefore)
 	}
-	return n
+	return run, nil
 }

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"fmt"
 	"io"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -102,34 +101,4 @@ func MedianOf(rs []GoBench, name, unit string) (float64, int, bool) {
 	vs := Values(rs, name, unit)
 	m, ok := Median(vs)
 	return m, len(vs), ok
-}
-
-// GoPackage is a package whose benchmarks a run compiles and runs. The
-// repository holds two Go modules (the processor's and the tooling's at the
-// root), and a package builds only from inside its own module: Module is the
-// directory of its go.mod, relative to the repository root ("." for the
-// root), Dir the package's directory relative to Module.
-type GoPackage struct {
-	Module, Dir string
-}
-
-// Path is the package's directory relative to the repository root, where
-// its test binary runs (as `go test` would run it: testdata/ is relative to
-// it).
-func (p GoPackage) Path() string { return filepath.Join(p.Module, p.Dir) }
-
-// Arg names the package on a go command line run in Module: "." or
-// "./internal/localcache".
-func (p GoPackage) Arg() string {
-	d := filepath.ToSlash(filepath.Clean(p.Dir))
-	if d == "." {
-		return d
-	}
-	return "./" + d
-}
-
-// CompileTestArgs is the `go test -c` command line that compiles the
-// package's test binary to out; it runs in Module.
-func (p GoPackage) CompileTestArgs(out string) []string {
-	return []string{"test", "-c", "-o", out, p.Arg()}
 }

@@ -112,24 +112,3 @@ func TestBaseName(t *testing.T) {
 		}
 	}
 }
-
-func TestGoPackage(t *testing.T) {
-	for _, c := range []struct {
-		pkg       GoPackage
-		path, arg string
-	}{
-		{GoPackage{Module: "processor/dedupprocessor", Dir: "."}, "processor/dedupprocessor", "."},
-		{GoPackage{Module: "processor/dedupprocessor", Dir: "internal/localcache"}, "processor/dedupprocessor/internal/localcache", "./internal/localcache"},
-		{GoPackage{Module: ".", Dir: "cmd/dedupload/loadgen/"}, "cmd/dedupload/loadgen", "./cmd/dedupload/loadgen"},
-	} {
-		if got := c.pkg.Path(); got != c.path {
-			t.Errorf("%+v.Path() = %q, want %q", c.pkg, got, c.path)
-		}
-		if got := c.pkg.Arg(); got != c.arg {
-			t.Errorf("%+v.Arg() = %q, want %q", c.pkg, got, c.arg)
-		}
-		if got, want := strings.Join(c.pkg.CompileTestArgs("x.test"), " "), "test -c -o x.test "+c.arg; got != want {
-			t.Errorf("%+v.CompileTestArgs = %q, want %q", c.pkg, got, want)
-		}
-	}
-}

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"time"
 
 	"github.com/prometheus/procfs"
@@ -56,29 +55,6 @@ func (h Host) PeakRSS(pid int) (int64, error) {
 		return 0, fmt.Errorf("/proc/%d/status: no VmHWM", pid)
 	}
 	return int64(st.VmHWM), nil
-}
-
-// ContextSwitches is the context switches, voluntary and not, of a
-// process's threads so far, summed over the threads alive now: a thread that
-// exited takes its count with it, so a difference is read across a span in
-// which the threads stay (a Go program keeps the threads it started).
-func (h Host) ContextSwitches(pid int) (int64, error) {
-	threads, err := h.fs.AllThreads(pid)
-	if err != nil {
-		return 0, err
-	}
-	var n int64
-	for _, t := range threads {
-		st, err := t.NewStatus()
-		if errors.Is(err, os.ErrNotExist) {
-			continue // it exited after the listing
-		}
-		if err != nil {
-			return 0, err
-		}
-		n += int64(st.TotalCtxtSwitches())
-	}
-	return n, nil
 }
 
 // LoadAvg is the 1-, 5- and 15-minute load averages.
@@ -171,15 +147,6 @@ func ReadPeakRSS(pid int) (int64, error) {
 		return 0, err
 	}
 	return h.PeakRSS(pid)
-}
-
-// ReadContextSwitches is ContextSwitches of this machine.
-func ReadContextSwitches(pid int) (int64, error) {
-	h, err := ThisHost()
-	if err != nil {
-		return 0, err
-	}
-	return h.ContextSwitches(pid)
 }
 
 // ReadLoadAvg is LoadAvg of this machine.

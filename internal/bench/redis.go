@@ -31,34 +31,17 @@ type RedisServer struct {
 	dir    string
 }
 
-// StartRedis starts redis-server (bin) and waits up to 10 s for PING.
+// StartRedis starts redis-server (bin) on a free loopback port and waits up
+// to 10 s for PING, picking another port if another process took the first
+// between the pick and the bind.
 func StartRedis(bin string) (*RedisServer, error) {
-	return startRedisRetrying(bin, false)
-}
-
-// startRedisRetrying starts a server on free ports (a Cluster node also needs
-// a free bus port), picking others if another process took them between the
-// pick and the bind.
-func startRedisRetrying(bin string, clusterNode bool) (*RedisServer, error) {
 	var lastErr error
 	for range 5 {
 		port, err := FreePort()
 		if err != nil {
 			return nil, err
 		}
-		var extra []string
-		if clusterNode {
-			bus, err := FreePort()
-			if err != nil {
-				return nil, err
-			}
-			if bus == port {
-				continue
-			}
-			extra = []string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-				"--cluster-node-timeout", "2000", "--cluster-port", strconv.Itoa(bus)}
-		}
-		s, err := startRedis(bin, port, extra...)
+		s, err := startRedis(bin, port)
 		if err == nil {
 			return s, nil
 		}
@@ -67,15 +50,15 @@ func startRedisRetrying(bin string, clusterNode bool) (*RedisServer, error) {
 	return nil, lastErr
 }
 
-func startRedis(bin string, port int, extra ...string) (*RedisServer, error) {
+func startRedis(bin string, port int) (*RedisServer, error) {
 	dir, err := os.MkdirTemp("", "dedupbench-redis-")
 	if err != nil {
 		return nil, err
 	}
-	args := append([]string{
+	args := []string{
 		"--bind", "127.0.0.1", "--port", strconv.Itoa(port),
 		"--save", "", "--appendonly", "no", "--dir", dir,
-		"--daemonize", "no", "--logfile", filepath.Join(dir, "redis.log")}, extra...)
+		"--daemonize", "no", "--logfile", filepath.Join(dir, "redis.log")}
 	cmd := exec.Command(bin, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -116,9 +99,6 @@ func startRedis(bin string, port int, extra ...string) (*RedisServer, error) {
 
 // PID is the server's process id.
 func (s *RedisServer) PID() int { return s.cmd.Process.Pid }
-
-// Client is a client of the server.
-func (s *RedisServer) Client() *redis.Client { return s.client }
 
 // Info returns the fields of INFO section as a map.
 func (s *RedisServer) Info(ctx context.Context, section string) (map[string]string, error) {
@@ -254,4 +234,76 @@ func FreePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// RedisCounts is the server's side of a run, from INFO: its CPU time and
+// the commands it ran (scripts and the commands they call both counted).
+type RedisCounts struct {
+	CPUSeconds float64
+	Calls      int64
+}
+
+// Counts reads the server's CPU time and its calls of every command.
+func (s *RedisServer) Counts(ctx context.Context) (RedisCounts, error) {
+	info, err := s.Info(ctx, "everything")
+	if err != nil {
+		return RedisCounts{}, err
+	}
+	cpu, err := RedisCPUSeconds(info)
+	if err != nil {
+		return RedisCounts{}, err
+	}
+	c := RedisCounts{CPUSeconds: cpu}
+	for k := range info {
+		if cmd, ok := strings.CutPrefix(k, "cmdstat_"); ok {
+			n, _, err := CommandStat(info, cmd)
+			if err != nil {
+				return c, err
+			}
+			c.Calls += n
+		}
+	}
+	return c, nil
+}
+
+// Sub is what the server did between before and c.
+func (c RedisCounts) Sub(before RedisCounts) RedisCounts {
+	return RedisCounts{CPUSeconds: c.CPUSeconds - before.CPUSeconds, Calls: c.Calls - before.Calls}
+}
+
+// Ceiling is one redis-benchmark run: what the server alone does with the
+// cheapest command a dedup claim could be.
+type Ceiling struct {
+	Ops          int64
+	OpsPerSecond float64
+	CPUSeconds   float64 // the server's
+}
+
+// CPUPerOp is the server's CPU seconds per SET NX PX.
+func (c Ceiling) CPUPerOp() float64 { return c.CPUSeconds / float64(c.Ops) }
+
+// RunRedisBenchmark runs redis-benchmark (bin) with RedisBenchmarkArgs
+// against s and reads the server's CPU time around it.
+func RunRedisBenchmark(ctx context.Context, bin string, s *RedisServer, clients, pipeline, n int) (Ceiling, error) {
+	before, err := s.Counts(ctx)
+	if err != nil {
+		return Ceiling{}, err
+	}
+	out, err := exec.CommandContext(ctx, bin, RedisBenchmarkArgs(s.Port, clients, pipeline, n)...).Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return Ceiling{}, fmt.Errorf("redis-benchmark: %w: %s", err, bytes.TrimSpace(ee.Stderr))
+		}
+		return Ceiling{}, fmt.Errorf("redis-benchmark: %w", err)
+	}
+	rps, err := ParseRedisBenchmarkCSV(bytes.NewReader(out))
+	if err != nil {
+		return Ceiling{}, err
+	}
+	after, err := s.Counts(ctx)
+	if err != nil {
+		return Ceiling{}, err
+	}
+	return Ceiling{Ops: int64(n), OpsPerSecond: rps, CPUSeconds: after.Sub(before).CPUSeconds}, nil
 }

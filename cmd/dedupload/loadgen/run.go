@@ -3,8 +3,10 @@ package loadgen
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"math/bits"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,6 +46,11 @@ type Summary struct {
 	CopiesInBatch     int64 `json:"copies_in_batch"`
 	CopiesSameSender  int64 `json:"copies_same_sender"`
 	CopiesOtherSender int64 `json:"copies_other_sender"`
+	// LatencyP50 and LatencyP99 are the median and 99th percentile of the
+	// acknowledged requests' latencies, in seconds: from the first attempt
+	// to the acknowledgement, retries included.
+	LatencyP50 float64 `json:"latency_p50_seconds"`
+	LatencyP99 float64 `json:"latency_p99_seconds"`
 	// LastError is the last failed attempt's error, if any.
 	LastError string `json:"last_error,omitempty"`
 }
@@ -136,6 +143,9 @@ type runner struct {
 	sent, requests, retries, errors, failed atomic.Int64
 	inBatch, sameSender, otherSender        atomic.Int64
 	lastErr                                 atomic.Pointer[string]
+
+	latMu     sync.Mutex
+	latencies []time.Duration // of acknowledged requests
 }
 
 // stopped reports whether the run was told to stop (the watcher closes
@@ -199,7 +209,7 @@ func (r *runner) send(b *Batch, rng *rand.Rand) {
 		rejected, err := r.exp.export(actx, req)
 		cancel()
 		if err == nil {
-			r.ack(b, rejected)
+			r.ack(b, rejected, time.Since(first))
 			return
 		}
 		e := classify(err)
@@ -230,7 +240,10 @@ func jitter(d time.Duration, factor float64, rng *rand.Rand) time.Duration {
 	return time.Duration(float64(d) - delta + rng.Float64()*2*delta)
 }
 
-func (r *runner) ack(b *Batch, rejected int64) {
+func (r *runner) ack(b *Batch, rejected int64, latency time.Duration) {
+	r.latMu.Lock()
+	r.latencies = append(r.latencies, latency)
+	r.latMu.Unlock()
 	n := int64(len(b.Truth))
 	rejected = min(max(rejected, 0), n)
 	for _, t := range b.Truth {
@@ -286,7 +299,21 @@ func (r *runner) summary(elapsed time.Duration) Summary {
 	if p := r.lastErr.Load(); p != nil {
 		s.LastError = *p
 	}
+	r.latMu.Lock()
+	defer r.latMu.Unlock()
+	slices.Sort(r.latencies)
+	s.LatencyP50 = percentile(r.latencies, 0.50).Seconds()
+	s.LatencyP99 = percentile(r.latencies, 0.99).Seconds()
 	return s
+}
+
+// percentile is the nearest-rank percentile q of sorted ds; 0 if empty.
+func percentile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(q*float64(len(ds)))) - 1
+	return ds[min(max(i, 0), len(ds)-1)]
 }
 
 // pacer spreads records over time at a fixed rate for all senders: each

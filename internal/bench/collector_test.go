@@ -1,0 +1,104 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/otelcol-dedup/otelcol-dedup/cmd/dedupload/loadgen"
+	"github.com/otelcol-dedup/otelcol-dedup/internal/e2e"
+)
+
+func TestCollectorConfig(t *testing.T) {
+	ports := e2e.Ports{Health: 1, OTLPGRPC: 2, OTLPHTTP: 3, Metrics: 4}
+	for mode, want := range map[string][]string{ModePassThrough: {}, ModeLocal: {"dedup"}, ModeRedis: {"dedup"}} {
+		b, err := CollectorConfig(mode, ports, "127.0.0.1:9", "gzip", "127.0.0.1:6379", "")
+		if err != nil {
+			t.Fatalf("%s: %v", mode, err)
+		}
+		var cfg struct {
+			Extensions map[string]any
+			Processors map[string]map[string]any
+			Exporters  map[string]map[string]any
+			Service    struct {
+				Extensions []string
+				Pipelines  map[string]struct{ Receivers, Processors, Exporters []string }
+			}
+		}
+		if err := json.Unmarshal(b, &cfg); err != nil {
+			t.Fatal(err)
+		}
+		logs := cfg.Service.Pipelines["logs"]
+		if !reflect.DeepEqual(logs.Processors, want) || !reflect.DeepEqual(logs.Exporters, []string{"otlp_grpc"}) ||
+			cfg.Exporters["otlp_grpc"]["endpoint"] != "127.0.0.1:9" {
+			t.Errorf("%s: logs pipeline %+v, exporters %v", mode, logs, cfg.Exporters)
+		}
+		if _, redis := cfg.Processors["dedup"]["redis"]; redis != (mode == ModeRedis) {
+			t.Errorf("%s: dedup %v", mode, cfg.Processors["dedup"])
+		}
+		if _, pprof := cfg.Extensions["pprof"]; pprof || !reflect.DeepEqual(cfg.Service.Extensions, []string{"health_check"}) {
+			t.Errorf("%s without a profile: extensions %v", mode, cfg.Service.Extensions)
+		}
+	}
+	b, err := CollectorConfig(ModeLocal, ports, "127.0.0.1:9", "none", "", "/tmp/cpu.pprof")
+	if err != nil || !strings.Contains(string(b), `"save_to_file": "/tmp/cpu.pprof"`) || !strings.Contains(string(b), `"compression": "none"`) {
+		t.Errorf("with a profile: %v\n%s", err, b)
+	}
+	if _, err := CollectorConfig(ModeRedis, ports, "127.0.0.1:9", "gzip", "", ""); err == nil {
+		t.Error("redis mode without an address: no error")
+	}
+	if _, err := CollectorConfig("batch", ports, "127.0.0.1:9", "gzip", "", ""); err == nil {
+		t.Error("unknown mode: no error")
+	}
+}
+
+func TestRunExact(t *testing.T) {
+	load := loadgen.Summary{Sent: 1000, Unique: 700, Duplicates: 300, Requests: 1}
+	for _, c := range []struct {
+		name string
+		run  Run
+		err  string
+	}{
+		{"pass-through", Run{Mode: ModePassThrough, Load: load, Delivered: 1000, Distinct: 700}, ""},
+		{"dedup", Run{Mode: ModeLocal, Load: load, Delivered: 700, Distinct: 700, Dropped: 300}, ""},
+		{"leaked", Run{Mode: ModeRedis, Load: load, Delivered: 701, Distinct: 700, Dropped: 300}, "1 leaked"},
+		{"lost", Run{Mode: ModeLocal, Load: load, Delivered: 700, Distinct: 699, Dropped: 300}, "1 lost"},
+		{"miscounted", Run{Mode: ModeLocal, Load: load, Delivered: 700, Distinct: 700, Dropped: 299}, "counted 299 duplicates"},
+		{"refused", Run{Mode: ModePassThrough, Load: loadgen.Summary{Sent: 999, Unique: 700, Errors: 1}, Delivered: 999, Distinct: 700}, "999 of 1000"},
+	} {
+		err := c.run.Exact(1000)
+		if (c.err == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), c.err)) {
+			t.Errorf("%s: got %v, want %q", c.name, err, c.err)
+		}
+	}
+}
+
+// TestSinkCountsIdentities sends the load tool's stream straight to the
+// sink: every record arrives, and the identities are the stream's.
+func TestSinkCountsIdentities(t *testing.T) {
+	sink, err := NewSink()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sum, err := loadgen.Run(ctx, loadgen.Config{Endpoint: sink.Endpoint(), Protocol: loadgen.GRPC,
+		Records: 5000, Duplicates: 0.3, Batch: 100, Senders: 2, Seed: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	delivered, distinct := sink.Counts()
+	if sum.Sent != 5000 || sum.Unique != 3500 || delivered != 5000 || distinct != 3500 {
+		t.Fatalf("sent %d (unique %d), sink: delivered %d, distinct %d; want 5000 (3500) both", sum.Sent, sum.Unique, delivered, distinct)
+	}
+	if sum.LatencyP50 <= 0 || sum.LatencyP99 < sum.LatencyP50 {
+		t.Errorf("latency p50 %v, p99 %v", sum.LatencyP50, sum.LatencyP99)
+	}
+	if got := sink.WaitFor(5000, 0); got != 5000 {
+		t.Errorf("WaitFor = %d", got)
+	}
+}
