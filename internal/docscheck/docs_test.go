@@ -145,7 +145,7 @@ func TestDocSnippetsValidate(t *testing.T) {
 		})
 	}
 	// A new block updates these counts.
-	want := map[string]int{"collector": 10, "settings": 1, "ocb": 1, "manifest": 1, "needs": 1, "prometheus": 1}
+	want := map[string]int{"collector": 11, "settings": 1, "ocb": 1, "manifest": 1, "needs": 1, "prometheus": 1}
 	if !maps.Equal(counts, want) {
 		t.Errorf("YAML blocks by kind: %v, want %v", counts, want)
 	}

@@ -153,9 +153,10 @@ type RedisConfig struct {
 	// DeprecatedPendingWait is pending_wait's former name, redis.pending_wait:
 	// it still works and means the same, with a warning at start-up.
 	DeprecatedPendingWait *time.Duration `mapstructure:"pending_wait"`
-	// Lease is how long a claim stays pending before the next consumer has
-	// accepted its batch; a collector that dies mid-batch blocks that
-	// batch's retries for at most this long.
+	// Lease is how long a pending claim lives without being renewed. The
+	// tier renews it while its batch is downstream, however long the
+	// export takes, so the lease bounds only how long a collector that died
+	// mid-batch blocks its senders' retries of that batch.
 	Lease time.Duration `mapstructure:"lease"`
 	// OnError is what happens to a batch when Redis fails: pass or refuse.
 	OnError ErrorPolicy `mapstructure:"on_error"`
@@ -330,9 +331,6 @@ func (cfg *Config) Validate() error {
 	}
 	if r := cfg.Redis.Get(); r != nil {
 		errs = append(errs, r.validate(cfg.Window)...)
-		if r.Lease > 0 && cfg.PendingWait > r.Lease {
-			errs = append(errs, fmt.Errorf("pending_wait must be <= redis.lease (%s): a claim older than its lease is free anyway, got %q", r.Lease, cfg.PendingWait))
-		}
 	}
 	set := nopTelemetry()
 	if _, err := newSignalIdentity(logSpec(set), cfg.Logs); err != nil {
@@ -380,18 +378,10 @@ func (el *ElectionConfig) validate() []error {
 
 const (
 	defaultRedisTimeout = 250 * time.Millisecond
-	// defaultRedisLease must outlast the longest time a batch can spend in
-	// the next consumer between claim and commit or release: if it ends
-	// first, another instance may take the records over and a copy gets
-	// through. The next consumer normally returns within milliseconds (the
-	// exporters' sending queue accepts the batch) or within an exporter's
-	// timeout (5 s by default for OTLP); 30 s covers both with a wide
-	// margin. It must also stay short, because it is how long a collector
-	// that died mid-batch blocks its senders' retries of that batch, which
-	// retry for minutes (5 min by default in the Collector). A pipeline
-	// whose exporter retries synchronously (retry_on_failure without
-	// sending_queue) can block for up to its max_elapsed_time and needs a
-	// longer lease.
+	// defaultRedisLease is how long the retries of a collector that died
+	// mid-batch wait before they are delivered (a live collector renews its
+	// claims every third of it). Short next to the 5 minutes a collector's
+	// exporters retry by default, long next to the renewal's round trip.
 	defaultRedisLease = 30 * time.Second
 )
 
@@ -436,6 +426,11 @@ func (r *RedisConfig) validate(window time.Duration) []error {
 	}
 	if r.Lease <= 0 || r.Lease > window {
 		errs = append(errs, fmt.Errorf("redis.lease must be > 0 and <= window (%s), got %q", window, r.Lease))
+	} else if r.Timeout > 0 && r.Lease < 3*r.Timeout {
+		errs = append(errs, fmt.Errorf("redis.lease must be at least 3 times redis.timeout (%s): a claim is renewed every third of its lease, each renewal bounded by the timeout, got %q", r.Timeout, r.Lease))
+	}
+	if strings.ContainsAny(r.KeyPrefix, "{}") {
+		errs = append(errs, fmt.Errorf(`redis.key_prefix must not contain "{" or "}": a hash tag in the prefix puts every key of a Redis Cluster into one slot and breaks the tier's own tags (CROSSSLOT), got %q`, r.KeyPrefix))
 	}
 	switch r.OnError {
 	case ErrorPass, ErrorRefuse:

@@ -146,6 +146,9 @@ func (e *engine) startTier(ctx context.Context, host component.Host) error {
 	fields := []zap.Field{zap.Strings("endpoints", r.Endpoints), zap.String("master_name", r.MasterName), zap.String("key_prefix", prefix)}
 	if mode := tier.Mode(); mode != "" {
 		e.logger.Info("dedup: shared tier connected", append(fields, zap.String("mode", string(mode)))...)
+		for _, w := range tier.Durability(ctx) {
+			e.logger.Warn("dedup: shared tier: "+w, zap.String("key_prefix", prefix))
+		}
 	} else {
 		e.logger.Warn("dedup: shared tier: Redis did not answer at start; until it does, batches follow redis.on_error",
 			append(fields, zap.String("on_error", string(r.OnError)))...)
