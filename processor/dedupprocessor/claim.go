@@ -32,7 +32,7 @@ type localTier interface {
 // whose methods document the contract. Each digest is answered on its own:
 // one whose part of the tier failed answers Unavailable.
 type sharedTier interface {
-	Claim(ctx context.Context, token string, ds []digest.Digest, answers []redistier.Answer) error
+	Claim(ctx context.Context, token string, ds []digest.Digest, answers []redistier.Answer, again bool) error
 	Commit(ctx context.Context, token string, ds []digest.Digest) error
 	Release(ctx context.Context, token string, ds []digest.Digest) error
 }
@@ -73,7 +73,9 @@ func (e *engine) beginRound(b *batch) {
 // for later (b.later, verdictLater), held by this batch in neither tier. On
 // error (the shared tier failed under on_error: refuse, or the caller gave
 // up) the batch is to be refused; the round still holds what it claimed.
-func (e *engine) claim(ctx context.Context, b *batch, idx []int32) error {
+//
+// again says that the batch claims records it waited for.
+func (e *engine) claim(ctx context.Context, b *batch, idx []int32, again bool) error {
 	if len(idx) == 0 {
 		return nil
 	}
@@ -101,7 +103,7 @@ func (e *engine) claim(ctx context.Context, b *batch, idx []int32) error {
 	}
 	ds = b.digests(won)
 	b.answers = resize(b.answers, len(ds))
-	err := e.tier.Claim(ctx, b.redisToken, ds, b.answers)
+	err := e.tier.Claim(ctx, b.redisToken, ds, b.answers, again)
 	if err != nil && (e.redisPolicy == ErrorRefuse || ctx.Err() != nil) {
 		b.shared = append(b.shared, ds...) // the claims may exist: release them
 		e.tierError.log(b.now, err, zap.String("on_error", string(e.redisPolicy)))
@@ -229,7 +231,7 @@ func (e *engine) await(ctx context.Context, b *batch) error {
 			b.verdicts[b.keys[i].at] = verdictKeep
 		}
 		e.beginRound(b)
-		if err := e.claim(ctx, b, look); err != nil {
+		if err := e.claim(ctx, b, look, true); err != nil {
 			e.releaseRound(ctx, b)
 			return err
 		}

@@ -412,7 +412,7 @@ type simTier struct {
 
 func (m *simTier) node(d digest.Digest) int { return int(d.Hi % uint64(m.nodes)) }
 
-func (m *simTier) Claim(_ context.Context, token string, ds []digest.Digest, answers []redistier.Answer) error {
+func (m *simTier) Claim(_ context.Context, token string, ds []digest.Digest, answers []redistier.Answer, _ bool) error {
 	clear(answers[:len(ds)]) // Unavailable
 	var err error
 	for _, n := range m.sim.rng.Perm(m.nodes) {

@@ -72,7 +72,7 @@ func consume[T any](ctx context.Context, e *engine, s adapter[T], data T, items 
 	}
 	s.identify(ctx, b, enc, data)
 	b.firstCopies(e.cfg.Action)
-	if err := e.claim(ctx, b, b.firsts); err != nil {
+	if err := e.claim(ctx, b, b.firsts, false); err != nil {
 		e.releaseRound(ctx, b)
 		e.releaseElections(ctx, b)
 		return err

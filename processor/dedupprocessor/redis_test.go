@@ -455,7 +455,7 @@ func TestCopyOfARecordPendingTooLongIsRefused(t *testing.T) {
 		ds = append(ds, k.d)
 	}
 	lp.end(context.Background(), b)
-	if err := owner.Claim(context.Background(), redistier.NewToken(1), ds, make([]redistier.Answer, len(ds))); err != nil {
+	if err := owner.Claim(context.Background(), redistier.NewToken(1), ds, make([]redistier.Answer, len(ds)), false); err != nil {
 		t.Fatal(err)
 	}
 	owner.Close() // dies: its claim is renewed no more

@@ -162,7 +162,7 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, signal strin
 		metric.WithUnit("{keys}"))
 	errs = errors.Join(errs, err)
 	t.redisRequests, err = meter.Int64Counter("otelcol_processor_dedup_redis_requests",
-		metric.WithDescription("Round trips to the shared tier, by op (claim, commit, release, renew, elect) and result (ok, error, timeout, skipped: breaker open); result lost counts claims that ended before their commit or renewal reached them."),
+		metric.WithDescription("Round trips to the shared tier, by op (claim, recheck, commit, release, renew, elect) and result (ok, error, timeout, skipped: breaker open); result lost counts claims that ended before their commit or renewal reached them."),
 		metric.WithUnit("{requests}"))
 	errs = errors.Join(errs, err)
 	t.redisDuration, err = meter.Float64Histogram("otelcol_processor_dedup_redis_duration",
@@ -186,7 +186,7 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, signal strin
 		return nil, errs
 	}
 	t.redisOpts = map[string]redisOpts{}
-	for _, op := range []string{redistier.OpClaim, redistier.OpCommit, redistier.OpRelease, redistier.OpRenew, redistier.OpElect} {
+	for _, op := range []string{redistier.OpClaim, redistier.OpRecheck, redistier.OpCommit, redistier.OpRelease, redistier.OpRenew, redistier.OpElect} {
 		for _, res := range []string{redistier.ResultOK, redistier.ResultError, redistier.ResultTimeout, redistier.ResultSkipped, redistier.ResultLost} {
 			t.redisOpts[op+"/"+res] = redisOpts{
 				add:    metric.WithAttributeSet(attribute.NewSet(append(base[:2:2], attribute.String("op", op), attribute.String("result", res))...)),

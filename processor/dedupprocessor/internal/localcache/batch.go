@@ -139,8 +139,9 @@ func (s *shard) claim(d digest.Digest, token uint64, now, window int64) (Result,
 	if ok {
 		sl := s.at(pos)
 		switch {
-		case sl.expires <= now:
-			// Only an inserted key can expire behind a later one; it is gone.
+		case sl.expires <= now && !s.flights.holds(sl.token):
+			// Only an inserted key, or one that outlived its window
+			// pending, can expire behind a later one; it is gone.
 			s.forget(sl, ci)
 		case token != noToken && sl.token == token:
 			return HeldBySelf, token

@@ -20,6 +20,7 @@ package localcache
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
 )
@@ -67,6 +68,7 @@ type shard struct {
 	live    int    // slots holding a key
 	evicted int64
 	sink    cell     // where prefetch leaves its reads
+	flights *flights // the cache's
 	_       [32]byte // keep shards on separate cache lines
 }
 
@@ -90,12 +92,26 @@ type Cache struct {
 type flights struct {
 	mu     sync.Mutex
 	tokens map[uint64]struct{}
+	// oldest is the smallest token in flight, 0 if none: a key of a
+	// smaller token is committed, known without the lock.
+	oldest atomic.Uint64
 }
 
 // pending reports whether token is in flight; the caller holds f.mu.
 func (f *flights) pending(token uint64) bool {
 	_, ok := f.tokens[token]
 	return ok
+}
+
+// holds reports whether token is in flight; the caller holds a shard's
+// lock, not f.mu.
+func (f *flights) holds(token uint64) bool {
+	if o := f.oldest.Load(); token == noToken || o == 0 || token < o {
+		return false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.pending(token)
 }
 
 // New returns a cache of at most maxEntries digests, each remembered for
@@ -112,6 +128,7 @@ func New(maxEntries int, windowNanos int64) *Cache {
 			size++
 		}
 		c.shards[i].size = size
+		c.shards[i].flights = &c.flights
 		c.shards[i].index.init(size)
 		c.shards[i].chunks = make([][]slot, (size+chunkSize-1)/chunkSize)
 	}
@@ -137,6 +154,9 @@ func (c *Cache) shardOf(d digest.Digest) *shard {
 func (c *Cache) Begin(token uint64) {
 	c.flights.mu.Lock()
 	c.flights.tokens[token] = struct{}{}
+	if o := c.flights.oldest.Load(); o == 0 || token < o {
+		c.flights.oldest.Store(token)
+	}
 	c.flights.mu.Unlock()
 }
 
@@ -146,6 +166,15 @@ func (c *Cache) Begin(token uint64) {
 func (c *Cache) End(token uint64) {
 	c.flights.mu.Lock()
 	delete(c.flights.tokens, token)
+	if token == c.flights.oldest.Load() {
+		oldest := uint64(0)
+		for t := range c.flights.tokens {
+			if oldest == 0 || t < oldest {
+				oldest = t
+			}
+		}
+		c.flights.oldest.Store(oldest)
+	}
 	c.flights.mu.Unlock()
 }
 
@@ -294,11 +323,14 @@ func (s *shard) at(pos int) *slot {
 }
 
 // expire pops the keys whose window has ended, and released slots, from the
-// head of the ring.
+// head of the ring. A key whose window ended while its batch is still in
+// flight stays, pending, until the batch ends: a copy meeting it waits for
+// the export's outcome, as within the window (the keys behind it expire
+// late meanwhile, within the cache's bound).
 func (s *shard) expire(now int64) {
 	for s.used > 0 {
 		sl := s.at(s.head)
-		if sl.expires > now {
+		if sl.expires > now || sl.expires != 0 && s.flights.holds(sl.token) {
 			return
 		}
 		s.pop(sl)

@@ -238,3 +238,29 @@ func testPendingUntilEnd(t *testing.T, c *Cache) {
 		t.Errorf("Range after End: %d keys, want 3", len(got))
 	}
 }
+
+// TestPendingKeyOutlivesItsWindow: a key whose window ends while its batch
+// is still in flight stays pending until the batch ends, so a copy waits for
+// the export's outcome instead of being claimed anew; once the batch ends,
+// the key is gone as its window says.
+func TestPendingKeyOutlivesItsWindow(t *testing.T) {
+	for _, size := range []int{100, 1 << 17} { // one shard, and 64
+		c := New(size, 1000)
+		c.Begin(5)
+		if r, _ := c.Claim(d(1), 5, 0); r != Claimed {
+			t.Fatalf("claim: %v", r)
+		}
+		c.Begin(7)
+		if r, _ := c.Claim(d(1), 7, 5000); r != Pending {
+			t.Fatalf("a copy after the window, the batch still in flight: %v, want Pending", r)
+		}
+		if n := c.Len(5000); n != 1 {
+			t.Fatalf("Len = %d, want the pending key", n)
+		}
+		c.End(5)
+		if r, _ := c.Claim(d(1), 7, 5000); r != Claimed {
+			t.Fatalf("a copy after the window, the batch ended: %v, want Claimed", r)
+		}
+		c.End(7)
+	}
+}

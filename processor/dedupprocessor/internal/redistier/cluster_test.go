@@ -107,7 +107,7 @@ func TestClusterNodeHangs(t *testing.T) {
 		ds := digests(t, fmt.Sprint("round", round), 300)
 		node := servedBy(t, tr, cl, ds)
 		answers := make([]Answer, len(ds))
-		err := tr.Claim(ctx, testToken(), ds, answers)
+		err := tr.Claim(ctx, testToken(), ds, answers, false)
 		if err == nil || !strings.Contains(err.Error(), "node "+hung.Addr()+": ") {
 			t.Fatalf("round %d: claim: %v, want a failure of node %s", round, err, hung.Addr())
 		}
@@ -158,7 +158,7 @@ func TestClusterMasterDies(t *testing.T) {
 		}
 		ds := digests(t, fmt.Sprint("round", round), 120)
 		answers := make([]Answer, len(ds))
-		err := tr.Claim(ctx, testToken(), ds, answers)
+		err := tr.Claim(ctx, testToken(), ds, answers, false)
 		healthy = err == nil
 		for i, a := range answers {
 			if a != Unavailable {

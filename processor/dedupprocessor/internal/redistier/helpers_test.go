@@ -86,7 +86,7 @@ func claim(t testing.TB, tr *Tier, token string, ds ...digest.Digest) []bool {
 // not ask for.
 func (tr *Tier) claimBools(ctx context.Context, token string, ds []digest.Digest, claimed []bool) error {
 	answers := make([]Answer, len(claimed))
-	err := tr.Claim(ctx, token, ds, answers)
+	err := tr.Claim(ctx, token, ds, answers, false)
 	tr.w.drop(token)
 	for i, a := range answers {
 		claimed[i] = a == Claimed

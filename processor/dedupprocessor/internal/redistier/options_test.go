@@ -63,7 +63,7 @@ func TestUnstartedTierFailsCalls(t *testing.T) {
 		t.Fatalf("lease %s ms, window %s ms", tr.leaseArg, tr.winArg)
 	}
 	// Nothing to do: no round trip, no error.
-	if err := tr.Claim(context.Background(), "tok", nil, nil); err != nil {
+	if err := tr.Claim(context.Background(), "tok", nil, nil, false); err != nil {
 		t.Fatal(err)
 	}
 	if err := tr.Commit(context.Background(), "tok", nil); err != nil {
@@ -80,7 +80,7 @@ func TestUnstartedTierFailsCalls(t *testing.T) {
 		t.Fatal("Claim with an empty token succeeded")
 	}
 	answers := []Answer{Claimed, Claimed}
-	err = tr.Claim(context.Background(), "tok", ds, answers)
+	err = tr.Claim(context.Background(), "tok", ds, answers, false)
 	if err == nil || err.Error() != "dedup: redis claim: topology not known: the tier has not been started" {
 		t.Fatalf("Claim before Start: %v", err)
 	}

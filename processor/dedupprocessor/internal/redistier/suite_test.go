@@ -74,7 +74,7 @@ func runContractSuite(t *testing.T, tg suiteTarget) {
 				if tok == "tok-p" {
 					part = ds[100:200]
 				}
-				if err := tr.Claim(ctx, tok, part, got); err != nil {
+				if err := tr.Claim(ctx, tok, part, got, false); err != nil {
 					t.Fatal(err)
 				}
 				for i, a := range got[:100] {
@@ -85,11 +85,11 @@ func runContractSuite(t *testing.T, tg suiteTarget) {
 			}
 			commit(t, tr, "tok-a", ds[:100]...)
 			// 100 delivered, 100 pending under tok-p, 100 free.
-			if err := tr.Claim(ctx, "tok-b", ds, got); err != nil {
+			if err := tr.Claim(ctx, "tok-b", ds, got, false); err != nil {
 				t.Fatal(err)
 			}
 			again := make([]Answer, len(ds))
-			if err := tr.Claim(ctx, "tok-b", ds, again); err != nil { // tok-b's own: Claimed again
+			if err := tr.Claim(ctx, "tok-b", ds, again, false); err != nil { // tok-b's own: Claimed again
 				t.Fatal(err)
 			}
 			for i, a := range got {
@@ -100,7 +100,7 @@ func runContractSuite(t *testing.T, tg suiteTarget) {
 			}
 			// tok-p's delivery failed: its keys are free for the retry.
 			release(t, tr, "tok-p", ds[100:200]...)
-			if err := tr.Claim(ctx, "tok-c", ds[:200], got); err != nil {
+			if err := tr.Claim(ctx, "tok-c", ds[:200], got, false); err != nil {
 				t.Fatal(err)
 			}
 			for i, a := range got[:200] {
@@ -261,7 +261,7 @@ func runContractSuite(t *testing.T, tg suiteTarget) {
 			ds := digests(t, "", 2)
 			tok := testToken()
 			answers := make([]Answer, len(ds))
-			if err := tr.Claim(ctx, tok, ds, answers); err != nil || answers[0] != Claimed || answers[1] != Claimed {
+			if err := tr.Claim(ctx, tok, ds, answers, false); err != nil || answers[0] != Claimed || answers[1] != Claimed {
 				t.Fatalf("Claim: %v, %v", answers, err)
 			}
 			time.Sleep(3 * testLease) // an export far longer than the lease

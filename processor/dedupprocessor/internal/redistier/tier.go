@@ -47,7 +47,10 @@ import (
 
 // Operation names and results passed to Options.Observe.
 const (
-	OpClaim   = "claim"
+	OpClaim = "claim"
+	// OpRecheck: a claim of records a batch waited for, because a pending
+	// claim held them (Claim with again).
+	OpRecheck = "recheck"
 	OpCommit  = "commit"
 	OpRelease = "release"
 	// OpRenew: the renewal of the leases of claims whose batches are
@@ -101,7 +104,7 @@ type Options struct {
 	// take its defaults.
 	Breaker breaker.Config
 	// Observe, if set, is called once per call with the operation (OpClaim,
-	// OpCommit, OpRelease, OpRenew, OpElect), its result (ResultOK,
+	// OpRecheck, OpCommit, OpRelease, OpRenew, OpElect), its result (ResultOK,
 	// ResultError, ResultTimeout, ResultSkipped: the worst of its groups')
 	// and its duration (zero when no round trip was made); a round of the
 	// writer is one call per operation. Each claim a commit or renewal
@@ -439,8 +442,13 @@ const (
 // Each group's answers are its own. The digests of a group whose call
 // failed answer Unavailable, and the error says why; the others are
 // answered. Retrying with the same token is safe: digests already held by
-// the token answer Claimed.
-func (t *Tier) Claim(ctx context.Context, token string, ds []digest.Digest, answers []Answer) error {
+// the token answer Claimed. again says that the batch claims records it
+// waited for (reported to Observe as OpRecheck instead of OpClaim).
+func (t *Tier) Claim(ctx context.Context, token string, ds []digest.Digest, answers []Answer, again bool) error {
+	op := OpClaim
+	if again {
+		op = OpRecheck
+	}
 	if len(answers) < len(ds) {
 		return fmt.Errorf("dedup: redis claim: %d results for %d digests", len(answers), len(ds))
 	}
@@ -452,21 +460,21 @@ func (t *Tier) Claim(ctx context.Context, token string, ds []digest.Digest, answ
 	if len(ds) == 0 {
 		return nil
 	}
-	c, err := t.connected(OpClaim)
+	c, err := t.connected(op)
 	if err != nil {
 		return err
 	}
 	b := c.prepare(ds)
 	defer b.free()
 	calls := t.scriptCalls(ctx, c, claimScript, b, token, ds)
-	err = t.run(ctx, c, OpClaim, calls)
+	err = t.run(ctx, c, op, calls)
 	held := b.groups[:0]
 	for _, cl := range calls {
 		if cl.err == nil {
 			if perr := readClaim(cl, answers); perr != nil {
 				// Not what the script answers: the group stays
 				// Unavailable.
-				err = errors.Join(err, fmt.Errorf("dedup: redis claim: %w", perr))
+				err = errors.Join(err, fmt.Errorf("dedup: redis %s: %w", op, perr))
 			}
 		}
 		if cl.err != nil || anyClaimed(cl, answers) {
