@@ -57,7 +57,8 @@ type batch struct {
 	answers []redistier.Answer
 	seen    []int32 // scratch of firstCopies
 
-	ballots *ballotBox // replica election (metrics); nil when not configured
+	ballots          *ballotBox // replica election (metrics); nil when not configured
+	electionsSettled bool       // committed with the first call
 
 	unidentified bool // the request lacks the auth_attributes identity
 }

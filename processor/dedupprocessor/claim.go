@@ -149,7 +149,9 @@ func (e *engine) deferKey(b *batch, i int32) {
 func (e *engine) finish(ctx context.Context, b *batch, err error) error {
 	if err != nil {
 		e.tel.recordReleased(ctx, e.releaseRound(ctx, b))
-		e.releaseElections(ctx, b)
+		if !b.electionsSettled {
+			e.releaseElections(ctx, b)
+		}
 		return err
 	}
 	e.commitRound(ctx, b)
@@ -167,8 +169,10 @@ func (e *engine) commitRound(ctx context.Context, b *batch) {
 	b.open = false
 	e.local.End(b.token)
 	e.ended.broadcast()
-	if b.ballots != nil {
+	if b.ballots != nil && !b.electionsSettled {
+		// Elections go with the first call, under its tokens.
 		e.commitElections(ctx, b)
+		b.electionsSettled = true
 	}
 	if e.tier != nil {
 		if err := e.tier.Commit(context.WithoutCancel(ctx), b.redisToken, b.shared); err != nil {
