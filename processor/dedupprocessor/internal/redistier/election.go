@@ -147,17 +147,16 @@ func (t *Tier) CommitElected(ctx context.Context, token string, failover time.Du
 	if err != nil {
 		return err
 	}
-	fo := strconv.FormatInt(failover.Milliseconds(), 10)
-	calls := make([]*call, 0, len(es))
-	for _, el := range es {
-		rep := el.Replica.Bytes()
-		key := t.electionKey(el.Key)
-		calls = append(calls, &call{cmd: redis.NewCmd(ctx, "evalsha", confirmScript.Hash(), 1, key,
-			string(rep[:]), token, fo), route: key})
+	ws := make([]write, len(es))
+	for i, el := range es {
+		ws[i] = write{op: OpCommit, token: token, election: &electionWrite{key: el.Key, replica: el.Replica, failover: failover}}
 	}
+	calls := t.writeCalls(ctx, c, OpCommit, ws)
 	if err := t.run(ctx, c, OpCommit, calls); err != nil {
-		// An election left pending expires with its lease and is taken
-		// again by the next batch of its cluster.
+		// The batch was delivered: a confirmation that failed is sent
+		// again until it lands or the lease ends, so that the collectors
+		// sharing the Redis agree with what this one committed locally.
+		t.retry(ws, calls)
 		return err
 	}
 	return electionAnswers(calls, answers)
@@ -175,13 +174,16 @@ func (t *Tier) ReleaseElections(ctx context.Context, token string, failover time
 	if err != nil {
 		return err
 	}
-	fo := strconv.FormatInt(failover.Milliseconds(), 10)
-	calls := make([]*call, len(keys))
+	ws := make([]write, len(keys))
 	for i, k := range keys {
-		key := t.electionKey(k)
-		calls[i] = &call{cmd: redis.NewCmd(ctx, "evalsha", releaseElectionScript.Hash(), 1, key, token, fo), route: key}
+		ws[i] = write{op: OpRelease, token: token, election: &electionWrite{key: k, failover: failover}}
 	}
-	return t.run(ctx, c, OpRelease, calls)
+	calls := t.writeCalls(ctx, c, OpRelease, ws)
+	err = t.run(ctx, c, OpRelease, calls)
+	// A pending election left behind would stall its cluster on every
+	// collector until the lease ends: a failed release is sent again.
+	t.retry(ws, calls)
+	return err
 }
 
 // electionKey is the key of the election k.

@@ -294,3 +294,43 @@ func TestElectionNoScriptReload(t *testing.T) {
 		t.Fatalf("release after SCRIPT FLUSH: %v", err)
 	}
 }
+
+// TestElectionReleaseRetried: a release of a pending election that Redis
+// fails is sent again once Redis answers, so the cluster is not stalled on
+// every collector until the lease ends.
+func TestElectionReleaseRetried(t *testing.T) {
+	srv := redistest.Standalone(t)
+	ctx := context.Background()
+	tr := newTier(t, Options{Endpoints: []string{srv.Addr()}, KeyPrefix: "retry:", Window: testWindow, Lease: time.Minute, Timeout: 200 * time.Millisecond})
+	k, rep := digests(t, "k", 1)[0], digests(t, "r", 1)[0]
+	tok := testToken()
+	got := make([]ElectionAnswer, 1)
+	if err := tr.Elect(ctx, tok, testFailover, []Election{{Key: k, Replica: rep}}, got); err != nil || got[0].State != ElectionTaken {
+		t.Fatalf("Elect = %+v, %v", got[0], err)
+	}
+	// Scripts refused for a moment: the release fails without running.
+	acl := func(rules ...any) {
+		t.Helper()
+		if err := srv.Client().Do(ctx, append([]any{"acl", "setuser", "default"}, rules...)...).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	acl("-evalsha", "-eval")
+	err := tr.ReleaseElections(ctx, tok, testFailover, []digest.Digest{k})
+	acl("+evalsha", "+eval")
+	if err == nil || !strings.Contains(err.Error(), "NOPERM") {
+		t.Fatalf("ReleaseElections with scripts refused: %v, want NOPERM", err)
+	}
+	// The writer sends the release again: the election is free well before
+	// its one-minute lease.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if err := tr.Elect(ctx, testToken(), testFailover, []Election{{Key: k, Replica: digests(t, "other", 1)[0]}}, got); err == nil && got[0].State == ElectionTaken {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the election is still held 10 s after its release failed: %+v", got[0])
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -40,15 +41,23 @@ const (
 	retryMost  = time.Second
 )
 
-// write is one group's commit or release of one claim.
+// write is one group's commit or release of one claim, or the confirmation
+// or release of one election.
 type write struct {
-	op    string // OpCommit or OpRelease
-	token string
-	group int
-	ds    []digest.Digest // a release's digests
-	until time.Time       // the claim's lease has ended by then
-	pause time.Duration   // before the next try, once one failed
-	next  time.Time
+	op       string // OpCommit or OpRelease
+	token    string
+	group    int
+	ds       []digest.Digest // a release's digests
+	election *electionWrite  // set for an election
+	until    time.Time       // the claim's lease has ended by then
+	pause    time.Duration   // before the next try, once one failed
+	next     time.Time
+}
+
+// electionWrite is what an election's confirmation or release needs.
+type electionWrite struct {
+	key, replica digest.Digest
+	failover     time.Duration
 }
 
 type writer struct {
@@ -228,18 +237,29 @@ func (w *writer) round(t *Tier, ctx context.Context, now time.Time, every time.D
 func (t *Tier) send(ctx context.Context, c *conn, op string, ws []write) error {
 	calls := t.writeCalls(ctx, c, op, ws)
 	err := t.run(ctx, c, op, calls)
-	retry := t.readWrites(op, ws, calls)
-	if len(retry) > 0 {
-		now := time.Now()
-		t.w.mu.Lock()
-		for _, wr := range retry {
-			wr.pause, wr.next = retryFirst, now.Add(retryFirst)
-			t.w.retry = append(t.w.retry, wr)
-		}
-		t.w.mu.Unlock()
-		t.w.signal()
-	}
+	t.retry(ws, calls)
 	return err
+}
+
+// retry hands the writes whose call failed to the writer, to be sent again
+// until they land or their lease ends.
+func (t *Tier) retry(ws []write, calls []*call) {
+	now := time.Now()
+	var failed []write
+	for _, wr := range t.readWrites(ws[0].op, ws, calls) {
+		if wr.until.IsZero() {
+			wr.until = now.Add(t.opts.Lease)
+		}
+		wr.pause, wr.next = retryFirst, now.Add(retryFirst)
+		failed = append(failed, wr)
+	}
+	if len(failed) == 0 {
+		return
+	}
+	t.w.mu.Lock()
+	t.w.retry = append(t.w.retry, failed...)
+	t.w.mu.Unlock()
+	t.w.signal()
 }
 
 // sendRound sends one op's writes of a round and returns those to try
@@ -255,6 +275,17 @@ func (t *Tier) sendRound(ctx context.Context, c *conn, op string, ws []write, no
 func (t *Tier) writeCalls(ctx context.Context, c *conn, op string, ws []write) []*call {
 	calls := make([]*call, len(ws))
 	for i, wr := range ws {
+		if el := wr.election; el != nil {
+			key := t.electionKey(el.key)
+			fo := strconv.FormatInt(el.failover.Milliseconds(), 10)
+			if op == OpCommit {
+				rep := el.replica.Bytes()
+				calls[i] = &call{cmd: redis.NewCmd(ctx, "evalsha", confirmScript.Hash(), 1, key, string(rep[:]), wr.token, fo), route: key}
+			} else {
+				calls[i] = &call{cmd: redis.NewCmd(ctx, "evalsha", releaseElectionScript.Hash(), 1, key, wr.token, fo), route: key}
+			}
+			continue
+		}
 		status := c.layout.statusKey(wr.group, wr.token)
 		if op == OpCommit {
 			calls[i] = &call{cmd: redis.NewCmd(ctx, "evalsha", commitScript.Hash(), 1, status, t.winArg), route: status, group: wr.group}
@@ -281,7 +312,7 @@ func (t *Tier) readWrites(op string, ws []write, calls []*call) []write {
 			retry = append(retry, ws[i])
 			continue
 		}
-		if op == OpCommit {
+		if op == OpCommit && ws[i].election == nil {
 			if n, _ := cl.cmd.Int64(); n == 0 {
 				t.lost(OpCommit, errors.New("dedup: redis commit: the claim had ended before its commit (its lease ran out): copies of its records may be delivered again"))
 			}
