@@ -434,7 +434,7 @@ func TestCopyOfARecordPendingTooLongIsRefused(t *testing.T) {
 	srv := redistest.Standalone(t)
 	cfg := redisConfig([]string{srv.Addr()}, ErrorPass)
 	r := cfg.Redis.Get()
-	r.Lease, cfg.PendingWait = 700*time.Millisecond, 200*time.Millisecond
+	r.Lease, cfg.PendingWait = 900*time.Millisecond, 200*time.Millisecond
 	// The dead owner: a claim written through the tier and then abandoned.
 	owner, err := redistier.New(redistier.Options{Endpoints: r.Endpoints, KeyPrefix: defaultKeyPrefix(component.MustNewID("dedup"), cfg), Window: cfg.Window, Lease: r.Lease, Timeout: r.Timeout})
 	if err != nil {
