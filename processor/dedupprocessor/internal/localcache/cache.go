@@ -19,6 +19,7 @@
 package localcache
 
 import (
+	"runtime"
 	"sync"
 	"sync/atomic"
 
@@ -69,6 +70,7 @@ type shard struct {
 	evicted int64
 	sink    cell     // where prefetch leaves its reads
 	flights *flights // the cache's
+	arena   *arena   // the cache's: where the ring and the index live
 	_       [32]byte // keep shards on separate cache lines
 }
 
@@ -80,11 +82,11 @@ type shard struct {
 // not been accepted downstream yet. Once the token has ended, the keys it
 // still holds are committed.
 type Cache struct {
-	shards   []shard
-	mask     uint64
-	window   int64
-	minShard int // capacity of the smallest shard
-	flights  flights
+	shards  []shard
+	mask    uint64
+	window  int64
+	flights flights
+	arena   *arena
 }
 
 // flights is the set of tokens in flight. It is only taken inside a shard's
@@ -119,9 +121,10 @@ func (f *flights) holds(token uint64) bool {
 func New(maxEntries int, windowNanos int64) *Cache {
 	n := shardCount(maxEntries)
 	c := &Cache{shards: make([]shard, n), mask: uint64(n - 1), window: windowNanos,
-		flights: flights{tokens: map[uint64]struct{}{}}}
+		flights: flights{tokens: map[uint64]struct{}{}}, arena: newArena()}
+	// The arena outlives no cache: its mappings go when the cache does.
+	runtime.AddCleanup(c, func(a *arena) { a.freeAll() }, c.arena)
 	base, extra := maxEntries/n, maxEntries%n
-	c.minShard = base
 	for i := range c.shards {
 		size := base
 		if i < extra {
@@ -129,7 +132,8 @@ func New(maxEntries int, windowNanos int64) *Cache {
 		}
 		c.shards[i].size = size
 		c.shards[i].flights = &c.flights
-		c.shards[i].index.init(size)
+		c.shards[i].arena = c.arena
+		c.shards[i].index.init(size, c.arena)
 		c.shards[i].chunks = make([][]slot, (size+chunkSize-1)/chunkSize)
 	}
 	return c
@@ -316,7 +320,7 @@ func (s *shard) at(pos int) *slot {
 		if rest := s.size - pos/chunkSize*chunkSize; rest < n {
 			n = rest
 		}
-		chunk = make([]slot, n)
+		chunk = s.arena.slots(n)
 		s.chunks[pos/chunkSize] = chunk
 	}
 	return &chunk[pos%chunkSize]

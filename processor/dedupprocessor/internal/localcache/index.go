@@ -72,13 +72,13 @@ func bucketsFor(n int) uint64 {
 	return uint64((5*max(n, 1)/2 + bucketCells - 1) / bucketCells)
 }
 
-func (x *index) init(capacity int) {
+func (x *index) init(capacity int, a *arena) {
 	x.maxNb = bucketsFor(capacity)
-	x.alloc(min(minBuckets, x.maxNb))
+	x.alloc(min(minBuckets, x.maxNb), a)
 }
 
-func (x *index) alloc(nb uint64) {
-	x.words = make([]cell, nb*bucketWords)
+func (x *index) alloc(nb uint64, a *arena) {
+	x.words = a.cells(int(nb * bucketWords))
 	x.nb = nb
 }
 
@@ -190,7 +190,7 @@ func (x *index) grow(s *shard) {
 		nb = min(2*nb, x.maxNb)
 	}
 	old := x.words
-	x.alloc(nb)
+	x.alloc(nb, s.arena)
 	for i, c := range old {
 		if i%bucketWords == 0 || c == 0 {
 			continue
@@ -199,4 +199,5 @@ func (x *index) grow(s *shard) {
 			x.place(c, s)
 		}
 	}
+	s.arena.freeCells(old)
 }

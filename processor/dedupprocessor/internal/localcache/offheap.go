@@ -1,0 +1,72 @@
+//go:build unix
+
+package localcache
+
+import (
+	"sync"
+	"syscall"
+)
+
+// The ring chunks and the index hold no pointers, so they need not live in
+// the Go heap: allocated with mmap, they cost the memory of their keys and
+// no more. In the heap they would also raise the garbage collector's
+// target, which lets the rest of the heap grow by as much again before a
+// collection (GOGC), so a large cache would cost about twice its size at
+// peak.
+
+// arena hands out the cache's pointer-free arrays from anonymous mappings
+// and unmaps them when they are freed, or when the cache is collected.
+type arena struct {
+	mu     sync.Mutex
+	mapped map[*byte][]byte
+}
+
+func newArena() *arena { return &arena{mapped: map[*byte][]byte{}} }
+
+// bytes returns n zeroed bytes. If the kernel refuses the mapping, they
+// come from the Go heap.
+func (a *arena) bytes(n int) []byte {
+	b, err := syscall.Mmap(-1, 0, n, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+	if err != nil {
+		return make([]byte, n)
+	}
+	a.mu.Lock()
+	a.mapped[&b[0]] = b
+	a.mu.Unlock()
+	return b
+}
+
+// free returns b, from bytes, to the kernel; b must not be used after.
+func (a *arena) free(b []byte) {
+	if len(b) == 0 {
+		return
+	}
+	a.mu.Lock()
+	m, ok := a.mapped[&b[0]]
+	delete(a.mapped, &b[0])
+	a.mu.Unlock()
+	if ok {
+		_ = syscall.Munmap(m)
+	}
+}
+
+// size is the number of bytes mapped.
+func (a *arena) size() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n := 0
+	for _, m := range a.mapped {
+		n += len(m)
+	}
+	return n
+}
+
+// freeAll unmaps everything: the cache that used the arena is gone.
+func (a *arena) freeAll() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for k, m := range a.mapped {
+		_ = syscall.Munmap(m)
+		delete(a.mapped, k)
+	}
+}
