@@ -14,13 +14,13 @@ import (
 
 // filelogRecipe is the component README's filelog recipe (Identities by
 // receiver): the line's position, which a re-read keeps and a repeated line
-// does not share.
+// does not share, and the line itself.
 const filelogRecipe = `
 processors:
   dedup/filelog:
     window: 1h
     logs:
-      key: ['attributes["log.file.path"]', 'attributes["log.file.record_offset"]']
+      key: ['attributes["log.file.path"]', 'attributes["log.file.record_offset"]', body]
 service:
   pipelines:
     logs:

@@ -3,12 +3,13 @@ package e2e
 // A gateway that consumes a Kafka topic with the real contrib kafka receiver,
 // from a broker that speaks the Kafka wire protocol (franz-go's kfake, run
 // inside the test process on a loopback port), through dedup configured as
-// the component README's Kafka recipe, with the replays of a crash and of a
+// the README's Kafka gateway (examples/kafka-gateway.yaml), with the replays of a crash and of a
 // rebalance.
 
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -24,44 +25,40 @@ import (
 
 const (
 	kafkaTopic      = "app-logs"
-	kafkaGroup      = "otelcol-dedup"
+	kafkaGroup      = "otelcol-dedup" // examples/kafka-gateway.yaml
 	kafkaPartitions = 4
 )
 
-// kafkaGateway is the gateway's config: the recipe of the component README
-// (Identities by receiver, kafka), the receiver settings it asks for, and
-// test-only settings: the broker, a group session short enough for a dead
-// member to leave within seconds, a lease short enough for the killed
-// gateway's pending claims to end within seconds, and autocommit.
-func kafkaGateway(broker, encoding, redisAddr, autocommit string) string {
-	return fmt.Sprintf(`
+// kafkaGateway runs examples/kafka-gateway.yaml, the README's Kafka
+// gateway, with test-only settings over it: the broker, topic and encoding,
+// the test's Redis, the sink as the backend, a group session short enough
+// for a dead member to leave within seconds, a lease short enough for a
+// killed gateway's pending claims to end within seconds (the sink exporter
+// does not retry), and the autocommit interval.
+func kafkaGateway(t *testing.T, broker, encoding, redisAddr, autocommit string) *running {
+	t.Helper()
+	root, err := RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return startCollector(t, []string{filepath.Join(root, "examples", "kafka-gateway.yaml")}, fmt.Sprintf(`
 receivers:
   kafka:
     brokers: [%q]
-    group_id: %s
     initial_offset: earliest
     session_timeout: 3s
     heartbeat_interval: 500ms
     autocommit: %s
     logs: {topics: [%s], encoding: %s}
-    # At least once: a message whose pipeline failed is consumed again,
-    # after a backoff instead of a paused partition.
-    message_marking: {after: true, on_error: false}
-    error_backoff: {enabled: true, initial_interval: 100ms, max_interval: 1s}
+    error_backoff: {initial_interval: 100ms, max_interval: 1s}
 processors:
   dedup/kafka:
-    window: 1h
-    metadata_keys: [kafka.topic, kafka.partition, kafka.offset]
-    logs:
-      ignore: [observed_time_unix_nano]
     redis: {endpoints: [%q], lease: 5s}
 service:
   pipelines:
     logs:
-      receivers: [kafka]
-      processors: [dedup/kafka]
       exporters: [otlp_grpc/sink]
-`, broker, kafkaGroup, autocommit, kafkaTopic, encoding, redisAddr)
+`, broker, autocommit, kafkaTopic, encoding, redisAddr))
 }
 
 // kafkaMessage is message i of the stream in encoding, and the body the
@@ -271,7 +268,7 @@ func TestKafkaReplays(t *testing.T) {
 
 			// A: commits nothing (an hour between commits), killed mid
 			// stream while an export is in flight.
-			a := startCollector(t, nil, kafkaGateway(broker, encoding, rdb.Addr(), "{enable: true, interval: 1h}"))
+			a := kafkaGateway(t, broker, encoding, rdb.Addr(), "{enable: true, interval: 1h}")
 			if err := a.sink.WaitFor(ctx, func(s *Sink) bool { return s.LogRecordCount() >= n/8 }); err != nil {
 				t.Fatalf("gateway A delivered %d messages, waiting for %d: %v", a.sink.LogRecordCount(), n/8, err)
 			}
@@ -294,7 +291,7 @@ func TestKafkaReplays(t *testing.T) {
 			}
 
 			// The stream goes on while B replays from the start.
-			b := startCollector(t, nil, kafkaGateway(broker, encoding, rdb.Addr(), "{enable: true, interval: 1s}"))
+			b := kafkaGateway(t, broker, encoding, rdb.Addr(), "{enable: true, interval: 1s}")
 			produce(t, cl, encoding, n/2, n, produced)
 			if err := b.sink.WaitFor(ctx, func(s *Sink) bool { return s.LogRecordCount() >= n/8 }); err != nil {
 				t.Fatalf("gateway B delivered %d messages, waiting for %d: %v", b.sink.LogRecordCount(), n/8, err)
@@ -306,7 +303,7 @@ func TestKafkaReplays(t *testing.T) {
 			if err := b.sink.WaitFor(ctx, func(s *Sink) bool { return s.Holding() > 0 }); err != nil {
 				t.Fatalf("no export of gateway B reached the held sink: %v", err)
 			}
-			c := startCollector(t, nil, kafkaGateway(broker, encoding, rdb.Addr(), "{enable: true, interval: 1s}"))
+			c := kafkaGateway(t, broker, encoding, rdb.Addr(), "{enable: true, interval: 1s}")
 			waitScrape(t, c, func(sc Scrape) bool { return sc.Sum(metricRecords, sigLabels("dedup/kafka", "logs")) > 0 })
 			b.sink.Unhold()
 
