@@ -31,8 +31,8 @@ const (
 
 // kafkaGateway runs examples/kafka-gateway.yaml, the README's Kafka
 // gateway, with test-only settings over it: the broker, topic and encoding,
-// the test's Redis, the sink as the backend, a group session short enough
-// for a dead member to leave within seconds, a lease short enough for a
+// the test's Redis, the sink as the backend, a group session of 6 s (the
+// brokers' minimum) for a dead member to leave soon, a lease short enough for a
 // killed gateway's pending claims to end within seconds (the sink exporter
 // does not retry), and the autocommit interval.
 func kafkaGateway(t *testing.T, broker, encoding, redisAddr, autocommit string) *running {
@@ -46,8 +46,8 @@ receivers:
   kafka:
     brokers: [%q]
     initial_offset: earliest
-    session_timeout: 3s
-    heartbeat_interval: 500ms
+    session_timeout: 6s
+    heartbeat_interval: 1s
     autocommit: %s
     logs: {topics: [%s], encoding: %s}
     error_backoff: {initial_interval: 100ms, max_interval: 1s}
@@ -99,13 +99,7 @@ func kafkaMessage(t *testing.T, encoding string, i int) (value []byte, body stri
 // the topic, closed in the test's cleanup.
 func startKafka(t *testing.T) *kfake.Cluster {
 	t.Helper()
-	c, err := kfake.NewCluster(
-		kfake.NumBrokers(1),
-		kfake.SeedTopics(kafkaPartitions, kafkaTopic),
-		// The receiver's 3 s session: a killed member leaves the group
-		// within seconds, as a real broker allows with its own minimum.
-		kfake.GroupMinSessionTimeout(time.Second),
-	)
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(kafkaPartitions, kafkaTopic))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -365,8 +359,8 @@ func TestKafkaReplays(t *testing.T) {
 			for _, v := range produced {
 				repeats += v - 1
 			}
-			t.Logf("%s: %d messages (%d repeats in content): A delivered %d before the kill; B and C consumed %d, delivered %d, dropped %g replays; %s",
-				encoding, n, repeats, byA, consumed, byBC, dups, state)
+			t.Logf("%s: %d messages (%d repeats in content): A delivered %d before the kill; B and C consumed %d, delivered %d, dropped %g replays; the rebalance cancelled %d of B's held exports; %s",
+				encoding, n, repeats, byA, consumed, byBC, dups, b.sink.Refused(), state)
 		})
 	}
 }
