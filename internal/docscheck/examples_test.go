@@ -28,6 +28,7 @@ var exampleFiles = []string{
 	"gateway.yaml",
 	"ha-election.yaml",
 	"ha-metrics.yaml",
+	"kafka-gateway.yaml",
 	"multi-tenant.yaml",
 	"persistent-cache.yaml",
 	"redis-cluster.yaml",
