@@ -545,11 +545,13 @@ func (t *Tier) Commit(ctx context.Context, token string, ds []digest.Digest) err
 // Release ends the claim of token on the digests ds: it deletes each digest
 // key that still holds token (compare-and-delete) and the claim's status,
 // so the digests can be claimed again at once. A digest that another claim
-// took over keeps its new owner. Like Commit, it is queued, and sent again
-// until it lands or the lease has ended. Release is idempotent; releasing a
-// committed claim ends it too.
+// took over keeps its new owner. Unlike Commit it is sent at once: the
+// sender whose batch was refused retries soon, and its retry should find
+// the records free, not wait for a queued release. A release that fails is
+// sent again until it lands or the lease has ended. Release is idempotent;
+// releasing a committed claim ends it too.
 func (t *Tier) Release(ctx context.Context, token string, ds []digest.Digest) error {
-	return t.finish(ctx, OpRelease, token, ds, true)
+	return t.finish(ctx, OpRelease, token, ds, false)
 }
 
 // finish queues the commit or release of token's claim on ds, one write per

@@ -16,11 +16,11 @@ import (
 // The writer is the tier's one background goroutine for claims. It does
 // what no sender has to wait for, and what must not be forgotten:
 //
-//   - Commits and releases, queued by Commit and Release once a batch's
-//     fate is known, go out together: one round trip per round (one per
-//     master in a Cluster) for every batch that ended while the last round
-//     was in flight. Until a commit lands its claim is pending, and a copy
-//     meeting it waits (it is never dropped on a pending claim's word).
+//   - Commits, queued by Commit once a batch was delivered, go out
+//     together: one round trip per round (one per master in a Cluster) for
+//     every batch that ended while the last round was in flight. Until a
+//     commit lands its claim is pending, and a copy meeting it waits (it is
+//     never dropped on a pending claim's word).
 //   - The lease of every claim whose batch is still downstream is renewed
 //     each third of the lease, so an export may take as long as it takes:
 //     the lease bounds only how long the claims of a collector that died
