@@ -14,8 +14,8 @@
 // the next key inserted into its bucket reuses it (see index). A key costs
 // a 32-byte ring slot and 2.5 index cells (7 to a 64-byte bucket): about
 // 56 bytes once the cache has been full. Neither the ring nor the index
-// holds pointers, so the garbage collector never scans them, however many
-// keys are remembered.
+// holds pointers: they are mapped outside the Go heap (offheap.go), so the
+// garbage collector neither scans them nor counts them.
 package localcache
 
 import (
@@ -48,10 +48,6 @@ const (
 // shared tier): it counts as committed, and Release never removes it.
 const noToken uint64 = 0
 
-// chunkSize is how many ring slots are allocated at a time, so an idle cache
-// with a large bound does not reserve its whole ring up front.
-const chunkSize = 4096
-
 type slot struct {
 	d       digest.Digest
 	expires int64 // unix nanoseconds; 0 marks a released slot
@@ -61,7 +57,7 @@ type slot struct {
 type shard struct {
 	mu      sync.Mutex
 	index   index
-	chunks  [][]slot
+	ring    []slot // mapped whole at New; its pages are used as keys arrive
 	size    int    // ring capacity of this shard
 	head    int    // position of the oldest slot
 	headSeq uint32 // its sequence number: keys are numbered as pushed
@@ -134,7 +130,7 @@ func New(maxEntries int, windowNanos int64) *Cache {
 		c.shards[i].flights = &c.flights
 		c.shards[i].arena = c.arena
 		c.shards[i].index.init(size, c.arena)
-		c.shards[i].chunks = make([][]slot, (size+chunkSize-1)/chunkSize)
+		c.shards[i].ring = c.arena.slots(size)
 	}
 	return c
 }
@@ -313,18 +309,7 @@ func (c *Cache) Range(now int64, fn func(d digest.Digest, expires int64)) {
 	}
 }
 
-func (s *shard) at(pos int) *slot {
-	chunk := s.chunks[pos/chunkSize]
-	if chunk == nil {
-		n := chunkSize
-		if rest := s.size - pos/chunkSize*chunkSize; rest < n {
-			n = rest
-		}
-		chunk = s.arena.slots(n)
-		s.chunks[pos/chunkSize] = chunk
-	}
-	return &chunk[pos%chunkSize]
-}
+func (s *shard) at(pos int) *slot { return &s.ring[pos] }
 
 // expire pops the keys whose window has ended, and released slots, from the
 // head of the ring. A key whose window ended while its batch is still in

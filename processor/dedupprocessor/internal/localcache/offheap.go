@@ -7,12 +7,14 @@ import (
 	"syscall"
 )
 
-// The ring chunks and the index hold no pointers, so they need not live in
-// the Go heap: allocated with mmap, they cost the memory of their keys and
-// no more. In the heap they would also raise the garbage collector's
-// target, which lets the rest of the heap grow by as much again before a
-// collection (GOGC), so a large cache would cost about twice its size at
-// peak.
+// The ring and the index hold no pointers, so they need not live in the Go
+// heap: mapped with mmap, they cost the memory of their keys and no more.
+// In the heap they would also raise the garbage collector's target, which
+// lets the rest of the heap grow by as much again before a collection
+// (GOGC), so a large cache would cost about twice its size at peak. A
+// mapping's pages take memory only once written, so a ring mapped whole
+// costs an idle cache nothing. The price is paid while a cache fills: each
+// page is faulted in fresh, where the heap would reuse memory it freed.
 
 // arena hands out the cache's pointer-free arrays from anonymous mappings
 // and unmaps them when they are freed, or when the cache is collected.

@@ -2,7 +2,8 @@
 
 package localcache
 
-// arena is the Go heap where mmap is not available (see offheap.go).
+// arena is the Go heap where mmap is not available (see offheap.go): there
+// a ring takes its whole size at New.
 type arena struct{}
 
 func newArena() *arena              { return &arena{} }

@@ -9,7 +9,7 @@ import (
 // writing to a 4 KiB page of memory just taken from the kernel (a page
 // fault; in a VM, possibly also the host's), per page, next to a write to a
 // page already mapped. A cache that grows pays the first for every page of
-// its new ring chunks and index arrays.
+// its ring and index.
 func BenchmarkFirstTouch(b *testing.B) {
 	const region = 16 << 20
 	page := syscall.Getpagesize()
