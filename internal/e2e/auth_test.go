@@ -146,15 +146,7 @@ func TestAuthenticatedTenants(t *testing.T) {
 	wantCounts(t, r.scrape(), "dedup", "logs", dedupCounts{unique: 20, duplicate: 20, local: 20, entries: 20})
 
 	r.stop()
-	counts, total := delivered(r.sink)
-	if total != 20 {
-		t.Errorf("sink received %d records, want 20", total)
-	}
-	for i := range 10 {
-		if n := counts[c.recordKey(i)]; n != 2 {
-			t.Errorf("evt-%d delivered %d times, want 2 (once per credential)", i, n)
-		}
-	}
+	wantEach(t, r.sink, c, span(0, 10), 2) // once per credential
 }
 
 // TestAuthenticatedClaim: with auth_attributes: [claims.team] the
@@ -188,15 +180,7 @@ func TestAuthenticatedClaim(t *testing.T) {
 	})
 
 	r.stop()
-	counts, total := delivered(r.sink)
-	if total != 30 {
-		t.Errorf("sink received %d records, want 30", total)
-	}
-	for i := range 10 {
-		if n := counts[c.recordKey(i)]; n != 3 {
-			t.Errorf("evt-%d delivered %d times, want 3 (payments, search, no claim)", i, n)
-		}
-	}
+	wantEach(t, r.sink, c, span(0, 10), 3) // payments, search, no claim
 }
 
 // TestAuthenticatedWithoutPartition: the authenticator alone partitions

@@ -342,13 +342,20 @@ func (c *corpus) recordKey(i int) string {
 // each exactly once, and nothing else.
 func wantEachOnce(t *testing.T, sink *Sink, c *corpus, indices []int) {
 	t.Helper()
+	wantEach(t, sink, c, indices, 1)
+}
+
+// wantEach checks that the sink holds exactly the records of indices, each
+// delivered times times.
+func wantEach(t *testing.T, sink *Sink, c *corpus, indices []int, times int) {
+	t.Helper()
 	counts, total := delivered(sink)
-	if total != len(indices) {
-		t.Errorf("sink received %d records, want %d", total, len(indices))
+	if total != times*len(indices) {
+		t.Errorf("sink received %d records, want %d", total, times*len(indices))
 	}
 	for _, i := range indices {
-		if n := counts[c.recordKey(i)]; n != 1 {
-			t.Errorf("record %d delivered %d times, want once", i, n)
+		if n := counts[c.recordKey(i)]; n != times {
+			t.Errorf("record %d delivered %d times, want %d", i, n, times)
 		}
 	}
 }

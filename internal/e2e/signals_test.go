@@ -754,15 +754,7 @@ service:
 	if got := r.sink.Requests(); got != 3 {
 		t.Errorf("sink got %d requests, want 3 (tenant a, tenant b, no tenant)", got)
 	}
-	counts, total := delivered(r.sink)
-	if total != 30 {
-		t.Errorf("sink received %d records, want 30", total)
-	}
-	for i := range 10 {
-		if n := counts[c.recordKey(i)]; n != 3 {
-			t.Errorf("record %d delivered %d times, want 3 (once per tenant)", i, n)
-		}
-	}
+	wantEach(t, r.sink, c, span(0, 10), 3) // once per tenant
 }
 
 // TestOneDedupAllSignals: one dedup entry in a logs, a traces and a metrics
