@@ -136,7 +136,6 @@ func runSim(t *testing.T, setup simSetup, seed uint64) simResult {
 			t.Fatal(err)
 		}
 		p.clock = s
-		p.now = func() int64 { return s.at.UnixNano() }
 		if shared != nil {
 			p.tier = shared
 			p.redisPolicy = ErrorPass

@@ -28,24 +28,25 @@ import (
 // points without both labels, or of a cluster past max_clusters, go on
 // undecided.
 //
-// Elections follow the claim discipline (claim.go). An election a batch
-// takes (the cluster had none live) is pending until the batch is delivered
-// (committed) or refused (released), so a replica whose data never arrived
-// is never left elected. A batch that meets another batch's pending
-// election waits for it, bounded by pending_wait, then is refused for
-// retry. Elections are decided before any claim: a batch waiting for an
-// election holds no claim, so no claim waits on it; among batches waiting
-// for elections, wait-die by age applies as for claims (one that meets an
-// older batch's pending election gives up the elections it took and waits
-// holding nothing). The elected replica's delivered batches refresh its
-// election once update_interval (plus jitter) has passed since the last
-// refresh: with a shared tier, in the round trip that commits their claims.
+// Election is a stage of its own, before the batch's life (consume.go), and
+// follows its discipline: a batch never waits holding a pending election.
+// An election a batch takes (the cluster had none live) is pending until the
+// batch's first call is delivered (committed) or refused (released), so a
+// replica whose data never arrived is never left elected. A batch that
+// meets another batch's pending election gives up the elections it took and
+// waits holding none, bounded by pending_wait, then is refused for retry.
+// Elections are decided before any claim, so no claim waits on them. The
+// elected replica's delivered batches refresh its election once
+// update_interval (plus jitter) has passed since the last refresh.
 //
-// With a shared tier, the local table caches what Redis said: a committed
-// election cannot change before its failover deadline, so until then a
-// batch decides without a round trip. Only a cluster this collector knows
-// no live election of (its first batch here, or after the deadline) costs a
-// round trip of its own, before the claims, which depend on its answer.
+// With a shared tier, Redis is the truth and the local table caches what it
+// said: a committed election cannot change before its failover deadline,
+// so until then a batch decides without a round trip. Only a cluster this
+// collector knows no live election of (its first batch here, or after the
+// deadline) costs a round trip of its own. When that round trip fails under
+// on_error: pass, the cluster's points go on undecided (reason
+// "unavailable"): a gateway deciding alone could elect another replica than
+// its peers, and each would drop the points the other keeps.
 
 // errElectionInFlight is returned when a cluster of the batch still has
 // another batch's pending election after pending_wait: that batch's replica
@@ -59,10 +60,11 @@ type undecidedReason int
 const (
 	undecidedMissingLabel undecidedReason = iota
 	undecidedClusterLimit
+	undecidedUnavailable
 	numUndecidedReasons
 )
 
-var undecidedNames = [numUndecidedReasons]string{"missing_label", "cluster_limit"}
+var undecidedNames = [numUndecidedReasons]string{"missing_label", "cluster_limit", "unavailable"}
 
 // Why a replica was elected; the elections counter's attribute.
 type electionReason int
@@ -109,12 +111,16 @@ func newElector(cfg *ElectionConfig) *elector {
 }
 
 // ballotBox is one batch's election state: a ballot per cluster in the
-// batch, a vote per (cluster, replica) seen, and each point's vote.
+// batch, a vote per (cluster, replica) seen, and each point's vote. Its
+// elections are held under tokens of their own.
 type ballotBox struct {
-	tenant  election.Tenant
-	ballots []ballot
-	votes   []vote
-	points  []pointVote // per data point, in walk order
+	token      uint64
+	redisToken string
+	settled    bool // committed or released
+	tenant     election.Tenant
+	ballots    []ballot
+	votes      []vote
+	points     []pointVote // per data point, in walk order
 	// stripResource[i]: remove the replica label from resource i (a kept
 	// point of the elected replica took its label from there).
 	stripResource []bool
@@ -123,9 +129,6 @@ type ballotBox struct {
 
 	undecided [numUndecidedReasons]int64
 	elections [numElectionReasons]int64
-
-	local       bool // the shared tier failed under on_error: pass: decided here
-	waitedSince time.Time
 
 	// Scratch for the shared tier's calls.
 	asked   []int32
@@ -152,6 +155,7 @@ const (
 	ballotOpen ballotState = iota
 	ballotElected
 	ballotOverLimit
+	ballotUnavailable // the shared tier failed under on_error: pass
 )
 
 // vote is a (cluster, replica) pair seen in the batch.
@@ -169,8 +173,7 @@ type pointVote struct {
 
 const noVote = -1
 
-func (e *elector) get() *ballotBox { return e.boxes.Get().(*ballotBox) }
-
+// put returns a batch's ballot box to the pool, emptied.
 func (e *elector) put(box *ballotBox) {
 	const maxRetained = 64 << 10
 	if cap(box.points) > maxRetained {
@@ -214,8 +217,8 @@ func label(m pcommon.Map, name string) (string, bool) {
 }
 
 // scan is the first pass: each point's labels and vote.
-func (e *elector) scan(ctx context.Context, eng *engine, box *ballotBox, enc *identity.Encoder, md pmetric.Metrics) {
-	box.tenant, _ = tenantDigest(ctx, eng.cfg, enc)
+func (e *elector) scan(ctx context.Context, cfg *Config, box *ballotBox, enc *identity.Encoder, md pmetric.Metrics) {
+	box.tenant, _ = tenantDigest(ctx, cfg, enc)
 	box.lastVote = noVote
 	rms := md.ResourceMetrics()
 	for i := 0; i < rms.Len(); i++ {
@@ -308,59 +311,57 @@ func (box *ballotBox) voteOf(enc *identity.Encoder, cluster, replica string) int
 	return box.lastVote
 }
 
-// electReplicas is the election stage of a metrics batch: scan, then decide every
+// elect is the election stage of a metrics batch: scan, then decide every
 // cluster's election. On error the batch holds no election and is refused.
-func (e *engine) electReplicas(ctx context.Context, b *batch, enc *identity.Encoder, md pmetric.Metrics) error {
-	box := e.elect.get()
-	b.ballots = box
-	e.elect.scan(ctx, e, box, enc, md)
+func (e *elector) elect(ctx context.Context, eng *engine, md pmetric.Metrics) (*ballotBox, error) {
+	box := e.boxes.Get().(*ballotBox)
+	enc := encoderPool.Get().(*identity.Encoder)
+	e.scan(ctx, eng.cfg, box, enc, md)
+	encoderPool.Put(enc)
 	if len(box.ballots) == 0 {
-		return nil
+		return box, nil
 	}
-	if err := e.decideElections(ctx, b); err != nil {
-		return err
+	box.token = eng.nextToken()
+	if eng.electTier != nil {
+		box.redisToken = redistier.NewToken(box.token)
+	}
+	if err := e.decide(ctx, eng, box); err != nil {
+		e.put(box)
+		return nil, err
 	}
 	// The elected replica's data refreshes its election, once due; one
 	// batch in flight carries the refresh.
-	now := e.now()
+	now := eng.now()
 	for i := range box.votes {
 		vt := &box.votes[i]
 		bl := &box.ballots[vt.ballot]
 		if bl.state == ballotElected && !bl.took && !bl.refresh && vt.replica.Digest == bl.elected {
-			bl.refresh = e.elect.table.TakeRefresh(bl.ref, vt.replica, b.token, now)
+			bl.refresh = e.table.TakeRefresh(bl.ref, vt.replica, box.token, now)
 		}
 	}
-	return nil
+	return box, nil
 }
 
-// decideElections decides every ballot, waiting for other batches' pending
-// elections as the claim discipline waits for their pending claims.
-func (e *engine) decideElections(ctx context.Context, b *batch) error {
-	box := b.ballots
-	var deadline time.Time
-	pause := time.Millisecond
-	waiters := false
+// decide decides every ballot. A look that meets another batch's pending
+// election gives up the elections this batch took, then waits (as await
+// does), holding none, before looking again.
+func (e *elector) decide(ctx context.Context, eng *engine, box *ballotBox) error {
+	var w *wait
 	defer func() {
-		if waiters {
-			e.ended.waiters.Add(-1)
+		if w != nil {
+			w.end()
 		}
 	}()
 	for {
-		// Taken before the look, so that a batch ending after it wakes
-		// this one (once it waits at all).
-		var settled <-chan struct{}
-		if waiters {
-			settled = e.ended.channel()
-		}
-		waiting, yield := false, false
-		now := e.now()
+		pending := false
+		now := eng.now()
 		box.asked = box.asked[:0]
 		for i := range box.ballots {
 			bl := &box.ballots[i]
 			if bl.state != ballotOpen {
 				continue
 			}
-			d := e.elect.table.Decide(bl.ref, bl.candidate, b.token, now, e.electTier == nil || box.local)
+			d := e.table.Decide(bl.ref, bl.candidate, box.token, now, eng.electTier == nil)
 			switch d.State {
 			case election.Elected:
 				bl.state, bl.elected = ballotElected, d.Replica
@@ -371,98 +372,84 @@ func (e *engine) decideElections(ctx context.Context, b *batch) error {
 				bl.state = ballotOverLimit
 			case election.Unknown:
 				box.asked = append(box.asked, int32(i))
-			case election.PendingOlder:
-				waiting, yield = true, true
 			default: // Pending
-				waiting = true
+				pending = true
 			}
 		}
 		if len(box.asked) > 0 {
-			w, y, err := e.askElections(ctx, b)
+			p, err := e.ask(ctx, eng, box)
 			if err != nil {
+				e.release(ctx, eng, box)
 				return err
 			}
-			if box.local {
-				continue // the shared tier failed: decide here, at once
-			}
-			waiting, yield = waiting || w, yield || y
+			pending = pending || p
 		}
-		if !waiting {
-			if !box.waitedSince.IsZero() {
-				e.tel.recordWait(ctx, e.clock.now().Sub(box.waitedSince), waitSettled)
+		if !pending {
+			if w != nil {
+				w.record(ctx, waitSettled)
 			}
 			return nil
 		}
-		if box.waitedSince.IsZero() {
-			box.waitedSince = e.clock.now()
-			deadline = box.waitedSince.Add(e.cfg.PendingWait)
-			e.ended.waiters.Add(1)
-			waiters = true
-			settled = e.ended.channel()
+		e.release(ctx, eng, box)
+		for i := range box.ballots {
+			if bl := &box.ballots[i]; bl.took {
+				bl.state, bl.took, bl.inRedis, bl.hasPrev = ballotOpen, false, false, false
+			}
 		}
-		if yield {
-			e.giveUpElections(ctx, b)
+		if w == nil {
+			w = eng.beginWait()
 		}
-		if e.clock.now().Add(pause).After(deadline) {
-			e.refused.log(b.now, errElectionInFlight)
-			e.tel.recordWait(ctx, e.clock.now().Sub(box.waitedSince), waitRefused)
-			e.releaseElections(ctx, b)
-			return errElectionInFlight
-		}
-		if err := e.clock.pause(ctx, settled, pause); err != nil {
-			e.releaseElections(ctx, b)
+		if err := w.pause(ctx); err != nil {
+			if errors.Is(err, errWaitedOut) {
+				eng.refused.log(eng.now(), errElectionInFlight)
+				w.record(ctx, waitRefused)
+				return errElectionInFlight
+			}
 			return err
 		}
-		pause = min(2*pause, maxPause)
 	}
 }
 
-// askElections asks the shared tier about the ballots in box.asked, in one
-// round trip. It reports whether one is pending (and held by an older
-// batch). Under on_error: pass, a failed call leaves the batch's elections
-// to the local table (box.local), which decides them at the next look.
-func (e *engine) askElections(ctx context.Context, b *batch) (waiting, yield bool, err error) {
-	box := b.ballots
-	if b.redisToken == "" {
-		b.redisToken = redistier.NewToken(b.token)
-	}
+// ask asks the shared tier about the ballots in box.asked, in one round
+// trip, and reports whether one is pending. Under on_error: pass, a failed
+// call leaves those ballots undecided.
+func (e *elector) ask(ctx context.Context, eng *engine, box *ballotBox) (pending bool, err error) {
 	box.es = box.es[:0]
 	for _, i := range box.asked {
 		bl := &box.ballots[i]
 		box.es = append(box.es, redistier.Election{Key: bl.ref.Key, Replica: bl.candidate.Digest})
 	}
-	if cap(box.answers) < len(box.es) {
-		box.answers = make([]redistier.ElectionAnswer, len(box.es))
-	}
-	answers := box.answers[:len(box.es)]
-	start := e.now()
-	if err := e.electTier.Elect(ctx, b.redisToken, e.elect.failover, box.es, answers); err != nil {
-		if e.redisPolicy == ErrorRefuse || ctx.Err() != nil {
-			e.releaseElections(ctx, b)
-			e.tierError.log(b.now, err, zap.String("on_error", string(e.redisPolicy)))
-			return false, false, fmt.Errorf("%w: %w", errSharedTier, err)
+	box.answers = resize(box.answers, len(box.es))
+	start := eng.now()
+	if err := eng.electTier.Elect(ctx, box.redisToken, e.failover, box.es, box.answers); err != nil {
+		if eng.redisPolicy == ErrorRefuse || ctx.Err() != nil {
+			eng.tierError.log(start, err, zap.String("on_error", string(eng.redisPolicy)))
+			for _, i := range box.asked {
+				box.ballots[i].took, box.ballots[i].inRedis = true, true // the answer may have been lost
+			}
+			return false, fmt.Errorf("%w: %w", errSharedTier, err)
 		}
-		e.tierError.log(b.now, err, zap.String("on_error", "pass"))
-		box.local = true
-		return false, false, nil
+		eng.tierError.log(start, err, zap.String("on_error", string(ErrorPass)))
+		for _, i := range box.asked {
+			box.ballots[i].state = ballotUnavailable
+		}
+		return false, nil
 	}
 	for k, i := range box.asked {
-		bl, a := &box.ballots[i], answers[k]
+		bl, a := &box.ballots[i], box.answers[k]
 		switch a.State {
 		case redistier.ElectionLive:
-			e.elect.table.Learn(bl.ref, box.replicaOf(i, a.Replica), a.Remaining, start)
+			e.table.Learn(bl.ref, box.replicaOf(i, a.Replica), a.Remaining, start)
 			bl.state, bl.elected = ballotElected, a.Replica
 		case redistier.ElectionTaken:
-			e.elect.table.Hold(bl.ref, bl.candidate, b.token)
+			e.table.Hold(bl.ref, bl.candidate, box.token)
 			bl.state, bl.elected, bl.took, bl.inRedis = ballotElected, bl.candidate.Digest, true, true
 			bl.prev, bl.hasPrev = a.Replica, a.HasPrev
-		case redistier.ElectionPendingOlder:
-			waiting, yield = true, true
-		default: // ElectionPending
-			waiting = true
+		default: // pending
+			pending = true
 		}
 	}
-	return waiting, yield, nil
+	return pending, nil
 }
 
 // replicaOf returns the replica of digest d as the batch knows it: with its
@@ -476,51 +463,50 @@ func (box *ballotBox) replicaOf(i int32, d digest.Digest) election.Replica {
 	return election.Replica{Digest: d}
 }
 
-// giveUpElections releases the elections the batch took, to wait holding
-// none: it met an older batch's pending election. Their ballots are decided
-// again after the wait.
-func (e *engine) giveUpElections(ctx context.Context, b *batch) {
-	e.releaseElections(ctx, b)
-	for i := range b.ballots.ballots {
-		if bl := &b.ballots.ballots[i]; bl.took {
-			bl.state, bl.took, bl.inRedis, bl.hasPrev = ballotOpen, false, false, false
-		}
-	}
-	e.ended.broadcast()
-}
-
-// releaseElections gives up every election the batch took and the
-// refreshes it carried: it was not delivered.
-func (e *engine) releaseElections(ctx context.Context, b *batch) {
-	box := b.ballots
-	if box == nil {
+// settle ends the batch's elections with its first call: committed (with
+// the refreshes it carried) if that call was accepted, else released.
+func (e *elector) settle(ctx context.Context, eng *engine, box *ballotBox, err error) {
+	if box.settled {
 		return
 	}
+	box.settled = true
+	if err != nil {
+		e.release(ctx, eng, box)
+		return
+	}
+	e.commit(ctx, eng, box)
+	eng.tel.recordElections(ctx, box)
+	eng.ended.broadcast()
+}
+
+// release gives up every election the batch took and the refreshes it
+// carried, and wakes the batches waiting for them.
+func (e *elector) release(ctx context.Context, eng *engine, box *ballotBox) {
 	var keys []digest.Digest
 	for i := range box.ballots {
 		bl := &box.ballots[i]
 		if bl.took {
-			e.elect.table.Release(bl.ref, b.token)
+			e.table.Release(bl.ref, box.token)
 			if bl.inRedis {
 				keys = append(keys, bl.ref.Key)
 			}
 		}
 		if bl.refresh {
-			e.elect.table.DropRefresh(bl.ref, b.token)
+			e.table.DropRefresh(bl.ref, box.token)
+			bl.refresh = false
 		}
 	}
-	if len(keys) > 0 && e.electTier != nil {
-		if err := e.electTier.ReleaseElections(context.WithoutCancel(ctx), b.redisToken, e.elect.failover, keys); err != nil {
-			e.tierError.log(b.now, err, zap.String("op", redistier.OpRelease))
+	if len(keys) > 0 && eng.electTier != nil {
+		if err := eng.electTier.ReleaseElections(context.WithoutCancel(ctx), box.redisToken, e.failover, keys); err != nil {
+			eng.tierError.log(eng.now(), err, zap.String("op", redistier.OpRelease))
 		}
 	}
+	eng.ended.broadcast()
 }
 
-// commitElections commits, once the batch was delivered, the elections it
-// took and the refreshes it carried, with its shared claims: with a shared
-// tier, in one round trip.
-func (e *engine) commitElections(ctx context.Context, b *batch) {
-	box := b.ballots
+// commit commits the elections the batch took and the refreshes it
+// carried: with a shared tier, in one round trip.
+func (e *elector) commit(ctx context.Context, eng *engine, box *ballotBox) {
 	box.asked, box.es = box.asked[:0], box.es[:0]
 	for i := range box.ballots {
 		bl := &box.ballots[i]
@@ -528,11 +514,10 @@ func (e *engine) commitElections(ctx context.Context, b *batch) {
 			box.asked = append(box.asked, int32(i))
 		}
 	}
-	shared := e.electTier != nil && !box.local && len(box.asked) > 0
-	if !shared {
-		now := e.now()
+	start := eng.now()
+	if eng.electTier == nil || len(box.asked) == 0 {
 		for _, i := range box.asked {
-			e.commitElection(b, i, now, e.elect.failover)
+			e.commitOne(box, i, start, e.failover)
 		}
 		return
 	}
@@ -540,47 +525,41 @@ func (e *engine) commitElections(ctx context.Context, b *batch) {
 		bl := &box.ballots[i]
 		box.es = append(box.es, redistier.Election{Key: bl.ref.Key, Replica: bl.elected})
 	}
-	if cap(box.answers) < len(box.es) {
-		box.answers = make([]redistier.ElectionAnswer, len(box.es))
-	}
-	answers := box.answers[:len(box.es)]
-	start := e.now()
-	if err := e.electTier.CommitElected(context.WithoutCancel(ctx), b.redisToken, e.elect.failover, box.es, answers); err != nil {
-		// The data was delivered: the elections hold here; in Redis a
-		// pending one ends with its lease, as a claim's does.
-		e.tierError.log(b.now, err, zap.String("op", redistier.OpCommit))
+	box.answers = resize(box.answers, len(box.es))
+	if err := eng.electTier.CommitElected(context.WithoutCancel(ctx), box.redisToken, e.failover, box.es, box.answers); err != nil {
+		// The data was delivered, and the shared tier retries the commit
+		// until it lands or the lease ends: the elections hold here.
+		eng.tierError.log(start, err, zap.String("op", redistier.OpCommit))
 		for _, i := range box.asked {
-			e.commitElection(b, i, start, e.elect.failover)
+			e.commitOne(box, i, start, e.failover)
 		}
 		return
 	}
 	for k, i := range box.asked {
-		bl, a := &box.ballots[i], answers[k]
+		bl, a := &box.ballots[i], box.answers[k]
 		if a.State == redistier.ElectionLive && a.Replica == bl.elected {
-			e.commitElection(b, i, start, a.Remaining)
+			e.commitOne(box, i, start, a.Remaining)
 			continue
 		}
 		// Another replica or batch holds it: this batch's election was lost
 		// (its lease ran out before the commit). Learn who holds it.
 		if bl.took {
-			e.elect.table.Release(bl.ref, b.token)
+			e.table.Release(bl.ref, box.token)
 		}
 		if a.State == redistier.ElectionLive {
-			e.elect.table.Learn(bl.ref, box.replicaOf(i, a.Replica), a.Remaining, start)
+			e.table.Learn(bl.ref, box.replicaOf(i, a.Replica), a.Remaining, start)
 		} else {
-			e.elect.table.Forget(bl.ref)
+			e.table.Forget(bl.ref)
 		}
 	}
 }
 
-// commitElection commits in the local table the election ballot i took, or
-// the refresh it carried, for remaining from now, and counts a new
-// election.
-func (e *engine) commitElection(b *batch, i int32, now int64, remaining time.Duration) {
-	box := b.ballots
+// commitOne commits in the local table the election ballot i took, or the
+// refresh it carried, for remaining from now, and counts a new election.
+func (e *elector) commitOne(box *ballotBox, i int32, now int64, remaining time.Duration) {
 	bl := &box.ballots[i]
 	if bl.took {
-		committed, prev, hasPrev := e.elect.table.Commit(bl.ref, b.token, now)
+		committed, prev, hasPrev := e.table.Commit(bl.ref, box.token, now)
 		if !committed {
 			return
 		}
@@ -593,15 +572,14 @@ func (e *engine) commitElection(b *batch, i int32, now int64, remaining time.Dur
 		}
 		box.elections[reason]++
 	}
-	e.elect.table.Refreshed(bl.ref, box.replicaOf(i, bl.elected), b.token, remaining, now)
+	e.table.Refreshed(bl.ref, box.replicaOf(i, bl.elected), box.token, remaining, now)
 }
 
-// admitPoint is the second pass's verdict of election on the data point at
+// admit is the identity walk's verdict of election on the data point at
 // verdict index idx: true if the point goes on to the identity dedup
 // (elected, or undecided), false if it is a duplicate of another replica
-// (its verdict is then appended).
-func (e *engine) admitPoint(b *batch, idx int) bool {
-	box := b.ballots
+// (its verdict is then appended to b).
+func (e *elector) admit(box *ballotBox, b *batch, idx int, action Action) bool {
 	pv := box.points[idx]
 	if pv.vote == noVote {
 		box.undecided[undecidedMissingLabel]++
@@ -613,8 +591,11 @@ func (e *engine) admitPoint(b *batch, idx int) bool {
 	case bl.state == ballotOverLimit:
 		box.undecided[undecidedClusterLimit]++
 		return true
+	case bl.state == ballotUnavailable:
+		box.undecided[undecidedUnavailable]++
+		return true
 	case vt.replica.Digest == bl.elected:
-		if e.elect.strip {
+		if e.strip {
 			if pv.resource >= 0 {
 				if !box.stripResource[pv.resource] {
 					box.stripResource[pv.resource] = true
@@ -626,7 +607,7 @@ func (e *engine) admitPoint(b *batch, idx int) bool {
 		}
 		return true
 	}
-	b.duplicate(tierElection, e.cfg.Action)
+	b.duplicate(tierElection, action)
 	return false
 }
 

@@ -45,8 +45,14 @@ func electionConfig() *Config {
 // fakeClock is the processor's clock in tests of election timing.
 type fakeClock struct{ ns atomic.Int64 }
 
-func (c *fakeClock) now() int64              { return c.ns.Load() }
+func (c *fakeClock) now() time.Time          { return time.Unix(0, c.ns.Load()) }
 func (c *fakeClock) advance(d time.Duration) { c.ns.Add(int64(d)) }
+
+// pause waits on the wall clock: only the processor's readings of the time
+// are the test's.
+func (c *fakeClock) pause(ctx context.Context, settled <-chan struct{}, d time.Duration) error {
+	return wallClock{}.pause(ctx, settled, d)
+}
 
 // electHarness runs one metrics processor.
 type electHarness struct {
@@ -68,7 +74,7 @@ func newElectHarness(t *testing.T, cfg *Config, next consumer.Metrics, clock *fa
 	mp := p.(*metricsProcessor)
 	if clock != nil {
 		clock.ns.Store(time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC).UnixNano())
-		mp.engine.now = clock.now
+		mp.engine.clock = clock
 	}
 	if err := p.Start(context.Background(), nil); err != nil {
 		t.Fatal(err)
@@ -645,5 +651,33 @@ func TestElectionSharedTier(t *testing.T) {
 				t.Errorf("elections failover = %d, want 1", n)
 			}
 		})
+	}
+}
+
+// TestElectionRedisDownPassesBothReplicas: with Redis down under on_error:
+// pass, a collector that knows no election of a cluster cannot decide it
+// alone (its peers could elect the other replica, and each would drop the
+// points the other keeps): both replicas' points are delivered, counted
+// undecided "unavailable", and no election is made or counted.
+func TestElectionRedisDownPassesBothReplicas(t *testing.T) {
+	srv := redistest.Standalone(t)
+	newCfg := func() *Config {
+		cfg := electionConfig()
+		cfg.Redis = configoptional.Some(RedisConfig{Endpoints: []string{srv.Addr()}, Mode: RedisModeStandalone, Timeout: 200 * time.Millisecond, Lease: 30 * time.Second, OnError: ErrorPass})
+		return cfg
+	}
+	sinks := []*consumertest.MetricsSink{new(consumertest.MetricsSink), new(consumertest.MetricsSink)}
+	hs := []*electHarness{newElectHarness(t, newCfg(), sinks[0], nil), newElectHarness(t, newCfg(), sinks[1], nil)}
+	srv.Kill()
+	hs[0].mustSend(scrape("c1", "a", 0, 2, onResource))
+	hs[1].mustSend(scrape("c1", "b", 0, 2, onResource))
+	hs[0].mustSend(scrape("c1", "b", 1, 2, onResource))
+	hs[1].mustSend(scrape("c1", "a", 1, 2, onResource))
+	wantDelivered(t, sinks[0], repeat("a+label/0", 2), repeat("b+label/1", 2))
+	wantDelivered(t, sinks[1], repeat("b+label/0", 2), repeat("a+label/1", 2))
+	for i, h := range hs {
+		if u, n := h.undecided("unavailable"), h.elections("new"); u != 4 || n != 0 {
+			t.Errorf("collector %d: undecided unavailable = %d, elections new = %d; want 4 and 0", i, u, n)
+		}
 	}
 }

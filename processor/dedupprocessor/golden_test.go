@@ -62,7 +62,7 @@ func TestIdentityEncodingIsPinned(t *testing.T) {
 			t.Fatal(err)
 		}
 		md := goldenMetrics()
-		return pending(p, md.DataPointCount(), func(b *batch, enc *identity.Encoder) { p.identify(ctx, b, enc, md) })
+		return pending(p, md.DataPointCount(), func(b *batch, enc *identity.Encoder) { metricsCall{p: p}.identify(ctx, b, enc, md) })
 	}
 	for _, tc := range []struct {
 		name string

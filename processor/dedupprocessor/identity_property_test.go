@@ -345,7 +345,7 @@ func TestPointIdentityChangesWithEveryField(t *testing.T) {
 	}
 	wantEverySetterListed(t, pmetric.NewNumberDataPoint(), listed)
 	digestOf := func(md pmetric.Metrics) digest.Digest {
-		return firstDigest(t, p.engine, func(b *batch, enc *identity.Encoder) { p.identify(context.Background(), b, enc, md) })
+		return firstDigest(t, p.engine, func(b *batch, enc *identity.Encoder) { metricsCall{p: p}.identify(context.Background(), b, enc, md) })
 	}
 	want := digestOf(base())
 	for name, c := range changes {

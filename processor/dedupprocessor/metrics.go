@@ -142,29 +142,44 @@ func newMetricsProcessor(set component.TelemetrySettings, id component.ID, cfg *
 	return &metricsProcessor{engine: e, si: si, next: next}, nil
 }
 
-// electReplicas runs replica election, when configured, before decideAll.
-func (p *metricsProcessor) electReplicas(ctx context.Context, b *batch, enc *identity.Encoder, md pmetric.Metrics) error {
-	if p.engine.elect == nil {
-		return nil
-	}
-	return p.engine.electReplicas(ctx, b, enc, md)
-}
-
 func (p *metricsProcessor) ConsumeMetrics(ctx context.Context, md pmetric.Metrics) error {
-	return consume(ctx, p.engine, p, md, md.DataPointCount())
+	n := md.DataPointCount()
+	if p.elect == nil || n == 0 {
+		return consume(ctx, p.engine, metricsCall{p: p}, md, n)
+	}
+	box, err := p.elect.elect(ctx, p.engine, md)
+	if err != nil {
+		return err
+	}
+	defer p.elect.put(box)
+	return consume(ctx, p.engine, metricsCall{p: p, box: box}, md, n)
 }
 
-func (p *metricsProcessor) clone(md pmetric.Metrics) pmetric.Metrics {
-	c := pmetric.NewMetrics()
-	md.CopyTo(c)
-	return c
+// metricsCall is one ConsumeMetrics call's adapter: the processor, and the
+// call's elections when replica election is configured.
+type metricsCall struct {
+	p   *metricsProcessor
+	box *ballotBox // nil: no replica election
 }
 
-func (p *metricsProcessor) send(ctx context.Context, md pmetric.Metrics) error {
-	return p.next.ConsumeMetrics(ctx, md)
+func (c metricsCall) clone(md pmetric.Metrics) pmetric.Metrics {
+	m := pmetric.NewMetrics()
+	md.CopyTo(m)
+	return m
 }
 
-func (p *metricsProcessor) identify(ctx context.Context, b *batch, enc *identity.Encoder, md pmetric.Metrics) {
+func (c metricsCall) send(ctx context.Context, md pmetric.Metrics) error {
+	return c.p.next.ConsumeMetrics(ctx, md)
+}
+
+func (c metricsCall) settle(ctx context.Context, err error) {
+	if c.box != nil {
+		c.p.elect.settle(ctx, c.p.engine, c.box, err)
+	}
+}
+
+func (c metricsCall) identify(ctx context.Context, b *batch, enc *identity.Encoder, md pmetric.Metrics) {
+	p := c.p
 	w := newWalk(ctx, p.engine, p.si, b, enc)
 	var view pointView
 	rms := md.ResourceMetrics()
@@ -184,25 +199,27 @@ func (p *metricsProcessor) identify(ctx context.Context, b *batch, enc *identity
 				}
 				switch m.Type() {
 				case pmetric.MetricTypeGauge:
-					decidePoints(&w, &view, m.Gauge().DataPoints())
+					decidePoints(&w, c.box, &view, m.Gauge().DataPoints())
 				case pmetric.MetricTypeSum:
-					decidePoints(&w, &view, m.Sum().DataPoints())
+					decidePoints(&w, c.box, &view, m.Sum().DataPoints())
 				case pmetric.MetricTypeHistogram:
-					decidePoints(&w, &view, m.Histogram().DataPoints())
+					decidePoints(&w, c.box, &view, m.Histogram().DataPoints())
 				case pmetric.MetricTypeExponentialHistogram:
-					decidePoints(&w, &view, m.ExponentialHistogram().DataPoints())
+					decidePoints(&w, c.box, &view, m.ExponentialHistogram().DataPoints())
 				case pmetric.MetricTypeSummary:
-					decidePoints(&w, &view, m.Summary().DataPoints())
+					decidePoints(&w, c.box, &view, m.Summary().DataPoints())
 				}
 			}
 		}
 	}
+	if c.box != nil {
+		b.alters = c.box.strips > 0
+	}
 }
 
-func decidePoints[P dataPoint](w *walk[*ottldatapoint.TransformContext], view *pointView, points pointSlice[P]) {
-	elect := w.b.ballots != nil
+func decidePoints[P dataPoint](w *walk[*ottldatapoint.TransformContext], box *ballotBox, view *pointView, points pointSlice[P]) {
 	for i := 0; i < points.Len(); i++ {
-		if elect && !w.e.admitPoint(w.b, len(w.b.verdicts)) {
+		if box != nil && !w.e.elect.admit(box, w.b, len(w.b.verdicts), w.e.cfg.Action) {
 			continue // a point of a replica that is not elected
 		}
 		dp := points.At(i)
@@ -214,11 +231,12 @@ func decidePoints[P dataPoint](w *walk[*ottldatapoint.TransformContext], view *p
 	}
 }
 
-func (p *metricsProcessor) apply(b *batch, md pmetric.Metrics) {
+func (c metricsCall) apply(b *batch, md pmetric.Metrics) {
+	p := c.p
 	a := applier{e: p.engine, b: b}
 	res := 0
 	md.ResourceMetrics().RemoveIf(func(rm pmetric.ResourceMetrics) bool {
-		if box := b.ballots; box != nil && box.stripResource[res] {
+		if box := c.box; box != nil && box.stripResource[res] {
 			rm.Resource().Attributes().Remove(p.engine.elect.replica)
 		}
 		res++
@@ -226,15 +244,15 @@ func (p *metricsProcessor) apply(b *batch, md pmetric.Metrics) {
 			sm.Metrics().RemoveIf(func(m pmetric.Metric) bool {
 				switch m.Type() {
 				case pmetric.MetricTypeGauge:
-					return applyPoints(&a, m.Gauge().DataPoints())
+					return applyPoints(&a, c.box, m.Gauge().DataPoints())
 				case pmetric.MetricTypeSum:
-					return applyPoints(&a, m.Sum().DataPoints())
+					return applyPoints(&a, c.box, m.Sum().DataPoints())
 				case pmetric.MetricTypeHistogram:
-					return applyPoints(&a, m.Histogram().DataPoints())
+					return applyPoints(&a, c.box, m.Histogram().DataPoints())
 				case pmetric.MetricTypeExponentialHistogram:
-					return applyPoints(&a, m.ExponentialHistogram().DataPoints())
+					return applyPoints(&a, c.box, m.ExponentialHistogram().DataPoints())
 				case pmetric.MetricTypeSummary:
-					return applyPoints(&a, m.Summary().DataPoints())
+					return applyPoints(&a, c.box, m.Summary().DataPoints())
 				}
 				return false
 			})
@@ -247,11 +265,10 @@ func (p *metricsProcessor) apply(b *batch, md pmetric.Metrics) {
 // applyPoints applies the verdicts of one metric's points and reports
 // whether the metric lost all of them (a metric that came without points
 // is left as it came).
-func applyPoints[P dataPoint](a *applier, points pointSlice[P]) bool {
+func applyPoints[P dataPoint](a *applier, box *ballotBox, points pointSlice[P]) bool {
 	if points.Len() == 0 {
 		return false
 	}
-	box := a.b.ballots
 	if box == nil || box.strips == 0 {
 		points.RemoveIf(func(dp P) bool { return a.unit(dp.Attributes()) })
 		return points.Len() == 0

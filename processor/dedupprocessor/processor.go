@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"sync/atomic"
-	"time"
 
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/consumer"
@@ -28,7 +27,6 @@ type engine struct {
 	tierError *throttledLog
 	refused   *throttledLog
 	tokens    atomic.Uint64
-	now       func() int64
 	clock     clock
 	ended     settledSignal // a round ended: committed or released
 
@@ -52,7 +50,6 @@ func newEngine(cfg *Config, set component.TelemetrySettings, id component.ID, si
 		keyError:    newThrottledLog(set.Logger, "dedup: cannot evaluate the key or conditions of a "+signal+" item; passing it through"),
 		tierError:   newThrottledLog(set.Logger, "dedup: shared tier (redis) failed"),
 		refused:     newThrottledLog(set.Logger, "dedup: refused a batch for retry: some of its records are still being delivered by another batch"),
-		now:         func() int64 { return time.Now().UnixNano() },
 		clock:       wallClock{},
 		id:          id,
 		signal:      signal,
@@ -70,52 +67,18 @@ func newEngine(cfg *Config, set component.TelemetrySettings, id component.ID, si
 	e.tel = tel
 	if el != nil {
 		maxSeries := cfg.Metrics.ReplicaElection.Get().MaxClusters
-		if err := tel.observeElections(set.MeterProvider.Meter(scopeName), el.table, func() int64 { return e.now() }, maxSeries); err != nil {
+		if err := tel.observeElections(set.MeterProvider.Meter(scopeName), el.table, e.now, maxSeries); err != nil {
 			return nil, err
 		}
 	}
 	return e, nil
 }
 
+// now is the engine's clock in Unix nanoseconds.
+func (e *engine) now() int64 { return e.clock.now().UnixNano() }
+
 func (e *engine) entries() int64   { return int64(e.cache.Len(e.now())) }
 func (e *engine) evictions() int64 { return e.cache.Evictions() }
-
-// begin takes a batch of records from the pool and opens its first round.
-func (e *engine) begin(records int) *batch {
-	b := batchPool.Get().(*batch)
-	b.now = e.now()
-	if cap(b.verdicts) < records {
-		b.verdicts = make([]verdict, 0, records)
-	}
-	e.beginRound(b)
-	return b
-}
-
-// nextToken returns a token larger than every one before it and at least
-// the current time in microseconds, so that tokens order batches by when
-// they began, in this process and, through the shared tier's tokens that
-// embed them, across the collectors sharing it.
-func (e *engine) nextToken() uint64 {
-	now := uint64(time.Now().UnixMicro())
-	for {
-		last := e.tokens.Load()
-		t := max(last+1, now)
-		if e.tokens.CompareAndSwap(last, t) {
-			return t
-		}
-	}
-}
-
-// end releases what a batch that gave up still holds, and returns it to
-// the pool.
-func (e *engine) end(ctx context.Context, b *batch) {
-	e.releaseRound(ctx, b)
-	if b.ballots != nil {
-		e.elect.put(b.ballots)
-	}
-	b.reset()
-	batchPool.Put(b)
-}
 
 func (e *engine) Start(ctx context.Context, host component.Host) error {
 	if err := checkAuthenticator(e.cfg, host); err != nil {

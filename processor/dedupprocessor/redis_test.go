@@ -403,22 +403,23 @@ func TestLocalWaitThenSharedClaimIsAClaim(t *testing.T) {
 	cfg := redisConfig([]string{srv.Addr()}, ErrorRefuse)
 	cfg.Redis.Get().KeyPrefix = "otelcol-dedup:" + t.Name() + ":"
 	gate := newGatedLogs()
+	gate.hold = holding("secret body 1") // only the first request is held
 	h := newHarness(t, cfg, gate)
 
 	first := consumeAsync(h, events(1, 2))
 	<-gate.entered // claimed in both tiers, being delivered
 	copyDone := consumeAsync(h, events(2, 3))
+	// The copy's first call delivers 3; 2 waits for the first request.
+	waitFor(t, "the copy's first call", func() bool { return gate.sink.LogRecordCount() == 1 })
 	notYet(t, copyDone, "the copy's request")
 	gate.release <- nil
 	if err := <-first; err != nil {
 		t.Fatalf("first request: %v", err)
 	}
-	<-gate.entered // the copy's batch, with 3 alone
-	gate.release <- nil
 	if err := <-copyDone; err != nil {
 		t.Fatalf("the copy's request: %v", err)
 	}
-	assertBodies(t, &gate.sink, "secret body 1", "secret body 2", "secret body 3")
+	assertBodies(t, &gate.sink, "secret body 3", "secret body 1", "secret body 2")
 	if claims, rechecks := h.redisRequests("claim", "ok"), h.redisRequests("recheck", "ok"); claims != 2 || rechecks != 0 {
 		t.Fatalf("redis requests: %d claims, %d rechecks; want 2 claims (one per batch), 0 rechecks", claims, rechecks)
 	}

@@ -234,20 +234,22 @@ func (t *telemetry) recordCall(ctx context.Context, b *batch) {
 	if n := b.unchecked; n > 0 {
 		t.redisUnchecked.Add(ctx, int64(n), t.baseOpt)
 	}
-	if box := b.ballots; box != nil {
-		for r, n := range box.undecided {
-			if n > 0 {
-				t.undecided.Add(ctx, n, t.undecidedOpts[r])
-			}
-		}
-		for r, n := range box.elections {
-			if n > 0 {
-				t.elections.Add(ctx, n, t.electionOpts[r])
-			}
-		}
-		box.undecided, box.elections = [numUndecidedReasons]int64{}, [numElectionReasons]int64{}
-	}
 	b.outcomes, b.tiers, b.unchecked = [numOutcomes]int64{}, [numTiers]int64{}, 0
+}
+
+// recordElections adds the election counts of a batch whose first call was
+// accepted.
+func (t *telemetry) recordElections(ctx context.Context, box *ballotBox) {
+	for r, n := range box.undecided {
+		if n > 0 {
+			t.undecided.Add(ctx, n, t.undecidedOpts[r])
+		}
+	}
+	for r, n := range box.elections {
+		if n > 0 {
+			t.elections.Add(ctx, n, t.electionOpts[r])
+		}
+	}
 }
 
 // observeElections starts reporting the elected replica of each cluster

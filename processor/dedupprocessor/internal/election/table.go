@@ -57,11 +57,8 @@ const (
 	// Taken: the caller's batch holds the election, pending until it is
 	// delivered; Decision.Replica is the caller's candidate.
 	Taken
-	// Pending: another batch, younger than the caller, holds a pending
-	// election of the cluster.
+	// Pending: another batch holds a pending election of the cluster.
 	Pending
-	// PendingOlder: as Pending, for a batch older than the caller.
-	PendingOlder
 	// Unknown: the table knows no live election and may not take one (it
 	// caches a shared tier): ask the shared tier.
 	Unknown
@@ -149,8 +146,7 @@ func New(cfg Config) *Table {
 }
 
 // Decide answers which replica of ref's cluster is elected, for a batch
-// with the given token (tokens order batches by age: smaller is older) at
-// now. When no election is live, take says whether the table decides: it
+// holding the given token, at now. When no election is live, take says whether the table decides: it
 // then gives the election to candidate, pending under token (Taken); else it
 // answers Unknown. A cluster the table does not hold, whose tenant already
 // has MaxClusters live elections, is OverLimit.
@@ -164,9 +160,6 @@ func (t *Table) Decide(ref Ref, candidate Replica, token uint64, now int64, take
 	case en != nil && en.holder == token:
 		return Decision{State: Taken, Replica: en.replica.Digest}
 	case en != nil && en.holder != 0:
-		if en.holder < token {
-			return Decision{State: PendingOlder, Replica: en.replica.Digest}
-		}
 		return Decision{State: Pending, Replica: en.replica.Digest}
 	case en != nil && en.live(now):
 		return Decision{State: Elected, Replica: en.replica.Digest}

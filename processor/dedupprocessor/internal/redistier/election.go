@@ -49,12 +49,10 @@ const (
 	// ElectionTaken: the call's token holds the election, pending. Replica
 	// is the replica whose expired election it replaces, if HasPrev.
 	ElectionTaken
-	// ElectionPending: a pending election of a younger token holds it
+	// ElectionPending: a pending election of another token holds it
 	// (Replica is its candidate): that batch is still on its way
 	// downstream.
 	ElectionPending
-	// ElectionPendingOlder: as ElectionPending, for an older token.
-	ElectionPendingOlder
 )
 
 // Election is one election a batch asks about or confirms.
@@ -79,8 +77,7 @@ type ElectionAnswer struct {
 // ElectionLive. Where none is live, the call takes it for the candidate,
 // pending under token for the lease (ElectionTaken): Confirm, once the
 // batch was delivered, commits it; ReleaseElections gives it up. A pending
-// election of another token answers ElectionPending or ElectionPendingOlder
-// by the tokens' ages, as for claims. Retrying with the same token is safe:
+// election of another token answers ElectionPending. Retrying with the same token is safe:
 // an election the token already holds answers ElectionTaken.
 func (t *Tier) Elect(ctx context.Context, token string, failover time.Duration, es []Election, answers []ElectionAnswer) error {
 	if len(answers) < len(es) {
@@ -194,8 +191,7 @@ func (t *Tier) electionKey(k digest.Digest) string {
 const electionInfix = "elect:"
 
 // electionAnswer decodes the election scripts' reply: {state, replica,
-// remaining ms}, state 0 live, 1 taken, 2 pending (younger), 3 pending
-// (older).
+// remaining ms}, state 0 live, 1 taken, 2 pending.
 func electionAnswer(c *redis.Cmd) (ElectionAnswer, error) {
 	vals, err := c.Slice()
 	if err != nil {
@@ -207,7 +203,7 @@ func electionAnswer(c *redis.Cmd) (ElectionAnswer, error) {
 	state, ok1 := vals[0].(int64)
 	rep, ok2 := vals[1].(string)
 	ms, ok3 := vals[2].(int64)
-	if !ok1 || !ok2 || !ok3 || state < 0 || state > 3 || (len(rep) != 0 && len(rep) != digest.Size) {
+	if !ok1 || !ok2 || !ok3 || state < 0 || state > 2 || (len(rep) != 0 && len(rep) != digest.Size) {
 		return ElectionAnswer{}, fmt.Errorf("election script answered %v", vals)
 	}
 	a := ElectionAnswer{State: ElectionState(state), Remaining: time.Duration(ms) * time.Millisecond}
@@ -231,20 +227,12 @@ end
 local function parse(v)
   return string.sub(v, 1, 1), string.sub(v, 2, 17), string.sub(v, 18, 33), tonumber(string.match(v, '^%d+', 34))
 end
-local function older(a, tok)
-  for i = 1, math.min(#a, #tok) do
-    local x, y = string.byte(a, i), string.byte(tok, i)
-    if x ~= y then return x < y end
-  end
-  return #a < #tok
-end
 `
 
 // electScript: ARGV replica, token, lease ms, failover ms. Answers {0,
 // replica, remaining ms} for a live committed election; {1, previous replica
 // or "", 0} when the token holds it (taken now, or by an earlier try of the
-// same call); {2|3, candidate, 0} for another token's pending election
-// (younger|older).
+// same call); {2, candidate, 0} for another token's pending election.
 var electScript = newScript(electSource)
 
 const electSource = electionLib + `
@@ -259,7 +247,7 @@ if v then
       local old = string.match(v, '|(.*)$', 34)
       return {1, string.sub(old, 2, 17), 0}
     end
-    return {older(owner, tok) and 3 or 2, r, 0}
+    return {2, r, 0}
   end
   if at + failover > t then return {0, r, at + failover - t} end
   prev = v
@@ -281,7 +269,7 @@ local v = redis.call('GET', KEYS[1])
 if v then
   local state, r, owner, at = parse(v)
   if state == 'p' and owner ~= tok then
-    return {older(owner, tok) and 3 or 2, r, 0}
+    return {2, r, 0}
   end
   if state == 'c' and r ~= rep and at + failover > t then
     return {0, r, at + failover - t}

@@ -391,12 +391,9 @@ func (t *Tier) Breakers() []NodeBreaker {
 }
 
 // NewToken returns a claim token of the given age: 16 bytes, the age
-// big-endian then 64 random bits. Tokens compare bytewise, so a token made
-// with a smaller age is older, and two tokens of one age still differ and
-// are ordered. Each claim needs its own token: Commit and Release act on
-// everything claimed under it. Claims do not use the age; elections do
-// (ElectionPendingOlder): any number that grows with the time a batch
-// started will do, e.g. microseconds since the epoch.
+// big-endian then 64 random bits, so that two tokens never collide and a
+// token read in Redis tells when its batch began. Each claim needs its own
+// token: Commit and Release act on everything claimed under it.
 func NewToken(age uint64) string {
 	var b [16]byte
 	binary.BigEndian.PutUint64(b[:8], age)
