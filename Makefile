@@ -7,8 +7,10 @@
 #   make demo    build, then send testdata/demo-logs.json through it and check what comes out
 #   make test    go test -race of every package of both modules, the end-to-end tests included
 #                (builds both binaries first)
-#   make deps    install redis-server and redis-cli if missing (Debian's packages), and
-#                build bin/promtool from the Prometheus module (make test does it)
+#   make deps    install redis-server and redis-cli if missing (Debian's packages),
+#                extract Debian's systemd-journal-remote into bin/ (it writes the journal
+#                files the journald tests read), and build bin/promtool from the
+#                Prometheus module (make test does it)
 #   make bench   the performance targets: Go benchmarks with benchstat, the distribution end
 #                to end against its pass-through, CPU profiles (cmd/dedupbench, BENCHMARKS.md)
 #   make lint    go vet
@@ -62,10 +64,11 @@ $(BIN): $(DIST)
 	cp $(DIST) $@
 
 # The agent is made of upstream modules only (its manifest pins them), so it
-# depends on nothing else of the repository but the ocb version in go.mod.
+# depends on nothing else of the repository but the ocb version in go.mod and
+# the empty stand-in module its manifest replaces a test-only dependency with.
 agent: $(AGENT_BIN)
 
-$(AGENT_DIST): $(AGENT_MANIFEST) go.mod go.sum
+$(AGENT_DIST): $(AGENT_MANIFEST) testdata/agent/semconvtest/go.mod go.mod go.sum
 	@echo "ocb: building $(AGENT_DIST) (cold: many minutes, the Prometheus receiver's dependencies; warm: seconds)"
 	@mkdir -p _build/.tmp-agent; \
 	TMPDIR=$(CURDIR)/_build/.tmp-agent $(GO) tool builder --config $(AGENT_MANIFEST); \
@@ -91,13 +94,17 @@ demo-data:
 # (OTELCOL_DEDUP_BIN, OTELCOL_AGENT_BIN); run alone with go test they build
 # them themselves.
 # redis-server and redis-cli for the tests, from Debian's packages if missing
-# (the only step that needs root); promtool built from the Prometheus module
-# that tools/promtool pins, without service discovery (as the agent), so that
-# no Prometheus server is installed.
+# (this needs root); systemd-journal-remote, extracted from Debian's package
+# into bin/ without installing it (the package would pull in a systemd
+# upgrade), for TestJournaldRereads (root only for an apt-get update, or to
+# install systemd where journalctl is missing); promtool built from the
+# Prometheus module that tools/promtool pins, without service discovery (as
+# the agent), so that no Prometheus server is installed.
 PROMTOOL := bin/promtool
 
 deps: $(PROMTOOL)
 	bash scripts/ensure-redis.sh
+	bash scripts/ensure-journal-remote.sh
 
 $(PROMTOOL): tools/promtool/go.mod tools/promtool/go.sum
 	@echo "go build: $(PROMTOOL) (cold: about a minute)"
