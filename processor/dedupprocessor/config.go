@@ -11,6 +11,9 @@ import (
 	"go.opentelemetry.io/collector/config/configopaque"
 	"go.opentelemetry.io/collector/config/configoptional"
 	"go.opentelemetry.io/collector/config/configtls"
+	"go.opentelemetry.io/otel/metric/noop"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+	"go.uber.org/zap"
 )
 
 // Action says what happens to a duplicate.
@@ -438,4 +441,19 @@ func (r *RedisConfig) validate(window time.Duration) []error {
 		errs = append(errs, fmt.Errorf(`redis.on_error must be "pass" or "refuse", got %q`, r.OnError))
 	}
 	return errs
+}
+
+// nopTelemetry serves OTTL parsing in Validate, before the collector has
+// handed the component its own settings.
+func nopTelemetry() component.TelemetrySettings {
+	return component.TelemetrySettings{
+		Logger:         zap.NewNop(),
+		MeterProvider:  noop.NewMeterProvider(),
+		TracerProvider: tracenoop.NewTracerProvider(),
+	}
+}
+
+// fieldError names the config field an error belongs to.
+func fieldError(field string, i int, expr string, err error) error {
+	return fmt.Errorf("%s[%d] %q: %w", field, i, expr, err)
 }

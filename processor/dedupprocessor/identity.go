@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
+	"sync"
 
 	"github.com/open-telemetry/opentelemetry-collector-contrib/pkg/ottl"
 	"go.opentelemetry.io/collector/pdata/pcommon"
@@ -12,6 +14,43 @@ import (
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/identity"
 )
+
+// Domain tags open every identity encoding, so that a key identity, a
+// content identity and different signals never hash alike.
+const (
+	domainKey     byte = 'k'
+	domainContent byte = 'c'
+)
+
+// plainPath is an expression that is a plain field access, evaluated
+// directly on pdata instead of through OTTL, which costs an evaluation and
+// an allocation per record (BenchmarkDecide compares the two). Each form
+// returns what OTTL returns for the same text, so the digest does not
+// depend on which path evaluated it.
+type plainPath struct {
+	field string // "attributes", "resource.attributes", "body", ...
+	key   string // the map key for attribute paths
+}
+
+var (
+	attrPathRE  = regexp.MustCompile(`^\s*(attributes|resource\.attributes|instrumentation_scope\.attributes)\["([^"\\]*)"\]\s*$`)
+	fieldPathRE = regexp.MustCompile(`^\s*([a-z_.]+)\s*$`)
+)
+
+// parsePlainPath recognises the plain paths among fields, the scalar fields
+// of the signal's context that have a fast path.
+func parsePlainPath(expr string, fields map[string]bool) (plainPath, bool) {
+	if m := attrPathRE.FindStringSubmatch(expr); m != nil {
+		return plainPath{field: m[1], key: m[2]}, true
+	}
+	if m := fieldPathRE.FindStringSubmatch(expr); m != nil && fields[m[1]] {
+		return plainPath{field: m[1]}, true
+	}
+	return plainPath{}, false
+}
+
+// encoderPool holds identity encoders; each ConsumeXxx call takes one.
+var encoderPool = sync.Pool{New: func() any { return new(identity.Encoder) }}
 
 // signalSpec is what differs between signals in deriving an identity: the
 // config field name, the OTTL parser of the signal's context, the fields a
@@ -199,24 +238,24 @@ func (sk *scopeKey) contentPrefix(enc *identity.Encoder, tag byte) []byte {
 	return sk.prefix[:]
 }
 
-// decide gives one unit its verdict: skipped if it matches no condition,
-// else keyed, else the missing-key policy, else its content. It is the one
-// decision path of every signal.
+// decide derives one unit's identity: its digest (outcome unique: the
+// unit is keyed), or the outcome it goes on under without one: skipped if it
+// matches no condition, key_error (with the error) if its key or conditions
+// failed, missing_key under on_missing_key pass or drop. It is the one
+// decision path of every signal, and decides nothing else: the walk records
+// its answer in the batch.
 //
 // The view is a type parameter passed by value, not an interface, so the
 // compiler makes one decide per signal with direct calls, and the walkers'
 // views stay on their stacks (no write barriers while the GC runs).
-func decide[K any, V recordView](ctx context.Context, e *engine, b *batch, enc *identity.Encoder, si *signalIdentity[K], tctx K, view V, sk *scopeKey) {
+func decide[K any, V recordView](ctx context.Context, policy MissingKeyPolicy, enc *identity.Encoder, si *signalIdentity[K], tctx K, view V, sk *scopeKey) (digest.Digest, outcome, error) {
 	if len(si.conditions) > 0 {
 		ok, err := si.matches(ctx, tctx)
 		if err != nil {
-			e.keyError.log(b.now, err)
-			b.pass(outcomeKeyError)
-			return
+			return digest.Digest{}, outcomeKeyError, err
 		}
 		if !ok {
-			b.pass(outcomeSkipped)
-			return
+			return digest.Digest{}, outcomeSkipped, nil
 		}
 	}
 	if si.parts != nil {
@@ -226,22 +265,97 @@ func decide[K any, V recordView](ctx context.Context, e *engine, b *batch, enc *
 		status, err := encodeKey(ctx, si, enc, tctx, view)
 		switch {
 		case status == keyOK:
-			b.keyed(enc.Digest())
-			return
+			return enc.Digest(), outcomeUnique, nil
 		case status == keyFailed:
-			e.keyError.log(b.now, err)
-			b.pass(outcomeKeyError)
-			return
-		case e.cfg.OnMissingKey != MissingKeyContent:
-			b.missing(e.cfg.OnMissingKey)
-			return
+			return digest.Digest{}, outcomeKeyError, err
+		case policy != MissingKeyContent:
+			return digest.Digest{}, outcomeMissingKey, nil
 		}
 	}
 	prefix := sk.contentPrefix(enc, si.spec.tag)
 	enc.Reset()
 	enc.Raw(prefix)
 	view.content(enc, &si.ignore)
-	b.keyed(enc.Digest())
+	return enc.Digest(), outcomeUnique, nil
+}
+
+// What every signal's processing shares. An adapter walks its pdata
+// (resource, scope, and for metrics the metric, then units) and calls the
+// walk below as it enters each level; a view gives decide the unit's fields.
+// Applying the verdicts is the same per unit too (applyUnit).
+
+// transformContext is an OTTL transform context: built for a unit only when
+// a key or condition needs OTTL, and closed after it.
+type transformContext interface{ Close() }
+
+// walk is one batch's walk over one signal's units.
+type walk[K transformContext] struct {
+	ctx     context.Context
+	e       *engine
+	si      *signalIdentity[K]
+	b       *batch
+	enc     *identity.Encoder
+	content bool // some unit may be identified by its content
+	sk      scopeKey
+}
+
+func newWalk[K transformContext](ctx context.Context, e *engine, si *signalIdentity[K], b *batch, enc *identity.Encoder) walk[K] {
+	tenant, identified := tenantDigest(ctx, e.cfg, enc)
+	b.unidentified = !identified
+	return walk[K]{
+		ctx: ctx, e: e, si: si, b: b, enc: enc,
+		content: si.usesContent(e.cfg.OnMissingKey),
+		sk:      scopeKey{tenant: tenant},
+	}
+}
+
+// resource enters a resource: content identities of its units start with
+// its digest.
+func (w *walk[K]) resource(res pcommon.Resource, schemaURL string) {
+	if w.content {
+		w.sk.setResource(w.si.ignore.resourceDigest(w.enc, res, schemaURL))
+	}
+}
+
+// scope enters an instrumentation scope.
+func (w *walk[K]) scope(scope pcommon.InstrumentationScope, schemaURL string) {
+	if w.content {
+		w.sk.setScope(w.si.ignore.scopeDigest(w.enc, scope, schemaURL))
+	}
+}
+
+// unitView is a unit's view for decide, able to build the unit's OTTL
+// transform context.
+type unitView[K transformContext] interface {
+	recordView
+	transformContext() K
+}
+
+// unit decides one unit.
+func unit[K transformContext, V unitView[K]](w *walk[K], view V) {
+	var d digest.Digest
+	var o outcome
+	var err error
+	policy := w.e.cfg.OnMissingKey
+	if !w.si.needsOTTL {
+		var none K
+		d, o, err = decide(w.ctx, policy, w.enc, w.si, none, view, &w.sk)
+	} else {
+		tctx := view.transformContext()
+		d, o, err = decide(w.ctx, policy, w.enc, w.si, tctx, view, &w.sk)
+		tctx.Close()
+	}
+	switch o {
+	case outcomeUnique:
+		w.b.keyed(d)
+	case outcomeMissingKey:
+		w.b.missing(policy)
+	default:
+		if err != nil {
+			w.e.keyError.log(w.b.now, err)
+		}
+		w.b.pass(o)
+	}
 }
 
 // fieldSet is a set of scalar fields, one bit each: the content identity

@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	"go.uber.org/zap"
 
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/breaker"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/election"
@@ -318,4 +319,29 @@ func breakerValue(s breaker.State) int64 {
 		return 2
 	}
 	return 0
+}
+
+// throttledLog logs a recurring per-record problem at most once per
+// interval, with the number of occurrences since the last line, so a bad
+// expression on a busy pipeline cannot flood the collector's log.
+type throttledLog struct {
+	logger   *zap.Logger
+	msg      string
+	interval time.Duration
+	last     atomic.Int64
+	count    atomic.Int64
+}
+
+func newThrottledLog(logger *zap.Logger, msg string) *throttledLog {
+	return &throttledLog{logger: logger, msg: msg, interval: 10 * time.Second}
+}
+
+func (t *throttledLog) log(now int64, err error, fields ...zap.Field) {
+	n := t.count.Add(1)
+	last := t.last.Load()
+	if now-last < int64(t.interval) || !t.last.CompareAndSwap(last, now) {
+		return
+	}
+	t.count.Add(-n)
+	t.logger.Warn(t.msg, append(fields, zap.Error(err), zap.Int64("occurrences", n))...)
 }
