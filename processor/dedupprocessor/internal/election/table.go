@@ -146,10 +146,11 @@ func New(cfg Config) *Table {
 }
 
 // Decide answers which replica of ref's cluster is elected, for a batch
-// holding the given token, at now. When no election is live, take says whether the table decides: it
-// then gives the election to candidate, pending under token (Taken); else it
-// answers Unknown. A cluster the table does not hold, whose tenant already
-// has MaxClusters live elections, is OverLimit.
+// holding the given token, at now. When no election is live, take says
+// whether the table decides: it then gives the election to candidate,
+// pending under token (Taken); else it answers Unknown. A cluster the table
+// does not hold, whose tenant already has MaxClusters live elections, is
+// OverLimit.
 func (t *Table) Decide(ref Ref, candidate Replica, token uint64, now int64, take bool) Decision {
 	t.mu.Lock()
 	defer t.mu.Unlock()
