@@ -5,7 +5,7 @@
 #                end-to-end tests run in front of otelcol-dedup: bin/otelcol-agent
 #   make run     build, then run it with testdata/default.yaml (OTLP on 127.0.0.1:4317/4318)
 #   make demo    build, then send testdata/demo-logs.json through it and check what comes out
-#   make test    go test -race of every package of both modules, the end-to-end tests included
+#   make test    go test -race of every package of the three modules, the end-to-end tests included
 #                (builds both binaries first)
 #   make deps    install redis-server and redis-cli if missing (Debian's packages),
 #                extract Debian's systemd-journal-remote into bin/ (it writes the journal
@@ -19,10 +19,12 @@
 # Needs only Go and the module proxy: ocb is pinned in go.mod (tool line) and
 # runs as `go tool builder`.
 #
-# Two Go modules: the processor (processor/dedupprocessor, what users import
-# into their own ocb builds, with only what it needs in its go.mod) and the
+# Three Go modules: the processor (processor/dedupprocessor, what users import
+# into their own ocb builds, with only what it needs in its go.mod), the
 # tooling at the root (load generator, benchmark driver, end-to-end tests),
-# which requires the processor through a replace of the working tree.
+# which requires the processor through a replace of the working tree, and
+# internal/testkit (the tests' Redis harness and shared helpers), which both
+# require the same way for their tests.
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -43,13 +45,16 @@ TEST_FLAGS ?=
 # tree through the manifest's replace): nothing changed, nothing rebuilt.
 GO_SOURCES := $(shell find . -name '*.go' ! -name '*_test.go' ! -path './_build/*' ! -path './bin/*' ! -path './.git/*' ! -path '*/testdata/*')
 PROCESSOR := processor/dedupprocessor
-MODULES := . $(PROCESSOR)
+# The tests' helpers and Redis harness: a module of its own, so that none of
+# it is part of the processor module.
+TESTKIT := internal/testkit
+MODULES := . $(PROCESSOR) $(TESTKIT)
 
 .PHONY: build agent run demo demo-data deps test bench lint clean
 
 build: $(BIN)
 
-$(DIST): builder-config.yaml go.mod go.sum $(PROCESSOR)/go.mod $(PROCESSOR)/go.sum $(GO_SOURCES)
+$(DIST): builder-config.yaml go.mod go.sum $(PROCESSOR)/go.mod $(PROCESSOR)/go.sum $(TESTKIT)/go.mod $(GO_SOURCES)
 	@echo "ocb: building $(DIST) (cold: 3-5 minutes; after a source change: 10-40 s; nothing changed: 2 s)"
 	@# TMPDIR: ocb makes an (unused) temp dir on every run; keep it in _build.
 	@mkdir -p _build/.tmp; start=$$(date +%s); \
@@ -111,7 +116,7 @@ $(PROMTOOL): tools/promtool/go.mod tools/promtool/go.sum
 	@mkdir -p $(dir $@)
 	cd tools/promtool && $(GO) build -tags remove_all_sd -o $(CURDIR)/$@ github.com/prometheus/prometheus/cmd/promtool
 
-# Both modules run in one `go test` process tree at a time: the 2-core
+# The modules run in one `go test` process tree at a time: the 2-core
 # machines this runs on have no room for two -race runs side by side.
 test: build agent deps
 	@failed=""; for m in $(MODULES); do \

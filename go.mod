@@ -3,6 +3,7 @@ module github.com/otelcol-dedup/otelcol-dedup
 go 1.26.8
 
 require (
+	github.com/otelcol-dedup/otelcol-dedup/internal/testkit v0.0.0
 	github.com/prometheus/procfs v0.22.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/twmb/franz-go v1.22.3
@@ -114,3 +115,5 @@ tool (
 )
 
 replace github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor => ./processor/dedupprocessor
+
+replace github.com/otelcol-dedup/otelcol-dedup/internal/testkit => ./internal/testkit

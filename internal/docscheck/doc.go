@@ -52,5 +52,5 @@
 // blocks of each kind: a new block updates the count.
 //
 // The binary is $OTELCOL_DEDUP_BIN when set (`make test` sets it), else the
-// one internal/e2e builds with ocb. Redis servers are real (processor/dedupprocessor/redistest).
+// one internal/e2e builds with ocb. Redis servers are real (internal/testkit/redistest).
 package docscheck

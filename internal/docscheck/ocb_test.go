@@ -31,7 +31,7 @@ func TestOCBManifestInReadme(t *testing.T) {
 
 // TestOCBManifestBuildsFromCleanDir builds a collector from the README's
 // manifest the way a user would: in an empty directory, with ocb v0.165.0
-// (built from this repository's go.mod tool line), the replaces line
+// (built from this repository's go.mod tool line), the replaces lines
 // pointing at this clone. The binary must list the dedup processor and
 // accept a config that uses it.
 func TestOCBManifestBuildsFromCleanDir(t *testing.T) {
@@ -46,7 +46,7 @@ func TestOCBManifestBuildsFromCleanDir(t *testing.T) {
 	}
 
 	clean := t.TempDir()
-	manifest := strings.Replace(manifestBody(t), "/path/to/otelcol-dedup", repo, 1)
+	manifest := strings.ReplaceAll(manifestBody(t), "/path/to/otelcol-dedup", repo)
 	if !strings.Contains(manifest, "=> "+repo+"/processor/dedupprocessor\n") {
 		t.Fatalf("the manifest has no `=> /path/to/otelcol-dedup/processor/dedupprocessor` replaces line:\n%s", manifest)
 	}

@@ -13,7 +13,7 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/plog"
 
-	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/redistest"
+	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
 )
 
 // TestRedisFleetClusterOneEndpoint: the fleet of TestRedisFleetCluster, each

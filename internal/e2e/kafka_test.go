@@ -20,7 +20,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/plog"
 
-	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/redistest"
+	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
 )
 
 const (

@@ -29,7 +29,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/plog"
 
 	"github.com/otelcol-dedup/otelcol-dedup/cmd/dedupload/loadgen"
-	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/redistest"
+	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
 )
 
 // relSnapshotFile is the bbolt file file_storage keeps the logs snapshot of

@@ -20,7 +20,7 @@ import (
 	"go.opentelemetry.io/collector/processor"
 	"go.opentelemetry.io/otel/attribute"
 
-	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/redistest"
+	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
 )
 
 // Replica election at the processor: two replicas of one cluster send the

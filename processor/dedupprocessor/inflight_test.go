@@ -13,7 +13,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/otel/attribute"
 
-	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/redistest"
+	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
 )
 
 // consumeAsync runs ConsumeLogs on its own goroutine.

@@ -21,7 +21,7 @@ import (
 	"go.opentelemetry.io/collector/processor/processortest"
 	"go.uber.org/goleak"
 
-	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/redistest"
+	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
 )
 
 // relGateLogs holds every batch until the test answers it: a next consumer

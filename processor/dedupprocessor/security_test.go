@@ -9,7 +9,7 @@ import (
 
 	"go.opentelemetry.io/collector/consumer/consumertest"
 
-	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/redistest"
+	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
 )
 
 // redisACL is the ACL the README's Security section recommends for a fleet

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/redistest"
+	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
 )
 
 func TestTLS(t *testing.T) {

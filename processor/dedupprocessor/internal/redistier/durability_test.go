@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/redistest"
+	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
 )
 
 // TestDurability: a server that may evict or forget claims is reported,

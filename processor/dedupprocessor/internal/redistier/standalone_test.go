@@ -3,7 +3,7 @@ package redistier
 import (
 	"testing"
 
-	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/redistest"
+	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
 )
 
 func TestStandalone(t *testing.T) {
