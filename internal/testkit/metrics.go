@@ -1,0 +1,89 @@
+package testkit
+
+import (
+	"context"
+	"testing"
+
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+)
+
+// collect reads every metric the reader holds.
+func collect(t testing.TB, reader *sdkmetric.ManualReader) metricdata.ResourceMetrics {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	return rm
+}
+
+// Int64 returns the value of the int64 counter or gauge series name whose
+// attributes are exactly attrs, 0 if there is none.
+func Int64(t testing.TB, reader *sdkmetric.ManualReader, name string, attrs ...attribute.KeyValue) int64 {
+	t.Helper()
+	set := attribute.NewSet(attrs...)
+	for _, sm := range collect(t, reader).ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != name {
+				continue
+			}
+			var points []metricdata.DataPoint[int64]
+			switch d := m.Data.(type) {
+			case metricdata.Sum[int64]:
+				points = d.DataPoints
+			case metricdata.Gauge[int64]:
+				points = d.DataPoints
+			}
+			for _, p := range points {
+				if p.Attributes.Equals(&set) {
+					return p.Value
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// HistogramCount returns the count of the float64 histogram series name
+// whose attributes are exactly attrs, 0 if there is none.
+func HistogramCount(t testing.TB, reader *sdkmetric.ManualReader, name string, attrs ...attribute.KeyValue) uint64 {
+	t.Helper()
+	set := attribute.NewSet(attrs...)
+	return histogramCounts(t, reader, name, func(s attribute.Set) bool { return s.Equals(&set) })
+}
+
+// HistogramCountAll returns the sum of the counts of every float64
+// histogram series name whose attributes include attrs (whatever else they
+// hold: over every processor, for example).
+func HistogramCountAll(t testing.TB, reader *sdkmetric.ManualReader, name string, attrs ...attribute.KeyValue) uint64 {
+	t.Helper()
+	return histogramCounts(t, reader, name, func(s attribute.Set) bool {
+		for _, kv := range attrs {
+			if v, ok := s.Value(kv.Key); !ok || v != kv.Value {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+func histogramCounts(t testing.TB, reader *sdkmetric.ManualReader, name string, match func(attribute.Set) bool) uint64 {
+	t.Helper()
+	var n uint64
+	for _, sm := range collect(t, reader).ScopeMetrics {
+		for _, m := range sm.Metrics {
+			h, ok := m.Data.(metricdata.Histogram[float64])
+			if m.Name != name || !ok {
+				continue
+			}
+			for _, dp := range h.DataPoints {
+				if match(dp.Attributes) {
+					n += dp.Count
+				}
+			}
+		}
+	}
+	return n
+}

@@ -1,0 +1,53 @@
+// Package testkit holds the helpers the repository's tests share: a bounded
+// wait on a condition, a fake clock, the exactly-once check over delivered
+// records and reads of an OpenTelemetry SDK ManualReader. The Redis harness
+// is its sibling package redistest.
+package testkit
+
+import (
+	"sync"
+	"testing"
+	"time"
+)
+
+// WaitFor polls cond until it holds, for at most timeout, and fails the test
+// naming what it waited for if it never does. Polls start at 1ms, so a state
+// that holds only briefly is still seen, and back off to 20ms, so that a
+// costly condition (a scrape, a Redis round trip) does not crowd out the
+// code under test.
+func WaitFor(t testing.TB, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	pause := time.Millisecond
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not after %v", what, timeout)
+		}
+		time.Sleep(pause)
+		pause = min(2*pause, 20*time.Millisecond)
+	}
+}
+
+// Clock is a fake clock: Now returns the time it was set to, moved only by
+// Advance. Safe for concurrent use.
+type Clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+// NewClock returns a Clock at t.
+func NewClock(t time.Time) *Clock { return &Clock{t: t} }
+
+// Now returns the clock's time.
+func (c *Clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+// Advance moves the clock forward by d.
+func (c *Clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}

@@ -1,0 +1,168 @@
+package testkit
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+)
+
+// recorder is a testing.TB that records failures; Fatal ends the goroutine
+// as testing.T's does.
+type recorder struct {
+	testing.TB
+	errors []string
+	fatal  bool
+}
+
+func (r *recorder) Helper() {}
+func (r *recorder) Errorf(format string, args ...any) {
+	r.errors = append(r.errors, fmt.Sprintf(format, args...))
+}
+func (r *recorder) Fatalf(format string, args ...any) {
+	r.Errorf(format, args...)
+	r.fatal = true
+	runtime.Goexit()
+}
+func (r *recorder) Fatal(args ...any) { r.Fatalf("%s", fmt.Sprint(args...)) }
+
+// run calls f with a recorder in a goroutine of its own (Fatal ends it).
+func run(f func(tb testing.TB)) *recorder {
+	r := &recorder{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f(r)
+	}()
+	<-done
+	return r
+}
+
+func TestWaitFor(t *testing.T) {
+	var n atomic.Int32
+	r := run(func(tb testing.TB) {
+		WaitFor(tb, "three polls", time.Second, func() bool { return n.Add(1) == 3 })
+	})
+	if len(r.errors) != 0 || n.Load() != 3 {
+		t.Fatalf("errors %q after %d polls, want none after 3", r.errors, n.Load())
+	}
+
+	start := time.Now()
+	r = run(func(tb testing.TB) {
+		WaitFor(tb, "never", 50*time.Millisecond, func() bool { return false })
+	})
+	if took := time.Since(start); !r.fatal || len(r.errors) != 1 || r.errors[0] != "never: not after 50ms" || took < 50*time.Millisecond || took > 5*time.Second {
+		t.Fatalf("fatal %v, errors %q after %v; want one fatal \"never: not after 50ms\" after 50ms", r.fatal, r.errors, took)
+	}
+}
+
+func TestClock(t *testing.T) {
+	t0 := time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)
+	c := NewClock(t0)
+	if !c.Now().Equal(t0) {
+		t.Fatalf("Now %v, want %v", c.Now(), t0)
+	}
+	c.Advance(1500 * time.Millisecond)
+	if want := t0.Add(1500 * time.Millisecond); !c.Now().Equal(want) {
+		t.Fatalf("Now %v, want %v", c.Now(), want)
+	}
+}
+
+func TestWantEachOnce(t *testing.T) {
+	for _, tc := range []struct {
+		lists [][]string
+		n     int
+		want  string
+	}{
+		{[][]string{{"a", "b"}, {"c"}}, 3, ""},
+		{[][]string{{"a", "b"}, {"b"}}, 2, `"b" delivered 2 times`},
+		{[][]string{{"a"}, {"c"}}, 3, "2 distinct records delivered, want 3"},
+	} {
+		r := run(func(tb testing.TB) { WantEachOnce(tb, Counts(tc.lists...), tc.n) })
+		got := ""
+		if len(r.errors) > 0 {
+			got = r.errors[0]
+		}
+		if got != tc.want || len(r.errors) > 1 || r.fatal != (tc.want != "") {
+			t.Errorf("%v, %d: errors %q (fatal %v), want %q", tc.lists, tc.n, r.errors, r.fatal, tc.want)
+		}
+	}
+}
+
+func TestWantEach(t *testing.T) {
+	want := []string{"a", "b"}
+	for _, tc := range []struct {
+		keys   []string
+		times  int
+		errors []string
+	}{
+		{[]string{"a", "b", "b", "a"}, 2, nil},
+		{[]string{"a", "b"}, 1, nil},
+		{[]string{"a", "b", "x"}, 1, []string{"sink received 3 records, want 2"}},
+		{[]string{"a", "a"}, 1, []string{"record 0 delivered 2 times, want 1", "record 1 delivered 0 times, want 1"}},
+	} {
+		r := run(func(tb testing.TB) { WantEach(tb, Counts(tc.keys), want, tc.times) })
+		if fmt.Sprint(r.errors) != fmt.Sprint(tc.errors) || r.fatal {
+			t.Errorf("%v x%d: errors %q (fatal %v), want %q", tc.keys, tc.times, r.errors, r.fatal, tc.errors)
+		}
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer func() {
+		if err := provider.Shutdown(context.Background()); err != nil {
+			t.Error(err)
+		}
+	}()
+	meter := provider.Meter("testkit")
+	ctx := context.Background()
+	a, b := attribute.String("p", "a"), attribute.String("p", "b")
+	settled, refused := attribute.String("result", "settled"), attribute.String("result", "refused")
+
+	counter, err := meter.Int64Counter("records")
+	if err != nil {
+		t.Fatal(err)
+	}
+	counter.Add(ctx, 3, metric.WithAttributes(a))
+	counter.Add(ctx, 4, metric.WithAttributes(a, settled))
+	gauge, err := meter.Int64Gauge("held")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gauge.Record(ctx, 9, metric.WithAttributes(b))
+	hist, err := meter.Float64Histogram("wait")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hist.Record(ctx, 1, metric.WithAttributes(a, settled))
+	hist.Record(ctx, 2, metric.WithAttributes(a, settled))
+	hist.Record(ctx, 1, metric.WithAttributes(b, settled))
+	hist.Record(ctx, 1, metric.WithAttributes(b, refused))
+
+	for _, c := range []struct {
+		what      string
+		got, want uint64
+	}{
+		{"records{p=a}", uint64(Int64(t, reader, "records", a)), 3},
+		{"records{p=a,result=settled}", uint64(Int64(t, reader, "records", a, settled)), 4},
+		{"records{p=b}", uint64(Int64(t, reader, "records", b)), 0},
+		{"held{p=b}", uint64(Int64(t, reader, "held", b)), 9},
+		{"absent", uint64(Int64(t, reader, "absent")), 0},
+		{"wait{p=a,result=settled}", HistogramCount(t, reader, "wait", a, settled), 2},
+		{"wait{p=a}", HistogramCount(t, reader, "wait", a), 0},
+		{"wait{result=settled,...}", HistogramCountAll(t, reader, "wait", settled), 3},
+		{"wait{...}", HistogramCountAll(t, reader, "wait"), 4},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s = %d, want %d", c.what, c.got, c.want)
+		}
+	}
+}
