@@ -14,9 +14,10 @@ import (
 	"go.opentelemetry.io/collector/consumer"
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/processor/processortest"
+	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
+	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/redistier"
 )
@@ -223,25 +224,7 @@ func runSim(t *testing.T, setup simSetup, seed uint64) simResult {
 // series, over every engine.
 func waitsSettled(t *testing.T, reader *sdkmetric.ManualReader) int {
 	t.Helper()
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			h, ok := m.Data.(metricdata.Histogram[float64])
-			if m.Name != "otelcol_processor_dedup_wait_duration" || !ok {
-				continue
-			}
-			for _, dp := range h.DataPoints {
-				if v, _ := dp.Attributes.Value("result"); v.AsString() == "settled" {
-					n += int(dp.Count)
-				}
-			}
-		}
-	}
-	return n
+	return int(testkit.HistogramCountAll(t, reader, "otelcol_processor_dedup_wait_duration", attribute.String("result", "settled")))
 }
 
 func simID(id int) string { return fmt.Sprintf("evt-%d", id) }

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/otel/attribute"
 
+	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
 )
 
@@ -63,7 +64,7 @@ func TestCopyWaitsForTheBatchInFlight(t *testing.T) {
 			first := consumeAsync(h, events(1, 2))
 			<-next.entered // the first batch is being delivered
 			copyDone := consumeAsync(h, events(2, 3))
-			waitFor(t, "the copy's first call", func() bool { return len(bodies(&next.sink)) == 1 })
+			testkit.WaitFor(t, "the copy's first call", 10*time.Second, func() bool { return len(bodies(&next.sink)) == 1 })
 			notYet(t, copyDone, "the copy's request")
 
 			if firstFails {
@@ -114,18 +115,6 @@ func TestCopyRefusedAfterPendingWait(t *testing.T) {
 		t.Fatalf("refused waits = %d, want 1", n)
 	}
 	assertBodies(t, &next.sink, "secret body 2", "secret body 1")
-}
-
-// waitFor waits until cond holds, for at most 10 seconds.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not after 10s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 // TestLargeRacingCopiesNeverDeadlock: two collectors get the same requests
@@ -188,20 +177,11 @@ func TestLargeRacingCopiesNeverDeadlock(t *testing.T) {
 			}
 			close(start)
 			wg.Wait()
-			seen := map[string]int{}
+			var got [][]string
 			for _, s := range sinks {
-				for _, b := range bodies(s) {
-					seen[b]++
-				}
+				got = append(got, bodies(s))
 			}
-			if len(seen) != requests*size {
-				t.Fatalf("%d distinct records delivered, want %d", len(seen), requests*size)
-			}
-			for b, n := range seen {
-				if n != 1 {
-					t.Fatalf("%q delivered %d times", b, n)
-				}
-			}
+			testkit.WantEachOnce(t, testkit.Counts(got...), requests*size)
 			for i, h := range hs {
 				if n := h.histogramCount("otelcol_processor_dedup_wait_duration", attribute.String("result", "refused")); n != 0 {
 					t.Errorf("collector %d refused %d batches", i, n)

@@ -15,6 +15,8 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 )
 
 // memStorage is a storage extension keeping values in memory, standing in
@@ -177,19 +179,11 @@ func TestSnapshotEveryInterval(t *testing.T) {
 	if err := p.ConsumeLogs(context.Background(), logs(rec{body: "a", resource: "s"})); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testkit.WaitFor(t, "two periodic saves", 5*time.Second, func() bool {
 		store.mu.Lock()
-		sets := store.sets
-		store.mu.Unlock()
-		if sets >= 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d periodic saves in 5s, want >= 2", sets)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		defer store.mu.Unlock()
+		return store.sets >= 2
+	})
 	if err := p.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}

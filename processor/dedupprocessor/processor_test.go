@@ -16,9 +16,10 @@ import (
 	"go.opentelemetry.io/collector/processor/processortest"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
+
+	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 )
 
 // A go-redis pool whose every connection failed to dial (a killed server)
@@ -74,72 +75,29 @@ func newHarnessOn(t *testing.T, host component.Host, cfg *Config, next consumer.
 }
 
 // metric returns the value of an int64 counter or gauge series whose
-// attributes include attrs (plus the processor's own), 0 if absent.
+// attributes are attrs plus the processor's own, 0 if absent.
 func (h *harness) metric(name string, attrs ...attribute.KeyValue) int64 {
 	h.t.Helper()
-	var rm metricdata.ResourceMetrics
-	if err := h.reader.Collect(context.Background(), &rm); err != nil {
-		h.t.Fatal(err)
-	}
-	signal := h.signal
-	if signal == "" {
-		signal = "logs"
-	}
-	want := append([]attribute.KeyValue{
-		attribute.String("processor", h.id.String()),
-		attribute.String("otel.signal", signal),
-	}, attrs...)
-	set := attribute.NewSet(want...)
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if m.Name != name {
-				continue
-			}
-			var points []metricdata.DataPoint[int64]
-			switch d := m.Data.(type) {
-			case metricdata.Sum[int64]:
-				points = d.DataPoints
-			case metricdata.Gauge[int64]:
-				points = d.DataPoints
-			}
-			for _, p := range points {
-				if p.Attributes.Equals(&set) {
-					return p.Value
-				}
-			}
-		}
-	}
-	return 0
+	return testkit.Int64(h.t, h.reader, name, h.attrs(attrs)...)
 }
 
 // histogramCount returns the count of a histogram series whose attributes
-// include attrs (plus the processor's own), 0 if absent.
+// are attrs plus the processor's own, 0 if absent.
 func (h *harness) histogramCount(name string, attrs ...attribute.KeyValue) uint64 {
 	h.t.Helper()
-	var rm metricdata.ResourceMetrics
-	if err := h.reader.Collect(context.Background(), &rm); err != nil {
-		h.t.Fatal(err)
-	}
+	return testkit.HistogramCount(h.t, h.reader, name, h.attrs(attrs)...)
+}
+
+// attrs is the processor's own attributes followed by extra.
+func (h *harness) attrs(extra []attribute.KeyValue) []attribute.KeyValue {
 	signal := h.signal
 	if signal == "" {
 		signal = "logs"
 	}
-	want := attribute.NewSet(append([]attribute.KeyValue{
+	return append([]attribute.KeyValue{
 		attribute.String("processor", h.id.String()),
 		attribute.String("otel.signal", signal),
-	}, attrs...)...)
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if hist, ok := m.Data.(metricdata.Histogram[float64]); ok && m.Name == name {
-				for _, dp := range hist.DataPoints {
-					if dp.Attributes.Equals(&want) {
-						return dp.Count
-					}
-				}
-			}
-		}
-	}
-	return 0
+	}, extra...)
 }
 
 func (h *harness) outcome(o string) int64 {

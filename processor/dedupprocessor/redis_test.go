@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/otel/attribute"
 
+	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/identity"
@@ -82,20 +83,11 @@ func TestTwoInstancesShareRedisExactlyOnce(t *testing.T) {
 		}
 	}
 	wg.Wait()
-	seen := map[string]int{}
+	var got [][]string
 	for _, s := range sinks {
-		for _, b := range bodies(s) {
-			seen[b]++
-		}
+		got = append(got, bodies(s))
 	}
-	if len(seen) != events_ {
-		t.Fatalf("%d distinct events delivered, want %d", len(seen), events_)
-	}
-	for b, n := range seen {
-		if n != 1 {
-			t.Fatalf("%q delivered %d times", b, n)
-		}
-	}
+	testkit.WantEachOnce(t, testkit.Counts(got...), events_)
 	u0, u1 := hs[0].outcome("unique"), hs[1].outcome("unique")
 	r0, r1 := hs[0].tier("redis"), hs[1].tier("redis")
 	d0, d1 := hs[0].outcome("duplicate"), hs[1].outcome("duplicate")
@@ -110,9 +102,10 @@ func TestTwoInstancesShareRedisExactlyOnce(t *testing.T) {
 	// batch returned.
 	c0, c1 := hs[0].redisRequests("claim", "ok"), hs[1].redisRequests("claim", "ok")
 	var commits int64
-	for deadline := time.Now().Add(5 * time.Second); commits == 0 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+	testkit.WaitFor(t, "a commit counted", 5*time.Second, func() bool {
 		commits = hs[0].redisRequests("commit", "ok") + hs[1].redisRequests("commit", "ok")
-	}
+		return commits != 0
+	})
 	if c0 == 0 || c1 == 0 || commits == 0 {
 		t.Fatalf("claims ok %d and %d, commits ok %d: round trips not counted", c0, c1, commits)
 	}

@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/collector/processor/processortest"
 	"go.uber.org/goleak"
 
+	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
 )
 
@@ -83,9 +84,8 @@ func TestCrashSnapshotHoldsNoUndeliveredClaims(t *testing.T) {
 	go func() { done <- p1.ConsumeLogs(context.Background(), batch()) }()
 	<-gate.entered
 	// Two periodic saves after the batch claimed its keys.
-	for sets := store.relSets(); store.relSets() < sets+2; {
-		time.Sleep(time.Millisecond)
-	}
+	sets := store.relSets()
+	testkit.WaitFor(t, "two periodic saves", 10*time.Second, func() bool { return store.relSets() >= sets+2 })
 	disk := store.relImage() // what the storage holds if the process dies now
 
 	// (Let the first instance end cleanly, so the test leaks nothing; its
@@ -210,9 +210,8 @@ redis: {endpoints: [%q]}
 			t.Fatal(err)
 		}
 	}
-	for sets := store.relSets(); store.relSets() < sets+3; {
-		time.Sleep(time.Millisecond)
-	}
+	sets := store.relSets()
+	testkit.WaitFor(t, "three periodic saves", 10*time.Second, func() bool { return store.relSets() >= sets+3 })
 	for _, p := range []relLifecycle{lp, tp, mp} {
 		if err := p.Shutdown(ctx); err != nil {
 			t.Fatal(err)

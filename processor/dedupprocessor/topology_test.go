@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
 )
 
@@ -44,20 +45,11 @@ func TestOneClusterEndpoint(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	seen := map[string]int{}
+	var got [][]string
 	for _, s := range sinks {
-		for _, b := range bodies(s) {
-			seen[b]++
-		}
+		got = append(got, bodies(s))
 	}
-	if len(seen) != n {
-		t.Fatalf("%d distinct events delivered, want %d", len(seen), n)
-	}
-	for b, c := range seen {
-		if c != 1 {
-			t.Fatalf("%q delivered %d times", b, c)
-		}
-	}
+	testkit.WantEachOnce(t, testkit.Counts(got...), n)
 	if u := hs[0].outcome("unique") + hs[1].outcome("unique"); u != n {
 		t.Fatalf("unique = %d, want %d", u, n)
 	}
@@ -172,13 +164,9 @@ func TestRedisDownAtStart(t *testing.T) {
 				t.Fatalf("unchecked = %d, want 2", u)
 			}
 			srv.Restart()
-			deadline := time.Now().Add(10 * time.Second)
-			for logs.FilterMessage("dedup: shared tier connected: Redis answered").Len() == 0 {
-				if time.Now().After(deadline) {
-					t.Fatal("the tier did not find Redis within 10s of its start")
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
+			testkit.WaitFor(t, "the tier finding Redis after its start", 10*time.Second, func() bool {
+				return logs.FilterMessage("dedup: shared tier connected: Redis answered").Len() > 0
+			})
 			// Another collector delivered events 10-19; this one gets copies.
 			other := newHarness(t, cfg, new(consumertest.LogsSink))
 			if err := other.consume(events(10, 11, 12, 13, 14, 15, 16, 17, 18, 19)); err != nil {
@@ -213,13 +201,7 @@ func TestTopologyFoundLaterUnusable(t *testing.T) {
 	}
 	replica.Restart()
 	want := "dedup: redis.endpoints: " + replica.Addr() + " is a read-only replica of " + master.Addr() + "; list the master " + master.Addr() + " instead (or its Sentinels, with redis.master_name)"
-	deadline := time.Now().Add(10 * time.Second)
-	for host.last() == nil {
-		if time.Now().After(deadline) {
-			t.Fatal("no status reported within 10s of the replica's start")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testkit.WaitFor(t, "a status reported after the replica's start", 10*time.Second, func() bool { return host.last() != nil })
 	ev := host.last()
 	if ev.Status() != componentstatus.StatusPermanentError || ev.Err() == nil || ev.Err().Error() != want {
 		t.Fatalf("status %v, %v; want a permanent error: %s", ev.Status(), ev.Err(), want)

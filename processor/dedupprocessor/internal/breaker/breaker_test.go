@@ -6,32 +6,17 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 )
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
-func newTest(t *testing.T) (*Breaker, *clock) {
+func newTest(t *testing.T) (*Breaker, *testkit.Clock) {
 	t.Helper()
-	c := &clock{t: time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)}
+	c := testkit.NewClock(time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC))
 	return New(Config{Failures: 3, Cooldown: time.Second, MaxCooldown: 3 * time.Second, Now: c.Now}), c
 }
 

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/breaker"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
@@ -179,20 +180,14 @@ func TestClusterMasterDies(t *testing.T) {
 	t.Logf("every group answered again %s after the kill", time.Since(killed).Round(10*time.Millisecond))
 	// The node the harness asks may learn of the promotion a little after
 	// the node go-redis asked.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		promoted := false
+	testkit.WaitFor(t, "slot 0 served by the promoted replica "+replica.Addr()+" after the tier answered", 10*time.Second, func() bool {
 		for _, n := range cl.Topology() {
 			if n.Addr == replica.Addr() && n.Has("master") && n.Serves(0) {
-				promoted = true
+				return true
 			}
 		}
-		if promoted {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("slot 0 not served by the promoted replica %s 10 s after the tier answered: %+v", replica.Addr(), cl.Topology())
-		}
-	}
+		return false
+	})
 	if s, ok := breakerOf(tr, replica.Addr()); !ok || s != breaker.Closed {
 		t.Fatalf("the promoted replica's breaker: %v (known %v), want closed", s, ok)
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
 )
@@ -322,14 +323,8 @@ func TestElectionReleaseRetried(t *testing.T) {
 	}
 	// The writer sends the release again: the election is free well before
 	// its one-minute lease.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if err := tr.Elect(ctx, testToken(), testFailover, []Election{{Key: k, Replica: digests(t, "other", 1)[0]}}, got); err == nil && got[0].State == ElectionTaken {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the election is still held 10 s after its release failed: %+v", got[0])
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testkit.WaitFor(t, "the election taken by another replica after its release failed", 10*time.Second, func() bool {
+		err := tr.Elect(ctx, testToken(), testFailover, []Election{{Key: k, Replica: digests(t, "other", 1)[0]}}, got)
+		return err == nil && got[0].State == ElectionTaken
+	})
 }

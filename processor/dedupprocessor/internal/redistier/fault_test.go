@@ -5,10 +5,10 @@ import (
 	"errors"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/breaker"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
@@ -93,29 +93,11 @@ func TestSlowServerTimesOut(t *testing.T) {
 	wantObserved(t, &obs, "claim/ok")
 }
 
-// clock is a fake clock for the breaker.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 func TestBreaker(t *testing.T) {
 	ctx := context.Background()
 	srv := redistest.Standalone(t)
 	var obs observations
-	clk := &clock{t: time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)}
+	clk := testkit.NewClock(time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)) // for the breaker
 	// A lease of 1ms: the failed commit below is not retried in the
 	// background, which would spend the breaker's probe.
 	tr := newTier(t, Options{
