@@ -257,12 +257,12 @@ func clusterScenario(t *testing.T, cl *redistest.ClusterServers, change func()) 
 			}
 		}
 	})
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // traffic on the healthy Cluster first
 	start := time.Now()
 	change()
 	healthy := time.Now()
 	t.Logf("the Cluster changed and was healthy again within %s", healthy.Sub(start).Round(10*time.Millisecond))
-	time.Sleep(2 * time.Second)
+	time.Sleep(2 * time.Second) // and on the changed one
 	close(stop)
 	load.Wait()
 	for _, f := range fleets {

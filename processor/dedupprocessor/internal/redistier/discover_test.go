@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
 )
 
@@ -168,21 +169,15 @@ func TestDiscoverLater(t *testing.T) {
 			}})
 		replica.Restart()
 		want := "/redis.endpoints: " + replica.Addr() + " is a read-only replica of " + master.Addr() + "; list the master " + master.Addr() + " instead (or its Sentinels, with redis.master_name)"
-		deadline := time.Now().Add(10 * time.Second)
-		for {
+		var got []string
+		testkit.WaitFor(t, "a report after the replica's start", 10*time.Second, func() bool {
 			mu.Lock()
-			got := append([]string(nil), reported...)
-			mu.Unlock()
-			if len(got) > 0 {
-				if len(got) != 1 || got[0] != want {
-					t.Fatalf("reported %q, want [%q]", got, want)
-				}
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("nothing reported within 10s of the replica's start")
-			}
-			time.Sleep(20 * time.Millisecond)
+			defer mu.Unlock()
+			got = append([]string(nil), reported...)
+			return len(got) > 0
+		})
+		if len(got) != 1 || got[0] != want {
+			t.Fatalf("reported %q, want [%q]", got, want)
 		}
 		err := tr.Claim(context.Background(), testToken(), digests(t, "", 1), make([]Answer, 1), false)
 		if err == nil || err.Error() != "dedup: redis claim: topology not known: "+want[1:] {
