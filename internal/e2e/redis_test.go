@@ -570,7 +570,7 @@ func TestRedisPassWhenDown(t *testing.T) {
 		}
 		mustSend(t, fmt.Sprintf("batch %d", sent), senders[0].SendLogs(ctx, batch(sent)))
 		sent++
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond) // the stream's pace while Redis restarts
 	}
 	if failed.Load() > 0 {
 		t.FailNow()

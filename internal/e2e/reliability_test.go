@@ -29,6 +29,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/plog"
 
 	"github.com/otelcol-dedup/otelcol-dedup/cmd/dedupload/loadgen"
+	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
 )
 
@@ -513,7 +514,7 @@ func TestReliabilityGracefulShutdownInFlight(t *testing.T) {
 	if err := syscall.Kill(c1.col.PID, syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond)
+	time.Sleep(300 * time.Millisecond) // the collector shuts down with X still in its exporter
 	h.sink.Unhold()
 	if err := <-xDone; err != nil {
 		t.Fatalf("X, in flight at SIGTERM: %v, want delivered", err)
@@ -573,11 +574,7 @@ func TestReliabilityGracefulShutdownInFlight(t *testing.T) {
 // sender was already told it failed.
 func relWaitAbandoned(t *testing.T, sink *Sink) {
 	t.Helper()
-	for deadline := time.Now().Add(opTimeout); sink.Holding() > 0; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d requests of a stopped collector are still held by the sink", sink.Holding())
-		}
-	}
+	testkit.WaitFor(t, "the requests of a stopped collector released by the sink", opTimeout, func() bool { return sink.Holding() == 0 })
 }
 
 // TestReliabilityCrashWithBatchInFlight: a periodic snapshot is taken while

@@ -30,7 +30,8 @@ func WantEachOnce(t testing.TB, counts map[string]int, n int) {
 
 // WantEach reports an error unless counts (deliveries per record key) holds
 // exactly the records want, each delivered times times, and nothing else.
-func WantEach(t testing.TB, counts map[string]int, want []string, times int) {
+// name(i) names want[i] in the errors.
+func WantEach(t testing.TB, counts map[string]int, want []string, times int, name func(i int) string) {
 	t.Helper()
 	total := 0
 	for _, c := range counts {
@@ -41,7 +42,7 @@ func WantEach(t testing.TB, counts map[string]int, want []string, times int) {
 	}
 	for i, k := range want {
 		if n := counts[k]; n != times {
-			t.Errorf("record %d delivered %d times, want %d", i, n, times)
+			t.Errorf("record %s delivered %d times, want %d", name(i), n, times)
 		}
 	}
 }

@@ -105,9 +105,11 @@ func TestWantEach(t *testing.T) {
 		{[]string{"a", "b", "b", "a"}, 2, nil},
 		{[]string{"a", "b"}, 1, nil},
 		{[]string{"a", "b", "x"}, 1, []string{"sink received 3 records, want 2"}},
-		{[]string{"a", "a"}, 1, []string{"record 0 delivered 2 times, want 1", "record 1 delivered 0 times, want 1"}},
+		{[]string{"a", "a"}, 1, []string{"record a delivered 2 times, want 1", "record b delivered 0 times, want 1"}},
 	} {
-		r := run(func(tb testing.TB) { WantEach(tb, Counts(tc.keys), want, tc.times) })
+		r := run(func(tb testing.TB) {
+			WantEach(tb, Counts(tc.keys), want, tc.times, func(i int) string { return want[i] })
+		})
 		if fmt.Sprint(r.errors) != fmt.Sprint(tc.errors) || r.fatal {
 			t.Errorf("%v x%d: errors %q (fatal %v), want %q", tc.keys, tc.times, r.errors, r.fatal, tc.errors)
 		}
