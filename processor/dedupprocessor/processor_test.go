@@ -504,14 +504,7 @@ func TestConcurrentBatchesDeliverEachRecordOnce(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	got := bodies(sink)
-	seen := map[string]int{}
-	for _, b := range got {
-		seen[b]++
-	}
-	if len(got) != distinct || len(seen) != distinct {
-		t.Fatalf("delivered %d records (%d distinct), want each of %d exactly once", len(got), len(seen), distinct)
-	}
+	testkit.WantEachOnce(t, testkit.Counts(bodies(sink)), distinct)
 	total := int64(senders * batches * perBatch)
 	if u, d := h.outcome("unique"), h.outcome("duplicate"); u != distinct || u+d != total {
 		t.Fatalf("unique=%d duplicate=%d, want %d and %d", u, d, distinct, total-distinct)

@@ -403,7 +403,7 @@ func TestLocalWaitThenSharedClaimIsAClaim(t *testing.T) {
 	<-gate.entered // claimed in both tiers, being delivered
 	copyDone := consumeAsync(h, events(2, 3))
 	// The copy's first call delivers 3; 2 waits for the first request.
-	waitFor(t, "the copy's first call", func() bool { return gate.sink.LogRecordCount() == 1 })
+	testkit.WaitFor(t, "the copy's first call", 10*time.Second, func() bool { return gate.sink.LogRecordCount() == 1 })
 	notYet(t, copyDone, "the copy's request")
 	gate.release <- nil
 	if err := <-first; err != nil {
