@@ -5,6 +5,7 @@ package localcache
 import (
 	"sync"
 	"syscall"
+	"unsafe"
 )
 
 // The ring and the index hold no pointers, so they need not live in the Go
@@ -25,27 +26,28 @@ type arena struct {
 
 func newArena() *arena { return &arena{mapped: map[*byte][]byte{}} }
 
-// bytes returns n zeroed bytes. If the kernel refuses the mapping, they
-// come from the Go heap.
-func (a *arena) bytes(n int) []byte {
-	b, err := syscall.Mmap(-1, 0, n, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+// alloc returns n zeroed values of the pointer-free type T from a. If the
+// kernel refuses the mapping, they come from the Go heap.
+func alloc[T any](a *arena, n int) []T {
+	var zero T
+	b, err := syscall.Mmap(-1, 0, n*int(unsafe.Sizeof(zero)), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
 	if err != nil {
-		return make([]byte, n)
+		return make([]T, n)
 	}
 	a.mu.Lock()
 	a.mapped[&b[0]] = b
 	a.mu.Unlock()
-	return b
+	return unsafe.Slice((*T)(unsafe.Pointer(&b[0])), n)
 }
 
-// free returns b, from bytes, to the kernel; b must not be used after.
-func (a *arena) free(b []byte) {
-	if len(b) == 0 {
+// free returns xs, from alloc, to the kernel; xs must not be used after.
+func free[T any](a *arena, xs []T) {
+	if len(xs) == 0 {
 		return
 	}
 	a.mu.Lock()
-	m, ok := a.mapped[&b[0]]
-	delete(a.mapped, &b[0])
+	m, ok := a.mapped[(*byte)(unsafe.Pointer(&xs[0]))]
+	delete(a.mapped, (*byte)(unsafe.Pointer(&xs[0])))
 	a.mu.Unlock()
 	if ok {
 		_ = syscall.Munmap(m)
