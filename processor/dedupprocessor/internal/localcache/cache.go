@@ -23,6 +23,7 @@
 package localcache
 
 import (
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -65,6 +66,7 @@ type Cache struct {
 	window  int64
 	flights flights
 	arena   *arena
+	moving  moving
 }
 
 type shard struct {
@@ -76,12 +78,12 @@ type shard struct {
 	used    int    // slots between head and tail, released ones included
 	live    int    // slots holding a key
 	evicted int64
-	index   []cell // nb buckets of bucketWords cells (see cell)
+	index   []cell // mapped whole at New; its first nb buckets are in use (see cell)
 	nb      uint64
 	maxNb   uint64   // buckets at full size
 	sink    cell     // where prefetch leaves its reads
 	flights *flights // the cache's
-	arena   *arena   // the cache's: where the ring and the index live
+	moving  *moving  // the cache's
 	_       [48]byte // keep shards on separate cache lines (192 bytes)
 }
 
@@ -111,10 +113,10 @@ func New(maxEntries int, windowNanos int64) *Cache {
 		if i < maxEntries%n {
 			s.size++
 		}
-		s.flights, s.arena = &c.flights, c.arena
+		s.flights, s.moving = &c.flights, &c.moving
 		s.ring = alloc[slot](c.arena, s.size)
 		s.maxNb = bucketsFor(s.size)
-		s.index = alloc[cell](c.arena, int(min(minBuckets, s.maxNb)*bucketWords))
+		s.index = alloc[cell](c.arena, int(s.maxNb*bucketWords))
 		s.nb = min(minBuckets, s.maxNb)
 	}
 	return c
@@ -389,8 +391,8 @@ func (s *shard) forget(sl *slot, ci uint64) {
 //
 // At full size there are 2.5 cells per ring slot of the shard, so a bucket
 // holds 2.8 live keys on average and is full (7) for 2-3% of inserts. The
-// index starts small and doubles up to that size, so an idle cache with a
-// large bound stays small.
+// index is mapped at that size, but uses a prefix of it that starts small
+// and doubles, so a cache holding few keys touches few of its pages.
 type cell uint64
 
 func (c cell) seq() uint32         { return uint32(c) }
@@ -410,6 +412,9 @@ const (
 	bucketCells = bucketWords - 1
 	minBuckets  = 128
 )
+
+// pageCells is the number of cells in a page of memory.
+var pageCells = os.Getpagesize() / 8 // a cell is 8 bytes
 
 // bucketsFor is the number of buckets whose cells hold n live keys at 40%.
 func bucketsFor(n int) uint64 {
@@ -478,22 +483,43 @@ func (s *shard) mark(w *[bucketWords]cell, seq uint32) {
 	w[0] = makeCell(1, seq)
 }
 
-// grow moves the live cells into an index twice as large, or more, up to
-// full size, while they would fill more than 40% of it. Stale cells and
-// marks are left behind. It reads cells only.
+// moving is where grow copies a shard's cells to move them in place: one
+// for the cache, as its shards grow one at a time and to similar sizes.
+type moving struct {
+	mu    sync.Mutex
+	cells []cell
+}
+
+// grow moves the live cells into a prefix of the index four times as large,
+// or more, up to full size, while they would fill more than 40% of it.
+// Stale cells and marks are left behind. It reads cells only. The cells
+// move in place, through a copy: the pages of the old prefix are reused
+// rather than faulted in fresh as a new mapping's would be, and the steps
+// are large because each moves every live cell.
 func (s *shard) grow() {
 	nb := s.nb
 	for (s.live+1)*5/2 > int(nb)*bucketCells && nb < s.maxNb {
-		nb = min(2*nb, s.maxNb)
+		nb = min(4*nb, s.maxNb)
 	}
-	old := s.index
-	s.index, s.nb = alloc[cell](s.arena, int(nb*bucketWords)), nb
+	s.moving.mu.Lock()
+	defer s.moving.mu.Unlock()
+	if n := int(s.nb * bucketWords); cap(s.moving.cells) < n {
+		s.moving.cells = make([]cell, n)
+	}
+	old := s.moving.cells[:s.nb*bucketWords]
+	copy(old, s.index)
+	clear(s.index[:len(old)])
+	// Write each new page before the moves read it: a page read first is
+	// mapped to the shared zero page, then faulted again at the first write.
+	for i := len(old); i < int(nb*bucketWords); i += pageCells {
+		s.index[i] = 0
+	}
+	s.nb = nb
 	for i, c := range old {
 		if _, live := s.posOf(c.seq()); i%bucketWords != 0 && c != 0 && live {
 			s.place(c)
 		}
 	}
-	free(s.arena, old)
 }
 
 // Claim is ClaimBatch for one digest, which also returns the token that

@@ -15,7 +15,7 @@ import (
 // that counts a released key's slot until the oldest keys before it are gone
 // (releases are rare: they follow failed deliveries).
 func TestCacheMatchesReferenceUnderChurn(t *testing.T) {
-	// 500 fits the first index size; 5000 makes the index grow thrice.
+	// 500 fits the first index size; 5000 makes the index grow twice.
 	for _, bound := range []int{500, 5000} {
 		churn(t, bound, 0)
 	}
@@ -124,8 +124,8 @@ func TestIndexFindsOverflowedKeysAcrossGrowth(t *testing.T) {
 		}
 		claims++
 	}
-	// The chain, spread over the first 1500 claims: the index grows thrice
-	// (at about 358, 716 and 1433 keys) while it is being built.
+	// The chain, spread over the first 1500 claims: the index grows twice
+	// (at about 358 and 1433 keys) while it is being built.
 	nb := s.nb
 	for i := range chain {
 		claimedAt[i] = claims

@@ -13,18 +13,19 @@ import (
 // In the heap they would also raise the garbage collector's target, which
 // lets the rest of the heap grow by as much again before a collection
 // (GOGC), so a large cache would cost about twice its size at peak. A
-// mapping's pages take memory only once written, so a ring mapped whole
-// costs an idle cache nothing. The price is paid while a cache fills: each
-// page is faulted in fresh, where the heap would reuse memory it freed.
+// mapping's pages take memory only once written, so a ring and an index
+// mapped whole cost an idle cache nothing. The price is paid while a cache
+// fills: each page is faulted in fresh, where the heap would reuse memory
+// it freed.
 
-// arena hands out the cache's pointer-free arrays from anonymous mappings
-// and unmaps them when they are freed, or when the cache is collected.
+// arena hands out the cache's pointer-free arrays from anonymous mappings,
+// all unmapped together when the cache is collected.
 type arena struct {
 	mu     sync.Mutex
-	mapped map[*byte][]byte
+	mapped [][]byte
 }
 
-func newArena() *arena { return &arena{mapped: map[*byte][]byte{}} }
+func newArena() *arena { return &arena{} }
 
 // alloc returns n zeroed values of the pointer-free type T from a. If the
 // kernel refuses the mapping, they come from the Go heap.
@@ -35,23 +36,9 @@ func alloc[T any](a *arena, n int) []T {
 		return make([]T, n)
 	}
 	a.mu.Lock()
-	a.mapped[&b[0]] = b
+	a.mapped = append(a.mapped, b)
 	a.mu.Unlock()
 	return unsafe.Slice((*T)(unsafe.Pointer(&b[0])), n)
-}
-
-// free returns xs, from alloc, to the kernel; xs must not be used after.
-func free[T any](a *arena, xs []T) {
-	if len(xs) == 0 {
-		return
-	}
-	a.mu.Lock()
-	m, ok := a.mapped[(*byte)(unsafe.Pointer(&xs[0]))]
-	delete(a.mapped, (*byte)(unsafe.Pointer(&xs[0])))
-	a.mu.Unlock()
-	if ok {
-		_ = syscall.Munmap(m)
-	}
 }
 
 // size is the number of bytes mapped.
@@ -69,8 +56,8 @@ func (a *arena) size() int {
 func (a *arena) freeAll() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	for k, m := range a.mapped {
+	for _, m := range a.mapped {
 		_ = syscall.Munmap(m)
-		delete(a.mapped, k)
 	}
+	a.mapped = nil
 }
