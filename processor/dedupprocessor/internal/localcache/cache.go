@@ -450,11 +450,14 @@ func (s *shard) posOf(seq uint32) (int, bool) {
 	return pos, true
 }
 
-// overflowed reports whether a live key passed the bucket with mark m.
-func (s *shard) overflowed(m cell) bool {
-	_, live := s.posOf(m.seq())
-	return m != 0 && live
+// stale reports whether the key of cell c has left the ring.
+func (s *shard) stale(c cell) bool {
+	_, live := s.posOf(c.seq())
+	return !live
 }
+
+// overflowed reports whether a live key passed the bucket with mark m.
+func (s *shard) overflowed(m cell) bool { return m != 0 && !s.stale(m) }
 
 // place puts c into the first cell of its probe that is empty or stale,
 // marking each full bucket it passes. There is always one: live keys fill
@@ -464,7 +467,7 @@ func (s *shard) place(c cell) {
 	for {
 		w := s.bucket(b)
 		for j := 1; j < bucketWords; j++ {
-			if _, live := s.posOf(w[j].seq()); w[j] == 0 || !live {
+			if w[j] == 0 || s.stale(w[j]) {
 				w[j] = c
 				return
 			}
@@ -516,7 +519,7 @@ func (s *shard) grow() {
 	}
 	s.nb = nb
 	for i, c := range old {
-		if _, live := s.posOf(c.seq()); i%bucketWords != 0 && c != 0 && live {
+		if i%bucketWords != 0 && c != 0 && !s.stale(c) {
 			s.place(c)
 		}
 	}
