@@ -11,14 +11,19 @@
 // so a lookup reads one line of the index and, only when those 32 bits
 // match, the ring slot. Evicting or expiring the oldest key touches no
 // index cell: its cell turns stale as the head of the ring passes it, and
-// the next key inserted into its bucket reuses it (see index). A key costs
-// a 32-byte ring slot and 2.5 index cells (7 to a 64-byte bucket): about
-// 56 bytes once the cache has been full. Neither the ring nor the index
-// holds pointers: they are mapped outside the Go heap (offheap.go), so the
+// the next key inserted into its bucket reuses it. A key costs a 32-byte
+// ring slot and 2.5 index cells (7 to a 64-byte bucket): about 56 bytes
+// once the cache has been full. Neither the ring nor the index holds
+// pointers: they are mapped outside the Go heap (offheap.go), so the
 // garbage collector neither scans them nor counts them.
+//
+// This file reads in the order of a batch's claim: the types, ClaimBatch
+// grouping the batch by shard, a shard's claim (expiry, lookup, push,
+// eviction, the index insert), then the other operations.
 package localcache
 
 import (
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -48,30 +53,8 @@ const (
 // shared tier): it counts as committed, and Release never removes it.
 const noToken uint64 = 0
 
-type slot struct {
-	d       digest.Digest
-	expires int64 // unix nanoseconds; 0 marks a released slot
-	token   uint64
-}
-
-type shard struct {
-	mu      sync.Mutex
-	index   index
-	ring    []slot // mapped whole at New; its pages are used as keys arrive
-	size    int    // ring capacity of this shard
-	head    int    // position of the oldest slot
-	headSeq uint32 // its sequence number: keys are numbered as pushed
-	used    int    // slots between head and tail, released ones included
-	live    int    // slots holding a key
-	evicted int64
-	sink    cell     // where prefetch leaves its reads
-	flights *flights // the cache's
-	arena   *arena   // the cache's: where the ring and the index live
-	_       [32]byte // keep shards on separate cache lines
-}
-
 // Cache is safe for concurrent use. Claims of different digests mostly take
-// different locks; no lock is held across more than one digest.
+// different locks; no lock is held across more than one shard.
 //
 // A key is held by the token that claimed it. While that token is in flight
 // (between Begin and End) the key is pending: the batch that claimed it has
@@ -83,70 +66,70 @@ type Cache struct {
 	window  int64
 	flights flights
 	arena   *arena
+	moving  moving
 }
 
-// flights is the set of tokens in flight. It is only taken inside a shard's
-// lock or alone, never the other way round.
+type shard struct {
+	mu      sync.Mutex
+	ring    []slot // mapped whole at New; its pages are used as keys arrive
+	size    int    // ring capacity of this shard
+	head    int    // position of the oldest slot
+	headSeq uint32 // its sequence number: keys are numbered as pushed
+	used    int    // slots between head and tail, released ones included
+	live    int    // slots holding a key
+	evicted int64
+	index   []cell // mapped whole at New; its first nb buckets are in use (see cell)
+	nb      uint64
+	maxNb   uint64   // buckets at full size
+	sink    cell     // where prefetch leaves its reads
+	flights *flights // the cache's
+	moving  *moving  // the cache's
+	_       [48]byte // keep shards on separate cache lines (192 bytes)
+}
+
+type slot struct {
+	d       digest.Digest
+	expires int64 // unix nanoseconds; 0 marks a released slot
+	token   uint64
+}
+
+// New returns a cache of at most maxEntries digests, each remembered for
+// window nanoseconds from its first claim. maxEntries must be >= 1.
+func New(maxEntries int, windowNanos int64) *Cache {
+	// Small caches keep one shard, so their eviction order is exactly
+	// oldest first; large ones spread over 64 locks, oldest first within
+	// each shard, which digests fill evenly.
+	n := 1
+	if maxEntries >= 64*1024 {
+		n = 64
+	}
+	c := &Cache{shards: make([]shard, n), mask: uint64(n - 1), window: windowNanos,
+		flights: flights{tokens: map[uint64]struct{}{}}, arena: newArena()}
+	// The arena outlives no cache: its mappings go when the cache does.
+	runtime.AddCleanup(c, func(a *arena) { a.freeAll() }, c.arena)
+	for i := range c.shards {
+		s := &c.shards[i]
+		s.size = maxEntries / n
+		if i < maxEntries%n {
+			s.size++
+		}
+		s.flights, s.moving = &c.flights, &c.moving
+		s.ring = alloc[slot](c.arena, s.size)
+		s.maxNb = bucketsFor(s.size)
+		s.index = alloc[cell](c.arena, int(s.maxNb*bucketWords))
+		s.nb = min(minBuckets, s.maxNb)
+	}
+	return c
+}
+
+// flights is the set of tokens in flight. Its lock is only taken inside a
+// shard's lock or alone, never the other way round.
 type flights struct {
 	mu     sync.Mutex
 	tokens map[uint64]struct{}
 	// oldest is the smallest token in flight, 0 if none: a key of a
 	// smaller token is committed, known without the lock.
 	oldest atomic.Uint64
-}
-
-// pending reports whether token is in flight; the caller holds f.mu.
-func (f *flights) pending(token uint64) bool {
-	_, ok := f.tokens[token]
-	return ok
-}
-
-// holds reports whether token is in flight; the caller holds a shard's
-// lock, not f.mu.
-func (f *flights) holds(token uint64) bool {
-	if o := f.oldest.Load(); token == noToken || o == 0 || token < o {
-		return false
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.pending(token)
-}
-
-// New returns a cache of at most maxEntries digests, each remembered for
-// window nanoseconds from its first claim. maxEntries must be >= 1.
-func New(maxEntries int, windowNanos int64) *Cache {
-	n := shardCount(maxEntries)
-	c := &Cache{shards: make([]shard, n), mask: uint64(n - 1), window: windowNanos,
-		flights: flights{tokens: map[uint64]struct{}{}}, arena: newArena()}
-	// The arena outlives no cache: its mappings go when the cache does.
-	runtime.AddCleanup(c, func(a *arena) { a.freeAll() }, c.arena)
-	base, extra := maxEntries/n, maxEntries%n
-	for i := range c.shards {
-		size := base
-		if i < extra {
-			size++
-		}
-		c.shards[i].size = size
-		c.shards[i].flights = &c.flights
-		c.shards[i].arena = c.arena
-		c.shards[i].index.init(size, c.arena)
-		c.shards[i].ring = c.arena.slots(size)
-	}
-	return c
-}
-
-// shardCount keeps small caches in one shard, so their eviction order is
-// exactly oldest first, and spreads large ones over 64 locks; there the order
-// is oldest first within each shard, which digests fill evenly.
-func shardCount(maxEntries int) int {
-	if maxEntries < 64*1024 {
-		return 1
-	}
-	return 64
-}
-
-func (c *Cache) shardOf(d digest.Digest) *shard {
-	return &c.shards[d.Lo&c.mask]
 }
 
 // Begin puts token in flight: the keys it claims are pending until End.
@@ -178,33 +161,404 @@ func (c *Cache) End(token uint64) {
 	c.flights.mu.Unlock()
 }
 
-// Claim records d for token unless it is already held within its window,
-// and returns who holds it. now is unix nanoseconds. When the cache is full,
-// the oldest key is evicted to make room: a new key is never refused.
-func (c *Cache) Claim(d digest.Digest, token uint64, now int64) (Result, uint64) {
-	s := c.shardOf(d)
-	s.mu.Lock()
-	s.expire(now)
-	res, owner := s.claim(d, token, now, c.window)
-	if res == Held {
-		var locked bool
-		if res, locked = c.heldStateLocked(owner, false); locked {
-			c.flights.mu.Unlock()
-		}
+// holds reports whether token is in flight. The caller holds the lock of
+// the shard where token holds a key, so the key cannot be released
+// meanwhile: a holder that is not in flight has ended without releasing it,
+// so it committed.
+func (f *flights) holds(token uint64) bool {
+	if o := f.oldest.Load(); token == noToken || o == 0 || token < o {
+		return false
 	}
-	s.mu.Unlock()
-	return res, owner
+	f.mu.Lock()
+	_, ok := f.tokens[token]
+	f.mu.Unlock()
+	return ok
 }
 
-// heldState tells a key held by owner apart as Held (committed) or Pending.
-// The caller holds the key's shard lock, so the key cannot be released
-// meanwhile, and c.flights.mu: a holder that is not in flight has ended
-// without releasing the key, so it committed.
-func (c *Cache) heldState(owner uint64) Result {
-	if owner == noToken || !c.flights.pending(owner) {
-		return Held
+// ClaimBatch claims every digest of ds for token, as Claim does one by one
+// in order, and writes each result to out[i]. It takes each shard's lock
+// once for all of that shard's digests, and before claiming it reads the
+// index cells those claims will need, so the CPU fetches them from memory
+// in parallel rather than one miss at a time. out must have at least
+// len(ds) elements.
+func (c *Cache) ClaimBatch(ds []digest.Digest, token uint64, now int64, out []Result) {
+	c.eachShard(ds, func(s *shard, group []int32) {
+		s.expire(now)
+		s.prefetch(ds, group)
+		for _, i := range group {
+			out[i], _ = s.claim(ds[i], token, now, c.window)
+		}
+	})
+}
+
+// batchScratch is the per-call working memory of eachShard.
+type batchScratch struct {
+	order  []int32 // positions of ds, grouped by shard, batch order kept
+	starts []int32 // where each shard's group ends in order
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(batchScratch) }}
+
+// eachShard calls fn once for each shard holding digests of ds, under that
+// shard's lock, with the positions of those digests in ds, in their order.
+func (c *Cache) eachShard(ds []digest.Digest, fn func(s *shard, group []int32)) {
+	sc := scratchPool.Get().(*batchScratch)
+	defer scratchPool.Put(sc)
+	// A counting sort: starts[k+1] counts shard k's digests, then, summed,
+	// is where its group starts, then, as the group is filled, where it ends.
+	n := len(c.shards)
+	if cap(sc.starts) < n+1 {
+		sc.starts = make([]int32, n+1)
 	}
-	return Pending
+	if cap(sc.order) < len(ds) {
+		sc.order = make([]int32, len(ds))
+	}
+	starts, order := sc.starts[:n+1], sc.order[:len(ds)]
+	clear(starts)
+	for _, d := range ds {
+		starts[(d.Lo&c.mask)+1]++
+	}
+	for i := 1; i <= n; i++ {
+		starts[i] += starts[i-1]
+	}
+	for i, d := range ds {
+		k := d.Lo & c.mask
+		order[starts[k]] = int32(i)
+		starts[k]++
+	}
+	begin := int32(0)
+	for k := range c.shards {
+		end := starts[k]
+		if end == begin {
+			continue
+		}
+		s := &c.shards[k]
+		s.mu.Lock()
+		fn(s, order[begin:end])
+		s.mu.Unlock()
+		begin = end
+	}
+}
+
+// expire pops the keys whose window has ended, and released slots, from the
+// head of the ring. A key whose window ended while its batch is still in
+// flight stays, pending, until the batch ends: a copy meeting it waits for
+// the export's outcome, as within the window (the keys behind it expire
+// late meanwhile, within the cache's bound).
+func (s *shard) expire(now int64) {
+	for s.used > 0 {
+		sl := &s.ring[s.head]
+		if sl.expires > now || sl.expires != 0 && s.flights.holds(sl.token) {
+			return
+		}
+		s.pop()
+	}
+}
+
+// prefetch reads the index cells the coming claims will probe first. The
+// values are discarded; the point is that these independent loads overlap.
+// (Evicting the oldest keys needs no index cell: see cell.)
+func (s *shard) prefetch(ds []digest.Digest, group []int32) {
+	var acc cell
+	for _, i := range group {
+		acc ^= s.index[s.home(fingerprint(ds[i]))*bucketWords]
+	}
+	s.sink = acc
+}
+
+// claim records d for token unless it is held within its window, and
+// returns who holds it. The caller holds the shard's lock and has expired
+// it.
+func (s *shard) claim(d digest.Digest, token uint64, now, window int64) (Result, uint64) {
+	if sl, ci := s.lookup(d); sl != nil {
+		switch {
+		case sl.expires <= now && !s.flights.holds(sl.token):
+			// Only an inserted key, or one that outlived its window
+			// pending, can expire behind a later one; it is gone.
+			s.forget(sl, ci)
+		case token != noToken && sl.token == token:
+			return HeldBySelf, token
+		case s.flights.holds(sl.token):
+			return Pending, sl.token
+		default:
+			return Held, sl.token
+		}
+	}
+	s.push(d, now+window, token, now)
+	return Claimed, token
+}
+
+// lookup returns d's ring slot and the index word holding its cell, or nil.
+// It reads d's home bucket and goes on to the next only while that one's
+// mark names a live key that overflowed it.
+func (s *shard) lookup(d digest.Digest) (*slot, uint64) {
+	fp := fingerprint(d)
+	b := s.home(fp)
+	for range s.nb {
+		w := s.bucket(b)
+		for j := 1; j < bucketWords; j++ {
+			if w[j].fingerprint() != fp {
+				continue
+			}
+			if pos, live := s.posOf(w[j].seq()); live {
+				if sl := &s.ring[pos]; sl.d == d && sl.expires != 0 {
+					return sl, b*bucketWords + uint64(j)
+				}
+			}
+		}
+		if !s.overflowed(w[0]) {
+			break
+		}
+		b = s.next(b)
+	}
+	return nil, 0
+}
+
+// push appends a key at the tail, evicting the head when the ring is full,
+// and indexes it. A key given to Insert may expire before keys ahead of it
+// in the ring; it then waits for the head to reach it (counting toward the
+// bound meanwhile), and a claim treats it as absent once its expiry has
+// passed.
+func (s *shard) push(d digest.Digest, expires int64, token uint64, now int64) {
+	if s.used == s.size {
+		if s.ring[s.head].expires > now {
+			s.evicted++
+		}
+		s.pop()
+	}
+	pos := s.head + s.used
+	if pos >= s.size {
+		pos -= s.size
+	}
+	s.ring[pos] = slot{d: d, expires: expires, token: token}
+	if s.nb < s.maxNb && (s.live+1)*5/2 > int(s.nb)*bucketCells {
+		s.grow()
+	}
+	s.place(makeCell(fingerprint(d), s.headSeq+uint32(s.used)))
+	s.used++
+	s.live++
+}
+
+// pop drops the head of the ring. Its index cell, if it has one, turns
+// stale by the head moving past it: no index work.
+func (s *shard) pop() {
+	if s.ring[s.head].expires != 0 {
+		s.live--
+	}
+	s.headSeq++
+	s.head++
+	if s.head == s.size {
+		s.head = 0
+	}
+	s.used--
+}
+
+// forget removes a held key whose cell is index word ci, leaving its ring
+// slot released. No lookup ends at an empty cell, so nothing moves.
+func (s *shard) forget(sl *slot, ci uint64) {
+	s.index[ci] = 0
+	sl.expires = 0
+	s.live--
+}
+
+// cell is one index entry: 32 bits of the digest (the fingerprint) in the
+// high half, compared before the ring slot is touched, and in the low half
+// the key's sequence number in its shard's ring, from which its ring
+// position follows. 0 marks an empty cell; the fingerprint's low bit is
+// always set, so no entry is 0 and no entry's fingerprint matches an empty
+// cell.
+//
+// An evicted or expired key leaves its cell behind: its sequence number
+// has fallen behind the head of the ring, which makes the cell stale
+// without any write. Evicting the oldest key therefore costs no index work
+// (otherwise it is a random read and a delete in an index far larger than
+// the CPU caches, as much as the claim itself). A stale cell is taken over
+// by the next key inserted into its bucket.
+//
+// Sequence numbers are compared modulo 2^32 against the ring's window of at
+// most size < 2^32 keys, so a live cell is always recognised as live. A
+// stale cell that survived 2^32 further keys would look live again; that
+// costs nothing but its place, since a lookup still compares the slot's
+// whole digest, and it turns stale again when the head passes.
+//
+// The index is an array of buckets, each one cache line: a key's cell is in
+// its home bucket unless that bucket's 7 cells were all live when it was
+// inserted; it then went on to the next bucket, and the bucket it passed
+// records the key's sequence number in its mark (word 0). Marks turn stale
+// as cells do, when the ring's head passes the key they name, since a
+// bucket's overflow ends with the newest key that overflowed it (keys leave
+// in the order they came). Nothing ever needs purging.
+//
+// At full size there are 2.5 cells per ring slot of the shard, so a bucket
+// holds 2.8 live keys on average and is full (7) for 2-3% of inserts. The
+// index is mapped at that size, but uses a prefix of it that starts small
+// and doubles, so a cache holding few keys touches few of its pages.
+type cell uint64
+
+func (c cell) seq() uint32         { return uint32(c) }
+func (c cell) fingerprint() uint32 { return uint32(c >> 32) }
+
+func makeCell(fp, seq uint32) cell { return cell(uint64(fp)<<32 | uint64(seq)) }
+
+// fingerprint is the part of d the index keeps. The shard is chosen by the
+// low bits of Lo, independent of Hi; the home bucket by the high bits of
+// the fingerprint, so a cell alone says where it belongs: growing the index
+// never reads the ring.
+func fingerprint(d digest.Digest) uint32 { return uint32(d.Hi) | 1 }
+
+// Buckets of the index: one 64-byte cache line each, a mark and 7 cells.
+const (
+	bucketWords = 8
+	bucketCells = bucketWords - 1
+	minBuckets  = 128
+)
+
+// pageCells is the number of cells in a page of memory.
+var pageCells = os.Getpagesize() / 8 // a cell is 8 bytes
+
+// bucketsFor is the number of buckets whose cells hold n live keys at 40%.
+func bucketsFor(n int) uint64 {
+	return uint64((5*max(n, 1)/2 + bucketCells - 1) / bucketCells)
+}
+
+// home is the bucket fingerprint fp belongs to: a multiply-shift maps the
+// fingerprint onto any number of buckets, not only powers of two.
+func (s *shard) home(fp uint32) uint64 { return uint64(fp) * s.nb >> 32 }
+
+func (s *shard) bucket(b uint64) *[bucketWords]cell {
+	return (*[bucketWords]cell)(s.index[b*bucketWords : (b+1)*bucketWords])
+}
+
+func (s *shard) next(b uint64) uint64 {
+	if b++; b == s.nb {
+		return 0
+	}
+	return b
+}
+
+// posOf returns the ring position of the key numbered seq, and false if
+// that key has left the ring (its cell is stale).
+func (s *shard) posOf(seq uint32) (int, bool) {
+	off := seq - s.headSeq
+	if off >= uint32(s.used) {
+		return 0, false
+	}
+	pos := s.head + int(off)
+	if pos >= s.size {
+		pos -= s.size
+	}
+	return pos, true
+}
+
+// stale reports whether the key of cell c has left the ring.
+func (s *shard) stale(c cell) bool {
+	_, live := s.posOf(c.seq())
+	return !live
+}
+
+// overflowed reports whether a live key passed the bucket with mark m.
+func (s *shard) overflowed(m cell) bool { return m != 0 && !s.stale(m) }
+
+// place puts c into the first cell of its probe that is empty or stale,
+// marking each full bucket it passes. There is always one: live keys fill
+// at most 40% of the full-size index.
+func (s *shard) place(c cell) {
+	b := s.home(c.fingerprint())
+	for {
+		w := s.bucket(b)
+		for j := 1; j < bucketWords; j++ {
+			if w[j] == 0 || s.stale(w[j]) {
+				w[j] = c
+				return
+			}
+		}
+		s.mark(w, c.seq())
+		b = s.next(b)
+	}
+}
+
+// mark records that the key numbered seq passed the full bucket w, unless
+// the mark already names a later key that is still live.
+func (s *shard) mark(w *[bucketWords]cell, seq uint32) {
+	if m := w[0]; s.overflowed(m) && m.seq()-s.headSeq > seq-s.headSeq {
+		return
+	}
+	w[0] = makeCell(1, seq)
+}
+
+// moving is where grow copies a shard's cells to move them in place: one
+// for the cache, as its shards grow one at a time and to similar sizes.
+type moving struct {
+	mu    sync.Mutex
+	cells []cell
+}
+
+// grow moves the live cells into a prefix of the index four times as large,
+// or more, up to full size, while they would fill more than 40% of it.
+// Stale cells and marks are left behind. It reads cells only. The cells
+// move in place, through a copy: the pages of the old prefix are reused
+// rather than faulted in fresh as a new mapping's would be, and the steps
+// are large because each moves every live cell.
+func (s *shard) grow() {
+	nb := s.nb
+	for (s.live+1)*5/2 > int(nb)*bucketCells && nb < s.maxNb {
+		nb = min(4*nb, s.maxNb)
+	}
+	s.moving.mu.Lock()
+	defer s.moving.mu.Unlock()
+	if n := int(s.nb * bucketWords); cap(s.moving.cells) < n {
+		s.moving.cells = make([]cell, n)
+	}
+	old := s.moving.cells[:s.nb*bucketWords]
+	copy(old, s.index)
+	clear(s.index[:len(old)])
+	// Write each new page before the moves read it: a page read first is
+	// mapped to the shared zero page, then faulted again at the first write.
+	for i := len(old); i < int(nb*bucketWords); i += pageCells {
+		s.index[i] = 0
+	}
+	s.nb = nb
+	for i, c := range old {
+		if i%bucketWords != 0 && c != 0 && !s.stale(c) {
+			s.place(c)
+		}
+	}
+}
+
+// Claim is ClaimBatch for one digest, which also returns the token that
+// holds it.
+func (c *Cache) Claim(d digest.Digest, token uint64, now int64) (Result, uint64) {
+	s := &c.shards[d.Lo&c.mask]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.expire(now)
+	return s.claim(d, token, now, c.window)
+}
+
+// ReleaseBatch forgets every digest of ds that token still holds, so a later
+// copy is claimed anew, taking each shard's lock once for all of that
+// shard's digests and reading their index cells ahead as ClaimBatch does. It
+// returns how many it released.
+func (c *Cache) ReleaseBatch(ds []digest.Digest, token uint64) int {
+	if token == noToken || len(ds) == 0 {
+		return 0
+	}
+	released := 0
+	c.eachShard(ds, func(s *shard, group []int32) {
+		s.prefetch(ds, group)
+		for _, i := range group {
+			if sl, ci := s.lookup(ds[i]); sl != nil && sl.token == token {
+				s.forget(sl, ci)
+				released++
+			}
+		}
+	})
+	return released
+}
+
+// Release is ReleaseBatch for one digest: it reports whether d was released.
+func (c *Cache) Release(d digest.Digest, token uint64) bool {
+	return c.ReleaseBatch([]digest.Digest{d}, token) == 1
 }
 
 // Insert remembers d as held until expires (unix nanoseconds) without a
@@ -214,37 +568,14 @@ func (c *Cache) Insert(d digest.Digest, expires, now int64) bool {
 	if expires <= now {
 		return false
 	}
-	s := c.shardOf(d)
+	s := &c.shards[d.Lo&c.mask]
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.expire(now)
-	if _, _, ok := s.index.lookup(d, s); ok {
+	if sl, _ := s.lookup(d); sl != nil {
 		return false
 	}
 	s.push(d, expires, noToken, now)
-	return true
-}
-
-// Release forgets d if it is still held by token, so a later copy is
-// claimed anew. It reports whether d was released.
-func (c *Cache) Release(d digest.Digest, token uint64) bool {
-	s := c.shardOf(d)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.release(d, token)
-}
-
-// release is Release under the shard's lock.
-func (s *shard) release(d digest.Digest, token uint64) bool {
-	pos, ci, ok := s.index.lookup(d, s)
-	if !ok {
-		return false
-	}
-	sl := s.at(pos)
-	if sl.token != token || token == noToken {
-		return false
-	}
-	s.forget(sl, ci)
 	return true
 }
 
@@ -252,13 +583,11 @@ func (s *shard) release(d digest.Digest, token uint64) bool {
 // that token keeps it and it counts as committed: the shared tier said
 // another instance delivered it.
 func (c *Cache) Disown(d digest.Digest, token uint64) {
-	s := c.shardOf(d)
+	s := &c.shards[d.Lo&c.mask]
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if pos, _, ok := s.index.lookup(d, s); ok {
-		if sl := s.at(pos); sl.token == token {
-			sl.token = noToken
-		}
+	if sl, _ := s.lookup(d); sl != nil && sl.token == token {
+		sl.token = noToken
 	}
 }
 
@@ -297,93 +626,12 @@ func (c *Cache) Range(now int64, fn func(d digest.Digest, expires int64)) {
 		s := &c.shards[i]
 		s.mu.Lock()
 		s.expire(now)
-		c.flights.mu.Lock()
 		for k := 0; k < s.used; k++ {
-			sl := s.at((s.head + k) % s.size)
-			if sl.expires != 0 && (sl.token == noToken || !c.flights.pending(sl.token)) {
+			sl := &s.ring[(s.head+k)%s.size]
+			if sl.expires != 0 && !c.flights.holds(sl.token) {
 				fn(sl.d, sl.expires)
 			}
 		}
-		c.flights.mu.Unlock()
 		s.mu.Unlock()
 	}
-}
-
-func (s *shard) at(pos int) *slot { return &s.ring[pos] }
-
-// expire pops the keys whose window has ended, and released slots, from the
-// head of the ring. A key whose window ended while its batch is still in
-// flight stays, pending, until the batch ends: a copy meeting it waits for
-// the export's outcome, as within the window (the keys behind it expire
-// late meanwhile, within the cache's bound).
-func (s *shard) expire(now int64) {
-	for s.used > 0 {
-		sl := s.at(s.head)
-		if sl.expires > now || sl.expires != 0 && s.flights.holds(sl.token) {
-			return
-		}
-		s.pop(sl)
-	}
-}
-
-// posOf returns the ring position of the key numbered seq, and false if
-// that key has left the ring (its index cell is stale).
-func (s *shard) posOf(seq uint32) (int, bool) {
-	off := seq - s.headSeq
-	if off >= uint32(s.used) {
-		return 0, false
-	}
-	pos := s.head + int(off)
-	if pos >= s.size {
-		pos -= s.size
-	}
-	return pos, true
-}
-
-// tailSeq is the sequence number the next pushed key gets.
-func (s *shard) tailSeq() uint32 { return s.headSeq + uint32(s.used) }
-
-// forget removes a held key whose cell is index word ci, leaving its ring
-// slot released.
-func (s *shard) forget(sl *slot, ci uint64) {
-	s.index.remove(ci)
-	sl.expires = 0
-	s.live--
-}
-
-// pop drops the head of the ring. Its index cell, if it has one, turns
-// stale by the head moving past it: no index work.
-func (s *shard) pop(sl *slot) {
-	if sl.expires != 0 {
-		s.live--
-	}
-	s.headSeq++
-	s.head++
-	if s.head == s.size {
-		s.head = 0
-	}
-	s.used--
-}
-
-// push appends a key at the tail, evicting the head when the ring is full.
-// A key given to Insert may expire before keys ahead of it in the ring; it
-// then waits for the head to reach it (counting toward the bound meanwhile),
-// and Claim treats it as absent once its expiry has passed.
-func (s *shard) push(d digest.Digest, expires int64, token uint64, now int64) {
-	if s.used == s.size {
-		sl := s.at(s.head)
-		if sl.expires > now {
-			s.evicted++
-		}
-		s.pop(sl)
-	}
-	pos := s.head + s.used
-	if pos >= s.size {
-		pos -= s.size
-	}
-	sl := s.at(pos)
-	*sl = slot{d: d, expires: expires, token: token}
-	s.index.insert(fingerprint(d), s.tailSeq(), s)
-	s.used++
-	s.live++
 }

@@ -15,7 +15,7 @@ import (
 // that counts a released key's slot until the oldest keys before it are gone
 // (releases are rare: they follow failed deliveries).
 func TestCacheMatchesReferenceUnderChurn(t *testing.T) {
-	// 500 fits the first index size; 5000 makes the index grow thrice.
+	// 500 fits the first index size; 5000 makes the index grow twice.
 	for _, bound := range []int{500, 5000} {
 		churn(t, bound, 0)
 	}
@@ -124,9 +124,9 @@ func TestIndexFindsOverflowedKeysAcrossGrowth(t *testing.T) {
 		}
 		claims++
 	}
-	// The chain, spread over the first 1500 claims: the index grows thrice
-	// (at about 358, 716 and 1433 keys) while it is being built.
-	nb := s.index.nb
+	// The chain, spread over the first 1500 claims: the index grows twice
+	// (at about 358 and 1433 keys) while it is being built.
+	nb := s.nb
 	for i := range chain {
 		claimedAt[i] = claims
 		if res, _ := c.Claim(same(i), 1, 0); res != Claimed {
@@ -137,8 +137,8 @@ func TestIndexFindsOverflowedKeysAcrossGrowth(t *testing.T) {
 			claimOther()
 		}
 	}
-	if s.index.nb <= 4*nb {
-		t.Fatalf("the index grew from %d to only %d buckets", nb, s.index.nb)
+	if s.nb <= 4*nb {
+		t.Fatalf("the index grew from %d to only %d buckets", nb, s.nb)
 	}
 	check := func(when string) {
 		t.Helper()
@@ -176,14 +176,14 @@ func TestMarkKeepsTheNewestOverflow(t *testing.T) {
 	}
 	var w [bucketWords]cell
 	newer, older := s.headSeq+8, s.headSeq+2
-	mark(&w, newer, s)
-	mark(&w, older, s)
+	s.mark(&w, newer)
+	s.mark(&w, older)
 	if got := w[0].seq(); got != newer {
 		t.Fatalf("mark = %d, want %d", got, newer)
 	}
 	// A stale mark is replaced by any live key.
 	w[0] = makeCell(1, s.headSeq-1)
-	mark(&w, older, s)
+	s.mark(&w, older)
 	if got := w[0].seq(); got != older {
 		t.Fatalf("mark = %d, want %d", got, older)
 	}

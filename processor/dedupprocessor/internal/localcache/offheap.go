@@ -5,6 +5,7 @@ package localcache
 import (
 	"sync"
 	"syscall"
+	"unsafe"
 )
 
 // The ring and the index hold no pointers, so they need not live in the Go
@@ -12,44 +13,32 @@ import (
 // In the heap they would also raise the garbage collector's target, which
 // lets the rest of the heap grow by as much again before a collection
 // (GOGC), so a large cache would cost about twice its size at peak. A
-// mapping's pages take memory only once written, so a ring mapped whole
-// costs an idle cache nothing. The price is paid while a cache fills: each
-// page is faulted in fresh, where the heap would reuse memory it freed.
+// mapping's pages take memory only once written, so a ring and an index
+// mapped whole cost an idle cache nothing. The price is paid while a cache
+// fills: each page is faulted in fresh, where the heap would reuse memory
+// it freed.
 
-// arena hands out the cache's pointer-free arrays from anonymous mappings
-// and unmaps them when they are freed, or when the cache is collected.
+// arena hands out the cache's pointer-free arrays from anonymous mappings,
+// all unmapped together when the cache is collected.
 type arena struct {
 	mu     sync.Mutex
-	mapped map[*byte][]byte
+	mapped [][]byte
 }
 
-func newArena() *arena { return &arena{mapped: map[*byte][]byte{}} }
+func newArena() *arena { return &arena{} }
 
-// bytes returns n zeroed bytes. If the kernel refuses the mapping, they
-// come from the Go heap.
-func (a *arena) bytes(n int) []byte {
-	b, err := syscall.Mmap(-1, 0, n, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+// alloc returns n zeroed values of the pointer-free type T from a. If the
+// kernel refuses the mapping, they come from the Go heap.
+func alloc[T any](a *arena, n int) []T {
+	var zero T
+	b, err := syscall.Mmap(-1, 0, n*int(unsafe.Sizeof(zero)), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
 	if err != nil {
-		return make([]byte, n)
+		return make([]T, n)
 	}
 	a.mu.Lock()
-	a.mapped[&b[0]] = b
+	a.mapped = append(a.mapped, b)
 	a.mu.Unlock()
-	return b
-}
-
-// free returns b, from bytes, to the kernel; b must not be used after.
-func (a *arena) free(b []byte) {
-	if len(b) == 0 {
-		return
-	}
-	a.mu.Lock()
-	m, ok := a.mapped[&b[0]]
-	delete(a.mapped, &b[0])
-	a.mu.Unlock()
-	if ok {
-		_ = syscall.Munmap(m)
-	}
+	return unsafe.Slice((*T)(unsafe.Pointer(&b[0])), n)
 }
 
 // size is the number of bytes mapped.
@@ -67,8 +56,8 @@ func (a *arena) size() int {
 func (a *arena) freeAll() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	for k, m := range a.mapped {
+	for _, m := range a.mapped {
 		_ = syscall.Munmap(m)
-		delete(a.mapped, k)
 	}
+	a.mapped = nil
 }
