@@ -142,7 +142,7 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, signal strin
 		metric.WithUnit("{elections}"))
 	errs = errors.Join(errs, err)
 	t.undecided, err = meter.Int64Counter("otelcol_processor_dedup_election_undecided",
-		metric.WithDescription("Data points replica election did not decide, by reason: missing_label (no cluster or replica label), cluster_limit (the tenant's max_clusters was reached); they go on to the identity dedup."),
+		metric.WithDescription("Data points replica election did not decide, by reason: missing_label (no cluster or replica label), cluster_limit (the tenant's max_clusters was reached), unavailable (the shared tier failed under on_error: pass); they go on to the identity dedup."),
 		metric.WithUnit("{records}"))
 	errs = errors.Join(errs, err)
 	t.released, err = meter.Int64Counter("otelcol_processor_dedup_released",
