@@ -528,10 +528,19 @@ func (e *elector) commit(ctx context.Context, eng *engine, box *ballotBox) {
 	box.answers = resize(box.answers, len(box.es))
 	if err := eng.electTier.CommitElected(context.WithoutCancel(ctx), box.redisToken, e.failover, box.es, box.answers); err != nil {
 		// The data was delivered, and the shared tier retries the commit
-		// until it lands or the lease ends: the elections hold here.
+		// until it lands or the lease ends. Until Redis says so, this
+		// collector does not hold the elections as settled: were the
+		// commit never to land, it would elect another replica than its
+		// peers. The next batch of these clusters asks Redis again.
 		eng.tierError.log(start, err, zap.String("op", redistier.OpCommit))
 		for _, i := range box.asked {
-			e.commitOne(box, i, start, e.failover)
+			bl := &box.ballots[i]
+			if bl.took {
+				e.table.Release(bl.ref, box.token)
+			}
+			if bl.refresh {
+				e.table.DropRefresh(bl.ref, box.token)
+			}
 		}
 		return
 	}

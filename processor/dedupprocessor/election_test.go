@@ -681,3 +681,34 @@ func TestElectionRedisDownPassesBothReplicas(t *testing.T) {
 		}
 	}
 }
+
+// TestElectionNotSettledWhileRedisHasNotConfirmed: a batch took a's
+// election in Redis, and Redis died while the batch was downstream, so its
+// confirmation cannot land (the tier retries it). The collector does not
+// hold a elected on its own word: b's next points, Redis still down, go on
+// undecided instead of being dropped as another replica's. Were the
+// confirmation never to land, its peers could elect b.
+func TestElectionNotSettledWhileRedisHasNotConfirmed(t *testing.T) {
+	srv := redistest.Standalone(t)
+	cfg := electionConfig()
+	cfg.Redis = configoptional.Some(RedisConfig{Endpoints: []string{srv.Addr()}, Mode: RedisModeStandalone, Timeout: 200 * time.Millisecond, Lease: 30 * time.Second, OnError: ErrorPass})
+	next := newGatedMetrics()
+	h := newElectHarness(t, cfg, next, nil)
+	first := sendAsync(h, scrape("c1", "a", 0, 2, onResource))
+	next.waitEntered(t) // a's batch holds the election in Redis, pending
+	srv.Kill()
+	next.release <- nil
+	if err := result(t, first); err != nil {
+		t.Fatalf("a's request: %v", err)
+	}
+	done := sendAsync(h, scrape("c1", "b", 0, 2, onResource))
+	next.waitEntered(t)
+	next.release <- nil
+	if err := result(t, done); err != nil {
+		t.Fatalf("b's request: %v", err)
+	}
+	wantDelivered(t, &next.sink, repeat("a/0", 2), repeat("b+label/0", 2))
+	if u, d := h.undecided("unavailable"), h.tier("election"); u != 2 || d != 0 {
+		t.Errorf("undecided unavailable = %d, election duplicates = %d; want 2 and 0", u, d)
+	}
+}
