@@ -379,7 +379,7 @@ func (e *elector) decide(ctx context.Context, eng *engine, box *ballotBox) error
 		if len(box.asked) > 0 {
 			p, err := e.ask(ctx, eng, box)
 			if err != nil {
-				e.release(ctx, eng, box)
+				e.release(ctx, eng, box, true)
 				return err
 			}
 			pending = pending || p
@@ -390,7 +390,9 @@ func (e *elector) decide(ctx context.Context, eng *engine, box *ballotBox) error
 			}
 			return nil
 		}
-		e.release(ctx, eng, box)
+		// Nobody is woken by this release, as by await's: two batches that
+		// wait for each other's elections would wake each other without end.
+		e.release(ctx, eng, box, false)
 		for i := range box.ballots {
 			if bl := &box.ballots[i]; bl.took {
 				bl.state, bl.took, bl.inRedis, bl.hasPrev = ballotOpen, false, false, false
@@ -471,7 +473,7 @@ func (e *elector) settle(ctx context.Context, eng *engine, box *ballotBox, err e
 	}
 	box.settled = true
 	if err != nil {
-		e.release(ctx, eng, box)
+		e.release(ctx, eng, box, true)
 		return
 	}
 	e.commit(ctx, eng, box)
@@ -480,8 +482,8 @@ func (e *elector) settle(ctx context.Context, eng *engine, box *ballotBox, err e
 }
 
 // release gives up every election the batch took and the refreshes it
-// carried, and wakes the batches waiting for them.
-func (e *elector) release(ctx context.Context, eng *engine, box *ballotBox) {
+// carried, and, with wake, wakes the batches waiting for them.
+func (e *elector) release(ctx context.Context, eng *engine, box *ballotBox, wake bool) {
 	var keys []digest.Digest
 	for i := range box.ballots {
 		bl := &box.ballots[i]
@@ -501,7 +503,9 @@ func (e *elector) release(ctx context.Context, eng *engine, box *ballotBox) {
 			eng.tierError.log(eng.now(), err, zap.String("op", redistier.OpRelease))
 		}
 	}
-	eng.ended.broadcast()
+	if wake {
+		eng.ended.broadcast()
+	}
 }
 
 // commit commits the elections the batch took and the refreshes it
