@@ -15,53 +15,24 @@ import (
 // filelogRecipe is the component README's filelog recipe (Identities by
 // receiver): the line's position, which a re-read keeps and a repeated line
 // does not share, and the line itself.
-const filelogRecipe = `
-processors:
-  dedup/filelog:
-    window: 1h
+var filelogRecipe = logsGateway("dedup/filelog", `    window: 1h
     logs:
       key: ['attributes["log.file.path"]', 'attributes["log.file.record_offset"]', body]
-service:
-  pipelines:
-    logs:
-      receivers: [otlp]
-      processors: [dedup/filelog]
-      exporters: [otlp_grpc/sink]
-`
+`)
 
 // filelogDefault is dedup with the default identity (the record's content).
-const filelogDefault = `
-processors:
-  dedup/filelog:
-service:
-  pipelines:
-    logs:
-      receivers: [otlp]
-      processors: [dedup/filelog]
-      exporters: [otlp_grpc/sink]
-`
+var filelogDefault = logsGateway("dedup/filelog", "")
 
 // filelogAgent reads path from its beginning, without storage (so a restart
 // re-reads it), with the receiver's opt-in position attributes, and sends
 // every line to both gateways.
 func filelogAgent(path, recipe, dflt string) string {
-	return fmt.Sprintf(`
-receivers:
-  filelog:
-    include: [%q]
+	return agentToGateways("filelog", fmt.Sprintf(`    include: [%q]
     start_at: beginning
     poll_interval: 50ms
     include_file_path: true
     include_file_record_offset: true
-exporters:
-  otlp_grpc/recipe: {endpoint: %q, tls: {insecure: true}}
-  otlp_grpc/default: {endpoint: %q, tls: {insecure: true}}
-service:
-  pipelines:
-    logs:
-      receivers: [filelog]
-      exporters: [otlp_grpc/recipe, otlp_grpc/default]
-`, path, recipe, dflt)
+`, path), recipe, dflt)
 }
 
 // fileLines are lines lo..hi-1 of the log: no timestamps, and every third

@@ -12,30 +12,10 @@ import (
 	"time"
 )
 
-const fluentDefault = `
-processors:
-  dedup/fluent:
-service:
-  pipelines:
-    logs:
-      receivers: [otlp]
-      processors: [dedup/fluent]
-      exporters: [otlp_grpc/sink]
-`
+var fluentDefault = logsGateway("dedup/fluent", "")
 
 func fluentAgent(listen, gateway string) string {
-	return fmt.Sprintf(`
-receivers:
-  fluentforward:
-    endpoint: %q
-exporters:
-  otlp_grpc/gateway: {endpoint: %q, tls: {insecure: true}}
-service:
-  pipelines:
-    logs:
-      receivers: [fluentforward]
-      exporters: [otlp_grpc/gateway]
-`, listen, gateway)
+	return agentToGateways("fluentforward", fmt.Sprintf("    endpoint: %q\n", listen), gateway)
 }
 
 // fluentEvent is one event of the Forward protocol's message mode,

@@ -359,3 +359,40 @@ func wantEach(t *testing.T, sink *Sink, c *corpus, indices []int, times int) {
 	}
 	testkit.WantEach(t, counts, want, times, func(j int) string { return strconv.Itoa(indices[j]) })
 }
+
+// logsGateway is an otelcol-dedup config: a logs pipeline from the OTLP
+// receiver through the dedup processor id, with settings (YAML indented
+// under it; "" for the defaults), to the test sink.
+func logsGateway(id, settings string) string {
+	return fmt.Sprintf(`
+processors:
+  %s:
+%sservice:
+  pipelines:
+    logs:
+      receivers: [otlp]
+      processors: [%s]
+      exporters: [otlp_grpc/sink]
+`, id, settings, id)
+}
+
+// agentToGateways is an otelcol-agent config: the receiver name, with
+// settings (YAML indented under it), sending every record to each gateway.
+func agentToGateways(name, settings string, gateways ...string) string {
+	var exporters, ids []string
+	for i, gw := range gateways {
+		id := fmt.Sprintf("otlp_grpc/gateway%d", i)
+		exporters = append(exporters, fmt.Sprintf("  %s: {endpoint: %q, tls: {insecure: true}}\n", id, gw))
+		ids = append(ids, id)
+	}
+	return fmt.Sprintf(`
+receivers:
+  %s:
+%sexporters:
+%sservice:
+  pipelines:
+    logs:
+      receivers: [%s]
+      exporters: [%s]
+`, name, settings, strings.Join(exporters, ""), name, strings.Join(ids, ", "))
+}

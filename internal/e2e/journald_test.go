@@ -28,50 +28,21 @@ const EnvJournalRemote = "SYSTEMD_JOURNAL_REMOTE"
 // journaldRecipe is the component README's journald recipe (Identities by
 // receiver): the entry's cursor, which a re-read keeps and no other entry
 // shares.
-const journaldRecipe = `
-processors:
-  dedup/journald:
-    window: 1h
+var journaldRecipe = logsGateway("dedup/journald", `    window: 1h
     logs:
       key: ['body["__CURSOR"]']
-service:
-  pipelines:
-    logs:
-      receivers: [otlp]
-      processors: [dedup/journald]
-      exporters: [otlp_grpc/sink]
-`
+`)
 
 // journaldDefault is dedup with the default identity (the record's content).
-const journaldDefault = `
-processors:
-  dedup/journald:
-service:
-  pipelines:
-    logs:
-      receivers: [otlp]
-      processors: [dedup/journald]
-      exporters: [otlp_grpc/sink]
-`
+var journaldDefault = logsGateway("dedup/journald", "")
 
 // journaldAgent reads the journal files of dir from the beginning, without
 // storage (so a restart re-reads them), and sends every entry to both
 // gateways.
 func journaldAgent(dir, recipe, dflt string) string {
-	return fmt.Sprintf(`
-receivers:
-  journald:
-    directory: %q
+	return agentToGateways("journald", fmt.Sprintf(`    directory: %q
     start_at: beginning
-exporters:
-  otlp_grpc/recipe: {endpoint: %q, tls: {insecure: true}}
-  otlp_grpc/default: {endpoint: %q, tls: {insecure: true}}
-service:
-  pipelines:
-    logs:
-      receivers: [journald]
-      exporters: [otlp_grpc/recipe, otlp_grpc/default]
-`, dir, recipe, dflt)
+`, dir), recipe, dflt)
 }
 
 // journalEntry i of the test's journal: the messages of fileLines (every

@@ -14,47 +14,18 @@ import (
 // syslogRecipe is the component README's syslog recipe (Identities by
 // receiver): with add_attributes, the peer's port tells connections apart,
 // not messages.
-const syslogRecipe = `
-processors:
-  dedup/syslog:
-    logs:
+var syslogRecipe = logsGateway("dedup/syslog", `    logs:
       ignore: ['attributes["net.peer.port"]']
-service:
-  pipelines:
-    logs:
-      receivers: [otlp]
-      processors: [dedup/syslog]
-      exporters: [otlp_grpc/sink]
-`
+`)
 
-const syslogDefault = `
-processors:
-  dedup/syslog:
-service:
-  pipelines:
-    logs:
-      receivers: [otlp]
-      processors: [dedup/syslog]
-      exporters: [otlp_grpc/sink]
-`
+var syslogDefault = logsGateway("dedup/syslog", "")
 
 func syslogAgent(listen, recipe, dflt string) string {
-	return fmt.Sprintf(`
-receivers:
-  syslog:
-    protocol: rfc5424
+	return agentToGateways("syslog", fmt.Sprintf(`    protocol: rfc5424
     tcp:
       listen_address: %q
       add_attributes: true
-exporters:
-  otlp_grpc/recipe: {endpoint: %q, tls: {insecure: true}}
-  otlp_grpc/default: {endpoint: %q, tls: {insecure: true}}
-service:
-  pipelines:
-    logs:
-      receivers: [syslog]
-      exporters: [otlp_grpc/recipe, otlp_grpc/default]
-`, listen, recipe, dflt)
+`, listen), recipe, dflt)
 }
 
 // syslogLines are RFC 5424 messages lo..hi-1, with microsecond timestamps
