@@ -48,11 +48,9 @@ func CollectorConfig(mode string, ports e2e.Ports, sink, compression, redisAddr,
 	}
 	extensions := map[string]any{"health_check": map[string]any{"endpoint": e2e.Addr(ports.Health)}}
 	if profile != "" {
-		port, err := FreePort()
-		if err != nil {
-			return nil, err
-		}
-		extensions["pprof"] = map[string]any{"endpoint": e2e.Addr(port), "save_to_file": profile}
+		// Port 0: the profile is what is wanted, not the endpoint, and a
+		// port picked here could be taken before the collector binds it.
+		extensions["pprof"] = map[string]any{"endpoint": "127.0.0.1:0", "save_to_file": profile}
 	}
 	names := make([]string, 0, len(extensions))
 	for name := range extensions {
