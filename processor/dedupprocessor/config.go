@@ -38,52 +38,36 @@ const (
 	MissingKeyDrop MissingKeyPolicy = "drop"
 )
 
-// Config is the configuration of the dedup processor.
+// Config is the configuration of the dedup processor; the README documents
+// each setting.
 type Config struct {
-	// Window is how long a key is remembered from the moment it was first
-	// accepted. It should exceed the senders' longest retry horizon.
+	// Window is how long a key is remembered after it was first accepted.
 	Window time.Duration `mapstructure:"window"`
-	// Action is what happens to a duplicate: drop or mark.
+	// Action is what happens to a duplicate.
 	Action Action `mapstructure:"action"`
-	// MarkAttribute is the record attribute set to true on duplicates when
-	// Action is mark.
+	// MarkAttribute is set to true on duplicates under ActionMark.
 	MarkAttribute string `mapstructure:"mark_attribute"`
-	// IdentityAttribute, when set, names an attribute that every delivered
-	// unit with an identity gets: its digest in hex. A backend can use it
-	// as a document ID and reject repeats that arrive after the window.
+	// IdentityAttribute, when set, receives each delivered unit's digest in hex.
 	IdentityAttribute string `mapstructure:"identity_attribute"`
 	// OnMissingKey is what happens to a record whose key cannot be derived.
 	OnMissingKey MissingKeyPolicy `mapstructure:"on_missing_key"`
 	// Cache bounds the local tier.
 	Cache CacheConfig `mapstructure:"cache"`
-	// Storage names a storage extension (e.g. file_storage) that keeps the
-	// local cache across restarts. Absent: the cache starts empty.
+	// Storage names a storage extension that keeps the cache across restarts.
 	Storage *component.ID `mapstructure:"storage"`
-	// SnapshotInterval is how often the cache is saved to Storage, besides
-	// at shutdown; 0 saves only at shutdown. A crash loses at most the keys
-	// of one interval.
+	// SnapshotInterval is how often the cache is saved; 0: only at shutdown.
 	SnapshotInterval time.Duration `mapstructure:"snapshot_interval"`
-	// PendingWait is how long a batch waits for another batch's pending
-	// claim on one of its records, in this collector or in another sharing
-	// Redis, to be committed (the record is a duplicate) or released (it is
-	// this batch's to deliver), before the batch is refused with a
-	// retryable error. 0 refuses at once.
+	// PendingWait bounds a batch's wait for other batches' pending claims.
 	PendingWait time.Duration `mapstructure:"pending_wait"`
-	// MetadataKeys names client metadata keys (e.g. X-Scope-OrgID) whose
-	// values partition every identity, so tenants never suppress each other.
+	// MetadataKeys names client metadata keys that partition identities.
 	MetadataKeys []string `mapstructure:"metadata_keys"`
-	// AuthAttributes names attributes of the authenticated identity that
-	// the receiver's authenticator sets (client.Info.Auth, e.g. oidc's
-	// subject) whose values partition every identity. Unlike metadata_keys,
-	// a sender cannot choose them. Requests without them share one
-	// partition of their own, counted.
+	// AuthAttributes names authenticator attributes that partition identities.
 	AuthAttributes []string `mapstructure:"auth_attributes"`
-	// Logs configures the identity of log records.
+	// Logs is the identity of log records.
 	Logs SignalConfig `mapstructure:"logs"`
-	// Traces configures the identity of spans.
+	// Traces is the identity of spans.
 	Traces SignalConfig `mapstructure:"traces"`
-	// Metrics configures the identity of metric data points, and replica
-	// election.
+	// Metrics is the identity of data points, and replica election.
 	Metrics MetricsConfig `mapstructure:"metrics"`
 	// Redis is the optional shared tier; absent means local only.
 	Redis configoptional.Optional[RedisConfig] `mapstructure:"redis"`
@@ -94,8 +78,7 @@ type Config struct {
 
 // CacheConfig bounds the local cache.
 type CacheConfig struct {
-	// MaxEntries is the most keys the local cache holds; when full it evicts
-	// the oldest key first.
+	// MaxEntries is the most keys the cache holds; it evicts the oldest first.
 	MaxEntries int `mapstructure:"max_entries"`
 
 	_ struct{}
@@ -119,8 +102,7 @@ const (
 	RedisModeAuto RedisMode = "auto"
 	// RedisModeStandalone: one standalone server.
 	RedisModeStandalone RedisMode = "standalone"
-	// RedisModeCluster: one or more nodes of a Redis Cluster (one is
-	// enough, e.g. a managed service's configuration endpoint).
+	// RedisModeCluster: one or more nodes of a Redis Cluster.
 	RedisModeCluster RedisMode = "cluster"
 	// RedisModeSentinel: Sentinels monitoring the master named MasterName.
 	RedisModeSentinel RedisMode = "sentinel"
@@ -129,13 +111,9 @@ const (
 // RedisConfig is the shared tier: a Redis that many collectors use to let
 // exactly one copy of a record through.
 type RedisConfig struct {
-	// Endpoints: a standalone server, one or more nodes of a Redis Cluster,
-	// or Sentinels (with MasterName). What they are is asked of them at
-	// start-up unless Mode says.
+	// Endpoints are a standalone server, Cluster nodes, or Sentinels.
 	Endpoints []string `mapstructure:"endpoints"`
-	// Mode is auto (ask the endpoints), standalone, cluster or sentinel.
-	// The key layout differs between a Cluster and the rest, so every
-	// collector sharing a Redis must end up with the same mode.
+	// Mode says what Endpoints are; every collector sharing a Redis must agree.
 	Mode RedisMode `mapstructure:"mode"`
 	// MasterName is the name of the master the Sentinels monitor.
 	MasterName string `mapstructure:"master_name"`
@@ -144,24 +122,17 @@ type RedisConfig struct {
 	Password configopaque.String `mapstructure:"password"`
 	// DB is the database of a standalone or Sentinel server.
 	DB int `mapstructure:"db"`
-	// TLS, when present, encrypts the connection (configtls client
-	// settings). Absent, or insecure: true, is plain TCP.
+	// TLS, when present and not insecure, encrypts the connection.
 	TLS configoptional.Optional[configtls.ClientConfig] `mapstructure:"tls"`
-	// KeyPrefix starts every key. Empty: "dedup:" followed by a hash of the
-	// settings that shape identities, so differently configured processors
-	// never share keys and identically configured ones do.
+	// KeyPrefix starts every key; empty: derived from the identity settings.
 	KeyPrefix string `mapstructure:"key_prefix"`
 	// Timeout bounds each round trip.
 	Timeout time.Duration `mapstructure:"timeout"`
-	// DeprecatedPendingWait is pending_wait's former name, redis.pending_wait:
-	// it still works and means the same, with a warning at start-up.
+	// DeprecatedPendingWait is pending_wait's former name, still accepted.
 	DeprecatedPendingWait *time.Duration `mapstructure:"pending_wait"`
-	// Lease is how long a pending claim lives without being renewed. The
-	// tier renews it while its batch is downstream, however long the
-	// export takes, so the lease bounds only how long a collector that died
-	// mid-batch blocks its senders' retries of that batch.
+	// Lease is how long a pending claim lives unless its batch renews it.
 	Lease time.Duration `mapstructure:"lease"`
-	// OnError is what happens to a batch when Redis fails: pass or refuse.
+	// OnError is what happens to a batch when Redis fails.
 	OnError ErrorPolicy `mapstructure:"on_error"`
 
 	_ struct{}
@@ -169,55 +140,43 @@ type RedisConfig struct {
 
 // SignalConfig is the identity of one signal's records.
 type SignalConfig struct {
-	// Key lists OTTL value expressions whose values, in order, form the
-	// identity. Empty: the record's whole content is the identity.
+	// Key lists OTTL expressions forming the identity; empty: the whole content.
 	Key []string `mapstructure:"key"`
-	// Ignore lists fields left out of the content identity (only with an
-	// empty Key), e.g. attributes["received_at"].
+	// Ignore lists fields left out of the content identity (empty Key only).
 	Ignore []string `mapstructure:"ignore"`
-	// Conditions lists OTTL conditions, OR-ed: only matching records are
-	// deduplicated; the rest pass untouched. Empty: every record.
+	// Conditions lists OTTL conditions, OR-ed, selecting the records deduplicated.
 	Conditions []string `mapstructure:"conditions"`
 
 	_ struct{}
 }
 
 // MetricsConfig is the identity of metric data points and, optionally,
-// replica election: one replica of each HA group of agents delivered.
+// replica election.
 type MetricsConfig struct {
 	SignalConfig `mapstructure:",squash"`
-	// ReplicaElection, when present, delivers the points of one replica per
-	// cluster and treats the other replicas' points as duplicates.
+	// ReplicaElection, when present, delivers one replica's points per cluster.
 	ReplicaElection configoptional.Optional[ElectionConfig] `mapstructure:"replica_election"`
 
 	_ struct{}
 }
 
 // ElectionConfig is replica election, after the HA tracker of Cortex and
-// Mimir: HA pairs of agents scrape the same targets and each stamps its
-// points with its own time, so their points never share an identity; the
-// first replica seen for a cluster is elected, and the others' points are
-// duplicates until it has been silent for FailoverTimeout.
+// Mimir: the first replica seen for a cluster is elected, and the others'
+// points are duplicates until it has been silent for FailoverTimeout.
 type ElectionConfig struct {
-	// ClusterLabel names the attribute that tells an HA group (a data
-	// point attribute, else a resource attribute).
+	// ClusterLabel names the attribute that tells an HA group.
 	ClusterLabel string `mapstructure:"cluster_label"`
-	// ReplicaLabel names the attribute that tells the replicas of a group
-	// apart (looked up like ClusterLabel).
+	// ReplicaLabel names the attribute that tells a group's replicas apart.
 	ReplicaLabel string `mapstructure:"replica_label"`
-	// UpdateInterval is how often the elected replica's delivered data
-	// refreshes its election, plus a random jitter of up to UpdateJitter.
+	// UpdateInterval, plus up to UpdateJitter, is how often delivered data
+	// refreshes an election.
 	UpdateInterval time.Duration `mapstructure:"update_interval"`
 	UpdateJitter   time.Duration `mapstructure:"update_jitter"`
-	// FailoverTimeout is how long an election holds after its last
-	// refresh; then the next replica to send is elected.
+	// FailoverTimeout is how long an election holds after its last refresh.
 	FailoverTimeout time.Duration `mapstructure:"failover_timeout"`
-	// MaxClusters bounds the clusters of one tenant this processor elects
-	// replicas for; the points of further clusters pass without election.
+	// MaxClusters bounds the clusters of one tenant elected for.
 	MaxClusters int `mapstructure:"max_clusters"`
-	// RemoveReplicaLabel removes ReplicaLabel from the elected replica's
-	// delivered points (or their resource, where it was found), so that
-	// their series continue across a failover.
+	// RemoveReplicaLabel removes ReplicaLabel from the elected replica's points.
 	RemoveReplicaLabel bool `mapstructure:"remove_replica_label"`
 
 	_ struct{}
@@ -229,11 +188,9 @@ const (
 	defaultMaxEntries       = 1_000_000
 	defaultSnapshotInterval = time.Minute
 	defaultPendingWait      = time.Second
-	// minDuration catches a duration written without a unit, which the
-	// collector reads as nanoseconds.
+	// minDuration catches a duration written without a unit (nanoseconds).
 	minDuration = time.Millisecond
-	// maxMaxEntries keeps a typo from reserving an absurd amount of memory;
-	// a key costs tens of bytes, so this is a few GiB.
+	// maxMaxEntries keeps a typo from reserving an absurd amount of memory.
 	maxMaxEntries = 100_000_000
 
 	// Replica election: Mimir's HA tracker defaults.
@@ -243,8 +200,7 @@ const (
 	defaultUpdateJitter    = 5 * time.Second
 	defaultFailoverTimeout = 30 * time.Second
 	defaultMaxClusters     = 100
-	// maxMaxClusters bounds the election table and the elected-replica
-	// gauge's series per tenant.
+	// maxMaxClusters bounds the election table and gauge series per tenant.
 	maxMaxClusters = 100_000
 )
 
@@ -311,8 +267,7 @@ func (cfg *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("snapshot_interval must be 0 or >= 1ms, got %q (a number without a unit is nanoseconds: write e.g. 1m)", cfg.SnapshotInterval))
 	}
 	if r := cfg.Redis.Get(); r != nil && r.DeprecatedPendingWait != nil {
-		// The renamed setting moves to its new name (the first step of a
-		// rename, docs/versioning.md); setting both is an error naming both.
+		// A rename's first step (docs/versioning.md): the old name still works.
 		if old := *r.DeprecatedPendingWait; cfg.PendingWait != defaultPendingWait && cfg.PendingWait != old {
 			errs = append(errs, fmt.Errorf("redis.pending_wait is deprecated and replaced by pending_wait: set only pending_wait, got both (%q and %q)", old, cfg.PendingWait))
 		} else {
@@ -336,15 +291,10 @@ func (cfg *Config) Validate() error {
 		errs = append(errs, r.validate(cfg.Window)...)
 	}
 	set := nopTelemetry()
-	if _, err := newSignalIdentity(logSpec(set), cfg.Logs); err != nil {
-		errs = append(errs, err)
-	}
-	if _, err := newSignalIdentity(spanSpec(set), cfg.Traces); err != nil {
-		errs = append(errs, err)
-	}
-	if _, err := newSignalIdentity(dataPointSpec(set), cfg.Metrics.SignalConfig); err != nil {
-		errs = append(errs, err)
-	}
+	_, errLogs := newSignalIdentity(logSpec(set), cfg.Logs)
+	_, errTraces := newSignalIdentity(spanSpec(set), cfg.Traces)
+	_, errMetrics := newSignalIdentity(dataPointSpec(set), cfg.Metrics.SignalConfig)
+	errs = append(errs, errLogs, errTraces, errMetrics) // Join skips the nils
 	if el := cfg.Metrics.ReplicaElection.Get(); el != nil {
 		errs = append(errs, el.validate()...)
 	}
@@ -381,10 +331,8 @@ func (el *ElectionConfig) validate() []error {
 
 const (
 	defaultRedisTimeout = 250 * time.Millisecond
-	// defaultRedisLease is how long the retries of a collector that died
-	// mid-batch wait before they are delivered (a live collector renews its
-	// claims every third of it). Short next to the 5 minutes a collector's
-	// exporters retry by default, long next to the renewal's round trip.
+	// defaultRedisLease: how long the retries of a collector that died
+	// mid-batch wait; short next to exporters' retry horizon.
 	defaultRedisLease = 30 * time.Second
 )
 
@@ -443,8 +391,7 @@ func (r *RedisConfig) validate(window time.Duration) []error {
 	return errs
 }
 
-// nopTelemetry serves OTTL parsing in Validate, before the collector has
-// handed the component its own settings.
+// nopTelemetry serves OTTL parsing in Validate.
 func nopTelemetry() component.TelemetrySettings {
 	return component.TelemetrySettings{
 		Logger:         zap.NewNop(),

@@ -19,45 +19,33 @@ import (
 )
 
 // One batch's life, top to bottom: identify, claim (local, then shared),
-// deliver, commit or release, record.
+// deliver, commit or release, wait, second call.
 //
-// Identify derives each record's identity (a digest) or another outcome
-// (passed without a key, dropped, skipped); copies within the batch are
-// duplicates of their first copy. Claim takes each digest in the local
-// cache, then, for those won there, in the shared tier. A claim is pending
-// until the next consumer has accepted the batch (commit) or refused it
-// (release). A copy is dropped only on the word of a committed claim: its
-// record was delivered. A digest held by a pending claim, of another batch
-// of this collector or of another collector, is left for later: its record
-// is neither delivered nor dropped yet.
+// A claim is pending until the next consumer has accepted the batch
+// (commit) or refused it (release). A copy is dropped only on the word of a
+// committed claim; a digest held by a pending claim, of any batch of any
+// collector, is left for later: neither delivered nor dropped yet.
 //
-// The discipline that keeps waiting from ever deadlocking: a batch never
-// waits while it holds pending claims. It delivers the records it won (the
-// first call to the next consumer) and commits them; then, holding only
-// committed claims, it waits for the records left for later, and delivers
-// those it then wins in a second call. A look that finds some of them still
-// pending releases whatever it won before waiting again. So a batch waits
-// only for batches that are exporting (between their claim and their
-// commit or release), and a batch that is exporting waits for nobody: no
-// chain of waits can close into a cycle, on any topology, at any request
-// size, and whatever the atomicity of the claims (per cache shard, per
-// script call, per Cluster node). Replica elections (election.go) are
-// decided before any claim under the same rule. The wait is bounded by
-// pending_wait, after which the request is refused for retry; its retry
-// finds the records of the first call delivered, drops them as copies, and
-// claims the rest. The request is acknowledged only when both calls
-// succeeded.
+// Waiting cannot deadlock because a batch never waits while holding pending
+// claims. It delivers and commits what it won (the first call), then,
+// holding only committed claims, waits for the records left for later and
+// delivers those it wins in a second call; a look that still meets pending
+// claims releases what it won before waiting again. So a batch waits only
+// for batches that are exporting, and those wait for nobody: no chain of
+// waits closes into a cycle, on any topology, at any request size, whatever
+// the atomicity of the claims (cache shard, script call, Cluster node).
+// Replica elections (election.go) obey the same rule. After pending_wait
+// the request is refused for retry, which drops the first call's records as
+// copies and claims the rest; a request is acknowledged only when both
+// calls succeeded.
 //
-// A pending claim in Redis lives for redis.lease, renewed while its batch
-// is downstream (redistier's writer), so the lease bounds only how long the
-// claims of a collector that died stand in the way of its senders' retries.
-// A claim whose answer was lost is committed or released like any other:
-// commit and release compare the claim's token, so neither touches a claim
-// that is not there or not its own.
+// A Redis claim's lease is renewed while its batch is downstream, so it
+// bounds only how long a dead collector's claims block retries. Commit and
+// release compare the claim's token, so a claim whose answer was lost is
+// settled like any other.
 
-// adapter is what a signal gives the batch: how to identify its records,
-// apply the verdicts, copy its pdata and send it on. settle is told how the
-// first call ended (nil: accepted), or why the batch was refused before it.
+// adapter is a signal's side of the batch. settle is told how the first
+// call ended (nil: accepted), or why the batch was refused before it.
 type adapter[T any] interface {
 	identify(ctx context.Context, b *batch, enc *identity.Encoder, data T)
 	apply(b *batch, data T)
@@ -107,21 +95,16 @@ const (
 	verdictKeep verdict = iota
 	verdictDrop
 	verdictMark
-	// verdictLater: held by the pending claim of a batch in flight; decided
-	// and delivered by the second call.
-	verdictLater
+	verdictLater // held by another batch's pending claim: for the second call
 )
 
-// key is a keyed record: its digest and its index among the batch's
-// records (walk order).
+// key is a keyed record: its digest and its index in walk order.
 type key struct {
 	d  digest.Digest
 	at int32
 }
 
-// batch is one ConsumeXxx call: every record's verdict, the keyed records,
-// the claims of the current round, and the counts to report once a call is
-// accepted downstream.
+// batch is one ConsumeXxx call.
 type batch struct {
 	now      int64
 	verdicts []verdict // per record, walk order
@@ -133,27 +116,28 @@ type batch struct {
 	kept     int  // records the current call keeps (needsApply)
 	alters   bool // the adapter changes kept records (replica labels)
 
-	// The current round's claims: a round is one claim of the batch's
-	// digests under tokens of its own, ended by a commit or a release.
+	// A round is one claim of the batch's digests under tokens of its own,
+	// ended by a commit or a release.
 	token      uint64          // local claim token
 	redisToken string          // shared claim token; "" without a shared tier
 	held       []digest.Digest // claimed in the local cache
 	shared     []digest.Digest // claimed in the shared tier, or maybe (unknown answer)
 	unchecked  int             // delivered on the local claim's word (on_error: pass)
-	open       bool            // the round has neither committed nor released
+	open       bool            // neither committed nor released yet
 
-	won     []int32         // scratch: a claim's local wins
-	ds      []digest.Digest // scratch: one tier call's digests
+	// scratch
+	won     []int32
+	ds      []digest.Digest
 	results []localcache.Result
 	answers []redistier.Answer
-	seen    []int32 // scratch of firstCopies
+	seen    []int32
 
 	unidentified bool // the request lacks the auth_attributes identity
 }
 
 var batchPool = sync.Pool{New: func() any { return new(batch) }}
 
-// begin takes a batch of records from the pool and opens its first round.
+// begin takes a batch from the pool and opens its first round.
 func (e *engine) begin(records int) *batch {
 	b := batchPool.Get().(*batch)
 	b.now = e.now()
@@ -176,8 +160,8 @@ func (e *engine) beginRound(b *batch) {
 }
 
 // nextToken returns a token larger than every one before it and at least
-// the current time in microseconds, so that the shared tier's tokens, which
-// embed them, tell when a claim's batch began.
+// the current time in microseconds: the shared tier's tokens embed it to
+// tell when a claim's batch began.
 func (e *engine) nextToken() uint64 {
 	now := uint64(time.Now().UnixMicro())
 	for {
@@ -189,7 +173,7 @@ func (e *engine) nextToken() uint64 {
 	}
 }
 
-// Identify: the signal's walk gives each record a verdict, in walk order.
+// Identify: the signal's walk adds each record, in walk order.
 
 // keyed adds a record identified by d, kept unless claim finds otherwise.
 func (b *batch) keyed(d digest.Digest) {
@@ -203,8 +187,7 @@ func (b *batch) pass(o outcome) {
 	b.verdicts = append(b.verdicts, verdictKeep)
 }
 
-// missing adds a record whose key could not be derived, under
-// on_missing_key pass or drop (content is keyed by the caller).
+// missing adds a record without a key, under on_missing_key pass or drop.
 func (b *batch) missing(policy MissingKeyPolicy) {
 	b.outcomes[outcomeMissingKey]++
 	v := verdictKeep
@@ -214,8 +197,7 @@ func (b *batch) missing(policy MissingKeyPolicy) {
 	b.verdicts = append(b.verdicts, v)
 }
 
-// duplicate adds a record found a duplicate before any claim (replica
-// election).
+// duplicate adds a record found a duplicate before any claim (election).
 func (b *batch) duplicate(tr tier, action Action) {
 	b.verdicts = append(b.verdicts, verdictKeep)
 	b.copyOf(len(b.verdicts)-1, tr, action)
@@ -231,9 +213,8 @@ func (b *batch) copyOf(at int, tr tier, action Action) {
 	}
 }
 
-// firstCopies lists in b.firsts the first copy of each digest, and makes
-// the later copies within the batch its duplicates: each digest is claimed
-// once, whatever the batch's size against the cache's.
+// firstCopies lists in b.firsts the first copy of each digest and makes
+// the batch's other copies duplicates, so each digest is claimed once.
 func (b *batch) firstCopies(action Action) {
 	b.firsts = b.firsts[:0]
 	if len(b.keys) == 0 {
@@ -267,8 +248,7 @@ func (b *batch) firstCopies(action Action) {
 
 // Claim.
 
-// localTier is what a batch needs of the local cache: localcache.Cache,
-// whose methods document the contract.
+// localTier is what a batch needs of localcache.Cache.
 type localTier interface {
 	Begin(token uint64)
 	End(token uint64)
@@ -277,27 +257,22 @@ type localTier interface {
 	Disown(d digest.Digest, token uint64)
 }
 
-// sharedTier is what a batch needs of the shared tier: redistier.Tier,
-// whose methods document the contract. Each digest is answered on its own:
-// one whose part of the tier failed answers Unavailable.
+// sharedTier is what a batch needs of redistier.Tier.
 type sharedTier interface {
 	Claim(ctx context.Context, token string, ds []digest.Digest, answers []redistier.Answer, again bool) error
 	Commit(ctx context.Context, token string, ds []digest.Digest) error
 	Release(ctx context.Context, token string, ds []digest.Digest) error
 }
 
-// errSharedTier is returned to senders under on_error: refuse. The
-// receivers turn it into a retryable status (gRPC Unavailable, HTTP 503).
+// errSharedTier is returned to senders under on_error: refuse; receivers
+// make it retryable.
 var errSharedTier = errors.New("dedup: shared tier unavailable; retry later")
 
-// claim claims the digests of keys idx in the current round: in the local
-// cache, then, for those won there, in the shared tier. A key held by a
-// committed claim becomes a duplicate; one held by a pending claim is left
-// for later (b.later, verdictLater), held by this batch in neither tier. On
-// error (the shared tier failed under on_error: refuse, or the caller gave
-// up) the batch is to be refused; the round still holds what it claimed.
-//
-// again says that the batch claims records it waited for.
+// claim claims keys idx in the current round, locally, then in the shared
+// tier for the local wins. A key held by a committed claim becomes a
+// duplicate; one held by a pending claim is left for later, held by this
+// batch in neither tier. On error the batch is to be refused; the round
+// still holds what it claimed. again: the batch claims records it waited for.
 func (e *engine) claim(ctx context.Context, b *batch, idx []int32, again bool) error {
 	if len(idx) == 0 {
 		return nil
@@ -305,7 +280,7 @@ func (e *engine) claim(ctx context.Context, b *batch, idx []int32, again bool) e
 	ds := b.digests(idx)
 	b.results = resize(b.results, len(ds))
 	e.local.ClaimBatch(ds, b.token, b.now, b.results)
-	won := b.won[:0] // this round's local wins, as key indexes
+	won := b.won[:0]
 	for j, res := range b.results {
 		i := idx[j]
 		switch res {
@@ -327,13 +302,12 @@ func (e *engine) claim(ctx context.Context, b *batch, idx []int32, again bool) e
 	ds = b.digests(won)
 	b.answers = resize(b.answers, len(ds))
 	err := e.tier.Claim(ctx, b.redisToken, ds, b.answers, again)
-	if err != nil && (e.redisPolicy == ErrorRefuse || ctx.Err() != nil) {
-		b.shared = append(b.shared, ds...) // the claims may exist: release them
-		e.tierError.log(b.now, err, zap.String("on_error", string(e.redisPolicy)))
-		return fmt.Errorf("%w: %w", errSharedTier, err)
-	}
 	if err != nil {
-		e.tierError.log(b.now, err, zap.String("on_error", string(ErrorPass)))
+		e.tierError.log(b.now, err, zap.String("on_error", string(e.redisPolicy)))
+		if e.redisPolicy == ErrorRefuse || ctx.Err() != nil {
+			b.shared = append(b.shared, ds...) // the claims may exist: release them
+			return fmt.Errorf("%w: %w", errSharedTier, err)
+		}
 	}
 	for j, a := range b.answers[:len(ds)] {
 		i := won[j]
@@ -341,9 +315,8 @@ func (e *engine) claim(ctx context.Context, b *batch, idx []int32, again bool) e
 		case redistier.Claimed:
 			b.shared = append(b.shared, ds[j])
 		case redistier.Unavailable:
-			// on_error: pass: delivered on the local claim's word. A claim
-			// that reached Redis despite the error rightly holds its
-			// record: it is committed with the others.
+			// on_error: pass: delivered on the local claim's word; a claim
+			// that reached Redis anyway is committed with the others.
 			b.shared = append(b.shared, ds[j])
 			b.unchecked++
 		case redistier.Held:
@@ -357,7 +330,7 @@ func (e *engine) claim(ctx context.Context, b *batch, idx []int32, again bool) e
 	return nil
 }
 
-// the digests of keys idx, in b.ds.
+// digests returns the digests of keys idx, in b.ds.
 func (b *batch) digests(idx []int32) []digest.Digest {
 	b.ds = b.ds[:0]
 	for _, i := range idx {
@@ -396,8 +369,8 @@ func deliver[T any](ctx context.Context, e *engine, s adapter[T], b *batch, data
 	return s.send(ctx, data)
 }
 
-// needsApply says whether the verdicts change the batch at all, and counts
-// the records the call keeps.
+// needsApply says whether the verdicts change the batch, and counts the
+// records kept.
 func (e *engine) needsApply(b *batch) bool {
 	change := e.cfg.IdentityAttribute != "" && len(b.keys) > 0 || b.alters
 	b.kept = 0
@@ -423,8 +396,7 @@ type applier struct {
 	next int // the next keyed unit's index in b.keys
 }
 
-// unit applies the next unit's verdict: it marks a kept duplicate, writes
-// the unit's identity to identity_attribute if that is set, and reports
+// unit applies the next unit's verdict to its attributes and reports
 // whether to remove the unit.
 func (a *applier) unit(attrs pcommon.Map) bool {
 	v := a.b.verdicts[a.i]
@@ -448,10 +420,9 @@ func (a *applier) unit(attrs pcommon.Map) bool {
 
 // Commit or release, and record.
 
-// finish ends the round with the next consumer's answer: a commit if it
-// accepted the call, and the call's counts are recorded; else a release,
-// so the sender's retry is delivered rather than dropped as a duplicate of
-// data that never arrived, and the error goes back to the sender.
+// finish commits the round if the next consumer accepted the call, else
+// releases it so that the sender's retry is delivered, not dropped as a
+// copy of data that never arrived.
 func (e *engine) finish(ctx context.Context, b *batch, err error) error {
 	if err != nil {
 		e.tel.recordReleased(ctx, e.release(ctx, b))
@@ -462,9 +433,8 @@ func (e *engine) finish(ctx context.Context, b *batch, err error) error {
 	return nil
 }
 
-// commit commits the round's claims: at once in the local cache (and the
-// local copies waiting for them go on), in the background in the shared
-// tier, which keeps them pending, so safe, until the commit lands.
+// commit commits the round's claims: at once locally, in the background in
+// the shared tier, where they stay pending, so safe, until it lands.
 func (e *engine) commit(ctx context.Context, b *batch) {
 	if !b.open {
 		return
@@ -479,9 +449,8 @@ func (e *engine) commit(ctx context.Context, b *batch) {
 	}
 }
 
-// release releases the round's claims in both tiers, wakes the batches
-// waiting for local claims, and returns how many records the round had
-// claimed (a key the cache evicted meanwhile counts).
+// release releases the round's claims in both tiers, wakes the waiting
+// batches, and returns how many records the round had claimed.
 func (e *engine) release(ctx context.Context, b *batch) int {
 	n := e.releaseQuietly(ctx, b)
 	e.ended.broadcast()
@@ -508,26 +477,19 @@ func (e *engine) releaseQuietly(ctx context.Context, b *batch) int {
 
 // Wait, holding only committed claims, then the second call.
 
-// errInFlight is returned when a record of the batch is still held by
-// another batch's pending claim after pending_wait: that batch has not
-// delivered it yet and may never (its next consumer may fail, its collector
-// may have died). Dropping the copy could lose the record, so the sender is
-// asked to retry: by then that claim is committed (the copy is a duplicate),
-// released, or past its lease (the copy is new).
+// errInFlight: a record is still held by another batch's pending claim
+// after pending_wait. That batch may never deliver it, so dropping the copy
+// could lose it: the sender retries instead.
 var errInFlight = errors.New("dedup: a record of this batch is still being delivered by another batch; retry later")
 
-// maxPause bounds the pause between two looks at the claims a batch waits
-// for; the first look comes after a millisecond. Across collectors nothing
-// wakes a waiting batch when the claims it waits for settle, so the pause is
-// how late it may see them settle: short next to the export times it waits
-// out, while a look costs one round trip for the records still pending.
+// maxPause bounds the pause between two looks. Nothing wakes a batch when
+// another collector's claims settle, so the pause is how late it may see
+// them settle: short next to export times, while a look costs a round trip.
 const maxPause = 16 * time.Millisecond
 
 // await waits, holding no pending claim, until the records left for later
-// are settled: each look claims them in a new round, and a look that still
-// meets a pending claim releases what it won before waiting again. It
-// returns with the round open, holding every record left for later that is
-// not a duplicate, or with an error after pending_wait.
+// are settled: each look claims them in a new round. It returns with the
+// round open, holding every one that is not a duplicate, or with an error.
 func (e *engine) await(ctx context.Context, b *batch) error {
 	w := e.beginWait()
 	defer w.end()
@@ -556,11 +518,9 @@ func (e *engine) await(ctx context.Context, b *batch) error {
 			w.record(ctx, waitSettled)
 			return nil
 		}
-		// Nobody is woken by this release: a batch that met these claims
-		// looks again after its pause. Waking it would let two batches
-		// that wait for the same records wake each other without end.
+		// Waking others here would let two batches waiting for the same
+		// records wake each other without end.
 		e.releaseQuietly(ctx, b)
-		// Every record of the look that is not a duplicate waits again.
 		b.later = b.later[:0]
 		for _, i := range look {
 			if v := b.verdicts[b.keys[i].at]; v == verdictKeep || v == verdictLater {
@@ -571,9 +531,8 @@ func (e *engine) await(ctx context.Context, b *batch) error {
 	}
 }
 
-// secondCall turns the verdicts into those of the second call: the records
-// that were left for later keep what their claim decided (b.later lists
-// them); every other record went with the first call and is left out.
+// secondCall turns the verdicts into the second call's: the records left
+// for later keep what their claim decided; the rest went with the first.
 func (b *batch) secondCall() {
 	const second = 8 // above every verdict
 	for _, i := range b.later {
@@ -589,14 +548,13 @@ func (b *batch) secondCall() {
 	b.later = b.later[:0]
 }
 
-// end releases what a batch that gave up still holds, and returns it to
-// the pool, emptied, keeping its arrays unless they grew large.
+// end releases what the batch still holds and returns it to the pool,
+// keeping its arrays unless they grew large.
 func (e *engine) end(ctx context.Context, b *batch) {
 	e.release(ctx, b)
 	const maxRetained = 64 << 10
-	keep := func(n int) bool { return n <= maxRetained }
 	nb := batch{}
-	if keep(cap(b.verdicts)) && keep(cap(b.keys)) && keep(cap(b.seen)) {
+	if max(cap(b.verdicts), cap(b.keys), cap(b.seen)) <= maxRetained {
 		nb = batch{
 			verdicts: b.verdicts[:0], keys: b.keys[:0], firsts: b.firsts[:0], later: b.later[:0],
 			held: b.held[:0], shared: b.shared[:0], won: b.won[:0], ds: b.ds[:0], results: b.results[:0],
@@ -612,8 +570,7 @@ func (e *engine) end(ctx context.Context, b *batch) {
 // errWaitedOut: the next pause would end past pending_wait.
 var errWaitedOut = errors.New("dedup: pending_wait passed")
 
-// wait is one batch's wait for the claims or elections of batches in
-// flight, between its looks at them.
+// wait is one batch's wait for the claims or elections of batches in flight.
 type wait struct {
 	e        *engine
 	start    time.Time
@@ -628,8 +585,8 @@ func (e *engine) beginWait() *wait {
 }
 
 // pause returns when a round or an election of this engine ends, or after
-// the pause, which doubles up to maxPause; with errWaitedOut if that would
-// end past pending_wait, or with ctx's error.
+// the pause, which doubles up to maxPause; errWaitedOut if that would end
+// past pending_wait.
 func (w *wait) pause(ctx context.Context) error {
 	settled := w.e.ended.channel()
 	if w.e.clock.now().Add(w.d).After(w.deadline) {
@@ -640,20 +597,18 @@ func (w *wait) pause(ctx context.Context) error {
 	return err
 }
 
-// record records how the wait ended.
 func (w *wait) record(ctx context.Context, r waitResult) {
 	w.e.tel.recordWait(ctx, w.e.clock.now().Sub(w.start), r)
 }
 
 func (w *wait) end() { w.e.ended.waiters.Add(-1) }
 
-// clock is the engine's one clock: the wall clock, or a simulated one in
-// tests that interleave batches deterministically.
+// clock is the wall clock, or a simulated one in tests.
 type clock interface {
 	now() time.Time
-	// pause returns after d plus up to a millisecond, when settled is
-	// closed, or with ctx's error when ctx is done. The random part keeps
-	// batches that wait for the same records from looking in lockstep.
+	// pause returns after d plus up to a millisecond (so batches waiting for
+	// the same records do not look in lockstep), when settled is closed, or
+	// with ctx's error.
 	pause(ctx context.Context, settled <-chan struct{}, d time.Duration) error
 }
 
@@ -673,9 +628,8 @@ func (wallClock) pause(ctx context.Context, settled <-chan struct{}, d time.Dura
 	return nil
 }
 
-// settledSignal wakes the waiting batches when a round or an election of
-// the engine ends. It costs an ending round one atomic load while nobody
-// waits.
+// settledSignal wakes the waiting batches when a round or an election
+// ends; it costs one atomic load while nobody waits.
 type settledSignal struct {
 	waiters atomic.Int32
 	mu      sync.Mutex
@@ -704,7 +658,7 @@ func (s *settledSignal) broadcast() {
 	s.mu.Unlock()
 }
 
-// resize returns s with length n, reusing its array if it is large enough.
+// resize returns s with length n, reusing its array if large enough.
 func resize[T any](s []T, n int) []T {
 	if cap(s) < n {
 		return make([]T, n)
