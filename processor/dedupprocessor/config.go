@@ -235,98 +235,78 @@ func createDefaultConfig() component.Config {
 
 // Validate reports every invalid setting at once, each naming its field.
 func (cfg *Config) Validate() error {
-	var errs []error
-	if cfg.Window <= 0 {
-		errs = append(errs, fmt.Errorf("window must be > 0, got %q", cfg.Window))
-	} else if cfg.Window < minDuration {
-		errs = append(errs, fmt.Errorf("window must be >= 1ms, got %q (a number without a unit is nanoseconds: write e.g. 10m)", cfg.Window))
-	}
-	switch cfg.Action {
-	case ActionDrop:
-	case ActionMark:
-		if cfg.MarkAttribute == "" {
-			errs = append(errs, errors.New(`mark_attribute must not be empty when action is "mark"`))
-		}
-	default:
-		errs = append(errs, fmt.Errorf(`action must be "drop" or "mark", got %q`, cfg.Action))
-	}
-	if cfg.IdentityAttribute != "" && cfg.IdentityAttribute == cfg.MarkAttribute && cfg.Action == ActionMark {
-		errs = append(errs, fmt.Errorf("identity_attribute and mark_attribute must differ, both are %q", cfg.IdentityAttribute))
-	}
+	var p problems
+	p.check(cfg.Window <= 0, "window must be > 0, got %q", cfg.Window)
+	p.check(cfg.Window > 0 && cfg.Window < minDuration, "window must be >= 1ms, got %q (a number without a unit is nanoseconds: write e.g. 10m)", cfg.Window)
+	p.check(cfg.Action != ActionDrop && cfg.Action != ActionMark, `action must be "drop" or "mark", got %q`, cfg.Action)
+	p.check(cfg.Action == ActionMark && cfg.MarkAttribute == "", `mark_attribute must not be empty when action is "mark"`)
+	p.check(cfg.IdentityAttribute != "" && cfg.IdentityAttribute == cfg.MarkAttribute && cfg.Action == ActionMark,
+		"identity_attribute and mark_attribute must differ, both are %q", cfg.IdentityAttribute)
 	switch cfg.OnMissingKey {
 	case MissingKeyPass, MissingKeyContent, MissingKeyDrop:
 	default:
-		errs = append(errs, fmt.Errorf(`on_missing_key must be "pass", "content" or "drop", got %q`, cfg.OnMissingKey))
+		p.add(`on_missing_key must be "pass", "content" or "drop", got %q`, cfg.OnMissingKey)
 	}
-	if cfg.Cache.MaxEntries <= 0 || cfg.Cache.MaxEntries > maxMaxEntries {
-		errs = append(errs, fmt.Errorf("cache.max_entries must be between 1 and %d, got %d", maxMaxEntries, cfg.Cache.MaxEntries))
-	}
-	if cfg.SnapshotInterval < 0 {
-		errs = append(errs, fmt.Errorf("snapshot_interval must be >= 0 (0 saves only at shutdown), got %q", cfg.SnapshotInterval))
-	} else if cfg.SnapshotInterval > 0 && cfg.SnapshotInterval < minDuration {
-		errs = append(errs, fmt.Errorf("snapshot_interval must be 0 or >= 1ms, got %q (a number without a unit is nanoseconds: write e.g. 1m)", cfg.SnapshotInterval))
-	}
+	p.check(cfg.Cache.MaxEntries <= 0 || cfg.Cache.MaxEntries > maxMaxEntries,
+		"cache.max_entries must be between 1 and %d, got %d", maxMaxEntries, cfg.Cache.MaxEntries)
+	p.check(cfg.SnapshotInterval < 0, "snapshot_interval must be >= 0 (0 saves only at shutdown), got %q", cfg.SnapshotInterval)
+	p.check(cfg.SnapshotInterval > 0 && cfg.SnapshotInterval < minDuration,
+		"snapshot_interval must be 0 or >= 1ms, got %q (a number without a unit is nanoseconds: write e.g. 1m)", cfg.SnapshotInterval)
 	if r := cfg.Redis.Get(); r != nil && r.DeprecatedPendingWait != nil {
 		// A rename's first step (docs/versioning.md): the old name still works.
 		if old := *r.DeprecatedPendingWait; cfg.PendingWait != defaultPendingWait && cfg.PendingWait != old {
-			errs = append(errs, fmt.Errorf("redis.pending_wait is deprecated and replaced by pending_wait: set only pending_wait, got both (%q and %q)", old, cfg.PendingWait))
+			p.add("redis.pending_wait is deprecated and replaced by pending_wait: set only pending_wait, got both (%q and %q)", old, cfg.PendingWait)
 		} else {
 			cfg.PendingWait = old
 		}
 	}
-	if cfg.PendingWait < 0 {
-		errs = append(errs, fmt.Errorf("pending_wait must be >= 0 (0 refuses at once), got %q", cfg.PendingWait))
-	}
+	p.check(cfg.PendingWait < 0, "pending_wait must be >= 0 (0 refuses at once), got %q", cfg.PendingWait)
 	for i, k := range cfg.MetadataKeys {
-		if strings.TrimSpace(k) == "" {
-			errs = append(errs, fmt.Errorf("metadata_keys[%d]: must not be empty", i))
-		}
+		p.check(strings.TrimSpace(k) == "", "metadata_keys[%d]: must not be empty", i)
 	}
 	for i, k := range cfg.AuthAttributes {
-		if strings.TrimSpace(k) == "" {
-			errs = append(errs, fmt.Errorf(`auth_attributes[%d]: must not be empty (name an attribute the authenticator sets, e.g. "subject")`, i))
-		}
+		p.check(strings.TrimSpace(k) == "", `auth_attributes[%d]: must not be empty (name an attribute the authenticator sets, e.g. "subject")`, i)
 	}
 	if r := cfg.Redis.Get(); r != nil {
-		errs = append(errs, r.validate(cfg.Window)...)
+		r.validate(&p, cfg.Window)
 	}
 	set := nopTelemetry()
 	_, errLogs := newSignalIdentity(logSpec(set), cfg.Logs)
 	_, errTraces := newSignalIdentity(spanSpec(set), cfg.Traces)
 	_, errMetrics := newSignalIdentity(dataPointSpec(set), cfg.Metrics.SignalConfig)
-	errs = append(errs, errLogs, errTraces, errMetrics) // Join skips the nils
+	p = append(p, errLogs, errTraces, errMetrics) // Join skips the nils
 	if el := cfg.Metrics.ReplicaElection.Get(); el != nil {
-		errs = append(errs, el.validate()...)
+		el.validate(&p)
 	}
-	return errors.Join(errs...)
+	return errors.Join(p...)
 }
 
-func (el *ElectionConfig) validate() []error {
+// problems collects the errors of a configuration.
+type problems []error
+
+func (p *problems) add(format string, args ...any) {
+	*p = append(*p, fmt.Errorf(format, args...))
+}
+
+// check adds the error of format and args if bad.
+func (p *problems) check(bad bool, format string, args ...any) {
+	if bad {
+		p.add(format, args...)
+	}
+}
+
+func (el *ElectionConfig) validate(p *problems) {
 	const field = "metrics.replica_election."
-	var errs []error
-	if strings.TrimSpace(el.ClusterLabel) == "" {
-		errs = append(errs, errors.New(field+`cluster_label must not be empty (Mimir's default is "cluster")`))
-	}
-	if strings.TrimSpace(el.ReplicaLabel) == "" {
-		errs = append(errs, errors.New(field+`replica_label must not be empty (Mimir's default is "__replica__")`))
-	}
-	if el.ClusterLabel != "" && el.ClusterLabel == el.ReplicaLabel {
-		errs = append(errs, fmt.Errorf(field+"cluster_label and replica_label must differ, both are %q", el.ClusterLabel))
-	}
-	if el.UpdateInterval < minDuration {
-		errs = append(errs, fmt.Errorf(field+"update_interval must be >= 1ms, got %q (a number without a unit is nanoseconds: write e.g. 15s)", el.UpdateInterval))
-	}
-	if el.UpdateJitter < 0 {
-		errs = append(errs, fmt.Errorf(field+"update_jitter must be >= 0, got %q", el.UpdateJitter))
-	}
-	if el.FailoverTimeout <= el.UpdateInterval+el.UpdateJitter {
-		errs = append(errs, fmt.Errorf(field+"failover_timeout must be > update_interval + update_jitter (%s), or the elected replica loses its election between two refreshes; got %q",
-			el.UpdateInterval+el.UpdateJitter, el.FailoverTimeout))
-	}
-	if el.MaxClusters < 1 || el.MaxClusters > maxMaxClusters {
-		errs = append(errs, fmt.Errorf(field+"max_clusters must be between 1 and %d, got %d", maxMaxClusters, el.MaxClusters))
-	}
-	return errs
+	p.check(strings.TrimSpace(el.ClusterLabel) == "", field+`cluster_label must not be empty (Mimir's default is "cluster")`)
+	p.check(strings.TrimSpace(el.ReplicaLabel) == "", field+`replica_label must not be empty (Mimir's default is "__replica__")`)
+	p.check(el.ClusterLabel != "" && el.ClusterLabel == el.ReplicaLabel, field+"cluster_label and replica_label must differ, both are %q", el.ClusterLabel)
+	p.check(el.UpdateInterval < minDuration,
+		field+"update_interval must be >= 1ms, got %q (a number without a unit is nanoseconds: write e.g. 15s)", el.UpdateInterval)
+	p.check(el.UpdateJitter < 0, field+"update_jitter must be >= 0, got %q", el.UpdateJitter)
+	p.check(el.FailoverTimeout <= el.UpdateInterval+el.UpdateJitter,
+		field+"failover_timeout must be > update_interval + update_jitter (%s), or the elected replica loses its election between two refreshes; got %q",
+		el.UpdateInterval+el.UpdateJitter, el.FailoverTimeout)
+	p.check(el.MaxClusters < 1 || el.MaxClusters > maxMaxClusters, field+"max_clusters must be between 1 and %d, got %d", maxMaxClusters, el.MaxClusters)
 }
 
 const (
@@ -336,59 +316,38 @@ const (
 	defaultRedisLease = 30 * time.Second
 )
 
-func (r *RedisConfig) validate(window time.Duration) []error {
-	var errs []error
-	if len(r.Endpoints) == 0 {
-		errs = append(errs, errors.New(`redis.endpoints must list at least one "host:port"`))
-	}
+func (r *RedisConfig) validate(p *problems, window time.Duration) {
+	p.check(len(r.Endpoints) == 0, `redis.endpoints must list at least one "host:port"`)
 	for i, ep := range r.Endpoints {
-		if _, port, err := net.SplitHostPort(ep); err != nil || port == "" {
-			errs = append(errs, fmt.Errorf(`redis.endpoints[%d] must be "host:port", got %q`, i, ep))
-		}
+		_, port, err := net.SplitHostPort(ep)
+		p.check(err != nil || port == "", `redis.endpoints[%d] must be "host:port", got %q`, i, ep)
 	}
 	switch r.Mode {
 	case RedisModeAuto, RedisModeCluster:
 	case RedisModeStandalone:
-		if len(r.Endpoints) > 1 {
-			errs = append(errs, fmt.Errorf(`redis.endpoints must list one server with redis.mode "standalone", got %d`, len(r.Endpoints)))
-		}
+		p.check(len(r.Endpoints) > 1, `redis.endpoints must list one server with redis.mode "standalone", got %d`, len(r.Endpoints))
 	case RedisModeSentinel:
-		if r.MasterName == "" {
-			errs = append(errs, errors.New(`redis.master_name must name the master the Sentinels monitor with redis.mode "sentinel"`))
-		}
+		p.check(r.MasterName == "", `redis.master_name must name the master the Sentinels monitor with redis.mode "sentinel"`)
 	default:
-		errs = append(errs, fmt.Errorf(`redis.mode must be "auto", "standalone", "cluster" or "sentinel", got %q`, r.Mode))
+		p.add(`redis.mode must be "auto", "standalone", "cluster" or "sentinel", got %q`, r.Mode)
 	}
-	if r.MasterName != "" && (r.Mode == RedisModeStandalone || r.Mode == RedisModeCluster) {
-		errs = append(errs, fmt.Errorf(`redis.master_name is for Sentinel: remove it, or set redis.mode to "sentinel" (or "auto"), got mode %q`, r.Mode))
+	p.check(r.MasterName != "" && (r.Mode == RedisModeStandalone || r.Mode == RedisModeCluster),
+		`redis.master_name is for Sentinel: remove it, or set redis.mode to "sentinel" (or "auto"), got mode %q`, r.Mode)
+	if r.DB != 0 && r.MasterName == "" {
+		p.check(r.Mode == RedisModeCluster,
+			`redis.db must be 0 with redis.mode "cluster" (a Redis Cluster has only database 0), got %d`, r.DB)
+		p.check(r.Mode != RedisModeCluster && len(r.Endpoints) > 1,
+			"redis.db must be 0 with several endpoints (a Redis Cluster has only database 0), got %d", r.DB)
 	}
-	switch {
-	case r.DB == 0 || r.MasterName != "":
-	case r.Mode == RedisModeCluster:
-		errs = append(errs, fmt.Errorf(`redis.db must be 0 with redis.mode "cluster" (a Redis Cluster has only database 0), got %d`, r.DB))
-	case len(r.Endpoints) > 1:
-		errs = append(errs, fmt.Errorf("redis.db must be 0 with several endpoints (a Redis Cluster has only database 0), got %d", r.DB))
-	}
-	if r.DB < 0 {
-		errs = append(errs, fmt.Errorf("redis.db must be >= 0, got %d", r.DB))
-	}
-	if r.Timeout <= 0 {
-		errs = append(errs, fmt.Errorf("redis.timeout must be > 0, got %q", r.Timeout))
-	}
-	if r.Lease <= 0 || r.Lease > window {
-		errs = append(errs, fmt.Errorf("redis.lease must be > 0 and <= window (%s), got %q", window, r.Lease))
-	} else if r.Timeout > 0 && r.Lease < 3*r.Timeout {
-		errs = append(errs, fmt.Errorf("redis.lease must be at least 3 times redis.timeout (%s): a claim is renewed every third of its lease, each renewal bounded by the timeout, got %q", r.Timeout, r.Lease))
-	}
-	if strings.ContainsAny(r.KeyPrefix, "{}") {
-		errs = append(errs, fmt.Errorf(`redis.key_prefix must not contain "{" or "}": a hash tag in the prefix puts every key of a Redis Cluster into one slot and breaks the tier's own tags (CROSSSLOT), got %q`, r.KeyPrefix))
-	}
-	switch r.OnError {
-	case ErrorPass, ErrorRefuse:
-	default:
-		errs = append(errs, fmt.Errorf(`redis.on_error must be "pass" or "refuse", got %q`, r.OnError))
-	}
-	return errs
+	p.check(r.DB < 0, "redis.db must be >= 0, got %d", r.DB)
+	p.check(r.Timeout <= 0, "redis.timeout must be > 0, got %q", r.Timeout)
+	leaseInWindow := r.Lease > 0 && r.Lease <= window
+	p.check(!leaseInWindow, "redis.lease must be > 0 and <= window (%s), got %q", window, r.Lease)
+	p.check(leaseInWindow && r.Timeout > 0 && r.Lease < 3*r.Timeout,
+		"redis.lease must be at least 3 times redis.timeout (%s): a claim is renewed every third of its lease, each renewal bounded by the timeout, got %q", r.Timeout, r.Lease)
+	p.check(strings.ContainsAny(r.KeyPrefix, "{}"),
+		`redis.key_prefix must not contain "{" or "}": a hash tag in the prefix puts every key of a Redis Cluster into one slot and breaks the tier's own tags (CROSSSLOT), got %q`, r.KeyPrefix)
+	p.check(r.OnError != ErrorPass && r.OnError != ErrorRefuse, `redis.on_error must be "pass" or "refuse", got %q`, r.OnError)
 }
 
 // nopTelemetry serves OTTL parsing in Validate.
