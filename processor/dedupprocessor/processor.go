@@ -13,10 +13,8 @@ import (
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/redistier"
 )
 
-// engine is the signal-independent core of a dedup processor: the tiers, the
-// batch's life (consume.go, claim.go), telemetry, persistence. Signal
-// adapters walk their pdata, derive a digest per record and apply the
-// verdicts; they share this engine so that the guarantees are written once.
+// engine is the signal-independent core of a dedup processor, shared by the
+// signal adapters so that the guarantees are written once (consume.go).
 type engine struct {
 	cfg       *Config
 	cache     *localcache.Cache
@@ -76,9 +74,6 @@ func newEngine(cfg *Config, set component.TelemetrySettings, id component.ID, si
 
 // now is the engine's clock in Unix nanoseconds.
 func (e *engine) now() int64 { return e.clock.now().UnixNano() }
-
-func (e *engine) entries() int64   { return int64(e.cache.Len(e.now())) }
-func (e *engine) evictions() int64 { return e.cache.Evictions() }
 
 func (e *engine) Start(ctx context.Context, host component.Host) error {
 	if err := checkAuthenticator(e.cfg, host); err != nil {

@@ -3,6 +3,7 @@ package dedupprocessor
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -46,11 +47,9 @@ const (
 var tierNames = [numTiers]string{"batch", "local", "redis", "election"}
 
 // telemetry holds one processor instance's instruments. Every series carries
-// the processor's component ID and signal as attributes of its own: the
-// collector adds them to its own processor metrics, but to a component's
-// instruments only as instrumentation scope attributes (behind a feature
-// gate), which the Prometheus endpoint drops with without_scope_info. So two
-// dedup processors, or one in two signals' pipelines, never share a series.
+// the component ID and signal as attributes of its own: the collector gives a
+// component's instruments them only as scope attributes, which Prometheus
+// drops with without_scope_info.
 type telemetry struct {
 	records    metric.Int64Counter
 	duplicates metric.Int64Counter
@@ -60,8 +59,7 @@ type telemetry struct {
 
 	outcomeOpts [numOutcomes]metric.AddOption
 	tierOpts    [numTiers]metric.AddOption
-	baseOpt     metric.AddOption
-	baseObsOpt  metric.ObserveOption
+	baseOpt     metric.MeasurementOption
 
 	redisRequests  metric.Int64Counter
 	redisDuration  metric.Float64Histogram
@@ -80,13 +78,12 @@ type telemetry struct {
 	electionRegistration metric.Registration
 }
 
-// waitResult is how a batch's wait for pending claims ended; the
-// wait_duration histogram's attribute.
+// waitResult is how a batch's wait ended; the wait_duration attribute.
 type waitResult int
 
 const (
-	waitSettled waitResult = iota // every claim waited for was settled: the batch went on
-	waitRefused                   // pending_wait passed: the batch was refused for retry
+	waitSettled waitResult = iota
+	waitRefused
 	numWaitResults
 )
 
@@ -97,88 +94,68 @@ type redisOpts struct {
 	record metric.RecordOption
 }
 
-type cacheStats interface {
-	entries() int64
-	evictions() int64
-}
-
-func newTelemetry(set component.TelemetrySettings, id component.ID, signal string, cache cacheStats) (*telemetry, error) {
+func newTelemetry(set component.TelemetrySettings, id component.ID, signal string, e *engine) (*telemetry, error) {
 	meter := set.MeterProvider.Meter(scopeName)
-	base := []attribute.KeyValue{
+	t := &telemetry{base: []attribute.KeyValue{
 		attribute.String("processor", id.String()),
 		attribute.String("otel.signal", signal),
-	}
-	t := &telemetry{
-		base:       base,
-		baseOpt:    metric.WithAttributeSet(attribute.NewSet(base...)),
-		baseObsOpt: metric.WithAttributeSet(attribute.NewSet(base...)),
-	}
+	}}
+	t.baseOpt = t.with()
 	for r := range numElectionReasons {
-		t.electionOpts[r] = metric.WithAttributeSet(attribute.NewSet(append(base[:2:2], attribute.String("reason", electionReasonNames[r]))...))
+		t.electionOpts[r] = t.with(attribute.String("reason", electionReasonNames[r]))
 	}
 	for r := range numUndecidedReasons {
-		t.undecidedOpts[r] = metric.WithAttributeSet(attribute.NewSet(append(base[:2:2], attribute.String("reason", undecidedNames[r]))...))
+		t.undecidedOpts[r] = t.with(attribute.String("reason", undecidedNames[r]))
 	}
 	for o := range numOutcomes {
-		t.outcomeOpts[o] = metric.WithAttributeSet(attribute.NewSet(append(base[:2:2], attribute.String("outcome", outcomeNames[o]))...))
+		t.outcomeOpts[o] = t.with(attribute.String("outcome", outcomeNames[o]))
 	}
 	for tr := range numTiers {
-		t.tierOpts[tr] = metric.WithAttributeSet(attribute.NewSet(append(base[:2:2], attribute.String("tier", tierNames[tr]))...))
+		t.tierOpts[tr] = t.with(attribute.String("tier", tierNames[tr]))
 	}
 	for r := range numWaitResults {
-		t.waitOpts[r] = metric.WithAttributeSet(attribute.NewSet(append(base[:2:2], attribute.String("result", waitResultNames[r]))...))
+		t.waitOpts[r] = t.with(attribute.String("result", waitResultNames[r]))
 	}
-	var errs, err error
-	t.records, err = meter.Int64Counter("otelcol_processor_dedup_records",
-		metric.WithDescription("Records the dedup processor saw, by outcome: unique, duplicate, missing_key, skipped, key_error."),
-		metric.WithUnit("{records}"))
-	errs = errors.Join(errs, err)
-	t.duplicates, err = meter.Int64Counter("otelcol_processor_dedup_duplicates",
-		metric.WithDescription("Duplicate records, by the tier that caught them: batch, local, redis, election (a data point of a replica that is not its cluster's elected one)."),
-		metric.WithUnit("{records}"))
-	errs = errors.Join(errs, err)
-	t.elections, err = meter.Int64Counter("otelcol_processor_dedup_elections",
-		metric.WithDescription("Replicas elected for a cluster by a delivered batch, by reason: new (no other replica held the cluster), failover (took over from another replica whose election had expired)."),
-		metric.WithUnit("{elections}"))
-	errs = errors.Join(errs, err)
-	t.undecided, err = meter.Int64Counter("otelcol_processor_dedup_election_undecided",
-		metric.WithDescription("Data points replica election did not decide, by reason: missing_label (no cluster or replica label), cluster_limit (the tenant's max_clusters was reached), unavailable (the shared tier failed under on_error: pass); they go on to the identity dedup."),
-		metric.WithUnit("{records}"))
-	errs = errors.Join(errs, err)
-	t.released, err = meter.Int64Counter("otelcol_processor_dedup_released",
-		metric.WithDescription("Keys released because the next consumer refused the batch that claimed them."),
-		metric.WithUnit("{keys}"))
-	errs = errors.Join(errs, err)
-	t.waits, err = meter.Float64Histogram("otelcol_processor_dedup_wait_duration",
-		metric.WithDescription("Seconds a batch waited for other batches' pending claims on its records, by how the wait ended: settled (the batch went on), refused (returned to the sender for retry after pending_wait)."),
-		metric.WithUnit("s"),
-		metric.WithExplicitBucketBoundaries(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5))
-	errs = errors.Join(errs, err)
+	var errs error
+	counter := func(name, unit, desc string) metric.Int64Counter {
+		c, err := meter.Int64Counter(name, metric.WithDescription(desc), metric.WithUnit(unit))
+		errs = errors.Join(errs, err)
+		return c
+	}
+	seconds := func(name, desc string, bounds ...float64) metric.Float64Histogram {
+		h, err := meter.Float64Histogram(name, metric.WithDescription(desc), metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(bounds...))
+		errs = errors.Join(errs, err)
+		return h
+	}
+	t.records = counter("otelcol_processor_dedup_records", "{records}",
+		"Records the dedup processor saw, by outcome: unique, duplicate, missing_key, skipped, key_error.")
+	t.duplicates = counter("otelcol_processor_dedup_duplicates", "{records}",
+		"Duplicate records, by the tier that caught them: batch, local, redis, election (a data point of a replica that is not its cluster's elected one).")
+	t.elections = counter("otelcol_processor_dedup_elections", "{elections}",
+		"Replicas elected for a cluster by a delivered batch, by reason: new (no other replica held the cluster), failover (took over from another replica whose election had expired).")
+	t.undecided = counter("otelcol_processor_dedup_election_undecided", "{records}",
+		"Data points replica election did not decide, by reason: missing_label (no cluster or replica label), cluster_limit (the tenant's max_clusters was reached), unavailable (the shared tier failed under on_error: pass); they go on to the identity dedup.")
+	t.released = counter("otelcol_processor_dedup_released", "{keys}",
+		"Keys released because the next consumer refused the batch that claimed them.")
+	t.waits = seconds("otelcol_processor_dedup_wait_duration",
+		"Seconds a batch waited for other batches' pending claims on its records, by how the wait ended: settled (the batch went on), refused (returned to the sender for retry after pending_wait).",
+		0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
 	entries, err := meter.Int64ObservableGauge("otelcol_processor_dedup_cache_entries",
-		metric.WithDescription("Keys held in the local cache."),
-		metric.WithUnit("{keys}"))
+		metric.WithDescription("Keys held in the local cache."), metric.WithUnit("{keys}"))
 	errs = errors.Join(errs, err)
 	evictions, err := meter.Int64ObservableCounter("otelcol_processor_dedup_cache_evictions",
 		metric.WithDescription("Keys evicted from the full local cache before their window ended; a sign cache.max_entries is too small."),
 		metric.WithUnit("{keys}"))
 	errs = errors.Join(errs, err)
-	t.redisRequests, err = meter.Int64Counter("otelcol_processor_dedup_redis_requests",
-		metric.WithDescription("Round trips to the shared tier, by op (claim, recheck, commit, release, renew, elect) and result (ok, error, timeout, skipped: breaker open); result lost counts claims that ended before their commit or renewal reached them."),
-		metric.WithUnit("{requests}"))
-	errs = errors.Join(errs, err)
-	t.redisDuration, err = meter.Float64Histogram("otelcol_processor_dedup_redis_duration",
-		metric.WithDescription("Duration of round trips to the shared tier, by op."),
-		metric.WithUnit("s"),
-		metric.WithExplicitBucketBoundaries(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1))
-	errs = errors.Join(errs, err)
-	t.redisUnchecked, err = meter.Int64Counter("otelcol_processor_dedup_redis_unchecked",
-		metric.WithDescription("Records delivered on the local cache's word alone because the shared tier could not answer for them (redis.on_error: pass): another collector may deliver a copy of each."),
-		metric.WithUnit("{records}"))
-	errs = errors.Join(errs, err)
-	t.unidentified, err = meter.Int64Counter("otelcol_processor_dedup_unidentified_records",
-		metric.WithDescription("Records whose request lacked the auth_attributes identity (no authenticator on its receiver, or the attribute not set); they are deduplicated in one partition shared by all such requests."),
-		metric.WithUnit("{records}"))
-	errs = errors.Join(errs, err)
+	t.redisRequests = counter("otelcol_processor_dedup_redis_requests", "{requests}",
+		"Round trips to the shared tier, by op (claim, recheck, commit, release, renew, elect) and result (ok, error, timeout, skipped: breaker open); result lost counts claims that ended before their commit or renewal reached them.")
+	t.redisDuration = seconds("otelcol_processor_dedup_redis_duration",
+		"Duration of round trips to the shared tier, by op.",
+		0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1)
+	t.redisUnchecked = counter("otelcol_processor_dedup_redis_unchecked", "{records}",
+		"Records delivered on the local cache's word alone because the shared tier could not answer for them (redis.on_error: pass): another collector may deliver a copy of each.")
+	t.unidentified = counter("otelcol_processor_dedup_unidentified_records", "{records}",
+		"Records whose request lacked the auth_attributes identity (no authenticator on its receiver, or the attribute not set); they are deduplicated in one partition shared by all such requests.")
 	breaker, err := meter.Int64ObservableGauge("otelcol_processor_dedup_redis_breaker_state",
 		metric.WithDescription("The circuit breaker of each node of the shared tier (label node: a Cluster master's address, a standalone server's endpoint, a Sentinel master's name): 0 closed, 1 half-open (probing), 2 open (the node skipped)."),
 		metric.WithUnit("1"))
@@ -190,18 +167,17 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, signal strin
 	for _, op := range []string{redistier.OpClaim, redistier.OpRecheck, redistier.OpCommit, redistier.OpRelease, redistier.OpRenew, redistier.OpElect} {
 		for _, res := range []string{redistier.ResultOK, redistier.ResultError, redistier.ResultTimeout, redistier.ResultSkipped, redistier.ResultLost} {
 			t.redisOpts[op+"/"+res] = redisOpts{
-				add:    metric.WithAttributeSet(attribute.NewSet(append(base[:2:2], attribute.String("op", op), attribute.String("result", res))...)),
-				record: metric.WithAttributeSet(attribute.NewSet(append(base[:2:2], attribute.String("op", op))...)),
+				add:    t.with(attribute.String("op", op), attribute.String("result", res)),
+				record: t.with(attribute.String("op", op)),
 			}
 		}
 	}
 	t.registration, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		o.ObserveInt64(entries, cache.entries(), t.baseObsOpt)
-		o.ObserveInt64(evictions, cache.evictions(), t.baseObsOpt)
+		o.ObserveInt64(entries, int64(e.cache.Len(e.now())), t.baseOpt)
+		o.ObserveInt64(evictions, e.cache.Evictions(), t.baseOpt)
 		if breakers := t.breakers.Load(); breakers != nil {
 			for _, nb := range (*breakers)() {
-				o.ObserveInt64(breaker, breakerValue(nb.State),
-					metric.WithAttributeSet(attribute.NewSet(append(t.base[:2:2], attribute.String("node", nb.Node))...)))
+				o.ObserveInt64(breaker, breakerValue(nb.State), t.with(attribute.String("node", nb.Node)))
 			}
 		}
 		return nil
@@ -210,6 +186,11 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, signal strin
 		return nil, err
 	}
 	return t, nil
+}
+
+// with is the attribute set of a series: the base attributes, then kv.
+func (t *telemetry) with(kv ...attribute.KeyValue) metric.MeasurementOption {
+	return metric.WithAttributeSet(attribute.NewSet(slices.Concat(t.base, kv)...))
 }
 
 // recordCall adds the counts of one call to the next consumer that was
@@ -222,41 +203,31 @@ func (t *telemetry) recordCall(ctx context.Context, b *batch) {
 		}
 		t.unidentified.Add(ctx, n, t.baseOpt)
 	}
-	for o, n := range b.outcomes {
-		if n > 0 {
-			t.records.Add(ctx, n, t.outcomeOpts[o])
-		}
-	}
-	for tr, n := range b.tiers {
-		if n > 0 {
-			t.duplicates.Add(ctx, n, t.tierOpts[tr])
-		}
-	}
+	addEach(ctx, t.records, b.outcomes[:], t.outcomeOpts[:])
+	addEach(ctx, t.duplicates, b.tiers[:], t.tierOpts[:])
 	if n := b.unchecked; n > 0 {
 		t.redisUnchecked.Add(ctx, int64(n), t.baseOpt)
 	}
 	b.outcomes, b.tiers, b.unchecked = [numOutcomes]int64{}, [numTiers]int64{}, 0
 }
 
-// recordElections adds the election counts of a batch whose first call was
-// accepted.
+// recordElections adds the counts of a batch whose first call was accepted.
 func (t *telemetry) recordElections(ctx context.Context, box *ballotBox) {
-	for r, n := range box.undecided {
+	addEach(ctx, t.undecided, box.undecided[:], t.undecidedOpts[:])
+	addEach(ctx, t.elections, box.elections[:], t.electionOpts[:])
+}
+
+// addEach adds each nonzero count to c under the option of its index.
+func addEach(ctx context.Context, c metric.Int64Counter, counts []int64, opts []metric.AddOption) {
+	for i, n := range counts {
 		if n > 0 {
-			t.undecided.Add(ctx, n, t.undecidedOpts[r])
-		}
-	}
-	for r, n := range box.elections {
-		if n > 0 {
-			t.elections.Add(ctx, n, t.electionOpts[r])
+			c.Add(ctx, n, opts[i])
 		}
 	}
 }
 
-// observeElections starts reporting the elected replica of each cluster
-// the table holds a live election of: one series per cluster and replica
-// (its value: how many tenants' clusters of that name elect that replica,
-// 1 without metadata_keys), at most maxSeries of them.
+// observeElections starts reporting the table's live elections, at most
+// maxSeries series.
 func (t *telemetry) observeElections(meter metric.Meter, table *election.Table, now func() int64, maxSeries int) error {
 	gauge, err := meter.Int64ObservableGauge("otelcol_processor_dedup_elected_replica",
 		metric.WithDescription("The replica elected for each cluster, as a series per cluster and replica label value; the value is the number of tenants whose cluster of that name elected that replica."),
@@ -274,8 +245,7 @@ func (t *telemetry) observeElections(meter metric.Meter, table *election.Table, 
 			}
 		})
 		for p, n := range counts {
-			o.ObserveInt64(gauge, n, metric.WithAttributeSet(attribute.NewSet(append(t.base[:2:2],
-				attribute.String("cluster", p.cluster), attribute.String("replica", p.replica))...)))
+			o.ObserveInt64(gauge, n, t.with(attribute.String("cluster", p.cluster), attribute.String("replica", p.replica)))
 		}
 		return nil
 	}, gauge)
@@ -288,7 +258,6 @@ func (t *telemetry) recordReleased(ctx context.Context, n int) {
 	}
 }
 
-// recordWait records one batch's wait for pending claims.
 func (t *telemetry) recordWait(ctx context.Context, d time.Duration, r waitResult) {
 	t.waits.Record(ctx, d.Seconds(), t.waitOpts[r])
 }
@@ -304,8 +273,7 @@ func (t *telemetry) shutdown() error {
 	return errors.Join(errs...)
 }
 
-// observeBreakers starts reporting the state of the tier's breakers, one
-// series per node.
+// observeBreakers starts reporting the state of the tier's breakers.
 func (t *telemetry) observeBreakers(tier *redistier.Tier) {
 	breakers := tier.Breakers
 	t.breakers.Store(&breakers)
@@ -322,24 +290,24 @@ func breakerValue(s breaker.State) int64 {
 }
 
 // throttledLog logs a recurring per-record problem at most once per
-// interval, with the number of occurrences since the last line, so a bad
-// expression on a busy pipeline cannot flood the collector's log.
+// throttleInterval, with the number of occurrences since the last line.
 type throttledLog struct {
-	logger   *zap.Logger
-	msg      string
-	interval time.Duration
-	last     atomic.Int64
-	count    atomic.Int64
+	logger *zap.Logger
+	msg    string
+	last   atomic.Int64
+	count  atomic.Int64
 }
 
+const throttleInterval = 10 * time.Second
+
 func newThrottledLog(logger *zap.Logger, msg string) *throttledLog {
-	return &throttledLog{logger: logger, msg: msg, interval: 10 * time.Second}
+	return &throttledLog{logger: logger, msg: msg}
 }
 
 func (t *throttledLog) log(now int64, err error, fields ...zap.Field) {
 	n := t.count.Add(1)
 	last := t.last.Load()
-	if now-last < int64(t.interval) || !t.last.CompareAndSwap(last, now) {
+	if now-last < int64(throttleInterval) || !t.last.CompareAndSwap(last, now) {
 		return
 	}
 	t.count.Add(-n)
