@@ -17,12 +17,9 @@ import (
 // componentType is the name of the processor in collector configs.
 var componentType = component.MustNewType("dedup")
 
-// stability is the stability level of every signal the processor supports.
 const stability = component.StabilityLevelAlpha
 
-// NewFactory returns the factory of the dedup processor. The processors one
-// factory makes (one per pipeline of a collector) share its record of which
-// Redis key spaces are in use.
+// NewFactory returns the factory of the dedup processor.
 func NewFactory() processor.Factory {
 	b := new(built)
 	return processor.NewFactory(
@@ -61,11 +58,10 @@ func NewFactory() processor.Factory {
 	)
 }
 
-// built records what one factory has made. The collector takes a fresh set
-// of factories for every build of its pipelines, `validate` included, and
-// makes one processor per pipeline before starting any, so a second
-// processor of one ID and signal with a shared tier means one dedup ID in
-// two pipelines: refused here, where `validate` sees it too.
+// built records what one factory has made. The collector takes fresh
+// factories for every build of its pipelines, `validate` included, so a
+// second processor of one ID and signal with a shared tier is one dedup ID
+// in two pipelines: refused here, where `validate` sees it too.
 type built struct {
 	mu     sync.Mutex
 	tiered map[keySpace]bool

@@ -75,12 +75,9 @@ func (v logView) path(e *identity.Encoder, p plainPath) bool {
 	return true
 }
 
-// content encodes everything a sender puts in a record. The observed
-// timestamp joins only when the timestamp is coarse (see coarse): a re-sent
-// record keeps its timestamp but may be observed anew, so a precise
-// timestamp identifies the record better than the time it was read; a
-// coarse one does not tell apart the same line written twice within its
-// resolution, which only the observed time then does.
+// content encodes everything a sender puts in a record. The observed time
+// joins only with a coarse timestamp: a re-sent record may be observed anew,
+// but a coarse timestamp cannot tell apart the same line written twice.
 func (v logView) content(e *identity.Encoder, ign *contentIgnore) {
 	lr, f := v.lr, ign.fields
 	if !f.has(ignBody) {
@@ -108,22 +105,11 @@ func (v logView) content(e *identity.Encoder, ign *contentIgnore) {
 	if !f.has(ignFlags) {
 		e.FieldUint(fieldFlags, uint64(lr.Flags()))
 	}
-	switch {
-	case !f.has(ignTraceId | ignSpanId):
-		e.FieldIDs(fieldTraceID, lr.TraceID(), fieldSpanID, lr.SpanID())
-	case !f.has(ignTraceId):
-		e.Field(fieldTraceID)
-		e.TraceID(lr.TraceID())
-	case !f.has(ignSpanId):
-		e.Field(fieldSpanID)
-		e.SpanID(lr.SpanID())
-	}
+	contentIDs(e, f, lr.TraceID(), lr.SpanID())
 }
 
-// coarse reports whether a record's timestamp has no sub-millisecond part,
-// 0 (no timestamp at all) included: the resolution of a parsed log line
-// (seconds for RFC 3164 syslog, milliseconds for most layouts), not of a
-// clock read by an SDK.
+// coarse reports whether a timestamp has no sub-millisecond part (0
+// included): that of a parsed log line, not of a clock read by an SDK.
 func coarse(ts pcommon.Timestamp) bool { return ts%1_000_000 == 0 }
 
 // logsProcessor is the dedup processor in a logs pipeline. It implements
@@ -163,7 +149,6 @@ func (p *logsProcessor) send(ctx context.Context, ld plog.Logs) error {
 
 func (p *logsProcessor) settle(context.Context, error) {}
 
-// identify gives every record a verdict, in walk order.
 func (p *logsProcessor) identify(ctx context.Context, b *batch, enc *identity.Encoder, ld plog.Logs) {
 	w := newWalk(ctx, p.engine, p.si, b, enc)
 	var view logView
@@ -184,8 +169,7 @@ func (p *logsProcessor) identify(ctx context.Context, b *batch, enc *identity.En
 	}
 }
 
-// apply drops and marks records by their verdicts, then prunes the scopes
-// and resources left empty.
+// apply applies the verdicts and prunes the scopes and resources left empty.
 func (p *logsProcessor) apply(b *batch, ld plog.Logs) {
 	a := applier{e: p.engine, b: b}
 	ld.ResourceLogs().RemoveIf(func(rl plog.ResourceLogs) bool {

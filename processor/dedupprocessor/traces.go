@@ -8,6 +8,7 @@ import (
 	"github.com/open-telemetry/opentelemetry-collector-contrib/pkg/ottl/ottlfuncs"
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/consumer"
+	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/identity"
@@ -71,16 +72,7 @@ func (v spanView) path(e *identity.Encoder, p plainPath) bool {
 // content encodes a span whole: its events, links and status included.
 func (v spanView) content(e *identity.Encoder, ign *contentIgnore) {
 	sp, f := v.sp, ign.fields
-	switch {
-	case !f.has(ignTraceId | ignSpanId):
-		e.FieldIDs(fieldTraceID, sp.TraceID(), fieldSpanID, sp.SpanID())
-	case !f.has(ignTraceId):
-		e.Field(fieldTraceID)
-		e.TraceID(sp.TraceID())
-	case !f.has(ignSpanId):
-		e.Field(fieldSpanID)
-		e.SpanID(sp.SpanID())
-	}
+	contentIDs(e, f, sp.TraceID(), sp.SpanID())
 	if !f.has(ignParentSpanId) {
 		e.Field(fieldParentSpanID)
 		e.SpanID(sp.ParentSpanID())
@@ -135,6 +127,20 @@ func (v spanView) content(e *identity.Encoder, ign *contentIgnore) {
 	if !f.has(ignStatus) {
 		e.FieldInt(fieldStatus, int64(sp.Status().Code()))
 		e.String(sp.Status().Message())
+	}
+}
+
+// contentIDs encodes a trace and a span ID, leaving out the ignored ones.
+func contentIDs(e *identity.Encoder, f fieldSet, traceID pcommon.TraceID, spanID pcommon.SpanID) {
+	switch {
+	case !f.has(ignTraceId | ignSpanId):
+		e.FieldIDs(fieldTraceID, traceID, fieldSpanID, spanID)
+	case !f.has(ignTraceId):
+		e.Field(fieldTraceID)
+		e.TraceID(traceID)
+	case !f.has(ignSpanId):
+		e.Field(fieldSpanID)
+		e.SpanID(spanID)
 	}
 }
 
