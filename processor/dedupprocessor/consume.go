@@ -21,28 +21,20 @@ import (
 // One batch's life, top to bottom: identify, claim (local, then shared),
 // deliver, commit or release, wait, second call.
 //
-// A claim is pending until the next consumer has accepted the batch
-// (commit) or refused it (release). A copy is dropped only on the word of a
-// committed claim; a digest held by a pending claim, of any batch of any
-// collector, is left for later: neither delivered nor dropped yet.
+// A claim is pending until the next consumer accepts the batch (commit) or
+// refuses it (release). A copy is dropped only on the word of a committed
+// claim; a digest under any batch's pending claim is left for later.
 //
-// Waiting cannot deadlock because a batch never waits while holding pending
-// claims. It delivers and commits what it won (the first call), then,
-// holding only committed claims, waits for the records left for later and
-// delivers those it wins in a second call; a look that still meets pending
-// claims releases what it won before waiting again. So a batch waits only
-// for batches that are exporting, and those wait for nobody: no chain of
-// waits closes into a cycle, on any topology, at any request size, whatever
-// the atomicity of the claims (cache shard, script call, Cluster node).
-// Replica elections (election.go) obey the same rule. After pending_wait
-// the request is refused for retry, which drops the first call's records as
-// copies and claims the rest; a request is acknowledged only when both
-// calls succeeded.
-//
-// A Redis claim's lease is renewed while its batch is downstream, so it
-// bounds only how long a dead collector's claims block retries. Commit and
-// release compare the claim's token, so a claim whose answer was lost is
-// settled like any other.
+// Waiting cannot deadlock: a batch never waits while holding pending claims.
+// It delivers and commits what it won, then, holding only committed claims,
+// waits for the records left for later and delivers those it wins in a
+// second call; a look that meets pending claims again releases its wins
+// first. So a batch waits only for batches that are exporting, which wait
+// for nobody: no chain of waits closes into a cycle, whatever the topology,
+// the request size or the atomicity of the claims. Elections (election.go)
+// obey the same rule. After pending_wait the request is refused for retry,
+// which drops the first call's records as copies; a request is acknowledged
+// only when both calls succeeded.
 
 // adapter is a signal's side of the batch. settle is told how the first
 // call ended (nil: accepted), or why the batch was refused before it.
@@ -148,7 +140,6 @@ func (e *engine) begin(records int) *batch {
 	return b
 }
 
-// beginRound opens a round of claims under new tokens.
 func (e *engine) beginRound(b *batch) {
 	b.token = e.nextToken()
 	e.local.Begin(b.token)
@@ -159,9 +150,8 @@ func (e *engine) beginRound(b *batch) {
 	b.held, b.shared, b.unchecked, b.open = b.held[:0], b.shared[:0], 0, true
 }
 
-// nextToken returns a token larger than every one before it and at least
-// the current time in microseconds: the shared tier's tokens embed it to
-// tell when a claim's batch began.
+// nextToken returns a token larger than every one before and at least the
+// time in microseconds: shared tokens embed it to tell when a batch began.
 func (e *engine) nextToken() uint64 {
 	now := uint64(time.Now().UnixMicro())
 	for {
@@ -305,7 +295,8 @@ func (e *engine) claim(ctx context.Context, b *batch, idx []int32, again bool) e
 	if err != nil {
 		e.tierError.log(b.now, err, zap.String("on_error", string(e.redisPolicy)))
 		if e.redisPolicy == ErrorRefuse || ctx.Err() != nil {
-			b.shared = append(b.shared, ds...) // the claims may exist: release them
+			// The claims may exist: release them (by token, so only ours).
+			b.shared = append(b.shared, ds...)
 			return fmt.Errorf("%w: %w", errSharedTier, err)
 		}
 	}
@@ -330,7 +321,6 @@ func (e *engine) claim(ctx context.Context, b *batch, idx []int32, again bool) e
 	return nil
 }
 
-// digests returns the digests of keys idx, in b.ds.
 func (b *batch) digests(idx []int32) []digest.Digest {
 	b.ds = b.ds[:0]
 	for _, i := range idx {
@@ -658,7 +648,6 @@ func (s *settledSignal) broadcast() {
 	s.mu.Unlock()
 }
 
-// resize returns s with length n, reusing its array if large enough.
 func resize[T any](s []T, n int) []T {
 	if cap(s) < n {
 		return make([]T, n)
