@@ -179,12 +179,10 @@ func (b *batch) pass(o outcome) {
 
 // missing adds a record without a key, under on_missing_key pass or drop.
 func (b *batch) missing(policy MissingKeyPolicy) {
-	b.outcomes[outcomeMissingKey]++
-	v := verdictKeep
+	b.pass(outcomeMissingKey)
 	if policy == MissingKeyDrop {
-		v = verdictDrop
+		b.verdicts[len(b.verdicts)-1] = verdictDrop
 	}
-	b.verdicts = append(b.verdicts, v)
 }
 
 // duplicate adds a record found a duplicate before any claim (election).
