@@ -141,8 +141,8 @@ type nodeCalls struct {
 // go through the ClusterClient.
 func (x *clusterExec) send(ctx context.Context, calls []*call, retry bool) {
 	var direct []*call
+	var nodes []*nodeCalls
 	byNode := make(map[string]*nodeCalls, 4)
-	var order []string
 	for _, c := range calls {
 		if c.redirect {
 			c.redirect, c.node = false, ""
@@ -159,16 +159,14 @@ func (x *clusterExec) send(ctx context.Context, calls []*call, retry bool) {
 		c.node = addr
 		nc := byNode[addr]
 		if nc == nil {
-			nc = &nodeCalls{client: client}
+			nc = &nodeCalls{client: client, br: x.breaker(addr)}
 			byNode[addr] = nc
-			order = append(order, addr)
+			nodes = append(nodes, nc)
 		}
 		nc.calls = append(nc.calls, c)
 	}
-	var allowed []*nodeCalls
-	for _, addr := range order {
-		nc := byNode[addr]
-		nc.br = x.breaker(addr)
+	allowed := nodes[:0]
+	for _, nc := range nodes {
 		ticket, ok := nc.br.Allow()
 		if !ok {
 			for _, c := range nc.calls {

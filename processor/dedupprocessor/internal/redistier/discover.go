@@ -179,7 +179,7 @@ func decide(o *Options, probes []probe) (Mode, error) {
 				kindName(first.mode), first.addr, kindName(p.mode), p.addr)
 		}
 	}
-	found := map[string]Mode{"standalone": ModeStandalone, "cluster": ModeCluster, "sentinel": ModeSentinel}[first.mode]
+	found := Mode(first.mode) // probe checked it is one of the modes
 	if o.Mode != ModeAuto && o.Mode != found {
 		return "", fmt.Errorf("redis.mode is %q but %s is a %s; set redis.mode to %q (or \"auto\")", o.Mode, first.addr, kindName(first.mode), found)
 	}

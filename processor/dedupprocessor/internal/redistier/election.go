@@ -150,11 +150,9 @@ func (t *Tier) ReleaseElections(ctx context.Context, token string, failover time
 	for i, k := range keys {
 		ws[i] = write{op: OpRelease, token: token, election: &electionWrite{key: k, failover: failover}}
 	}
-	calls := t.writeCalls(ctx, c, OpRelease, ws)
-	err = t.run(ctx, c, OpRelease, calls)
-	// One left behind would stall its cluster everywhere for the lease.
-	t.retry(ws, calls)
-	return err
+	// One left behind would stall its cluster everywhere for the lease:
+	// send retries it.
+	return t.send(ctx, c, OpRelease, ws)
 }
 
 func (t *Tier) electionKey(k digest.Digest) string {

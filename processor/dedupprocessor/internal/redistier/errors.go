@@ -42,13 +42,7 @@ func nodeDown(err error) bool {
 // moving reports whether err is a reply of a Cluster whose slots are moving
 // or recovering: the same command can succeed moments later.
 func moving(err error) bool {
-	if _, ok := redis.IsMovedError(err); ok {
-		return true
-	}
-	if _, ok := redis.IsAskError(err); ok {
-		return true
-	}
-	return redis.IsTryAgainError(err) || redis.IsClusterDownError(err) || redis.IsReadOnlyError(err)
+	return redirected(err) || redis.IsTryAgainError(err) || redis.IsClusterDownError(err) || redis.IsReadOnlyError(err)
 }
 
 // redirected reports whether err names the node that serves the key now.

@@ -126,9 +126,7 @@ func scriptSource(sha any) string {
 }
 
 // sendEach sends each call as a command of its own, all at once.
-func sendEach(ctx context.Context, client interface {
-	Process(context.Context, redis.Cmder) error
-}, calls []*call) {
+func sendEach(ctx context.Context, client *redis.ClusterClient, calls []*call) {
 	var wg sync.WaitGroup
 	for _, c := range calls {
 		wg.Go(func() {

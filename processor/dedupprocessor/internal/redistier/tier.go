@@ -356,7 +356,7 @@ func (t *Tier) Claim(ctx context.Context, token string, ds []digest.Digest, answ
 	}
 	b := c.prepare(ds)
 	defer b.free()
-	calls := t.scriptCalls(ctx, c, claimScript, b, token, ds)
+	calls := t.claimCalls(ctx, c, b, token, ds)
 	err = t.run(ctx, c, op, calls)
 	held := b.groups[:0]
 	for _, cl := range calls {
@@ -498,7 +498,7 @@ func (t *Tier) run(ctx context.Context, c *conn, op string, calls []*call) error
 			r = resultOf(cl.err)
 		}
 		sent = sent || r != ResultSkipped
-		if rank(r) > rank(result) {
+		if slices.Index(severity, r) > slices.Index(severity, result) {
 			result = r
 		}
 	}
@@ -521,17 +521,8 @@ func (t *Tier) run(ctx context.Context, c *conn, op string, calls []*call) error
 	return fmt.Errorf("dedup: redis %s: %w", op, err)
 }
 
-func rank(result string) int {
-	switch result {
-	case ResultSkipped:
-		return 1
-	case ResultError:
-		return 2
-	case ResultTimeout:
-		return 3
-	}
-	return 0
-}
+// severity orders the results: an operation's is the worst of its calls'.
+var severity = []string{ResultOK, ResultSkipped, ResultError, ResultTimeout}
 
 func resultOf(err error) string {
 	switch {
@@ -600,11 +591,10 @@ func resize[T any](s []T, n int) []T {
 	return s[:n]
 }
 
-// scriptCalls builds one EVALSHA of s per group and chunk of at most
+// claimCalls builds one claim script call per group and chunk of at most
 // maxKeysPerScript digests.
-func (t *Tier) scriptCalls(ctx context.Context, c *conn, s *redis.Script, b *batch, token string, ds []digest.Digest) []*call {
+func (t *Tier) claimCalls(ctx context.Context, c *conn, b *batch, token string, ds []digest.Digest) []*call {
 	n := len(b.order)
-	claim := s == claimScript
 	l := &c.layout
 	// All keys are substrings of one string, and arguments point at them:
 	// a few allocations per batch rather than two per key.
@@ -630,7 +620,7 @@ func (t *Tier) scriptCalls(ctx context.Context, c *conn, s *redis.Script, b *bat
 		m := int(b.bounds[g+1] - b.bounds[g])
 		chunks += (m + maxKeysPerScript - 1) / maxKeysPerScript
 	}
-	// Per chunk: evalsha, sha, numkeys, status key, keys..., token, extra...
+	// Per chunk: evalsha, sha, numkeys, status key, keys..., ARGV.
 	args := make([]any, 0, n+chunks*8)
 	calls := make([]call, chunks)
 	out := make([]*call, 0, chunks)
@@ -641,14 +631,11 @@ func (t *Tier) scriptCalls(ctx context.Context, c *conn, s *redis.Script, b *bat
 			end := min(lo+maxKeysPerScript, hi)
 			start := len(args)
 			status := l.statusKey(g, token)
-			args = append(args, "evalsha", s.Hash(), 1+end-lo, status)
+			args = append(args, "evalsha", claimScript.Hash(), 1+end-lo, status)
 			for k := lo; k < end; k++ {
 				args = append(args, &keys[k])
 			}
-			args = append(args, tok)
-			if claim {
-				args = append(args, &t.leaseArg, &t.winArg, &l.groups[g].statusPrefix)
-			}
+			args = append(args, tok, &t.leaseArg, &t.winArg, &l.groups[g].statusPrefix)
 			cl := &calls[len(out)]
 			*cl = call{
 				cmd:   redis.NewCmd(ctx, args[start:len(args):len(args)]...),
