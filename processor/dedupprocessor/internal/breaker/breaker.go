@@ -20,15 +20,10 @@ const (
 )
 
 func (s State) String() string {
-	switch s {
-	case Closed:
-		return "closed"
-	case Open:
-		return "open"
-	case HalfOpen:
-		return "half_open"
+	if s < Closed || s > HalfOpen {
+		return "unknown"
 	}
-	return "unknown"
+	return [...]string{"closed", "open", "half_open"}[s]
 }
 
 // Config sets the breaker's thresholds. Zero fields take the defaults.

@@ -141,11 +141,6 @@ func (t *Tier) ask(ctx context.Context, addr string, credentials bool) probe {
 	return p
 }
 
-func isReply(err error) bool {
-	var reply redis.Error
-	return errors.As(err, &reply)
-}
-
 func infoField(info, name string) string {
 	for _, line := range strings.Split(info, "\n") {
 		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {

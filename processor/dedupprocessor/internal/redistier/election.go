@@ -156,10 +156,8 @@ func (t *Tier) ReleaseElections(ctx context.Context, token string, failover time
 }
 
 func (t *Tier) electionKey(k digest.Digest) string {
-	return t.opts.KeyPrefix + electionInfix + "{" + k.String() + "}"
+	return t.opts.KeyPrefix + "elect:{" + k.String() + "}"
 }
-
-const electionInfix = "elect:"
 
 // electionAnswer decodes the election scripts' reply: {state, replica,
 // remaining ms}, state 0 live, 1 taken, 2 pending.

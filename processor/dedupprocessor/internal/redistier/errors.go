@@ -32,11 +32,13 @@ func nodeDown(err error) bool {
 	if err == nil || errors.Is(err, errBreakerOpen) {
 		return false
 	}
-	if redis.IsLoadingError(err) || redis.IsMasterDownError(err) {
-		return true
-	}
+	return redis.IsLoadingError(err) || redis.IsMasterDownError(err) || !isReply(err)
+}
+
+// isReply reports whether err is an error reply of the server.
+func isReply(err error) bool {
 	var reply redis.Error
-	return !errors.As(err, &reply)
+	return errors.As(err, &reply)
 }
 
 // moving reports whether err is a reply of a Cluster whose slots are moving

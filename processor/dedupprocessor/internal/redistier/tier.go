@@ -96,7 +96,6 @@ type Tier struct {
 	unknown atomic.Pointer[error] // why conn is nil
 
 	w      writer
-	stop   chan struct{}
 	bg     context.Context // the background work's; Close cancels it
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -163,10 +162,9 @@ func New(opts Options) (*Tier, error) {
 		opts:     opts,
 		leaseArg: strconv.FormatInt(opts.Lease.Milliseconds(), 10),
 		winArg:   strconv.FormatInt(opts.Window.Milliseconds(), 10),
-		stop:     make(chan struct{}),
+		w:        writer{live: map[string]*liveClaim{}, wake: make(chan struct{}, 1)},
 	}
 	t.bg, t.cancel = context.WithCancel(context.Background())
-	t.w.init()
 	notStarted := errors.New("the tier has not been started")
 	t.unknown.Store(&notStarted)
 	return t, nil
@@ -204,7 +202,7 @@ func (t *Tier) discoverLater() {
 	for {
 		timer := time.NewTimer(wait)
 		select {
-		case <-t.stop:
+		case <-t.bg.Done():
 			timer.Stop()
 			return
 		case <-timer.C:
@@ -282,7 +280,6 @@ func (t *Tier) Close() error {
 	var err error
 	t.closed.Do(func() {
 		t.w.close()
-		close(t.stop)
 		t.cancel()
 		t.wg.Wait()
 		if c := t.conn.Load(); c != nil {

@@ -62,11 +62,6 @@ type liveClaim struct {
 	renewed time.Time
 }
 
-func (w *writer) init() {
-	w.live = map[string]*liveClaim{}
-	w.wake = make(chan struct{}, 1)
-}
-
 // hold starts renewing the lease of token's claim in groups.
 func (w *writer) hold(token string, groups []int) {
 	if len(groups) == 0 {
@@ -120,7 +115,7 @@ func (w *writer) run(t *Tier) func() {
 		defer timer.Stop()
 		for {
 			select {
-			case <-t.stop:
+			case <-t.bg.Done():
 				// Close: what is left goes out once more, past the
 				// background context.
 				w.round(t, context.Background(), time.Now(), every, true)
