@@ -171,12 +171,12 @@ func decide(o *Options, probes []probe) (Mode, error) {
 	for _, p := range answered[1:] {
 		if p.mode != first.mode {
 			return "", fmt.Errorf("redis.endpoints mix a %s (%s) and a %s (%s); list endpoints of one kind",
-				kindName(first.mode), first.addr, kindName(p.mode), p.addr)
+				kindName[first.mode], first.addr, kindName[p.mode], p.addr)
 		}
 	}
 	found := Mode(first.mode) // probe checked it is one of the modes
 	if o.Mode != ModeAuto && o.Mode != found {
-		return "", fmt.Errorf("redis.mode is %q but %s is a %s; set redis.mode to %q (or \"auto\")", o.Mode, first.addr, kindName(first.mode), found)
+		return "", fmt.Errorf("redis.mode is %q but %s is a %s; set redis.mode to %q (or \"auto\")", o.Mode, first.addr, kindName[first.mode], found)
 	}
 	switch found {
 	case ModeCluster:
@@ -215,12 +215,5 @@ func decide(o *Options, probes []probe) (Mode, error) {
 	return found, nil
 }
 
-func kindName(mode string) string {
-	switch mode {
-	case "cluster":
-		return "Redis Cluster node"
-	case "sentinel":
-		return "Sentinel"
-	}
-	return "standalone server"
-}
+// kindName names what a probe's mode says an endpoint is.
+var kindName = map[string]string{"standalone": "standalone server", "cluster": "Redis Cluster node", "sentinel": "Sentinel"}
