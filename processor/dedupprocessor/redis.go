@@ -17,16 +17,11 @@ import (
 )
 
 // defaultKeyPrefix namespaces the shared tier's keys by the processor's
-// component ID and the settings that shape identities, so that two dedup
-// processors sharing one Redis never read each other's keys: two pipelines
-// fed by one receiver, each with its own dedup processor, must each deliver
-// every record, and differently configured processors could hash different
-// records alike (key [a] and key [b]). Every instance of one processor ID
-// and configuration in a fleet shares its keys.
-//
-// It is short on purpose, since Redis spends its CPU per key: "dedup:" and
-// 8 hex digits. 32 bits keep processors apart: two of them sharing one
-// Redis collide with probability 2^-32.
+// component ID and the settings that shape identities: two pipelines with
+// their own dedup processors must each deliver every record, and differently
+// configured processors could hash different records alike. Every instance
+// of one processor ID and configuration shares its keys. It is short, since
+// Redis spends its CPU per key; 32 bits keep processors apart.
 func defaultKeyPrefix(id component.ID, cfg *Config) string {
 	var e identity.Encoder
 	e.String(id.String())
@@ -35,12 +30,11 @@ func defaultKeyPrefix(id component.ID, cfg *Config) string {
 	return fmt.Sprintf("dedup:%08x:", uint32(h^h>>32))
 }
 
-// identityEncoding is the version of how records are encoded into digests.
-// It is part of the fingerprint, so a build that encodes differently never
-// reuses a snapshot or shared keys of one that did not. 2: small maps are
-// encoded sorted, and content identities open with one per-group digest.
-// 3: a log record's observed timestamp joins when its timestamp is coarse;
-// dropped counts, schema URLs and a data point's flags join when set.
+// identityEncoding is the version of how records are encoded into digests,
+// part of the fingerprint: bump it whenever the encoding changes. 2: small
+// maps sorted, content identities open with a per-group digest. 3: a coarse
+// log timestamp adds the observed one; dropped counts, schema URLs and point
+// flags join when set.
 const identityEncoding = 3
 
 // identityFingerprint hashes the settings that decide what a digest means:
@@ -70,9 +64,8 @@ func identityFingerprint(cfg *Config) uint64 {
 	return e.Digest().Hi
 }
 
-// redisLog routes go-redis's own log lines (reconnects, pool errors) to the
-// collector's logger instead of stderr. go-redis has one process-wide
-// logger, so the first processor with a shared tier sets it.
+// redisLog routes go-redis's process-wide log to the logger of the first
+// processor with a shared tier.
 var redisLog sync.Once
 
 type zapRedisLogger struct{ logger *zap.Logger }
@@ -88,12 +81,9 @@ type keySpace struct {
 	signal string
 }
 
-// startTier connects the shared tier, if one is configured. It asks the
-// endpoints what they are (unless redis.mode says) and fails the start if
-// the answer cannot work: a replica, Sentinels without master_name, a mode
-// the servers contradict. A Redis that does not answer does not fail the
-// start: it degrades per on_error like any later outage, and the tier keeps
-// asking in the background.
+// startTier connects the shared tier, if one is configured. A Redis that
+// does not answer does not fail the start: batches follow on_error, as in
+// any later outage, until it does.
 func (e *engine) startTier(ctx context.Context, host component.Host) error {
 	r := e.cfg.Redis.Get()
 	if r == nil {
@@ -156,10 +146,8 @@ func (e *engine) startTier(ctx context.Context, host component.Host) error {
 	return nil
 }
 
-// topologyFound reports what the tier learns in the background when Redis
-// did not answer at start: the mode, or the configuration error that keeps
-// the tier from working, which is also the processor's status (permanent
-// error: fixing it takes a new configuration).
+// topologyFound reports what the tier learns once Redis answers after the
+// start; a configuration error is a permanent error status.
 func (e *engine) topologyFound(host component.Host, r *RedisConfig) func(redistier.Mode, error) {
 	return func(mode redistier.Mode, err error) {
 		if err == nil {
@@ -181,8 +169,7 @@ func (e *engine) stopTier() error {
 	return err
 }
 
-// redisTelemetry is set up by newTelemetry; these are the hooks the tier
-// calls.
+// observeRedis is the tier's Options.Observe.
 func (t *telemetry) observeRedis(op, result string, d time.Duration) {
 	ctx := context.Background()
 	opts, ok := t.redisOpts[op+"/"+result]

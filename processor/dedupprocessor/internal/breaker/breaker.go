@@ -1,7 +1,6 @@
-// Package breaker is a circuit breaker for calls to a shared service (the
-// Redis tier): after a run of consecutive failures it stops calls for a
-// cooldown, so a dead service costs nothing instead of a timeout per call,
-// then lets a single probe through to find out whether it is back.
+// Package breaker is a circuit breaker: after a run of consecutive failures
+// it refuses calls for a cooldown, so a dead service costs nothing instead
+// of a timeout per call, then lets a single probe through.
 package breaker
 
 import (
@@ -12,41 +11,29 @@ import (
 // State is the breaker's position.
 type State int
 
+// The states. HalfOpen lets one probe through, whose outcome closes or
+// re-opens the breaker.
 const (
-	// Closed lets every call through and counts consecutive failures.
 	Closed State = iota
-	// Open refuses every call until the cooldown ends.
 	Open
-	// HalfOpen lets one probe through; its outcome closes or re-opens the
-	// breaker. Calls made while the probe is out are refused.
 	HalfOpen
 )
 
 func (s State) String() string {
-	switch s {
-	case Closed:
-		return "closed"
-	case Open:
-		return "open"
-	case HalfOpen:
-		return "half_open"
+	if s < Closed || s > HalfOpen {
+		return "unknown"
 	}
-	return "unknown"
+	return [...]string{"closed", "open", "half_open"}[s]
 }
 
 // Config sets the breaker's thresholds. Zero fields take the defaults.
 type Config struct {
-	// Failures is the number of consecutive failed calls that opens the
-	// breaker. Default 5.
-	Failures int
+	Failures int // consecutive failed calls that open the breaker
 	// Cooldown is how long the breaker stays open the first time. Each probe
-	// that fails doubles it, up to MaxCooldown; a probe that succeeds resets
-	// it. Default 5 s.
-	Cooldown time.Duration
-	// MaxCooldown caps the cooldown. Default 1 min.
+	// that fails doubles it, up to MaxCooldown; one that succeeds resets it.
+	Cooldown    time.Duration
 	MaxCooldown time.Duration
-	// Now is the clock; nil means time.Now. Tests inject a fake one.
-	Now func() time.Time
+	Now         func() time.Time // the clock
 }
 
 // Defaults for a zero Config.
@@ -99,8 +86,8 @@ func New(cfg Config) *Breaker {
 	return b
 }
 
-// Ticket is the permission to make one call, returned by Allow. Its outcome
-// must be reported with Done exactly once.
+// Ticket is the permission to make one call. Its outcome must be reported
+// with Done exactly once.
 type Ticket struct {
 	gen   uint64
 	probe bool
@@ -109,19 +96,15 @@ type Ticket struct {
 // Outcome is what a call told about the service's health.
 type Outcome int
 
+// The outcomes. Unknown (the caller gave up) neither resets nor counts
+// towards the failures; a probe ending so lets the next call probe.
 const (
-	// Success: the service answered.
 	Success Outcome = iota
-	// Failure: the service failed or did not answer in time.
 	Failure
-	// Unknown: the call ended without telling (e.g. the caller gave up);
-	// it neither resets nor counts towards the failures, and a probe that
-	// ends this way lets the next call probe instead.
 	Unknown
 )
 
-// Allow reports whether a call may go ahead now. If it may, the caller makes
-// the call and then reports its outcome with Done(ticket, outcome).
+// Allow reports whether a call may go ahead now.
 func (b *Breaker) Allow() (Ticket, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -143,8 +126,7 @@ func (b *Breaker) Allow() (Ticket, bool) {
 }
 
 // Done reports the outcome of a call allowed with t. Outcomes of calls that
-// began before the last state change are ignored: they say nothing about the
-// state the breaker has since moved to.
+// began before the last state change are ignored.
 func (b *Breaker) Done(t Ticket, o Outcome) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -174,8 +156,8 @@ func (b *Breaker) Done(t Ticket, o Outcome) {
 	}
 }
 
-// State returns the breaker's state for a gauge. An open breaker whose
-// cooldown has ended reports HalfOpen: the next call will probe.
+// State returns the breaker's state. An open breaker whose cooldown has
+// ended reports HalfOpen: the next call will probe.
 func (b *Breaker) State() State {
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -14,50 +14,27 @@ import (
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/breaker"
 )
 
-// The Cluster executor: each call's groups are routed through go-redis's
-// slot map to the master that serves their slot (MasterForKey, no round
-// trip), and each master gets its own pipeline, sent concurrently, behind its
-// own circuit breaker. So a dead or hung master fails only its own groups, at
-// once when its breaker is open, and a slow one cannot make the healthy
-// masters' answers miss the deadline (a single ClusterClient pipeline stamps
-// its deadline error on every command it holds, healthy nodes' replies
-// included).
+// The Cluster executor routes each call by go-redis's slot map to its
+// master and sends one pipeline per master, concurrently, behind the
+// master's own breaker: a dead or slow master fails only its own groups (a
+// single ClusterClient pipeline stamps its deadline error on every command,
+// healthy nodes' replies included).
 //
-// go-redis reloads its slot map on MOVED, ASK and READONLY replies, or when
-// the map is older than a minute: never on a connection error or a timeout,
-// so on its own it would keep sending a dead master's groups to the dead
-// address until that minute is over. Here every sign of trouble (a node
-// that does not answer, an open breaker, a moving slot) marks the Cluster
-// degraded, and while it is, the map is reloaded every refreshDegraded, so
-// the groups follow a promoted replica or a moved slot within a fraction of
-// a second of the Cluster finishing. A promoted replica has an address of
-// its own, hence a closed breaker: recovery does not wait for the dead
-// master's cooldown.
-//
-// Within a call, groups answered MOVED or ASK are sent again through the
-// ClusterClient, which follows the redirection; groups answered TRYAGAIN (a
-// multi-key command in a slot being migrated), CLUSTERDOWN (a slot without
-// a master, between a master's failure and its replica's promotion),
-// LOADING or READONLY, and groups whose dead node's slots have moved since,
-// are sent again after retryPause, while the call's deadline allows. Every
-// command is idempotent for its token, so a retry is safe even when the
-// first attempt's reply was lost.
+// go-redis reloads its slot map on MOVED, ASK and READONLY, or once it is a
+// minute old, never on a connection error or timeout. So every sign of
+// trouble marks the Cluster degraded, and while it is the map is reloaded
+// every refreshDegraded: groups follow a promoted replica (whose new address
+// has a closed breaker) or a moved slot quickly. Within a call, failed
+// groups are sent again as errors.go tells, while the deadline allows;
+// every command is idempotent for its token.
 const (
 	refreshDegraded = 250 * time.Millisecond
-	// degradedFor is how long after the last sign of trouble the map keeps
-	// being reloaded every refreshDegraded.
-	degradedFor = 5 * time.Second
-	// refreshIdle is the reload period otherwise; it also notices masters
-	// that joined or left.
-	refreshIdle   = 10 * time.Second
-	reloadTimeout = time.Second
-	// retryPause is the pause before a call's retry; a retry is made only
-	// while the deadline leaves at least two pauses.
-	retryPause  = 25 * time.Millisecond
-	maxAttempts = 5
-	// forgetNode is how long a node that left the slot map stays known, with
-	// its breaker's state reported.
-	forgetNode = time.Minute
+	degradedFor     = 5 * time.Second  // after the last sign of trouble
+	refreshIdle     = 10 * time.Second // the reload period otherwise
+	reloadTimeout   = time.Second
+	retryPause      = 25 * time.Millisecond
+	maxAttempts     = 5
+	forgetNode      = time.Minute // a node that left the map stays reported
 )
 
 type clusterExec struct {
@@ -87,8 +64,7 @@ func newClusterExec(cc *redis.ClusterClient, cfg breaker.Config) *clusterExec {
 		stop:   make(chan struct{}),
 		done:   make(chan struct{}),
 	}
-	// Load the slot map now: the first call would otherwise pay for it
-	// within its own deadline.
+	// Load the slot map now, not within the first call's deadline.
 	x.refresh()
 	go x.refresher()
 	return x
@@ -131,8 +107,7 @@ func (x *clusterExec) worthRetry(ctx context.Context, c *call) bool {
 	case retriable(c.err):
 		return true
 	case nodeDown(c.err) || errors.Is(c.err, errBreakerOpen):
-		// Only if the slot map now routes the group to another node (the
-		// map was reloaded meanwhile: a replica was promoted).
+		// Only if the reloaded map now routes the group elsewhere.
 		client, err := x.cc.MasterForKey(ctx, c.route)
 		return err == nil && ctx.Err() == nil && client.Options().Addr != c.node
 	}
@@ -155,7 +130,6 @@ func pause(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// nodeCalls is one node's share of an attempt.
 type nodeCalls struct {
 	client *redis.Client
 	br     *breaker.Breaker
@@ -163,12 +137,12 @@ type nodeCalls struct {
 	calls  []*call
 }
 
-// send routes calls to their masters and sends one pipeline per master, all
-// at once; calls to be redirected go through the ClusterClient.
+// send sends one pipeline per master, all at once; calls to be redirected
+// go through the ClusterClient.
 func (x *clusterExec) send(ctx context.Context, calls []*call, retry bool) {
 	var direct []*call
+	var nodes []*nodeCalls
 	byNode := make(map[string]*nodeCalls, 4)
-	var order []string
 	for _, c := range calls {
 		if c.redirect {
 			c.redirect, c.node = false, ""
@@ -185,16 +159,14 @@ func (x *clusterExec) send(ctx context.Context, calls []*call, retry bool) {
 		c.node = addr
 		nc := byNode[addr]
 		if nc == nil {
-			nc = &nodeCalls{client: client}
+			nc = &nodeCalls{client: client, br: x.breaker(addr)}
 			byNode[addr] = nc
-			order = append(order, addr)
+			nodes = append(nodes, nc)
 		}
 		nc.calls = append(nc.calls, c)
 	}
-	var allowed []*nodeCalls
-	for _, addr := range order {
-		nc := byNode[addr]
-		nc.br = x.breaker(addr)
+	allowed := nodes[:0]
+	for _, nc := range nodes {
 		ticket, ok := nc.br.Allow()
 		if !ok {
 			for _, c := range nc.calls {
@@ -227,8 +199,7 @@ func (x *clusterExec) send(ctx context.Context, calls []*call, retry bool) {
 			if down || !moving(c.err) {
 				outcome = failureOutcome(ctx)
 				if retry && isTimeout(c.err) {
-					// A retry runs on what is left of the call's time:
-					// missing the deadline then says little about the node.
+					// A retry runs on what is left of the call's time.
 					outcome = breaker.Unknown
 				}
 			}
@@ -243,7 +214,6 @@ func (x *clusterExec) send(ctx context.Context, calls []*call, retry bool) {
 	}
 }
 
-// breaker returns the breaker of the master at addr.
 func (x *clusterExec) breaker(addr string) *breaker.Breaker {
 	x.mu.Lock()
 	defer x.mu.Unlock()
@@ -289,15 +259,14 @@ func (x *clusterExec) refresher() {
 }
 
 // refresh reloads the slot map and updates the known masters: one that
-// (re)joins as a master starts with a closed breaker, and one that left the
-// map is forgotten after forgetNode.
+// (re)joins starts with a closed breaker.
 func (x *clusterExec) refresh() {
 	ctx, cancel := context.WithTimeout(context.Background(), reloadTimeout)
 	defer cancel()
 	var mu sync.Mutex
 	masters := map[string]bool{}
-	// ForEachMaster begins with a synchronous reload of the map (CLUSTER
-	// SLOTS from one node): go-redis has no other public one.
+	// ForEachMaster begins with a synchronous reload of the map: go-redis
+	// has no other public one.
 	err := x.cc.ForEachMaster(ctx, func(_ context.Context, c *redis.Client) error {
 		mu.Lock()
 		masters[c.Options().Addr] = true

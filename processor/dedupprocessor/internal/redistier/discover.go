@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -15,43 +16,36 @@ import (
 // Mode is how the tier reaches Redis: what the endpoints are.
 type Mode string
 
+// The modes. In a Cluster, one node (e.g. a managed service's configuration
+// endpoint) is enough.
 const (
-	// ModeAuto asks the endpoints what they are (discover).
-	ModeAuto Mode = "auto"
-	// ModeStandalone: one standalone server (a master).
+	ModeAuto       Mode = "auto" // ask the endpoints
 	ModeStandalone Mode = "standalone"
-	// ModeCluster: nodes of one Redis Cluster; one is enough, e.g. a managed
-	// service's configuration endpoint.
-	ModeCluster Mode = "cluster"
-	// ModeSentinel: Sentinels that monitor the master named MasterName.
-	ModeSentinel Mode = "sentinel"
+	ModeCluster    Mode = "cluster"
+	ModeSentinel   Mode = "sentinel" // Sentinels monitoring MasterName
 )
 
 // errNoAnswer is wrapped by discovery errors that mean no endpoint told what
-// it is (refused, timed out, failed the handshake): nothing was decided.
-// Every other discovery error is a configuration that cannot work.
+// it is; every other one is a configuration that cannot work.
 var errNoAnswer = errors.New("no endpoint answered")
 
-// minProbeTimeout bounds a probe from below: a probe costs a dial, the
-// handshake (TLS, AUTH) and two round trips, more than the tier's per-call
-// timeout allows for, and a start that takes a second longer because Redis is
-// unreachable costs nothing.
+// minProbeTimeout bounds a probe from below: a probe (dial, TLS, AUTH, two
+// round trips) costs more than a call, and a slower start costs nothing.
 const minProbeTimeout = time.Second
 
 // probe is what one endpoint said it is.
 type probe struct {
 	addr     string
-	mode     string   // HELLO's or INFO's mode: standalone, cluster, sentinel
-	replica  bool     // a standalone or Cluster replica
-	master   string   // the master a standalone replica follows (ROLE)
-	monitors []string // the masters a Sentinel monitors (ROLE)
+	mode     string // standalone, cluster, sentinel
+	replica  bool
+	master   string   // a replica's master
+	monitors []string // a Sentinel's masters
 	err      error    // no answer
 }
 
 // discover asks every endpoint at once what it is, and decides the topology.
-// A mode set in the options is checked against the answers.
 func (t *Tier) discover(ctx context.Context) (Mode, error) {
-	ctx, cancel := context.WithTimeout(ctx, max(t.timeout, minProbeTimeout))
+	ctx, cancel := context.WithTimeout(ctx, max(t.opts.Timeout, minProbeTimeout))
 	defer cancel()
 	probes := make([]probe, len(t.opts.Endpoints))
 	var wg sync.WaitGroup
@@ -63,14 +57,12 @@ func (t *Tier) discover(ctx context.Context) (Mode, error) {
 }
 
 // probe asks one endpoint what it is: HELLO without arguments (Redis >= 6)
-// answers the mode and the role in one round trip without switching the
-// protocol; a server that refuses it is asked INFO server. ROLE then names a
-// replica's master, or the masters a Sentinel monitors.
+// answers the mode and role without switching the protocol, else INFO
+// server; ROLE then names a replica's master or a Sentinel's masters.
 func (t *Tier) probe(ctx context.Context, addr string) probe {
 	p := t.ask(ctx, addr, true)
 	if p.err != nil && strings.Contains(p.err.Error(), "without any password configured") {
-		// A Sentinel has its own credentials, which the tier does not use:
-		// ask it without.
+		// A Sentinel without credentials of its own: ask it without.
 		p = t.ask(ctx, addr, false)
 	}
 	return p
@@ -84,15 +76,13 @@ func (t *Tier) ask(ctx context.Context, addr string, credentials bool) probe {
 		DisableIdentity: true,
 		MaxRetries:      -1,
 		DialerRetries:   1,
-		// The probe uses one connection. A pool whose every connection
-		// failed to dial starts a goroutine that dials again every
-		// second, which would outlive the probe.
-		PoolSize:              2,
-		ContextTimeoutEnabled: true,
-		DialTimeout:           max(t.timeout, minProbeTimeout),
-		ReadTimeout:           max(t.timeout, minProbeTimeout),
-		WriteTimeout:          max(t.timeout, minProbeTimeout),
-		// Plain Redis does not know the maintenance-notifications handshake.
+		// The probe uses one connection; a pool whose every connection
+		// failed to dial starts a goroutine that would outlive the probe.
+		PoolSize:                 2,
+		ContextTimeoutEnabled:    true,
+		DialTimeout:              max(t.opts.Timeout, minProbeTimeout),
+		ReadTimeout:              max(t.opts.Timeout, minProbeTimeout),
+		WriteTimeout:             max(t.opts.Timeout, minProbeTimeout),
 		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
 	}
 	if credentials {
@@ -151,11 +141,6 @@ func (t *Tier) ask(ctx context.Context, addr string, credentials bool) probe {
 	return p
 }
 
-func isReply(err error) bool {
-	var reply redis.Error
-	return errors.As(err, &reply)
-}
-
 func infoField(info, name string) string {
 	for _, line := range strings.Split(info, "\n") {
 		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
@@ -165,12 +150,10 @@ func infoField(info, name string) string {
 	return ""
 }
 
-// decide chooses the topology from the probes, skipping endpoints that did
-// not answer if another one did: Cluster if the endpoints are Cluster nodes
-// (one is enough), Sentinel if they are Sentinels (and MasterName names a
-// master they monitor), standalone if the one endpoint is a standalone
-// master. Anything else is a configuration that cannot work, and the error
-// says which setting to change.
+// decide chooses the topology from the probes that answered: Cluster nodes,
+// Sentinels monitoring MasterName, or one standalone master. Anything else
+// (a replica, Sentinels without a master name, mixed kinds, a Mode they
+// contradict) cannot work, and the error names the setting to change.
 func decide(o *Options, probes []probe) (Mode, error) {
 	var answered []probe
 	var errs []error
@@ -188,12 +171,12 @@ func decide(o *Options, probes []probe) (Mode, error) {
 	for _, p := range answered[1:] {
 		if p.mode != first.mode {
 			return "", fmt.Errorf("redis.endpoints mix a %s (%s) and a %s (%s); list endpoints of one kind",
-				kindName(first.mode), first.addr, kindName(p.mode), p.addr)
+				kindName[first.mode], first.addr, kindName[p.mode], p.addr)
 		}
 	}
-	found := map[string]Mode{"standalone": ModeStandalone, "cluster": ModeCluster, "sentinel": ModeSentinel}[first.mode]
+	found := Mode(first.mode) // probe checked it is one of the modes
 	if o.Mode != ModeAuto && o.Mode != found {
-		return "", fmt.Errorf("redis.mode is %q but %s is a %s; set redis.mode to %q (or \"auto\")", o.Mode, first.addr, kindName(first.mode), found)
+		return "", fmt.Errorf("redis.mode is %q but %s is a %s; set redis.mode to %q (or \"auto\")", o.Mode, first.addr, kindName[first.mode], found)
 	}
 	switch found {
 	case ModeCluster:
@@ -207,7 +190,7 @@ func decide(o *Options, probes []probe) (Mode, error) {
 		var monitored []string
 		for _, p := range answered {
 			for _, m := range p.monitors {
-				if !contains(monitored, m) {
+				if !slices.Contains(monitored, m) {
 					monitored = append(monitored, m)
 				}
 			}
@@ -215,7 +198,7 @@ func decide(o *Options, probes []probe) (Mode, error) {
 		if o.MasterName == "" {
 			return "", fmt.Errorf("redis.endpoints are Sentinels (%s) but redis.master_name is empty; set it to the master they monitor (%s)", first.addr, strings.Join(monitored, ", "))
 		}
-		if len(monitored) > 0 && !contains(monitored, o.MasterName) {
+		if len(monitored) > 0 && !slices.Contains(monitored, o.MasterName) {
 			return "", fmt.Errorf("redis.master_name %q is not monitored by the Sentinels (%s); they monitor %s", o.MasterName, first.addr, strings.Join(monitored, ", "))
 		}
 	case ModeStandalone:
@@ -232,21 +215,5 @@ func decide(o *Options, probes []probe) (Mode, error) {
 	return found, nil
 }
 
-func kindName(mode string) string {
-	switch mode {
-	case "cluster":
-		return "Redis Cluster node"
-	case "sentinel":
-		return "Sentinel"
-	}
-	return "standalone server"
-}
-
-func contains(list []string, s string) bool {
-	for _, e := range list {
-		if e == s {
-			return true
-		}
-	}
-	return false
-}
+// kindName names what a probe's mode says an endpoint is.
+var kindName = map[string]string{"standalone": "standalone server", "cluster": "Redis Cluster node", "sentinel": "Sentinel"}

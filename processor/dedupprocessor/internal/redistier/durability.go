@@ -9,23 +9,16 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Claims are only as durable as the server that holds them. Two server
-// settings can free claims behind the tier's back: an eviction policy
-// other than noeviction evicts keys under memory pressure (volatile-ttl
-// first evicts the pending claims, whose TTL is the shortest), and a server
-// that keeps nothing on disk forgets every claim when it restarts. Either
-// lets copies through: delivered records are no longer remembered.
-
-// Durability reports, for each master the tier reaches, what in its
-// settings can free claims, as sentences that name the fix. It asks
-// CONFIG GET, which managed services and ACL users may refuse: a server
-// that does not answer is left out, not reported.
+// Durability reports, for each master the tier reaches, the settings that
+// can free claims behind the tier's back (eviction, nothing on disk), as
+// sentences that name the fix. A server that refuses CONFIG GET (managed
+// services, ACL users) is left out.
 func (t *Tier) Durability(ctx context.Context) []string {
 	c := t.conn.Load()
 	if c == nil {
 		return nil
 	}
-	cctx, cancel := context.WithTimeout(ctx, max(t.timeout, time.Second))
+	cctx, cancel := context.WithTimeout(ctx, max(t.opts.Timeout, time.Second))
 	defer cancel()
 	var mu sync.Mutex // ForEachMaster asks the masters at once
 	var out []string

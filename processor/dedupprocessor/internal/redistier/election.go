@@ -12,29 +12,21 @@ import (
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
 )
 
-// Replica election in the shared tier: which replica of an HA group of
-// agents (a cluster) the collectors sharing this Redis deliver.
+// Replica election: which replica of an HA group of agents (a cluster) the
+// collectors sharing this Redis deliver.
 //
-// One key per election (tenant and cluster, hashed to a digest by the
-// caller): KeyPrefix + "elect:{" + the digest in hex + "}". It is a single
-// key, so an election is atomic on one node whatever the topology; its hash
-// tag is the election's own digest, so a Cluster spreads elections over its
-// masters and no raw digest byte can form a tag by accident. (A KeyPrefix
-// with a hash tag of its own puts every key in its slot, as for claims.)
-//
-// Its value is the state byte, the replica's 16-byte digest, a 16-byte claim
-// token and the time, in Redis's own clock (TIME), in milliseconds:
+// An election is one key, so it is atomic on one node: KeyPrefix + "elect:{"
+// + the hex of the caller's digest of tenant and cluster + "}" (the tag
+// spreads elections over a Cluster's masters; hex, so no digest byte forms a
+// tag). Its value holds only digests, a token and a time in ms from the
+// server's clock (TIME, so skewed collectors agree):
 //
 //	committed: "c" replica token refreshed-at
 //	pending:   "p" replica token taken-at "|" the committed value it replaces, if any
 //
-// Times come from the server so that collectors with skewed clocks agree on
-// when an election expires. A committed election is live until refreshed-at
-// + failover; its key is kept one failover timeout longer, so that the
-// replica that takes it over can tell it replaces another (a failover). A
-// pending election is written with the lease as TTL, like a pending claim: a
-// collector that dies mid-batch blocks the cluster for the lease, no longer.
-// Only digests and tokens are stored: no label value reaches Redis.
+// A committed election is live until refreshed-at + failover; its key is
+// kept one failover longer, so its successor can tell it replaces another.
+// A pending one lives for the lease, like a pending claim.
 
 // OpElect names an election lookup (Elect) for Options.Observe.
 const OpElect = "elect"
@@ -42,26 +34,20 @@ const OpElect = "elect"
 // ElectionState is the shared tier's answer for one election.
 type ElectionState uint8
 
+// The states: ElectionLive, Replica elected for Remaining more;
+// ElectionTaken, pending under the call's token (Replica is the one whose
+// expired election it replaces, if HasPrev); ElectionPending, pending under
+// another token (Replica is its candidate).
 const (
-	// ElectionLive: a committed election holds; Replica is elected for
-	// Remaining more.
 	ElectionLive ElectionState = iota
-	// ElectionTaken: the call's token holds the election, pending. Replica
-	// is the replica whose expired election it replaces, if HasPrev.
 	ElectionTaken
-	// ElectionPending: a pending election of another token holds it
-	// (Replica is its candidate): that batch is still on its way
-	// downstream.
 	ElectionPending
 )
 
 // Election is one election a batch asks about or confirms.
 type Election struct {
-	// Key is the digest of the tenant and the cluster.
-	Key digest.Digest
-	// Replica is the digest of the replica label value: the candidate of
-	// Elect, the replica delivered for Confirm.
-	Replica digest.Digest
+	Key     digest.Digest // of the tenant and the cluster
+	Replica digest.Digest // of the replica label value
 }
 
 // ElectionAnswer is the answer for one Election.
@@ -73,12 +59,9 @@ type ElectionAnswer struct {
 }
 
 // Elect answers, for each election, which replica is elected, in one round
-// trip (one per node in a Cluster). A live committed election answers
-// ElectionLive. Where none is live, the call takes it for the candidate,
-// pending under token for the lease (ElectionTaken): Confirm, once the
-// batch was delivered, commits it; ReleaseElections gives it up. A pending
-// election of another token answers ElectionPending. Retrying with the same token is safe:
-// an election the token already holds answers ElectionTaken.
+// trip (one per node in a Cluster). Where none is live or pending, it takes
+// the election for the candidate, pending under token for the lease, until
+// CommitElected or ReleaseElections. Retrying with the same token is safe.
 func (t *Tier) Elect(ctx context.Context, token string, failover time.Duration, es []Election, answers []ElectionAnswer) error {
 	if len(answers) < len(es) {
 		return fmt.Errorf("dedup: redis elect: %d answers for %d elections", len(answers), len(es))
@@ -109,8 +92,8 @@ func (t *Tier) Elect(ctx context.Context, token string, failover time.Duration, 
 	return electionAnswers(calls, answers)
 }
 
-// electionAnswers decodes the answers of election script calls; on an
-// error, answers are left zero.
+// electionAnswers decodes the election scripts' replies; on an error,
+// answers are left zero.
 func electionAnswers(calls []*call, answers []ElectionAnswer) error {
 	for i, cl := range calls {
 		a, err := electionAnswer(cl.cmd)
@@ -123,14 +106,10 @@ func electionAnswers(calls []*call, answers []ElectionAnswer) error {
 	return nil
 }
 
-// CommitElected confirms the elections es, in one round trip (one per node
-// in a Cluster): the batch holding them was delivered. For each
-// election: a pending one of token is committed; a committed one of the
-// same replica is refreshed; a free one (absent, expired) is taken,
-// committed, since the replica's data was delivered. Each of these answers
-// ElectionLive with Remaining the failover timeout. An election held by
-// another replica (live), or pending under another token, is left alone and
-// answered as Elect would, so the caller learns who holds it.
+// CommitElected confirms the elections es, whose batch was delivered: it
+// commits token's pending ones, refreshes committed ones of the same
+// replica, and takes free ones committed, each answering ElectionLive for
+// the failover timeout. Elections held otherwise are answered as by Elect.
 func (t *Tier) CommitElected(ctx context.Context, token string, failover time.Duration, es []Election, answers []ElectionAnswer) error {
 	if len(answers) < len(es) {
 		return fmt.Errorf("dedup: redis commit: %d answers for %d elections", len(answers), len(es))
@@ -150,19 +129,15 @@ func (t *Tier) CommitElected(ctx context.Context, token string, failover time.Du
 	}
 	calls := t.writeCalls(ctx, c, OpCommit, ws)
 	if err := t.run(ctx, c, OpCommit, calls); err != nil {
-		// The batch was delivered: a confirmation that failed is sent
-		// again until it lands or the lease ends, so that the collectors
-		// sharing the Redis agree with what this one committed locally.
+		// The batch was delivered: the other collectors must learn it.
 		t.retry(ws, calls)
 		return err
 	}
 	return electionAnswers(calls, answers)
 }
 
-// ReleaseElections gives up the elections of keys that token holds pending:
-// the batch that took them was not delivered. An election it replaced is
-// restored (still expired, for the rest of its time). Elections held
-// otherwise are left alone; the call is idempotent.
+// ReleaseElections gives up the elections of keys that token holds pending,
+// restoring those they replaced. It is idempotent.
 func (t *Tier) ReleaseElections(ctx context.Context, token string, failover time.Duration, keys []digest.Digest) error {
 	if len(keys) == 0 {
 		return nil
@@ -175,20 +150,14 @@ func (t *Tier) ReleaseElections(ctx context.Context, token string, failover time
 	for i, k := range keys {
 		ws[i] = write{op: OpRelease, token: token, election: &electionWrite{key: k, failover: failover}}
 	}
-	calls := t.writeCalls(ctx, c, OpRelease, ws)
-	err = t.run(ctx, c, OpRelease, calls)
-	// A pending election left behind would stall its cluster on every
-	// collector until the lease ends: a failed release is sent again.
-	t.retry(ws, calls)
-	return err
+	// One left behind would stall its cluster everywhere for the lease:
+	// send retries it.
+	return t.send(ctx, c, OpRelease, ws)
 }
 
-// electionKey is the key of the election k.
 func (t *Tier) electionKey(k digest.Digest) string {
-	return t.opts.KeyPrefix + electionInfix + "{" + k.String() + "}"
+	return t.opts.KeyPrefix + "elect:{" + k.String() + "}"
 }
-
-const electionInfix = "elect:"
 
 // electionAnswer decodes the election scripts' reply: {state, replica,
 // remaining ms}, state 0 live, 1 taken, 2 pending.
@@ -214,11 +183,9 @@ func electionAnswer(c *redis.Cmd) (ElectionAnswer, error) {
 	return a, nil
 }
 
-// The election scripts. KEYS[1] is the election key. Every time is the
-// server's (TIME, in ms). A value is parsed by position: state (1 byte),
-// replica (16), token (16), then the time's digits from byte 34, then, in a
-// pending value, "|" and the committed value it replaces (digits never hold
-// a "|", so the first one after byte 34 is the separator).
+// The election scripts; KEYS[1] is the election key. A value is parsed by
+// position: the time's digits start at byte 34, and the first "|" after
+// them starts the replaced value.
 const electionLib = `
 local function now()
   local t = redis.call('TIME')

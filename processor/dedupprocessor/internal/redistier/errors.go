@@ -8,9 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// What a failed command says, and what the tier does about it. A command is
-// one group's script call or SET, sent to the node that serves the group's
-// slot; see cluster.go for the retries.
+// What a failed command says, and what the tier does about it:
 //
 //	error                                   node answered?  breaker   retried in the call     slot map stale?
 //	connection refused/reset, EOF, timeout  no              failure   if the slot moved       yes
@@ -24,40 +22,32 @@ import (
 // (*) in a Cluster; a standalone or Sentinel master that answers READONLY is
 // a failure like any other error reply.
 
-// errBreakerOpen marks a command not sent because its node's circuit
-// breaker was open.
+// errBreakerOpen marks a command not sent because its node's breaker was
+// open.
 var errBreakerOpen = errors.New("circuit breaker open")
 
-// nodeDown reports whether err says the node did not answer, or answered
-// that it cannot serve (still loading its data, or a replica whose master is
-// gone): the failures a node's breaker counts.
+// nodeDown reports whether the node did not answer, or cannot serve
+// (LOADING, MASTERDOWN).
 func nodeDown(err error) bool {
 	if err == nil || errors.Is(err, errBreakerOpen) {
 		return false
 	}
-	if redis.IsLoadingError(err) || redis.IsMasterDownError(err) {
-		return true
-	}
+	return redis.IsLoadingError(err) || redis.IsMasterDownError(err) || !isReply(err)
+}
+
+// isReply reports whether err is an error reply of the server.
+func isReply(err error) bool {
 	var reply redis.Error
-	return !errors.As(err, &reply)
+	return errors.As(err, &reply)
 }
 
 // moving reports whether err is a reply of a Cluster whose slots are moving
-// or recovering: the key's slot is served elsewhere (MOVED, ASK, READONLY),
-// is being migrated (TRYAGAIN), or has no live master yet (CLUSTERDOWN). The
-// node answered; the same command can succeed moments later.
+// or recovering: the same command can succeed moments later.
 func moving(err error) bool {
-	if _, ok := redis.IsMovedError(err); ok {
-		return true
-	}
-	if _, ok := redis.IsAskError(err); ok {
-		return true
-	}
-	return redis.IsTryAgainError(err) || redis.IsClusterDownError(err) || redis.IsReadOnlyError(err)
+	return redirected(err) || redis.IsTryAgainError(err) || redis.IsClusterDownError(err) || redis.IsReadOnlyError(err)
 }
 
-// redirected reports whether err names the node that serves the key now
-// (MOVED, ASK): a retry through the ClusterClient follows it.
+// redirected reports whether err names the node that serves the key now.
 func redirected(err error) bool {
 	if _, ok := redis.IsMovedError(err); ok {
 		return true
@@ -66,14 +56,12 @@ func redirected(err error) bool {
 	return ok
 }
 
-// retriable reports whether a command that failed with err may succeed on a
-// retry within the same call, whatever the slot map says.
+// retriable reports whether err may pass on a retry whatever the slot map.
 func retriable(err error) bool {
 	return moving(err) || redis.IsLoadingError(err) || redis.IsMasterDownError(err)
 }
 
-// isTimeout reports whether err is a timeout: no answer within the call's
-// deadline, or no free connection in time.
+// isTimeout reports whether err is a timeout, a free connection's included.
 func isTimeout(err error) bool {
 	if err == nil {
 		return false

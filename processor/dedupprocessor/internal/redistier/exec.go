@@ -11,40 +11,32 @@ import (
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/breaker"
 )
 
-// call is one command of an operation: the claim or release script for one
-// group's digests (at most maxKeysPerScript of them), or one group's commit.
-// Its outcome is its own: in a Cluster, the groups on a healthy node are
-// answered while those on a failed one are not.
+// call is one command of an operation, with an outcome of its own.
 type call struct {
-	cmd   *redis.Cmd
-	route string  // the key the command is routed by: its group's status key
-	group int     // its group
-	idx   []int32 // the digests (indexes into the operation's ds) it stands for
-	node  string  // the node it was last sent to ("" if none)
-	err   error
-	// redirect: the last attempt was answered MOVED or ASK; the retry goes
-	// through the ClusterClient, which follows the redirection.
-	redirect bool
+	cmd      *redis.Cmd
+	route    string // the key the command is routed by
+	group    int
+	idx      []int32 // the digests (indexes into the operation's ds) it stands for
+	node     string  // the node it was last sent to ("" if none)
+	err      error
+	redirect bool // answered MOVED or ASK: retry through the ClusterClient
 }
 
 // executor sends calls to Redis and sets each call's err.
 type executor interface {
 	exec(ctx context.Context, calls []*call)
-	// breakers returns the state of every node's circuit breaker, by node.
 	breakers() []NodeBreaker
 	close() error
 }
 
-// NodeBreaker is the circuit breaker state of one node of the tier: a
-// Cluster master by its address, a standalone server by its endpoint, a
-// Sentinel-monitored master by its name.
+// NodeBreaker is the circuit breaker state of one node: a Cluster master by
+// address, a standalone server by endpoint, a Sentinel's master by name.
 type NodeBreaker struct {
 	Node  string
 	State breaker.State
 }
 
-// singleExec is the executor of a standalone server or a Sentinel-monitored
-// master: one node, one breaker, one pipeline per call.
+// singleExec is the executor of a standalone server or a Sentinel's master.
 type singleExec struct {
 	client *redis.Client
 	name   string
@@ -64,8 +56,8 @@ func (x *singleExec) exec(ctx context.Context, calls []*call) {
 	for _, c := range calls {
 		c.node = x.name
 		if c.err != nil {
-			// Any error counts here, replies included: a single server that
-			// refuses (OOM, a wrong password, READONLY) refuses every call.
+			// Replies count too: a single server that refuses (OOM, a wrong
+			// password, READONLY) refuses every call.
 			outcome = failureOutcome(ctx)
 		}
 	}
@@ -78,8 +70,8 @@ func (x *singleExec) breakers() []NodeBreaker {
 
 func (x *singleExec) close() error { return x.client.Close() }
 
-// failureOutcome is the breaker outcome of a failed call: a failure, unless
-// the caller gave up, which says nothing about Redis.
+// failureOutcome is the breaker outcome of a failed call: a caller that
+// gave up says nothing about Redis.
 func failureOutcome(ctx context.Context) breaker.Outcome {
 	if err := ctx.Err(); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		return breaker.Unknown
@@ -87,10 +79,9 @@ func failureOutcome(ctx context.Context) breaker.Outcome {
 	return breaker.Failure
 }
 
-// sendPipeline sends calls to one node in one round trip and sets each
-// call's err. Scripts answered NOSCRIPT (the node restarted, was promoted or
-// flushed its scripts) are sent again as EVAL with their source, which also
-// loads them.
+// sendPipeline sends calls to one node in one round trip. Scripts answered
+// NOSCRIPT (the node restarted, was promoted or flushed its scripts) are
+// sent again as EVAL, which also loads them.
 func sendPipeline(ctx context.Context, client *redis.Client, calls []*call) {
 	send := func(cs []*call) {
 		if len(cs) == 1 {
@@ -112,8 +103,7 @@ func sendPipeline(ctx context.Context, client *redis.Client, calls []*call) {
 	}
 }
 
-// withSource turns the calls answered NOSCRIPT into EVAL of the script's
-// source and returns them.
+// withSource turns the calls answered NOSCRIPT into EVAL and returns them.
 func withSource(ctx context.Context, calls []*call) []*call {
 	var again []*call
 	for _, c := range calls {
@@ -135,11 +125,8 @@ func scriptSource(sha any) string {
 	panic(fmt.Sprintf("redistier: unknown script %v", sha))
 }
 
-// sendEach sends each call as a command of its own through client, all at
-// once, with the NOSCRIPT fallback.
-func sendEach(ctx context.Context, client interface {
-	Process(context.Context, redis.Cmder) error
-}, calls []*call) {
+// sendEach sends each call as a command of its own, all at once.
+func sendEach(ctx context.Context, client *redis.ClusterClient, calls []*call) {
 	var wg sync.WaitGroup
 	for _, c := range calls {
 		wg.Go(func() {

@@ -7,37 +7,22 @@ import (
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
 )
 
-// Key layout. Every key starts with the group prefix:
+// Key layout. Every key starts with the group prefix: KeyPrefix, plus
+// "{" + tag + "}" in a Cluster. Then come the digest's 16 bytes (a digest
+// key, holding the claim token) or "claim:" + token (the claim's status key:
+// "p" pending, "c" committed). Nothing else is stored.
 //
-//	standalone, Sentinel: KeyPrefix
-//	Cluster:              KeyPrefix + "{" + tag + "}"
+// In a Cluster the tag puts a digest key and the status key of its owner in
+// one slot, so one script checks both atomically. A digest's tag is one of
+// clusterTags, chosen from its bits, each in the middle of one of
+// clusterTags equal slot ranges, so an even slot split gives 3, 4, 6 or 12
+// masters the same number of tags. Each tag costs a script call and a
+// commit per batch that touches it: the count trades spread against cost
+// per record (BENCHMARKS.md, "The shared tier on its own").
 //
-// followed by the digest's 16 bytes (a digest key, value: the claim token),
-// "claim:" + token (the claim's status key, value "p" while the claim is
-// pending, "c" once committed), or "claim:" + token + "w" (the claim's
-// waiting mark, while its batch waits for other claims; see claimScript).
-// Nothing else is stored.
-//
-// In a Cluster the hash tag puts a digest key and the status key that decides
-// whether its owner is still alive into the same slot, so one script can
-// check both atomically. A digest's tag is one of clusterTags tags, chosen
-// from the digest's bits. Each tag sits in the middle of one of clusterTags
-// equal slot ranges, so the usual even slot split (redis-cli --cluster create,
-// rebalance) gives 3, 4, 6 or 12 masters the same number of tags.
-//
-// Every tag group costs a script call and a commit command per batch that
-// touches it, whatever the number of its digests, so the tag count is a
-// trade paid by every batch: more tags spread the keys over more masters,
-// and cost more per record, the more so for small batches. 12 tags use at
-// most 12 masters, whose capacity bounds the Cluster's dedup load; the
-// figures behind the choice are in BENCHMARKS.md ("The shared tier on its
-// own"). Each tag's slot holds 1/12 of the keys: move whole slots to
-// rebalance.
-//
-// The tag count cannot follow the Cluster's size: the layout is shared by
-// every collector using the same Redis, and changing clusterTags, the tag
-// table, the infix or the digest encoding makes old and new instances blind
-// to each other's claims for one window.
+// The layout is shared by every collector using the same Redis: changing
+// clusterTags, the tag table, the infix or the digest encoding makes old and
+// new instances blind to each other's claims for one window.
 const (
 	clusterTags      = 12
 	statusInfix      = "claim:"
@@ -46,9 +31,7 @@ const (
 )
 
 type layout struct {
-	// groups holds the key prefix of each group: one group outside a
-	// Cluster, clusterTags inside.
-	groups []group
+	groups []group // one outside a Cluster, clusterTags inside
 }
 
 type group struct {
@@ -56,8 +39,8 @@ type group struct {
 	statusPrefix string // prefix + statusInfix
 }
 
-// newLayout returns the layout of tags hash tags (clusterTags in a Cluster),
-// or of one untagged group if tags is 0.
+// newLayout returns the layout of tags hash tags, or of one untagged group
+// if tags is 0.
 func newLayout(keyPrefix string, tags int) layout {
 	if tags == 0 {
 		return layout{groups: []group{{prefix: keyPrefix, statusPrefix: keyPrefix + statusInfix}}}
@@ -70,7 +53,6 @@ func newLayout(keyPrefix string, tags int) layout {
 	return l
 }
 
-// groupOf returns the index of d's group.
 func (l *layout) groupOf(d digest.Digest) int {
 	if len(l.groups) == 1 {
 		return 0
@@ -83,17 +65,14 @@ func (l *layout) statusKey(g int, token string) string {
 	return l.groups[g].statusPrefix + token
 }
 
-// digestKey returns the key of d.
 func (l *layout) digestKey(d digest.Digest) string {
 	b := d.Bytes()
 	return l.groups[l.groupOf(d)].prefix + string(b[:])
 }
 
-// clusterHashTags returns n short strings, one per equal slot range: tag i
-// is the first base-36 number whose slot lies in the middle half of range i,
-// away from the boundaries where an even split of the slots over the masters
-// may fall. For n = clusterTags the result is fixed (see the layout note
-// above); a test pins it.
+// clusterHashTags returns n tags: tag i is the first base-36 number whose
+// slot lies in the middle half of the i-th of n equal slot ranges, away from
+// where an even split may fall. A test pins the result for clusterTags.
 func clusterHashTags(n int) []string {
 	tags := make([]string, n)
 	width := clusterSlots / n

@@ -2,8 +2,7 @@ package redistier
 
 import "github.com/redis/go-redis/v9"
 
-// scriptSources maps each script's hash to its source, for the reload after
-// NOSCRIPT (see withSource).
+// scriptSources maps each script's hash to its source, for withSource.
 var scriptSources = map[string]string{}
 
 func newScript(src string) *redis.Script {
@@ -14,27 +13,16 @@ func newScript(src string) *redis.Script {
 
 // Each script works on the keys of one group (one Cluster slot), so it runs
 // atomically on one node. KEYS[1] is the claim's status key, KEYS[2..] are
-// digest keys. Lua sees a missing value as false.
+// digest keys.
 
-// claimScript claims every digest key that is free. It returns the number
-// of keys if it claimed them all (the common case, which then builds no
-// per-key answer), else a string with one byte per key: '1' claimed by this
-// token, '0' held by a committed claim of another token, '2' held by a
-// pending claim of another token (its batch is still on its way
-// downstream). A key is free if it is absent, or if it holds a token whose
-// status key is gone (a pending claim whose lease ran out, or a released
-// one). A key that already holds this token counts as claimed: that is a
-// retried round trip of the same claim, whose first reply was lost.
-//
-// Digest keys are written with the window as TTL (the window runs from the
-// first acceptance); whether the claim is alive is decided by its status key,
-// which the script creates pending, with the lease as TTL, if it claimed
-// anything. Redis does not expire keys while a script runs, so what the
-// script reads stays true until it returns.
-//
-// SET ... NX GET answers nil (false in Lua) for a new key, where a plain
-// SET NX answers a status reply that Lua turns into a table per call: the
-// GET form costs the server less per key.
+// claimScript claims every free digest key: absent, holding this token (a
+// retry whose reply was lost), or holding a token whose status key is gone
+// (lease ran out, or released). It returns the number of keys if it claimed
+// them all, else one byte per key: '1' claimed, '0' held by a committed
+// claim, '2' held by a pending one. Digest keys get the window as TTL; the
+// status key, created pending if anything was claimed, gets the lease.
+// Redis does not expire keys while a script runs. SET NX GET costs the
+// server less than SET NX, whose status reply Lua turns into a table.
 //
 // ARGV: token, lease ms, window ms, status key prefix of the group.
 var claimScript = newScript(`
@@ -69,11 +57,8 @@ if out then return table.concat(out) end
 return #KEYS - 1
 `)
 
-// releaseScript deletes the digest keys that still hold the token
-// (compare-and-delete) and the status key. Keys taken over by another claim
-// keep their new owner.
-//
-// ARGV: token.
+// releaseScript deletes the status key and the digest keys that still hold
+// the token. ARGV: token.
 var releaseScript = newScript(`
 local tok, n = ARGV[1], 0
 for i = 2, #KEYS do
@@ -87,12 +72,8 @@ return n
 `)
 
 // commitScript makes a pending claim hold for the window. It answers 1 if
-// the claim is committed (now, or by an earlier try whose reply was lost),
-// 0 if it had ended: its lease ran out before the commit, so its digests
-// may have been claimed by a copy since. A commit never revives an ended
-// claim.
-//
-// KEYS[1]: the status key. ARGV: window ms.
+// the claim is committed (now or by an earlier try), 0 if it had ended,
+// which it never revives. ARGV: window ms.
 var commitScript = newScript(`
 local s = redis.call('GET', KEYS[1])
 if s == 'p' then
@@ -103,10 +84,8 @@ if s == 'c' then return 1 end
 return 0
 `)
 
-// renewScript extends a pending claim's lease while its batch is
-// downstream. It answers 1 if the claim was pending, 0 if it had ended.
-//
-// KEYS[1]: the status key. ARGV: lease ms.
+// renewScript extends a pending claim's lease. It answers 1 if the claim
+// was pending, 0 if it had ended. ARGV: lease ms.
 var renewScript = newScript(`
 if redis.call('GET', KEYS[1]) == 'p' then
   redis.call('PEXPIRE', KEYS[1], ARGV[1])

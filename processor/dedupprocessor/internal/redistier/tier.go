@@ -2,25 +2,14 @@
 // digests in Redis (standalone, Cluster or Sentinel) so that collectors
 // sharing one Redis let exactly one copy of a record through.
 //
-// A claim is two-phase. Claim marks the digests of a
-// batch as pending under a token unique to that batch; Commit, called once
-// the next consumer accepted the batch, makes them hold for the window;
-// Release, called when it refused the batch, frees them so the sender's retry
-// is delivered. A pending claim that is neither committed nor released (the
-// collector died mid-batch) frees its digests when its lease ends.
-//
-// Redis holds only digests and tokens: see layout.go for the keys. A claim
-// costs one script call per batch (per 1000 digests, and per tag group in a
-// Cluster), all pipelined into one round trip (one per node in a Cluster); a
-// commit costs one SET per batch (per tag group in a Cluster), whatever the
-// batch size, because the pending/committed state lives in one status key
-// per claim instead of in the TTL of every digest key.
-//
-// What the endpoints are is asked of them at Start (discover.go), not guessed
-// from their number: the key layout differs between a Cluster and the rest,
-// and every collector sharing a Redis must use the same one. In a Cluster,
-// each group's answer is its own (cluster.go): a failed node fails only the
-// digests of the groups it serves, which answer Unavailable.
+// A claim is two-phase: Claim marks a batch's digests pending under the
+// batch's token, then Commit makes them hold for the window or Release frees
+// them; a pending claim neither committed nor released ends with its lease.
+// The protocol is argued in the processor's consume.go and README; the keys
+// are in layout.go. The topology is asked of the endpoints at Start
+// (discover.go), since every collector sharing a Redis must use the same key
+// layout. In a Cluster a failed node fails only the digests of the groups it
+// serves (cluster.go).
 package redistier
 
 import (
@@ -47,105 +36,72 @@ import (
 
 // Operation names and results passed to Options.Observe.
 const (
-	OpClaim = "claim"
-	// OpRecheck: a claim of records a batch waited for, because a pending
-	// claim held them (Claim with again).
-	OpRecheck = "recheck"
+	OpClaim   = "claim"
+	OpRecheck = "recheck" // a claim of records a batch waited for (Claim with again)
 	OpCommit  = "commit"
 	OpRelease = "release"
-	// OpRenew: the renewal of the leases of claims whose batches are
-	// downstream (writer.go).
-	OpRenew = "renew"
+	OpRenew   = "renew" // lease renewals of claims whose batches are downstream
 
-	ResultOK = "ok"
-	// ResultError: a command failed, or the topology is not known yet
-	// (Redis has not answered since Start).
-	ResultError   = "error"
+	ResultOK      = "ok"
+	ResultError   = "error" // also: the topology is not known yet
 	ResultTimeout = "timeout"
-	// ResultSkipped: a node's breaker was open and its commands were not
-	// sent.
-	ResultSkipped = "skipped"
-	// ResultLost: a commit or renewal found its claim ended (its lease ran
-	// out first), or a commit or release could not be sent before the
-	// claim's lease ended. Copies of its records may be delivered again.
+	ResultSkipped = "skipped" // a node's breaker was open: nothing sent
+	// ResultLost: a claim ended before its commit or renewal landed, or a
+	// write was given up. Copies of its records may be delivered again.
 	ResultLost = "lost"
 )
 
 // Options configures a Tier.
 type Options struct {
-	// Endpoints are the addresses the tier starts from: a standalone
-	// server, one or more nodes of a Redis Cluster, or Sentinels.
-	Endpoints []string
-	// Mode says what the endpoints are; ModeAuto (or empty) asks them at
-	// Start.
-	Mode Mode
-	// MasterName is the master the Sentinels monitor (Sentinel only).
-	MasterName string
+	// Endpoints: a standalone server, nodes of one Redis Cluster, or Sentinels.
+	Endpoints  []string
+	Mode       Mode   // ModeAuto (or empty) asks the endpoints at Start
+	MasterName string // Sentinel only
 	Username   string
 	Password   string
-	// DB is the database of a standalone or Sentinel server; a Cluster only
-	// has database 0.
-	DB  int
-	TLS *tls.Config
-	// KeyPrefix starts every key; it is used as given (empty is allowed).
-	// In a Cluster, a prefix containing a hash tag ("{...}") puts every key
-	// into one slot.
+	DB         int // 0 in a Cluster
+	TLS        *tls.Config
+	// KeyPrefix starts every key, as given. In a Cluster, a prefix with a
+	// hash tag ("{...}") puts every key into one slot.
 	KeyPrefix string
-	// Timeout bounds each call: its round trip(s), including a reload of the
-	// scripts and the retries of groups whose slot moved. Required.
+	// Timeout bounds each call, including a reload of the scripts and the
+	// retries of groups whose slot moved. Required, as are Window (counted
+	// from the claim) and Lease (a pending claim's life without renewal).
 	Timeout time.Duration
-	// Window is how long a claimed digest is remembered, counted from the
-	// claim. Required.
-	Window time.Duration
-	// Lease is how long a pending claim stays alive without Commit.
-	// Required.
-	Lease time.Duration
-	// Breaker configures the circuit breakers (one per node); zero fields
-	// take its defaults.
-	Breaker breaker.Config
-	// Observe, if set, is called once per call with the operation (OpClaim,
-	// OpRecheck, OpCommit, OpRelease, OpRenew, OpElect), its result (ResultOK,
-	// ResultError, ResultTimeout, ResultSkipped: the worst of its groups')
-	// and its duration (zero when no round trip was made); a round of the
-	// writer is one call per operation. Each claim a commit or renewal
-	// found ended, and each write given up, is one more call with
-	// ResultLost and no duration. It is called synchronously and
-	// concurrently, and must be cheap.
+	Window  time.Duration
+	Lease   time.Duration
+	Breaker breaker.Config // one breaker per node; zero fields take defaults
+	// Observe, if set, is called once per call (a round of the writer is
+	// one call per operation) with the operation, the worst result of its
+	// groups and its duration (zero when no round trip was made), and once
+	// more with ResultLost and no duration per claim lost. It is called
+	// synchronously and concurrently, and must be cheap.
 	Observe func(op, result string, d time.Duration)
 	// OnTopology, if set, is called when a tier whose endpoints did not
-	// answer at Start learns what they are: with the mode found, or with
-	// the error that says why it cannot work with them (then the tier goes
-	// on failing every call, and asking again). It is called from a
-	// goroutine of the tier.
-	OnTopology func(Mode, error)
-	// OnWriteError, if set, is called with the error of a round of the
-	// writer (commits, releases, renewals sent in the background) that
-	// failed or found claims ended, from a goroutine of the tier.
+	// answer at Start learns what they are: the mode, or the error that
+	// says why it cannot work with them (the tier then keeps failing calls
+	// and asking). Called from a goroutine of the tier, as is OnWriteError,
+	// with the error of a writer round that failed or found claims ended.
+	OnTopology   func(Mode, error)
 	OnWriteError func(error)
 }
 
 // Tier is a connection to the shared tier. It is safe for concurrent use.
 type Tier struct {
 	opts     Options
-	timeout  time.Duration
 	leaseArg string // lease in ms, as a script argument
 	winArg   string // window in ms, as a script argument
-	observe  func(op, result string, d time.Duration)
 
 	conn    atomic.Pointer[conn]  // nil until the topology is known
 	unknown atomic.Pointer[error] // why conn is nil
 
-	w    writer
-	stop chan struct{}
-	// bg bounds the background work (discovery, the writer's retries):
-	// Close cancels it.
-	bg     context.Context
+	w      writer
+	bg     context.Context // the background work's; Close cancels it
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	closed sync.Once
 }
 
-// conn is the tier connected to a topology.
 type conn struct {
 	mode   Mode
 	layout layout
@@ -153,7 +109,7 @@ type conn struct {
 }
 
 // New validates opts and returns a Tier that has not asked Redis anything
-// yet: Start does.
+// yet.
 func New(opts Options) (*Tier, error) {
 	if opts.Mode == "" {
 		opts.Mode = ModeAuto
@@ -204,27 +160,21 @@ func New(opts Options) (*Tier, error) {
 	}
 	t := &Tier{
 		opts:     opts,
-		timeout:  opts.Timeout,
 		leaseArg: strconv.FormatInt(opts.Lease.Milliseconds(), 10),
 		winArg:   strconv.FormatInt(opts.Window.Milliseconds(), 10),
-		observe:  opts.Observe,
-		stop:     make(chan struct{}),
+		w:        writer{live: map[string]*liveClaim{}, wake: make(chan struct{}, 1)},
 	}
 	t.bg, t.cancel = context.WithCancel(context.Background())
-	t.w.init()
 	notStarted := errors.New("the tier has not been started")
 	t.unknown.Store(&notStarted)
 	return t, nil
 }
 
-// Start finds out what the endpoints are and connects to them. It returns
-// an error, naming the setting to change, if they cannot work as the tier
-// needs: a standalone replica (read-only), Sentinels without a master name,
-// endpoints of different kinds, or a Mode they contradict. If no endpoint
-// answers, Start does not fail: with a Mode set, the tier connects as that
-// mode; without, every call fails until the endpoints answer, which the
-// tier keeps asking in the background (then Options.OnTopology is called).
-// Start is bounded by the larger of Timeout and one second.
+// Start finds out what the endpoints are and connects to them. It fails,
+// naming the setting to change, if they cannot work as the tier needs (see
+// decide). If no endpoint answers it does not fail: with a Mode set, the
+// tier connects as that mode; without, calls fail until the endpoints,
+// asked again in the background, answer (then OnTopology is called).
 func (t *Tier) Start(ctx context.Context) error {
 	mode, err := t.discover(ctx)
 	switch {
@@ -244,8 +194,7 @@ func (t *Tier) Start(ctx context.Context) error {
 	return nil
 }
 
-// discoverLater asks the endpoints what they are until they answer, with a
-// growing pause, and connects once they do.
+// discoverLater asks the endpoints, with a growing pause, until they answer.
 func (t *Tier) discoverLater() {
 	const first, most = 100 * time.Millisecond, 2 * time.Second
 	wait := first
@@ -253,7 +202,7 @@ func (t *Tier) discoverLater() {
 	for {
 		timer := time.NewTimer(wait)
 		select {
-		case <-t.stop:
+		case <-t.bg.Done():
 			timer.Stop()
 			return
 		case <-timer.C:
@@ -278,83 +227,46 @@ func (t *Tier) discoverLater() {
 // connect builds the client and key layout of mode.
 func (t *Tier) connect(mode Mode) {
 	o := t.opts
+	u := redis.UniversalOptions{
+		// go-redis appends the Cluster nodes it learns to Addrs in place:
+		// give it a slice of its own (tiers of one configuration share
+		// Endpoints).
+		Addrs:                 slices.Clip(slices.Clone(o.Endpoints)),
+		MasterName:            o.MasterName,
+		Username:              o.Username,
+		Password:              o.Password,
+		DB:                    o.DB,
+		TLSConfig:             o.TLS,
+		DialTimeout:           o.Timeout,
+		ReadTimeout:           o.Timeout,
+		WriteTimeout:          o.Timeout,
+		PoolTimeout:           o.Timeout,
+		ContextTimeoutEnabled: true,
+		// One retry on a broken connection; every call is idempotent for
+		// its token, and the call's context bounds the total time.
+		MaxRetries:    1,
+		DialerRetries: 1,
+		// Plain Redis does not know the maintenance-notifications handshake
+		// and would cost a failed command per new connection (go-redis's
+		// failover client has them off).
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+	}
 	c := &conn{mode: mode, layout: newLayout(o.KeyPrefix, 0)}
 	switch mode {
 	case ModeCluster:
+		co := u.Cluster()
+		co.DisableRoutingPolicies = true // the tier sends only EVAL, EVALSHA and SET of one slot each
 		c.layout = newLayout(o.KeyPrefix, clusterTags)
-		c.exec = newClusterExec(redis.NewClusterClient(&redis.ClusterOptions{
-			// go-redis appends the nodes it learns to Addrs in place: give
-			// it a slice of its own (tiers of one configuration share
-			// Endpoints).
-			Addrs:                 slices.Clip(slices.Clone(o.Endpoints)),
-			Username:              o.Username,
-			Password:              o.Password,
-			TLSConfig:             o.TLS,
-			DialTimeout:           t.timeout,
-			ReadTimeout:           t.timeout,
-			WriteTimeout:          t.timeout,
-			PoolTimeout:           t.timeout,
-			ContextTimeoutEnabled: true,
-			MaxRetries:            1,
-			DialerRetries:         1,
-			// The tier sends only EVAL, EVALSHA and SET of one slot each.
-			DisableRoutingPolicies:   true,
-			MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
-		}), o.Breaker)
+		c.exec = newClusterExec(redis.NewClusterClient(co), o.Breaker)
 	case ModeSentinel:
-		c.exec = &singleExec{
-			client: redis.NewFailoverClient(&redis.FailoverOptions{
-				MasterName:            o.MasterName,
-				SentinelAddrs:         o.Endpoints,
-				Username:              o.Username,
-				Password:              o.Password,
-				DB:                    o.DB,
-				TLSConfig:             o.TLS,
-				DialTimeout:           t.timeout,
-				ReadTimeout:           t.timeout,
-				WriteTimeout:          t.timeout,
-				PoolTimeout:           t.timeout,
-				ContextTimeoutEnabled: true,
-				MaxRetries:            1,
-				DialerRetries:         1,
-				// go-redis's failover client has maintenance notifications
-				// off.
-			}),
-			name: o.MasterName,
-			br:   breaker.New(o.Breaker),
-		}
+		c.exec = &singleExec{client: redis.NewFailoverClient(u.Failover()), name: o.MasterName, br: breaker.New(o.Breaker)}
 	default:
-		c.exec = &singleExec{
-			client: redis.NewClient(&redis.Options{
-				Addr:                  o.Endpoints[0],
-				Username:              o.Username,
-				Password:              o.Password,
-				DB:                    o.DB,
-				TLSConfig:             o.TLS,
-				DialTimeout:           t.timeout,
-				ReadTimeout:           t.timeout,
-				WriteTimeout:          t.timeout,
-				PoolTimeout:           t.timeout,
-				ContextTimeoutEnabled: true,
-				// One retry on a broken connection; every call is
-				// idempotent for its token, and the call's context bounds
-				// the total time.
-				MaxRetries:    1,
-				DialerRetries: 1,
-				// Plain Redis does not know the maintenance-notifications
-				// handshake and would cost a failed command per new
-				// connection.
-				MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
-			}),
-			name: o.Endpoints[0],
-			br:   breaker.New(o.Breaker),
-		}
+		c.exec = &singleExec{client: redis.NewClient(u.Simple()), name: o.Endpoints[0], br: breaker.New(o.Breaker)}
 	}
 	t.conn.Store(c)
 }
 
-// Mode returns the topology the tier works with, or "" while it is not
-// known.
+// Mode returns the topology the tier works with, or "" while it is unknown.
 func (t *Tier) Mode() Mode {
 	if c := t.conn.Load(); c != nil {
 		return c.mode
@@ -362,14 +274,12 @@ func (t *Tier) Mode() Mode {
 	return ""
 }
 
-// Close sends what the writer still holds (each write tried once more,
-// bounded by the timeout), stops the tier's goroutines and closes its
-// connections.
+// Close tries once more what the writer still holds, within the timeout,
+// then stops the tier's goroutines and closes its connections.
 func (t *Tier) Close() error {
 	var err error
 	t.closed.Do(func() {
 		t.w.close()
-		close(t.stop)
 		t.cancel()
 		t.wg.Wait()
 		if c := t.conn.Load(); c != nil {
@@ -379,10 +289,9 @@ func (t *Tier) Close() error {
 	return err
 }
 
-// Breakers returns the state of every node's circuit breaker: one per
-// master of a Cluster (including, for a minute, masters that left the slot
-// map), one for a standalone server or Sentinel-monitored master; none while
-// the topology is not known.
+// Breakers returns the state of every node's circuit breaker (a Cluster's
+// masters include, for a while, those that left the slot map); none while
+// the topology is unknown.
 func (t *Tier) Breakers() []NodeBreaker {
 	if c := t.conn.Load(); c != nil {
 		return c.exec.breakers()
@@ -390,10 +299,9 @@ func (t *Tier) Breakers() []NodeBreaker {
 	return nil
 }
 
-// NewToken returns a claim token of the given age: 16 bytes, the age
-// big-endian then 64 random bits, so that two tokens never collide and a
-// token read in Redis tells when its batch began. Each claim needs its own
-// token: Commit and Release act on everything claimed under it.
+// NewToken returns a claim token: 16 bytes, age big-endian then 64 random
+// bits, so tokens never collide and one read in Redis tells when its batch
+// began. Each claim needs its own: Commit and Release act on all it holds.
 func NewToken(age uint64) string {
 	var b [16]byte
 	binary.BigEndian.PutUint64(b[:8], age)
@@ -405,42 +313,24 @@ func NewToken(age uint64) string {
 type Answer uint8
 
 const (
-	// Unavailable: the tier could not answer for the digest: the node that
-	// serves its group failed, or Redis did not. The claim may have been
-	// made anyway (its reply was lost): Commit or Release the token's
-	// digests all the same.
+	// Unavailable: Redis or the group's node failed. The claim may exist
+	// anyway (its reply was lost): Commit or Release it all the same.
 	Unavailable Answer = iota
-	// Held: a committed claim of another token holds the digest: its
-	// record was delivered.
-	Held
-	// Claimed: this call claimed the digest.
-	Claimed
-	// Pending: a pending claim of another token holds the digest: its
-	// batch is still on its way downstream, and may yet be released (its
-	// next consumer failed) or end with its lease (its collector died).
-	Pending
+	Held               // by a committed claim of another token: delivered
+	Claimed            // by this token
+	Pending            // by a pending claim of another token, still downstream
 )
 
-// Claim atomically claims, under token, every digest of ds that no live
-// claim holds, in one round trip (one per node in a Cluster), and answers
-// for each: Claimed if this call claimed ds[i] (or token already held it),
-// else Held or Pending by the state of the claim that holds it. Of any
-// number of concurrent claims of a digest, in this process or in others
-// sharing the Redis, exactly one gets Claimed. ds must not hold a digest
-// twice; answers must have at least len(ds) elements; token must be unique
-// to its claim (see NewToken).
-//
-// A new claim is pending: its lease is renewed in the background until
-// Commit makes it hold for the window or Release ends it, and every claim
-// must end with one of the two, whatever the answers (a claim whose reply
-// was lost may exist all the same). Atomicity is per script call: one
-// group's digests, at most maxKeysPerScript of them.
-//
-// Each group's answers are its own. The digests of a group whose call
-// failed answer Unavailable, and the error says why; the others are
-// answered. Retrying with the same token is safe: digests already held by
-// the token answer Claimed. again says that the batch claims records it
-// waited for (reported to Observe as OpRecheck instead of OpClaim).
+// Claim claims under token every digest of ds that no live claim holds, in
+// one round trip (one per node in a Cluster), and sets answers[i] for ds[i].
+// Of concurrent claims of a digest, anywhere, exactly one gets Claimed.
+// Atomicity is per script call: one group's digests, at most
+// maxKeysPerScript. ds must not repeat a digest; answers needs len(ds)
+// elements; token must be unique to the claim (NewToken). The new claim is
+// pending, its lease renewed in the background, and must end with Commit or
+// Release whatever the answers. A failed group's digests answer Unavailable
+// and the error says why. Retrying with the same token is safe. again
+// reports the call as OpRecheck.
 func (t *Tier) Claim(ctx context.Context, token string, ds []digest.Digest, answers []Answer, again bool) error {
 	op := OpClaim
 	if again {
@@ -463,14 +353,13 @@ func (t *Tier) Claim(ctx context.Context, token string, ds []digest.Digest, answ
 	}
 	b := c.prepare(ds)
 	defer b.free()
-	calls := t.scriptCalls(ctx, c, claimScript, b, token, ds)
+	calls := t.claimCalls(ctx, c, b, token, ds)
 	err = t.run(ctx, c, op, calls)
 	held := b.groups[:0]
 	for _, cl := range calls {
 		if cl.err == nil {
 			if perr := readClaim(cl, answers); perr != nil {
-				// Not what the script answers: the group stays
-				// Unavailable.
+				// The group stays Unavailable.
 				err = errors.Join(err, fmt.Errorf("dedup: redis %s: %w", op, perr))
 			}
 		}
@@ -526,33 +415,24 @@ func readClaim(cl *call, answers []Answer) error {
 }
 
 // Commit makes the digests ds claimed under token hold for the rest of
-// their window (counted from the claim): the batch that claimed them was
-// delivered. It costs one command per claim (per tag group in a Cluster),
-// whatever the number of digests. The commit is queued, to share a round
-// trip with other claims' (writer.go), and sent by the caller only when the
-// queue is full; the error is that send's. A commit that fails is sent
-// again until it lands or the claim's lease has ended; one that finds the
-// claim ended (its lease ran out first) is reported as ResultLost: it
-// never revives the claim, whose digests may belong to another claim by
-// then.
+// their window: their batch was delivered. It is queued for the writer, and
+// sent by the caller only when the queue is full (the error is that send's).
+// It never revives a claim that ended first (ResultLost).
 func (t *Tier) Commit(ctx context.Context, token string, ds []digest.Digest) error {
 	return t.finish(ctx, OpCommit, token, ds, true)
 }
 
-// Release ends the claim of token on the digests ds: it deletes each digest
-// key that still holds token (compare-and-delete) and the claim's status,
-// so the digests can be claimed again at once. A digest that another claim
-// took over keeps its new owner. Unlike Commit it is sent at once: the
-// sender whose batch was refused retries soon, and its retry should find
-// the records free, not wait for a queued release. A release that fails is
-// sent again until it lands or the lease has ended. Release is idempotent;
-// releasing a committed claim ends it too.
+// Release ends the claim of token on ds, so the digests can be claimed
+// again at once; a digest another claim took over keeps its owner. It is
+// sent at once, not queued: the refused sender's retry should find its
+// records free. It is idempotent, and ends a committed claim too.
 func (t *Tier) Release(ctx context.Context, token string, ds []digest.Digest) error {
 	return t.finish(ctx, OpRelease, token, ds, false)
 }
 
-// finish queues the commit or release of token's claim on ds, one write per
-// group, or sends it now if the queue is full or queue is false.
+// finish queues the writes of a commit or release, one per group, or sends
+// them now if the queue is full or queue is false. A write that fails is
+// sent again until it lands or the claim's lease has ended.
 func (t *Tier) finish(ctx context.Context, op, token string, ds []digest.Digest, queue bool) error {
 	t.w.drop(token)
 	if len(ds) == 0 {
@@ -582,30 +462,26 @@ func (t *Tier) finish(ctx context.Context, op, token string, ds []digest.Digest,
 	return t.send(ctx, c, op, ws)
 }
 
-// connected returns the tier's connection, or, while the topology is not
-// known, an error saying why (reported to Observe as an error).
+// connected returns the tier's connection, or an error while the topology is
+// unknown.
 func (t *Tier) connected(op string) (*conn, error) {
 	if c := t.conn.Load(); c != nil {
 		return c, nil
 	}
-	if t.observe != nil {
-		t.observe(op, ResultError, 0)
+	if t.opts.Observe != nil {
+		t.opts.Observe(op, ResultError, 0)
 	}
 	return nil, fmt.Errorf("dedup: redis %s: topology not known: %w", op, *t.unknown.Load())
 }
 
-// run sends calls with the timeout, reports the operation to the observer,
-// and returns an error that tells how many groups failed and the first
-// failure, or nil if none did.
+// run sends calls within the timeout, reports the operation to Observe, and
+// returns an error naming how many groups failed and the first failure.
 func (t *Tier) run(ctx context.Context, c *conn, op string, calls []*call) error {
 	start := time.Now()
-	cctx, cancel := context.WithTimeout(ctx, t.timeout)
+	cctx, cancel := context.WithTimeout(ctx, t.opts.Timeout)
 	c.exec.exec(cctx, calls)
 	cancel()
 	d := time.Since(start)
-
-	// The operation's result is the worst of its calls': timeout, error,
-	// skipped (a node's breaker was open), ok.
 	result, sent := ResultOK, false
 	var first *call
 	failed := 0
@@ -619,15 +495,15 @@ func (t *Tier) run(ctx context.Context, c *conn, op string, calls []*call) error
 			r = resultOf(cl.err)
 		}
 		sent = sent || r != ResultSkipped
-		if rank(r) > rank(result) {
+		if slices.Index(severity, r) > slices.Index(severity, result) {
 			result = r
 		}
 	}
 	if !sent {
 		d = 0
 	}
-	if t.observe != nil {
-		t.observe(op, result, d)
+	if t.opts.Observe != nil {
+		t.opts.Observe(op, result, d)
 	}
 	if first == nil {
 		return nil
@@ -642,17 +518,8 @@ func (t *Tier) run(ctx context.Context, c *conn, op string, calls []*call) error
 	return fmt.Errorf("dedup: redis %s: %w", op, err)
 }
 
-func rank(result string) int {
-	switch result {
-	case ResultSkipped:
-		return 1
-	case ResultError:
-		return 2
-	case ResultTimeout:
-		return 3
-	}
-	return 0
-}
+// severity orders the results: an operation's is the worst of its calls'.
+var severity = []string{ResultOK, ResultSkipped, ResultError, ResultTimeout}
 
 func resultOf(err error) string {
 	switch {
@@ -664,7 +531,6 @@ func resultOf(err error) string {
 	return ResultError
 }
 
-// nodeError is a call's error with the node it came from.
 type nodeError struct {
 	node string
 	err  error
@@ -673,8 +539,7 @@ type nodeError struct {
 func (e nodeError) Error() string { return "node " + e.node + ": " + e.err.Error() }
 func (e nodeError) Unwrap() error { return e.err }
 
-// batch is the per-call scratch: the digests of ds grouped by group, as
-// indexes into ds.
+// batch is the digests of ds grouped by group, as indexes into ds.
 type batch struct {
 	order  []int32 // indexes of ds, grouped by group
 	bounds []int32 // order[bounds[g]:bounds[g+1]] belong to group g
@@ -686,15 +551,14 @@ var batchPool = sync.Pool{New: func() any { return new(batch) }}
 
 func (b *batch) free() { batchPool.Put(b) }
 
-// prepare groups the digests of ds.
+// prepare groups the digests of ds by a counting sort, which keeps ds's
+// order within each group.
 func (c *conn) prepare(ds []digest.Digest) *batch {
 	b := batchPool.Get().(*batch)
 	ng := len(c.layout.groups)
 	b.bounds = resize(b.bounds, ng+1)
 	clear(b.bounds)
 	b.next = resize(b.next, ng)
-	// Count per group, then place: a counting sort that keeps ds's order
-	// within each group.
 	for _, d := range ds {
 		b.bounds[c.layout.groupOf(d)+1]++
 	}
@@ -724,16 +588,13 @@ func resize[T any](s []T, n int) []T {
 	return s[:n]
 }
 
-// scriptCalls builds one EVALSHA of s per group and chunk of at most
-// maxKeysPerScript digests. The claim script gets the lease, the window and
-// the group's status prefix after the token (see claimScript).
-func (t *Tier) scriptCalls(ctx context.Context, c *conn, s *redis.Script, b *batch, token string, ds []digest.Digest) []*call {
+// claimCalls builds one claim script call per group and chunk of at most
+// maxKeysPerScript digests.
+func (t *Tier) claimCalls(ctx context.Context, c *conn, b *batch, token string, ds []digest.Digest) []*call {
 	n := len(b.order)
-	claim := s == claimScript
 	l := &c.layout
-	// All keys live in one string; each key is a substring of it, and each
-	// argument points at its key, so building the commands costs a few
-	// allocations per batch rather than two per key.
+	// All keys are substrings of one string, and arguments point at them:
+	// a few allocations per batch rather than two per key.
 	var sb strings.Builder
 	sb.Grow(n * (len(l.groups[len(l.groups)-1].prefix) + 2 + digest.Size))
 	ends := make([]int, n)
@@ -756,7 +617,7 @@ func (t *Tier) scriptCalls(ctx context.Context, c *conn, s *redis.Script, b *bat
 		m := int(b.bounds[g+1] - b.bounds[g])
 		chunks += (m + maxKeysPerScript - 1) / maxKeysPerScript
 	}
-	// Per chunk: evalsha, sha, numkeys, status key, keys..., token, extra...
+	// Per chunk: evalsha, sha, numkeys, status key, keys..., ARGV.
 	args := make([]any, 0, n+chunks*8)
 	calls := make([]call, chunks)
 	out := make([]*call, 0, chunks)
@@ -767,14 +628,11 @@ func (t *Tier) scriptCalls(ctx context.Context, c *conn, s *redis.Script, b *bat
 			end := min(lo+maxKeysPerScript, hi)
 			start := len(args)
 			status := l.statusKey(g, token)
-			args = append(args, "evalsha", s.Hash(), 1+end-lo, status)
+			args = append(args, "evalsha", claimScript.Hash(), 1+end-lo, status)
 			for k := lo; k < end; k++ {
 				args = append(args, &keys[k])
 			}
-			args = append(args, tok)
-			if claim {
-				args = append(args, &t.leaseArg, &t.winArg, &l.groups[g].statusPrefix)
-			}
+			args = append(args, tok, &t.leaseArg, &t.winArg, &l.groups[g].statusPrefix)
 			cl := &calls[len(out)]
 			*cl = call{
 				cmd:   redis.NewCmd(ctx, args[start:len(args):len(args)]...),

@@ -13,28 +13,17 @@ import (
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
 )
 
-// The writer is the tier's one background goroutine for claims. It does
-// what no sender has to wait for, and what must not be forgotten:
-//
-//   - Commits, queued by Commit once a batch was delivered, go out
-//     together: one round trip per round (one per master in a Cluster) for
-//     every batch that ended while the last round was in flight. Until a
-//     commit lands its claim is pending, and a copy meeting it waits (it is
-//     never dropped on a pending claim's word).
-//   - The lease of every claim whose batch is still downstream is renewed
-//     each third of the lease, so an export may take as long as it takes:
-//     the lease bounds only how long the claims of a collector that died
-//     stand in the way.
-//   - A write that fails is sent again, with a growing pause, until it lands
-//     or its claim's lease has ended (Redis has then freed the claim and
-//     nothing is left to do). A commit or renewal that finds its claim ended,
-//     and a write given up, are reported (ResultLost) and logged: a copy of
-//     the claim's records may be delivered again.
+// The writer is the tier's background goroutine for claims. Each round
+// sends the queued commits together (one round trip, one per master in a
+// Cluster), renews each third of the lease the claims whose batches are
+// downstream (so the lease bounds only how long a dead collector's claims
+// stand in the way), and sends again, with a growing pause, the writes that
+// failed, until they land or their claim's lease has ended (Redis has then
+// freed the claim). Claims lost on the way are reported as ResultLost.
 //
 // The queue holds at most maxQueued writes; a batch that finds it full
-// sends its own write and its sender waits for it, so a Redis that cannot
-// keep up slows the senders instead of letting the queue grow. Close sends
-// what is left once more, bounded by the timeout.
+// sends its own write and waits for it, so a Redis that cannot keep up
+// slows the senders instead of growing the queue.
 const (
 	maxQueued  = 4096
 	retryFirst = 100 * time.Millisecond
@@ -54,7 +43,6 @@ type write struct {
 	next     time.Time
 }
 
-// electionWrite is what an election's confirmation or release needs.
 type electionWrite struct {
 	key, replica digest.Digest
 	failover     time.Duration
@@ -69,15 +57,9 @@ type writer struct {
 	wake   chan struct{}
 }
 
-// liveClaim is a claim whose lease the writer renews.
 type liveClaim struct {
 	groups  []int
 	renewed time.Time
-}
-
-func (w *writer) init() {
-	w.live = map[string]*liveClaim{}
-	w.wake = make(chan struct{}, 1)
 }
 
 // hold starts renewing the lease of token's claim in groups.
@@ -90,15 +72,15 @@ func (w *writer) hold(token string, groups []int) {
 	w.mu.Unlock()
 }
 
-// drop stops renewing token's claim: its batch has been decided.
+// drop stops renewing token's claim.
 func (w *writer) drop(token string) {
 	w.mu.Lock()
 	delete(w.live, token)
 	w.mu.Unlock()
 }
 
-// enqueue queues ws and reports whether it did: not when the queue is full
-// or closed.
+// enqueue queues ws unless the queue is full or closed, and reports whether
+// it did.
 func (w *writer) enqueue(ws []write) bool {
 	w.mu.Lock()
 	if w.closed || len(w.queue)+len(ws) > maxQueued {
@@ -124,8 +106,8 @@ func (w *writer) close() {
 	w.mu.Unlock()
 }
 
-// run returns the writer's loop: a round whenever writes are queued, when a
-// retry is due, and each third of the lease for the renewals.
+// run returns the writer's loop: a round when writes are queued, when a
+// retry is due, and each third of the lease.
 func (w *writer) run(t *Tier) func() {
 	return func() {
 		every := max(t.opts.Lease/3, time.Millisecond)
@@ -133,28 +115,21 @@ func (w *writer) run(t *Tier) func() {
 		defer timer.Stop()
 		for {
 			select {
-			case <-t.stop:
-				// Close: what is left goes out once more, bounded by
-				// the timeout, even past the background context.
+			case <-t.bg.Done():
+				// Close: what is left goes out once more, past the
+				// background context.
 				w.round(t, context.Background(), time.Now(), every, true)
 				return
 			case <-w.wake:
 			case <-timer.C:
 			}
-			next := w.round(t, t.bg, time.Now(), every, false)
-			if !timer.Stop() {
-				select {
-				case <-timer.C:
-				default:
-				}
-			}
-			timer.Reset(next)
+			timer.Reset(w.round(t, t.bg, time.Now(), every, false))
 		}
 	}
 }
 
-// round sends the queued writes, the retries that are due and the renewals
-// that are due, and returns when the next round is due at the latest.
+// round sends the queued writes and the retries and renewals that are due,
+// and returns when the next round is due at the latest.
 func (w *writer) round(t *Tier, ctx context.Context, now time.Time, every time.Duration, last bool) time.Duration {
 	w.mu.Lock()
 	ws := w.queue
@@ -164,7 +139,7 @@ func (w *writer) round(t *Tier, ctx context.Context, now time.Time, every time.D
 	for _, r := range w.retry {
 		switch {
 		case !now.Before(r.until):
-			expired = append(expired, r) // the lease has freed the claim
+			expired = append(expired, r)
 		case last || !now.Before(r.next):
 			ws = append(ws, r)
 		default:
@@ -183,9 +158,7 @@ func (w *writer) round(t *Tier, ctx context.Context, now time.Time, every time.D
 		}
 	}
 	w.mu.Unlock()
-	for _, wr := range expired {
-		t.lost(wr.op, fmt.Errorf("dedup: redis %s: not sent before the claim's lease ended", wr.op))
-	}
+	t.unsent(expired)
 
 	c := t.conn.Load()
 	if c != nil {
@@ -198,7 +171,7 @@ func (w *writer) round(t *Tier, ctx context.Context, now time.Time, every time.D
 				}
 			}
 			if len(sent) > 0 {
-				retry = append(retry, t.sendRound(ctx, c, op, sent, now)...)
+				retry = append(retry, t.sendRound(ctx, c, op, sent)...)
 			}
 		}
 		if len(renew) > 0 {
@@ -213,12 +186,11 @@ func (w *writer) round(t *Tier, ctx context.Context, now time.Time, every time.D
 		return every
 	}
 	next := every
+	expired = expired[:0]
 	w.mu.Lock()
 	for _, wr := range ws {
 		if !now.Before(wr.until) {
-			w.mu.Unlock()
-			t.lost(wr.op, fmt.Errorf("dedup: redis %s: not sent before the claim's lease ended", wr.op))
-			w.mu.Lock()
+			expired = append(expired, wr)
 			continue
 		}
 		wr.pause = min(max(2*wr.pause, retryFirst), retryMost)
@@ -229,7 +201,15 @@ func (w *writer) round(t *Tier, ctx context.Context, now time.Time, every time.D
 		next = min(next, max(r.next.Sub(now), time.Millisecond))
 	}
 	w.mu.Unlock()
+	t.unsent(expired)
 	return next
+}
+
+// unsent reports the writes whose claim's lease ended before they landed.
+func (t *Tier) unsent(ws []write) {
+	for _, wr := range ws {
+		t.lost(wr.op, fmt.Errorf("dedup: redis %s: not sent before the claim's lease ended", wr.op))
+	}
 }
 
 // send sends ws now and queues for retry those that fail; it returns the
@@ -241,8 +221,7 @@ func (t *Tier) send(ctx context.Context, c *conn, op string, ws []write) error {
 	return err
 }
 
-// retry hands the writes whose call failed to the writer, to be sent again
-// until they land or their lease ends.
+// retry hands the writes whose call failed to the writer.
 func (t *Tier) retry(ws []write, calls []*call) {
 	now := time.Now()
 	var failed []write
@@ -262,14 +241,17 @@ func (t *Tier) retry(ws []write, calls []*call) {
 	t.w.signal()
 }
 
-// sendRound sends one op's writes of a round and returns those to try
-// again.
-func (t *Tier) sendRound(ctx context.Context, c *conn, op string, ws []write, now time.Time) []write {
+// sendRound sends one op's writes of a round and returns those that failed.
+func (t *Tier) sendRound(ctx context.Context, c *conn, op string, ws []write) []write {
 	calls := t.writeCalls(ctx, c, op, ws)
-	if err := t.run(ctx, c, op, calls); err != nil && t.opts.OnWriteError != nil {
+	t.writeError(t.run(ctx, c, op, calls))
+	return t.readWrites(op, ws, calls)
+}
+
+func (t *Tier) writeError(err error) {
+	if err != nil && t.opts.OnWriteError != nil {
 		t.opts.OnWriteError(err)
 	}
-	return t.readWrites(op, ws, calls)
 }
 
 func (t *Tier) writeCalls(ctx context.Context, c *conn, op string, ws []write) []*call {
@@ -332,9 +314,7 @@ func (t *Tier) renew(ctx context.Context, c *conn, tokens []string, groups [][]i
 			owner = append(owner, tok)
 		}
 	}
-	if err := t.run(ctx, c, OpRenew, calls); err != nil && t.opts.OnWriteError != nil {
-		t.opts.OnWriteError(err)
-	}
+	t.writeError(t.run(ctx, c, OpRenew, calls))
 	for i, cl := range calls {
 		if cl.err != nil {
 			continue // renewed at the next round, if the lease allows
@@ -353,10 +333,8 @@ func (t *Tier) renew(ctx context.Context, c *conn, tokens []string, groups [][]i
 
 // lost reports a claim the tier could not keep.
 func (t *Tier) lost(op string, err error) {
-	if t.observe != nil {
-		t.observe(op, ResultLost, 0)
+	if t.opts.Observe != nil {
+		t.opts.Observe(op, ResultLost, 0)
 	}
-	if t.opts.OnWriteError != nil {
-		t.opts.OnWriteError(err)
-	}
+	t.writeError(err)
 }
