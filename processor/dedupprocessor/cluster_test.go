@@ -323,8 +323,9 @@ func TestClusterManualFailover(t *testing.T) {
 // them the slots of two of the layout's hash tags ("18", slot 511, and "7",
 // slot 1716), while the collectors claim keys in them. 5000 other keys in
 // each of the two slots make each slot's migration last: claims in a slot
-// being migrated are answered ASK, then TRYAGAIN, until its keys have moved,
-// and MOVED after.
+// being migrated are answered ASK or TRYAGAIN (which of the two depends on
+// how far the slot's keys have moved when the claim lands, so the test asks
+// for either), and MOVED after.
 func TestClusterReshard(t *testing.T) {
 	cl := scenarioCluster(t)
 	from, _ := cl.MasterOf(0)
@@ -349,8 +350,8 @@ func TestClusterReshard(t *testing.T) {
 	}
 	stats := cl.ErrorStats()
 	t.Logf("error replies during the scenario: %v", stats)
-	if stats["MOVED"] == 0 || stats["ASK"] == 0 || stats["TRYAGAIN"] == 0 {
-		t.Errorf("error replies %v: want MOVED, ASK and TRYAGAIN, the collectors claiming in slots on the move", stats)
+	if stats["MOVED"] == 0 || stats["ASK"]+stats["TRYAGAIN"] == 0 {
+		t.Errorf("error replies %v: want MOVED, and ASK or TRYAGAIN, the collectors claiming in slots on the move", stats)
 	}
 }
 
