@@ -341,8 +341,8 @@ func (r *RedisConfig) validate(p *problems, window time.Duration) {
 	}
 	p.check(r.DB < 0, "redis.db must be >= 0, got %d", r.DB)
 	p.check(r.Timeout <= 0, "redis.timeout must be > 0, got %q", r.Timeout)
-	leaseInWindow := r.Lease > 0 && r.Lease <= window
-	p.check(!leaseInWindow, "redis.lease must be > 0 and <= window (%s), got %q", window, r.Lease)
+	leaseInWindow := r.Lease >= minDuration && r.Lease <= window
+	p.check(!leaseInWindow, "redis.lease must be >= 1ms and <= window (%s), got %q", window, r.Lease)
 	p.check(leaseInWindow && r.Timeout > 0 && r.Lease < 3*r.Timeout,
 		"redis.lease must be at least 3 times redis.timeout (%s): a claim is renewed every third of its lease, each renewal bounded by the timeout, got %q", r.Timeout, r.Lease)
 	p.check(strings.ContainsAny(r.KeyPrefix, "{}"),

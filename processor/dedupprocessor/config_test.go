@@ -195,7 +195,7 @@ func TestLoadInvalidConfigs(t *testing.T) {
 		{name: "redis_bad", validate: `redis.endpoints[0] must be "host:port", got "localhost"` + "\n" +
 			`redis.db must be 0 with several endpoints (a Redis Cluster has only database 0), got 3` + "\n" +
 			`redis.timeout must be > 0, got "0s"` + "\n" +
-			`redis.lease must be > 0 and <= window (1m0s), got "2m0s"` + "\n" +
+			`redis.lease must be >= 1ms and <= window (1m0s), got "2m0s"` + "\n" +
 			`redis.on_error must be "pass" or "refuse", got "ignore"`},
 		{name: "election_bad", validate: `metrics.replica_election.cluster_label must not be empty (Mimir's default is "cluster")` + "\n" +
 			`metrics.replica_election.replica_label must not be empty (Mimir's default is "__replica__")` + "\n" +

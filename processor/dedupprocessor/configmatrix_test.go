@@ -113,8 +113,8 @@ func TestConfigMatrixValidateErrors(t *testing.T) {
 		{`redis: {endpoints: ["a:1"], mode: cluster, master_name: m}`, `redis.master_name is for Sentinel: remove it, or set redis.mode to "sentinel" (or "auto"), got mode "cluster"`},
 		{`redis: {endpoints: ["a:1"], timeout: -1s}`, `redis.timeout must be > 0, got "-1s"`},
 		{`redis: {endpoints: ["a:1"], timeout: 0s}`, `redis.timeout must be > 0, got "0s"`},
-		{`redis: {endpoints: ["a:1"], lease: 0s}`, `redis.lease must be > 0 and <= window (10m0s), got "0s"`},
-		{`redis: {endpoints: ["a:1"], lease: 11m}`, `redis.lease must be > 0 and <= window (10m0s), got "11m0s"`},
+		{`redis: {endpoints: ["a:1"], lease: 0s}`, `redis.lease must be >= 1ms and <= window (10m0s), got "0s"`},
+		{`redis: {endpoints: ["a:1"], lease: 11m}`, `redis.lease must be >= 1ms and <= window (10m0s), got "11m0s"`},
 		{`redis: {endpoints: ["a:1"], on_error: ""}`, `redis.on_error must be "pass" or "refuse", got ""`},
 		{`redis: {endpoints: ["a:1"], on_error: drop}`, `redis.on_error must be "pass" or "refuse", got "drop"`},
 	} {

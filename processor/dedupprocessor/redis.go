@@ -100,7 +100,7 @@ func (e *engine) startTier(ctx context.Context, host component.Host) error {
 	if prefix == "" {
 		prefix = defaultKeyPrefix(e.id, e.cfg)
 	}
-	tier, err := redistier.New(redistier.Options{
+	tier := redistier.New(redistier.Options{
 		Endpoints:  r.Endpoints,
 		Mode:       redistier.Mode(r.Mode),
 		MasterName: r.MasterName,
@@ -118,9 +118,6 @@ func (e *engine) startTier(ctx context.Context, host component.Host) error {
 			e.tierError.log(e.now(), err, zap.String("op", "write"))
 		},
 	})
-	if err != nil {
-		return err
-	}
 	redisLog.Do(func() {
 		redis.SetLogger(zapRedisLogger{logger: e.logger.With(zap.String("client", "go-redis"))})
 	})

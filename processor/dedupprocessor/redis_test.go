@@ -430,10 +430,7 @@ func TestCopyOfARecordPendingTooLongIsRefused(t *testing.T) {
 	r := cfg.Redis.Get()
 	r.Lease, cfg.PendingWait = 900*time.Millisecond, 200*time.Millisecond
 	// The dead owner: a claim written through the tier and then abandoned.
-	owner, err := redistier.New(redistier.Options{Endpoints: r.Endpoints, KeyPrefix: defaultKeyPrefix(component.MustNewID("dedup"), cfg), Window: cfg.Window, Lease: r.Lease, Timeout: r.Timeout})
-	if err != nil {
-		t.Fatal(err)
-	}
+	owner := redistier.New(redistier.Options{Endpoints: r.Endpoints, KeyPrefix: defaultKeyPrefix(component.MustNewID("dedup"), cfg), Window: cfg.Window, Lease: r.Lease, Timeout: r.Timeout})
 	if err := owner.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -26,10 +26,7 @@ func startErr(t *testing.T, opts Options) (Mode, error) {
 	if opts.Window == 0 {
 		opts.Window = testWindow
 	}
-	tr, err := New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tr := New(opts)
 	t.Cleanup(func() { _ = tr.Close() })
 	if err := tr.Start(context.Background()); err != nil {
 		return "", err

@@ -48,10 +48,7 @@ func newTier(t testing.TB, opts Options) *Tier {
 	if opts.Lease == 0 {
 		opts.Lease = testTierLease
 	}
-	tr, err := New(opts)
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
+	tr := New(opts)
 	t.Cleanup(func() {
 		if err := tr.Close(); err != nil {
 			t.Errorf("Close: %v", err)

@@ -2,7 +2,6 @@ package redistier
 
 import (
 	"strconv"
-	"strings"
 
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
 )
@@ -65,11 +64,6 @@ func (l *layout) statusKey(g int, token string) string {
 	return l.groups[g].statusPrefix + token
 }
 
-func (l *layout) digestKey(d digest.Digest) string {
-	b := d.Bytes()
-	return l.groups[l.groupOf(d)].prefix + string(b[:])
-}
-
 // clusterHashTags returns n tags: tag i is the first base-36 number whose
 // slot lies in the middle half of the i-th of n equal slot ranges, away from
 // where an even split may fall. A test pins the result for clusterTags.
@@ -88,16 +82,6 @@ func clusterHashTags(n int) []string {
 		}
 	}
 	return tags
-}
-
-// keySlot is the Cluster slot of key (CLUSTER KEYSLOT), hash tags included.
-func keySlot(key string) int {
-	if open := strings.IndexByte(key, '{'); open >= 0 {
-		if end := strings.IndexByte(key[open+1:], '}'); end > 0 {
-			key = key[open+1 : open+1+end]
-		}
-	}
-	return int(crc16(key)) % clusterSlots
 }
 
 // crc16 is CRC-16/XMODEM, the checksum Redis Cluster hashes keys with.

@@ -95,3 +95,18 @@ func TestLayout(t *testing.T) {
 		t.Error("with a brace in the prefix, digest and status keys split")
 	}
 }
+
+func (l *layout) digestKey(d digest.Digest) string {
+	b := d.Bytes()
+	return l.groups[l.groupOf(d)].prefix + string(b[:])
+}
+
+// keySlot is the Cluster slot of key (CLUSTER KEYSLOT), hash tags included.
+func keySlot(key string) int {
+	if open := strings.IndexByte(key, '{'); open >= 0 {
+		if end := strings.IndexByte(key[open+1:], '}'); end > 0 {
+			key = key[open+1 : open+1+end]
+		}
+	}
+	return int(crc16(key)) % clusterSlots
+}

@@ -19,7 +19,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -108,55 +107,11 @@ type conn struct {
 	exec   executor
 }
 
-// New validates opts and returns a Tier that has not asked Redis anything
-// yet.
-func New(opts Options) (*Tier, error) {
+// New returns a Tier that has not asked Redis anything yet. The options are
+// the processor's validated configuration (config.go checks them).
+func New(opts Options) *Tier {
 	if opts.Mode == "" {
 		opts.Mode = ModeAuto
-	}
-	var errs []error
-	if len(opts.Endpoints) == 0 {
-		errs = append(errs, errors.New("endpoints must not be empty"))
-	}
-	for _, e := range opts.Endpoints {
-		if _, _, err := net.SplitHostPort(e); err != nil {
-			errs = append(errs, fmt.Errorf("endpoint %q: want host:port", e))
-		}
-	}
-	switch opts.Mode {
-	case ModeAuto, ModeCluster:
-	case ModeStandalone:
-		if len(opts.Endpoints) > 1 {
-			errs = append(errs, fmt.Errorf("mode standalone takes one endpoint, got %d", len(opts.Endpoints)))
-		}
-	case ModeSentinel:
-		if opts.MasterName == "" {
-			errs = append(errs, errors.New("mode sentinel needs a master name"))
-		}
-	default:
-		errs = append(errs, fmt.Errorf("unknown mode %q", opts.Mode))
-	}
-	if opts.MasterName != "" && opts.Mode != ModeAuto && opts.Mode != ModeSentinel {
-		errs = append(errs, fmt.Errorf("a master name is for Sentinel, not mode %s", opts.Mode))
-	}
-	if opts.Mode == ModeCluster && opts.DB != 0 {
-		errs = append(errs, fmt.Errorf("db must be 0 with a Redis Cluster, got %d", opts.DB))
-	}
-	if opts.DB < 0 {
-		errs = append(errs, fmt.Errorf("db must be >= 0, got %d", opts.DB))
-	}
-	// Redis expiries are whole milliseconds.
-	if opts.Window < time.Millisecond {
-		errs = append(errs, fmt.Errorf("window must be >= 1ms, got %s", opts.Window))
-	}
-	if opts.Lease < time.Millisecond {
-		errs = append(errs, fmt.Errorf("lease must be >= 1ms, got %s", opts.Lease))
-	}
-	if opts.Timeout <= 0 {
-		errs = append(errs, fmt.Errorf("timeout must be > 0, got %s", opts.Timeout))
-	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("dedup: redis: %w", err)
 	}
 	t := &Tier{
 		opts:     opts,
@@ -167,7 +122,7 @@ func New(opts Options) (*Tier, error) {
 	t.bg, t.cancel = context.WithCancel(context.Background())
 	notStarted := errors.New("the tier has not been started")
 	t.unknown.Store(&notStarted)
-	return t, nil
+	return t
 }
 
 // Start finds out what the endpoints are and connects to them. It fails,
