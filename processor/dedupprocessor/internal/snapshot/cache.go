@@ -5,12 +5,10 @@ import (
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/localcache"
 )
 
-// Save returns a snapshot of the committed keys c holds at now, stamped with
-// now as meta.WrittenAt. It locks one shard of c at a time, so claims go on
-// while it runs; a key claimed meanwhile may or may not be in the snapshot.
-// Pending keys are left out: their batches are still on their way
-// downstream, a crash would leave them undelivered, and a restored key would
-// drop their retries.
+// Save returns a snapshot of the committed keys c holds at now, written at
+// now. It locks one shard at a time, so claims go on meanwhile. Pending keys
+// are left out: a crash would leave their batches undelivered, and a
+// restored key would drop their retries.
 func Save(c *localcache.Cache, meta Meta, now int64) []byte {
 	meta.WrittenAt = now
 	dst := make([]byte, 0, encodedLen(c.Len(now)))
@@ -24,15 +22,10 @@ func Save(c *localcache.Cache, meta Meta, now int64) []byte {
 	})
 }
 
-// Restore inserts the live entries of snapshot b into c, earliest expiry
-// first, clamping each expiry to now+window as Decode does. It returns the
-// snapshot's Meta and how many keys were inserted (a key c already holds is
-// not). If the snapshot holds more keys than c's bound, c keeps those that
-// expire last and counts the others as evictions.
-//
-// Nothing is inserted unless b passes every check of Decode; the error is
-// Decode's. Restore needs memory in proportion to the number of sorted runs
-// in b (about one per shard of the saving cache), not a copy of the entries.
+// Restore inserts the entries of snapshot b live at now into c, earliest
+// expiry first, each expiry clamped to now+window so that no key outlives
+// the restoring window. It returns the Meta and how many keys were inserted.
+// Nothing is inserted unless b passes every check.
 func Restore(c *localcache.Cache, b []byte, fingerprint uint64, window, now int64) (Meta, int, error) {
 	meta, entries, err := parse(b, fingerprint)
 	if err != nil {
@@ -49,19 +42,17 @@ func Restore(c *localcache.Cache, b []byte, fingerprint uint64, window, now int6
 	return meta, restored, nil
 }
 
-// run is a stretch of entries [next, end) already in expiry order; expires
-// is the expiry of entry next.
+// run is a stretch of entries [next, end) in expiry order; expires is
+// entry next's.
 type run struct {
 	next, end int
 	expires   int64
 }
 
-// inExpiryOrder calls fn with the index of every entry, by expiry and then
-// by position. A cache's ring assumes keys arrive in expiry order, and a
-// snapshot is ordered only within each shard of the cache that wrote it, so
-// its entries are a few sorted runs: they are merged here through a min-heap
-// of runs, reading the snapshot in place. Any input is handled; one entry per
-// run only makes it a heap sort, with a run (24 bytes) per entry.
+// inExpiryOrder calls fn with the index of every entry, by expiry then by
+// position. A cache assumes keys arrive in expiry order, and a snapshot is
+// ordered only within each shard of the cache that wrote it: its few sorted
+// runs are merged through a min-heap, reading the snapshot in place.
 func inExpiryOrder(entries []byte, fn func(i int)) {
 	n := len(entries) / entryLen
 	var h []run
