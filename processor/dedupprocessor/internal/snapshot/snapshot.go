@@ -91,26 +91,6 @@ func appendEncode(dst []byte, meta Meta, entries iter.Seq2[digest.Digest, int64]
 	return binary.BigEndian.AppendUint64(dst, xxh3.Hash(dst[start:]))
 }
 
-// decode checks b whole, then calls fn for each entry live at now, in the
-// order written, its expiry clamped to now+window as Restore does. It
-// returns the Meta and the number of entries passed to fn.
-func decode(b []byte, fingerprint uint64, window, now int64, fn func(d digest.Digest, expires int64)) (Meta, int, error) {
-	meta, entries, err := parse(b, fingerprint)
-	if err != nil {
-		return Meta{}, 0, err
-	}
-	limit := addSat(now, window)
-	n := 0
-	for e := range len(entries) / entryLen {
-		d, expires := entryAt(entries, e)
-		if expires = min(expires, limit); expires > now {
-			fn(d, expires)
-			n++
-		}
-	}
-	return meta, n, nil
-}
-
 // parse validates any input, without panicking or trusting its count, and
 // returns its Meta and its entries region.
 func parse(b []byte, fingerprint uint64) (Meta, []byte, error) {
