@@ -28,11 +28,9 @@ import (
 // pending_wait, so this batch's points can be neither delivered nor dropped.
 var errElectionInFlight = errors.New("dedup: the replica election of a cluster in this batch is still being decided by another batch in flight; retry later")
 
-// undecidedReason is the undecided counter's attribute.
-type undecidedReason int
-
+// The undecided counter's reasons.
 const (
-	undecidedMissingLabel undecidedReason = iota
+	undecidedMissingLabel = iota
 	undecidedClusterLimit
 	undecidedUnavailable
 	numUndecidedReasons
@@ -40,11 +38,9 @@ const (
 
 var undecidedNames = [numUndecidedReasons]string{"missing_label", "cluster_limit", "unavailable"}
 
-// electionReason is the elections counter's attribute.
-type electionReason int
-
+// The elections counter's reasons.
 const (
-	electionNew electionReason = iota
+	electionNew = iota
 	electionFailover
 	numElectionReasons
 )

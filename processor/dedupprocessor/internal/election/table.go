@@ -103,13 +103,8 @@ func clone(r Replica) Replica { return Replica{Digest: r.Digest, Name: strings.C
 // New returns an empty table.
 func New(cfg Config) *Table {
 	if cfg.Jitter == nil {
-		max := int64(cfg.UpdateJitter)
-		cfg.Jitter = func() time.Duration {
-			if max <= 0 {
-				return 0
-			}
-			return time.Duration(rand.Int64N(max + 1))
-		}
+		n := max(int64(cfg.UpdateJitter), 0) + 1
+		cfg.Jitter = func() time.Duration { return time.Duration(rand.Int64N(n)) }
 	}
 	return &Table{
 		cfg:      cfg,

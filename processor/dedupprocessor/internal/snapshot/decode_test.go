@@ -2,9 +2,9 @@ package snapshot
 
 import "github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
 
-// decode, the tests' reader, checks b whole as Restore does, then calls fn for each entry live at now, in the
-// order written, its expiry clamped to now+window as Restore does. It
-// returns the Meta and the number of entries passed to fn.
+// decode, the tests' reader, checks b whole as Restore does, then calls fn
+// for each entry live at now, in the order written, its expiry clamped to
+// now+window. It returns the Meta and the number of entries passed to fn.
 func decode(b []byte, fingerprint uint64, window, now int64, fn func(d digest.Digest, expires int64)) (Meta, int, error) {
 	meta, entries, err := parse(b, fingerprint)
 	if err != nil {
