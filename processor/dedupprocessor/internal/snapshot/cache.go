@@ -1,6 +1,8 @@
 package snapshot
 
 import (
+	"container/heap"
+
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/localcache"
 )
@@ -49,13 +51,27 @@ type run struct {
 	expires   int64
 }
 
+// runs is a min-heap of runs, by expiry then position.
+type runs []run
+
+func (h runs) Len() int      { return len(h) }
+func (h runs) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h runs) Less(i, j int) bool {
+	return h[i].expires < h[j].expires || h[i].expires == h[j].expires && h[i].next < h[j].next
+}
+func (h *runs) Push(x any) { *h = append(*h, x.(run)) }
+func (h *runs) Pop() any {
+	*h = (*h)[:len(*h)-1]
+	return nil
+}
+
 // inExpiryOrder calls fn with the index of every entry, by expiry then by
 // position. A cache assumes keys arrive in expiry order, and a snapshot is
 // ordered only within each shard of the cache that wrote it: its few sorted
 // runs are merged through a min-heap, reading the snapshot in place.
 func inExpiryOrder(entries []byte, fn func(i int)) {
 	n := len(entries) / entryLen
-	var h []run
+	var h runs
 	start := 0
 	for i := 1; i <= n; i++ {
 		if i == n || expiryAt(entries, i) < expiryAt(entries, i-1) {
@@ -63,37 +79,15 @@ func inExpiryOrder(entries []byte, fn func(i int)) {
 			start = i
 		}
 	}
-	less := func(a, b *run) bool {
-		return a.expires < b.expires || a.expires == b.expires && a.next < b.next
-	}
-	down := func(i int) {
-		for {
-			least, l, r := i, 2*i+1, 2*i+2
-			if l < len(h) && less(&h[l], &h[least]) {
-				least = l
-			}
-			if r < len(h) && less(&h[r], &h[least]) {
-				least = r
-			}
-			if least == i {
-				return
-			}
-			h[i], h[least] = h[least], h[i]
-			i = least
-		}
-	}
-	for i := len(h)/2 - 1; i >= 0; i-- {
-		down(i)
-	}
+	heap.Init(&h)
 	for len(h) > 0 {
 		top := &h[0]
 		fn(top.next)
 		if top.next++; top.next < top.end {
 			top.expires = expiryAt(entries, top.next)
+			heap.Fix(&h, 0)
 		} else {
-			h[0] = h[len(h)-1]
-			h = h[:len(h)-1]
+			heap.Pop(&h)
 		}
-		down(0)
 	}
 }
