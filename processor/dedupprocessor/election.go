@@ -92,7 +92,7 @@ type ballotBox struct {
 	// stripResource[i]: a kept point of the elected replica took its replica
 	// label from resource i, so the resource loses it.
 	stripResource []bool
-	strips        int
+	strips        int // replica labels to remove
 	lastVote      int32
 
 	undecided [numUndecidedReasons]int64
