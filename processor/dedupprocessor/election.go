@@ -17,48 +17,20 @@ import (
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/redistier"
 )
 
-// Replica election: the second way of deciding what is a duplicate, for
-// metric data points of HA pairs of agents (metrics.replica_election).
-//
-// Before the identity walk, a batch looks up each data point's cluster and
-// replica labels (the point's attributes first, then its resource's), and
-// asks, once per cluster in the batch, which replica is elected. Points of
-// the elected replica go on to the identity dedup (key, ignore, conditions)
-// as any other; points of another replica are duplicates (tier "election");
-// points without both labels, or of a cluster past max_clusters, go on
-// undecided.
-//
-// Election is a stage of its own, before the batch's life (consume.go), and
-// follows its discipline: a batch never waits holding a pending election.
-// An election a batch takes (the cluster had none live) is pending until the
-// batch's first call is delivered (committed) or refused (released), so a
-// replica whose data never arrived is never left elected. A batch that
-// meets another batch's pending election gives up the elections it took and
-// waits holding none, bounded by pending_wait, then is refused for retry.
-// Elections are decided before any claim, so no claim waits on them. The
-// elected replica's delivered batches refresh its election once
-// update_interval (plus jitter) has passed since the last refresh.
-//
-// With a shared tier, Redis is the truth and the local table caches what it
-// said: a committed election cannot change before its failover deadline,
-// so until then a batch decides without a round trip. Only a cluster this
-// collector knows no live election of (its first batch here, or after the
-// deadline) costs a round trip of its own. When that round trip fails under
-// on_error: pass, the cluster's points go on undecided (reason
-// "unavailable"): a gateway deciding alone could elect another replica than
-// its peers, and each would drop the points the other keeps.
+// Replica election (metrics.replica_election; the README tells the rules)
+// runs before the batch's life (consume.go) and follows its discipline: an
+// election a batch takes is pending until the batch's first call is
+// delivered (committed) or refused (released), and a batch never waits
+// holding a pending election. With a shared tier, Redis is the truth and the
+// table caches it until each election's failover deadline.
 
-// errElectionInFlight is returned when a cluster of the batch still has
-// another batch's pending election after pending_wait: that batch's replica
-// may or may not end up elected, so the batch's points can be neither
-// delivered nor dropped yet.
+// errElectionInFlight: another batch's pending election outlasted
+// pending_wait, so this batch's points can be neither delivered nor dropped.
 var errElectionInFlight = errors.New("dedup: the replica election of a cluster in this batch is still being decided by another batch in flight; retry later")
 
-// Why election did not decide a point; the undecided counter's attribute.
-type undecidedReason int
-
+// The undecided counter's reasons.
 const (
-	undecidedMissingLabel undecidedReason = iota
+	undecidedMissingLabel = iota
 	undecidedClusterLimit
 	undecidedUnavailable
 	numUndecidedReasons
@@ -66,19 +38,16 @@ const (
 
 var undecidedNames = [numUndecidedReasons]string{"missing_label", "cluster_limit", "unavailable"}
 
-// Why a replica was elected; the elections counter's attribute.
-type electionReason int
-
+// The elections counter's reasons.
 const (
-	electionNew      electionReason = iota // no other replica held the cluster before
-	electionFailover                       // took over from another replica, whose election had expired
+	electionNew = iota
+	electionFailover
 	numElectionReasons
 )
 
 var electionReasonNames = [numElectionReasons]string{"new", "failover"}
 
-// electionTier is what elections need of the shared tier: redistier.Tier,
-// whose methods document the contract.
+// electionTier is the part of redistier.Tier elections use.
 type electionTier interface {
 	Elect(ctx context.Context, token string, failover time.Duration, es []redistier.Election, answers []redistier.ElectionAnswer) error
 	CommitElected(ctx context.Context, token string, failover time.Duration, es []redistier.Election, answers []redistier.ElectionAnswer) error
@@ -110,21 +79,20 @@ func newElector(cfg *ElectionConfig) *elector {
 	}
 }
 
-// ballotBox is one batch's election state: a ballot per cluster in the
-// batch, a vote per (cluster, replica) seen, and each point's vote. Its
-// elections are held under tokens of their own.
+// ballotBox is one batch's election state: a ballot per cluster, a vote per
+// (cluster, replica) and each point's vote, in walk order.
 type ballotBox struct {
 	token      uint64
 	redisToken string
-	settled    bool // committed or released
+	settled    bool
 	tenant     election.Tenant
 	ballots    []ballot
 	votes      []vote
-	points     []pointVote // per data point, in walk order
-	// stripResource[i]: remove the replica label from resource i (a kept
-	// point of the elected replica took its label from there).
+	points     []pointVote
+	// stripResource[i]: a kept point of the elected replica took its replica
+	// label from resource i, so the resource loses it.
 	stripResource []bool
-	strips        int // points or resources to strip the label from
+	strips        int // replica labels to remove
 	lastVote      int32
 
 	undecided [numUndecidedReasons]int64
@@ -139,11 +107,11 @@ type ballotBox struct {
 // ballot is one cluster's election as a batch sees it.
 type ballot struct {
 	ref       election.Ref
-	candidate election.Replica // the first replica of the cluster in the batch
+	candidate election.Replica // the cluster's first replica in the batch
 	state     ballotState
 	elected   digest.Digest
 	took      bool // the batch holds the election, pending
-	inRedis   bool // ... and holds it in the shared tier too
+	inRedis   bool // ... in the shared tier too
 	prev      digest.Digest
 	hasPrev   bool
 	refresh   bool // the batch carries the election's refresh
@@ -158,14 +126,13 @@ const (
 	ballotUnavailable // the shared tier failed under on_error: pass
 )
 
-// vote is a (cluster, replica) pair seen in the batch.
 type vote struct {
 	ballot  int32
 	replica election.Replica
 }
 
-// pointVote is a data point's vote (noVote: it lacks a label) and, when its
-// replica label is its resource's, the resource's index (else -1).
+// pointVote is a point's vote (noVote: it lacks a label) and the index of
+// its resource when its replica label is the resource's (else -1).
 type pointVote struct {
 	vote     int32
 	resource int32
@@ -173,7 +140,6 @@ type pointVote struct {
 
 const noVote = -1
 
-// put returns a batch's ballot box to the pool, emptied.
 func (e *elector) put(box *ballotBox) {
 	const maxRetained = 64 << 10
 	if cap(box.points) > maxRetained {
@@ -209,11 +175,15 @@ func label(m pcommon.Map, name string) (string, bool) {
 	if !ok {
 		return "", false
 	}
-	if v.Type() == pcommon.ValueTypeStr {
-		return v.Str(), v.Str() != ""
-	}
 	s := v.AsString()
 	return s, s != ""
+}
+
+// labels are a resource's cluster and replica labels.
+type labels struct {
+	resource               int32
+	cluster, replica       string
+	hasCluster, hasReplica bool
 }
 
 // scan is the first pass: each point's labels and vote.
@@ -223,8 +193,9 @@ func (e *elector) scan(ctx context.Context, cfg *Config, box *ballotBox, enc *id
 	rms := md.ResourceMetrics()
 	for i := 0; i < rms.Len(); i++ {
 		rm := rms.At(i)
-		resCluster, resHasCluster := label(rm.Resource().Attributes(), e.cluster)
-		resReplica, resHasReplica := label(rm.Resource().Attributes(), e.replica)
+		res := labels{resource: int32(i)}
+		res.cluster, res.hasCluster = label(rm.Resource().Attributes(), e.cluster)
+		res.replica, res.hasReplica = label(rm.Resource().Attributes(), e.replica)
 		box.stripResource = append(box.stripResource, false)
 		sms := rm.ScopeMetrics()
 		for j := 0; j < sms.Len(); j++ {
@@ -233,53 +204,43 @@ func (e *elector) scan(ctx context.Context, cfg *Config, box *ballotBox, enc *id
 				m := ms.At(k)
 				switch m.Type() {
 				case pmetric.MetricTypeGauge:
-					scanPoints(e, box, enc, m.Gauge().DataPoints(), int32(i), resCluster, resReplica, resHasCluster, resHasReplica)
+					scanPoints(e, box, enc, m.Gauge().DataPoints(), &res)
 				case pmetric.MetricTypeSum:
-					scanPoints(e, box, enc, m.Sum().DataPoints(), int32(i), resCluster, resReplica, resHasCluster, resHasReplica)
+					scanPoints(e, box, enc, m.Sum().DataPoints(), &res)
 				case pmetric.MetricTypeHistogram:
-					scanPoints(e, box, enc, m.Histogram().DataPoints(), int32(i), resCluster, resReplica, resHasCluster, resHasReplica)
+					scanPoints(e, box, enc, m.Histogram().DataPoints(), &res)
 				case pmetric.MetricTypeExponentialHistogram:
-					scanPoints(e, box, enc, m.ExponentialHistogram().DataPoints(), int32(i), resCluster, resReplica, resHasCluster, resHasReplica)
+					scanPoints(e, box, enc, m.ExponentialHistogram().DataPoints(), &res)
 				case pmetric.MetricTypeSummary:
-					scanPoints(e, box, enc, m.Summary().DataPoints(), int32(i), resCluster, resReplica, resHasCluster, resHasReplica)
+					scanPoints(e, box, enc, m.Summary().DataPoints(), &res)
 				}
 			}
 		}
 	}
 }
 
-func scanPoints[P dataPoint](e *elector, box *ballotBox, enc *identity.Encoder, points pointSlice[P], res int32,
-	resCluster, resReplica string, resHasCluster, resHasReplica bool,
-) {
+func scanPoints[P dataPoint](e *elector, box *ballotBox, enc *identity.Encoder, points pointSlice[P], res *labels) {
 	for i := 0; i < points.Len(); i++ {
 		attrs := points.At(i).Attributes()
-		cluster, ok := label(attrs, e.cluster)
-		if !ok {
-			cluster, ok = resCluster, resHasCluster
+		cluster, hasCluster := label(attrs, e.cluster)
+		if !hasCluster {
+			cluster, hasCluster = res.cluster, res.hasCluster
 		}
-		if !ok {
-			box.points = append(box.points, pointVote{vote: noVote, resource: -1})
-			continue
+		pv := pointVote{vote: noVote, resource: -1}
+		replica, hasReplica := label(attrs, e.replica)
+		if !hasReplica {
+			replica, hasReplica, pv.resource = res.replica, res.hasReplica, res.resource
 		}
-		replica, fromPoint := label(attrs, e.replica)
-		if !fromPoint {
-			if !resHasReplica {
-				box.points = append(box.points, pointVote{vote: noVote, resource: -1})
-				continue
-			}
-			replica = resReplica
-		}
-		pv := pointVote{vote: box.voteOf(enc, cluster, replica), resource: -1}
-		if !fromPoint {
-			pv.resource = res
+		if hasCluster && hasReplica {
+			pv.vote = box.voteOf(enc, cluster, replica)
 		}
 		box.points = append(box.points, pv)
 	}
 }
 
 // voteOf returns the index of the vote for (cluster, replica), adding it
-// (and its cluster's ballot) if it is new to the batch. Points of one
-// resource mostly share their labels, so the last vote is looked at first.
+// (and its cluster's ballot) if new. The last vote is looked at first:
+// points of one resource mostly share their labels.
 func (box *ballotBox) voteOf(enc *identity.Encoder, cluster, replica string) int32 {
 	if v := box.lastVote; v != noVote {
 		if vt := &box.votes[v]; vt.replica.Name == replica && box.ballots[vt.ballot].ref.Cluster == cluster {
@@ -311,8 +272,8 @@ func (box *ballotBox) voteOf(enc *identity.Encoder, cluster, replica string) int
 	return box.lastVote
 }
 
-// elect is the election stage of a metrics batch: scan, then decide every
-// cluster's election. On error the batch holds no election and is refused.
+// elect scans and decides a metrics batch's elections. On error the batch
+// holds no election and is refused.
 func (e *elector) elect(ctx context.Context, eng *engine, md pmetric.Metrics) (*ballotBox, error) {
 	box := e.boxes.Get().(*ballotBox)
 	enc := encoderPool.Get().(*identity.Encoder)
@@ -329,8 +290,7 @@ func (e *elector) elect(ctx context.Context, eng *engine, md pmetric.Metrics) (*
 		e.put(box)
 		return nil, err
 	}
-	// The elected replica's data refreshes its election, once due; one
-	// batch in flight carries the refresh.
+	// One batch in flight carries each due refresh.
 	now := eng.now()
 	for i := range box.votes {
 		vt := &box.votes[i]
@@ -342,9 +302,8 @@ func (e *elector) elect(ctx context.Context, eng *engine, md pmetric.Metrics) (*
 	return box, nil
 }
 
-// decide decides every ballot. A look that meets another batch's pending
-// election gives up the elections this batch took, then waits (as await
-// does), holding none, before looking again.
+// decide decides every ballot. Meeting another batch's pending election, it
+// gives up the elections it took and waits holding none, then looks again.
 func (e *elector) decide(ctx context.Context, eng *engine, box *ballotBox) error {
 	var w *wait
 	defer func() {
@@ -390,8 +349,8 @@ func (e *elector) decide(ctx context.Context, eng *engine, box *ballotBox) error
 			}
 			return nil
 		}
-		// Nobody is woken by this release, as by await's: two batches that
-		// wait for each other's elections would wake each other without end.
+		// Waking nobody, as await: two batches waiting for each other's
+		// elections would wake each other without end.
 		e.release(ctx, eng, box, false)
 		for i := range box.ballots {
 			if bl := &box.ballots[i]; bl.took {
@@ -412,16 +371,12 @@ func (e *elector) decide(ctx context.Context, eng *engine, box *ballotBox) error
 	}
 }
 
-// ask asks the shared tier about the ballots in box.asked, in one round
-// trip, and reports whether one is pending. Under on_error: pass, a failed
-// call leaves those ballots undecided.
+// ask asks the shared tier about the ballots in box.asked and reports
+// whether one is pending. Under on_error: pass, a failed call leaves them
+// undecided: a gateway deciding alone could elect another replica than its
+// peers, and each would drop the points the other keeps.
 func (e *elector) ask(ctx context.Context, eng *engine, box *ballotBox) (pending bool, err error) {
-	box.es = box.es[:0]
-	for _, i := range box.asked {
-		bl := &box.ballots[i]
-		box.es = append(box.es, redistier.Election{Key: bl.ref.Key, Replica: bl.candidate.Digest})
-	}
-	box.answers = resize(box.answers, len(box.es))
+	box.fill(func(bl *ballot) digest.Digest { return bl.candidate.Digest })
 	start := eng.now()
 	if err := eng.electTier.Elect(ctx, box.redisToken, e.failover, box.es, box.answers); err != nil {
 		if eng.redisPolicy == ErrorRefuse || ctx.Err() != nil {
@@ -454,8 +409,18 @@ func (e *elector) ask(ctx context.Context, eng *engine, box *ballotBox) (pending
 	return pending, nil
 }
 
-// replicaOf returns the replica of digest d as the batch knows it: with its
-// name if one of ballot i's votes is of d.
+// fill sets the shared tier's arguments for the ballots in box.asked.
+func (box *ballotBox) fill(replica func(*ballot) digest.Digest) {
+	box.es = box.es[:0]
+	for _, i := range box.asked {
+		bl := &box.ballots[i]
+		box.es = append(box.es, redistier.Election{Key: bl.ref.Key, Replica: replica(bl)})
+	}
+	box.answers = resize(box.answers, len(box.es))
+}
+
+// replicaOf returns the replica of digest d, named if one of ballot i's
+// votes is of d.
 func (box *ballotBox) replicaOf(i int32, d digest.Digest) election.Replica {
 	for _, vt := range box.votes {
 		if vt.ballot == i && vt.replica.Digest == d {
@@ -465,8 +430,8 @@ func (box *ballotBox) replicaOf(i int32, d digest.Digest) election.Replica {
 	return election.Replica{Digest: d}
 }
 
-// settle ends the batch's elections with its first call: committed (with
-// the refreshes it carried) if that call was accepted, else released.
+// settle commits the batch's elections and refreshes if its first call was
+// accepted, else releases them.
 func (e *elector) settle(ctx context.Context, eng *engine, box *ballotBox, err error) {
 	if box.settled {
 		return
@@ -481,10 +446,22 @@ func (e *elector) settle(ctx context.Context, eng *engine, box *ballotBox, err e
 	eng.ended.broadcast()
 }
 
-// release gives up every election the batch took and the refreshes it
-// carried, and, with wake, wakes the batches waiting for them.
+// release gives up the batch's elections and refreshes, and with wake
+// wakes the batches waiting for them.
 func (e *elector) release(ctx context.Context, eng *engine, box *ballotBox, wake bool) {
-	var keys []digest.Digest
+	if keys := e.releaseLocal(box); len(keys) > 0 {
+		if err := eng.electTier.ReleaseElections(context.WithoutCancel(ctx), box.redisToken, e.failover, keys); err != nil {
+			eng.tierError.log(eng.now(), err, zap.String("op", redistier.OpRelease))
+		}
+	}
+	if wake {
+		eng.ended.broadcast()
+	}
+}
+
+// releaseLocal gives up the batch's elections and refreshes in the table
+// and returns the keys of the elections it also holds in the shared tier.
+func (e *elector) releaseLocal(box *ballotBox) (keys []digest.Digest) {
 	for i := range box.ballots {
 		bl := &box.ballots[i]
 		if bl.took {
@@ -498,20 +475,13 @@ func (e *elector) release(ctx context.Context, eng *engine, box *ballotBox, wake
 			bl.refresh = false
 		}
 	}
-	if len(keys) > 0 && eng.electTier != nil {
-		if err := eng.electTier.ReleaseElections(context.WithoutCancel(ctx), box.redisToken, e.failover, keys); err != nil {
-			eng.tierError.log(eng.now(), err, zap.String("op", redistier.OpRelease))
-		}
-	}
-	if wake {
-		eng.ended.broadcast()
-	}
+	return keys
 }
 
-// commit commits the elections the batch took and the refreshes it
-// carried: with a shared tier, in one round trip.
+// commit commits the batch's elections and refreshes: with a shared tier,
+// in one round trip.
 func (e *elector) commit(ctx context.Context, eng *engine, box *ballotBox) {
-	box.asked, box.es = box.asked[:0], box.es[:0]
+	box.asked = box.asked[:0]
 	for i := range box.ballots {
 		bl := &box.ballots[i]
 		if bl.took || bl.refresh {
@@ -525,27 +495,14 @@ func (e *elector) commit(ctx context.Context, eng *engine, box *ballotBox) {
 		}
 		return
 	}
-	for _, i := range box.asked {
-		bl := &box.ballots[i]
-		box.es = append(box.es, redistier.Election{Key: bl.ref.Key, Replica: bl.elected})
-	}
-	box.answers = resize(box.answers, len(box.es))
+	box.fill(func(bl *ballot) digest.Digest { return bl.elected })
 	if err := eng.electTier.CommitElected(context.WithoutCancel(ctx), box.redisToken, e.failover, box.es, box.answers); err != nil {
-		// The data was delivered, and the shared tier retries the commit
-		// until it lands or the lease ends. Until Redis says so, this
-		// collector does not hold the elections as settled: were the
-		// commit never to land, it would elect another replica than its
-		// peers. The next batch of these clusters asks Redis again.
+		// The shared tier retries the commit until it lands or the lease
+		// ends. Until Redis confirms, the table does not hold these
+		// elections (were the commit lost, this collector would elect
+		// another replica than its peers): the next batch asks Redis.
 		eng.tierError.log(start, err, zap.String("op", redistier.OpCommit))
-		for _, i := range box.asked {
-			bl := &box.ballots[i]
-			if bl.took {
-				e.table.Release(bl.ref, box.token)
-			}
-			if bl.refresh {
-				e.table.DropRefresh(bl.ref, box.token)
-			}
-		}
+		e.releaseLocal(box)
 		return
 	}
 	for k, i := range box.asked {
@@ -554,8 +511,7 @@ func (e *elector) commit(ctx context.Context, eng *engine, box *ballotBox) {
 			e.commitOne(box, i, start, a.Remaining)
 			continue
 		}
-		// Another replica or batch holds it: this batch's election was lost
-		// (its lease ran out before the commit). Learn who holds it.
+		// Lost (its lease ran out before the commit): learn who holds it.
 		if bl.took {
 			e.table.Release(bl.ref, box.token)
 		}
@@ -567,8 +523,8 @@ func (e *elector) commit(ctx context.Context, eng *engine, box *ballotBox) {
 	}
 }
 
-// commitOne commits in the local table the election ballot i took, or the
-// refresh it carried, for remaining from now, and counts a new election.
+// commitOne commits in the table ballot i's election or refresh, for
+// remaining from now, and counts a new election.
 func (e *elector) commitOne(box *ballotBox, i int32, now int64, remaining time.Duration) {
 	bl := &box.ballots[i]
 	if bl.took {
@@ -588,10 +544,9 @@ func (e *elector) commitOne(box *ballotBox, i int32, now int64, remaining time.D
 	e.table.Refreshed(bl.ref, box.replicaOf(i, bl.elected), box.token, remaining, now)
 }
 
-// admit is the identity walk's verdict of election on the data point at
-// verdict index idx: true if the point goes on to the identity dedup
-// (elected, or undecided), false if it is a duplicate of another replica
-// (its verdict is then appended to b).
+// admit reports whether the point at verdict index idx goes on to the
+// identity dedup (elected or undecided); else it appends its duplicate
+// verdict to b.
 func (e *elector) admit(box *ballotBox, b *batch, idx int, action Action) bool {
 	pv := box.points[idx]
 	if pv.vote == noVote {
@@ -624,9 +579,8 @@ func (e *elector) admit(box *ballotBox, b *batch, idx int, action Action) bool {
 	return false
 }
 
-// stripPoint says whether to remove the replica label from the attributes
-// of the kept point at verdict index idx: it is of the elected replica and
-// its label is its own.
+// stripPoint reports whether the kept point at verdict index idx is of the
+// elected replica with a replica label of its own, to be removed.
 func (box *ballotBox) stripPoint(idx int) bool {
 	pv := box.points[idx]
 	if pv.vote == noVote || pv.resource >= 0 {

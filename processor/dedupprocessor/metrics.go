@@ -45,8 +45,8 @@ type pointSlice[P dataPoint] interface {
 	RemoveIf(func(P) bool)
 }
 
-// pointView is a data point as the identity sees it. Its fields are copied
-// out of the point so that walking points of any type never boxes them.
+// pointView is a data point as the identity sees it, its fields copied out
+// so that walking points of any type never boxes them.
 type pointView struct {
 	rm     pmetric.ResourceMetrics
 	sm     pmetric.ScopeMetrics
@@ -80,9 +80,8 @@ func (v pointView) path(e *identity.Encoder, p plainPath) bool {
 }
 
 // content encodes the point's attributes and timestamps; the stream's
-// metric name, type, unit and temporality are in the group digest. The
-// value is not part of the identity: a point is one observation of a
-// stream at a time, and a second copy of it is a repeat whatever it says.
+// name, type, unit and temporality are in the group digest. The value is
+// not: a second copy of an observation is a repeat whatever it says.
 func (v pointView) content(e *identity.Encoder, ign *contentIgnore) {
 	e.Field(fieldAttributes)
 	e.Map(v.attrs, ign.skipAttr)
@@ -118,8 +117,7 @@ func metricDigest(e *identity.Encoder, m pmetric.Metric) [16]byte {
 }
 
 // metricsProcessor is the dedup processor in a metrics pipeline; its unit is
-// the data point of every metric type. Metrics, scopes and resources left
-// without points are removed.
+// the data point. Metrics, scopes and resources left without points go.
 type metricsProcessor struct {
 	*engine
 	si   *signalIdentity[*ottldatapoint.TransformContext]
@@ -155,8 +153,7 @@ func (p *metricsProcessor) ConsumeMetrics(ctx context.Context, md pmetric.Metric
 	return consume(ctx, p.engine, metricsCall{p: p, box: box}, md, n)
 }
 
-// metricsCall is one ConsumeMetrics call's adapter: the processor, and the
-// call's elections when replica election is configured.
+// metricsCall is one ConsumeMetrics call's adapter.
 type metricsCall struct {
 	p   *metricsProcessor
 	box *ballotBox // nil: no replica election
@@ -263,22 +260,18 @@ func (c metricsCall) apply(b *batch, md pmetric.Metrics) {
 }
 
 // applyPoints applies the verdicts of one metric's points and reports
-// whether the metric lost all of them (a metric that came without points
-// is left as it came).
+// whether it lost them all (one that came without points is left).
 func applyPoints[P dataPoint](a *applier, box *ballotBox, points pointSlice[P]) bool {
 	if points.Len() == 0 {
 		return false
 	}
-	if box == nil || box.strips == 0 {
-		points.RemoveIf(func(dp P) bool { return a.unit(dp.Attributes()) })
-		return points.Len() == 0
-	}
+	strip := box != nil && box.strips > 0
 	points.RemoveIf(func(dp P) bool {
 		i := a.i
 		if a.unit(dp.Attributes()) {
 			return true
 		}
-		if box.stripPoint(i) {
+		if strip && box.stripPoint(i) {
 			dp.Attributes().Remove(a.e.elect.replica)
 		}
 		return false

@@ -14,23 +14,21 @@ import (
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/snapshot"
 )
 
-// snapshotKey is the storage key of the local cache's snapshot; the storage
-// client is already scoped to this processor instance and signal.
+// snapshotKey is the snapshot's key in a client scoped to this processor
+// instance and signal.
 const snapshotKey = "local-cache"
 
-// persistence saves the local cache to a storage extension and restores it,
-// so a restart does not open a window for duplicates.
+// persistence saves the local cache to a storage extension.
 type persistence struct {
 	client storage.Client
 	stop   chan struct{}
 	done   sync.WaitGroup
 }
 
-// startPersistence restores the last snapshot, if any, and starts saving one
-// every snapshot_interval. A storage setting that names no storage extension
-// is a configuration error and fails the start; a storage that cannot be
-// opened, or a snapshot that cannot be read or decoded, only costs its keys,
-// with one warning.
+// startPersistence restores the last snapshot and starts saving one every
+// snapshot_interval. Only a storage setting naming no storage extension
+// fails the start: lost state (a storage that cannot be opened, a bad
+// snapshot) costs its keys, with one warning.
 func (e *engine) startPersistence(ctx context.Context, host component.Host) error {
 	if e.cfg.Storage == nil {
 		return nil
@@ -46,8 +44,6 @@ func (e *engine) startPersistence(ctx context.Context, host component.Host) erro
 	}
 	client, err := se.GetClient(ctx, component.KindProcessor, e.id, e.signal)
 	if err != nil {
-		// A damaged storage file is lost state, like a corrupt snapshot:
-		// run without persistence rather than not at all.
 		e.logger.Warn("dedup: cannot open the storage for the cache snapshot; running without persistence until restart",
 			zap.String("storage", id.String()), zap.Error(err))
 		return nil
@@ -97,17 +93,14 @@ func (e *engine) saveEvery(p *persistence, interval time.Duration) {
 	}
 }
 
-// save writes a snapshot of the committed keys: the keys of batches still
-// in flight are left out, since a crash now would leave them undelivered,
-// and their retries must pass.
+// save writes a snapshot of the committed keys (see snapshot.Save).
 func (e *engine) save(ctx context.Context, p *persistence) error {
 	b := snapshot.Save(e.cache, snapshot.Meta{Window: int64(e.cfg.Window), Fingerprint: e.fingerprint}, e.now())
 	return p.client.Set(ctx, snapshotKey, b)
 }
 
-// stopPersistence stops the periodic saves, saves once more and closes the
-// client. It runs after the pipeline has drained, so the last snapshot
-// holds every key this instance claimed.
+// stopPersistence stops the periodic saves, saves once more (the pipeline
+// has drained: every claimed key is in) and closes the client.
 func (e *engine) stopPersistence(ctx context.Context) error {
 	p := e.persist
 	if p == nil {
@@ -116,12 +109,9 @@ func (e *engine) stopPersistence(ctx context.Context) error {
 	e.persist = nil
 	close(p.stop)
 	p.done.Wait()
-	var errs []error
-	if err := e.save(ctx, p); err != nil {
-		errs = append(errs, fmt.Errorf("dedup: save the cache snapshot: %w", err))
+	err := e.save(ctx, p)
+	if err != nil {
+		err = fmt.Errorf("dedup: save the cache snapshot: %w", err)
 	}
-	if err := p.client.Close(ctx); err != nil {
-		errs = append(errs, err)
-	}
-	return errors.Join(errs...)
+	return errors.Join(err, p.client.Close(ctx))
 }

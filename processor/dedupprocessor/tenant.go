@@ -11,17 +11,12 @@ import (
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/identity"
 )
 
-// tenantDigest is the digest of the partition a request's records belong
-// to, part of every identity so that partitions never suppress each other's
-// data. It is made of the auth_attributes values the receiver's
-// authenticator put in client.Info.Auth, then the metadata_keys values. All
-// zero when neither is configured.
-//
-// identified is false when auth_attributes is set and the request lacks one
-// of them (no authenticator ran, or it did not set that attribute). Such
-// requests share one partition of their own, apart from every identity:
-// they are deduplicated among themselves and can never suppress, or be
-// suppressed by, an authenticated sender's data.
+// tenantDigest is the digest of a request's partition, part of every
+// identity so that partitions never suppress each other's data: its
+// auth_attributes values (from client.Info.Auth), then its metadata_keys
+// values; all zero when neither is configured. identified is false when the
+// request lacks an auth attribute: such requests share one partition of
+// their own.
 func tenantDigest(ctx context.Context, cfg *Config, enc *identity.Encoder) (d [digest.Size]byte, identified bool) {
 	if len(cfg.AuthAttributes) == 0 && len(cfg.MetadataKeys) == 0 {
 		return d, true
@@ -42,9 +37,8 @@ func tenantDigest(ctx context.Context, cfg *Config, enc *identity.Encoder) (d [d
 	return enc.Digest().Bytes(), identified
 }
 
-// encodeAuth encodes the named attributes of auth, opened by 1, or only a 0
-// if one of them has no value: every request without the identity then
-// shares one encoding, which no identity's encoding can equal.
+// encodeAuth encodes the named attributes of auth after a 1, or only a 0 if
+// one has no value: an encoding no identity's can equal.
 func encodeAuth(enc *identity.Encoder, auth client.AuthData, names []string) bool {
 	for _, name := range names {
 		if auth == nil || !hasValue(auth.GetAttribute(name)) {
@@ -82,17 +76,14 @@ func hasValue(v any) bool {
 	return true
 }
 
-// serverAuthenticator is the method of extensionauth.Server, the kind of
-// extension a receiver's auth.authenticator names; matched by shape so the
+// serverAuthenticator is extensionauth.Server, matched by shape so the
 // processor needs no module for it.
 type serverAuthenticator interface {
 	Authenticate(ctx context.Context, sources map[string][]string) (context.Context, error)
 }
 
 // checkAuthenticator refuses auth_attributes on a collector with no server
-// authenticator extension: every request would lack the identity. Whether
-// the receivers in front of this processor use it cannot be seen from here;
-// requests without it are counted (unidentified_records).
+// authenticator extension: every request would lack the identity.
 func checkAuthenticator(cfg *Config, host component.Host) error {
 	if len(cfg.AuthAttributes) == 0 {
 		return nil

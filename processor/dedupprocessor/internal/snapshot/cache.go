@@ -1,16 +1,16 @@
 package snapshot
 
 import (
+	"container/heap"
+
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/localcache"
 )
 
-// Save returns a snapshot of the committed keys c holds at now, stamped with
-// now as meta.WrittenAt. It locks one shard of c at a time, so claims go on
-// while it runs; a key claimed meanwhile may or may not be in the snapshot.
-// Pending keys are left out: their batches are still on their way
-// downstream, a crash would leave them undelivered, and a restored key would
-// drop their retries.
+// Save returns a snapshot of the committed keys c holds at now, written at
+// now. It locks one shard at a time, so claims go on meanwhile. Pending keys
+// are left out: a crash would leave their batches undelivered, and a
+// restored key would drop their retries.
 func Save(c *localcache.Cache, meta Meta, now int64) []byte {
 	meta.WrittenAt = now
 	dst := make([]byte, 0, encodedLen(c.Len(now)))
@@ -24,15 +24,10 @@ func Save(c *localcache.Cache, meta Meta, now int64) []byte {
 	})
 }
 
-// Restore inserts the live entries of snapshot b into c, earliest expiry
-// first, clamping each expiry to now+window as Decode does. It returns the
-// snapshot's Meta and how many keys were inserted (a key c already holds is
-// not). If the snapshot holds more keys than c's bound, c keeps those that
-// expire last and counts the others as evictions.
-//
-// Nothing is inserted unless b passes every check of Decode; the error is
-// Decode's. Restore needs memory in proportion to the number of sorted runs
-// in b (about one per shard of the saving cache), not a copy of the entries.
+// Restore inserts the entries of snapshot b live at now into c, earliest
+// expiry first, each expiry clamped to now+window so that no key outlives
+// the restoring window. It returns the Meta and how many keys were inserted.
+// Nothing is inserted unless b passes every check.
 func Restore(c *localcache.Cache, b []byte, fingerprint uint64, window, now int64) (Meta, int, error) {
 	meta, entries, err := parse(b, fingerprint)
 	if err != nil {
@@ -49,22 +44,34 @@ func Restore(c *localcache.Cache, b []byte, fingerprint uint64, window, now int6
 	return meta, restored, nil
 }
 
-// run is a stretch of entries [next, end) already in expiry order; expires
-// is the expiry of entry next.
+// run is a stretch of entries [next, end) in expiry order; expires is
+// entry next's.
 type run struct {
 	next, end int
 	expires   int64
 }
 
-// inExpiryOrder calls fn with the index of every entry, by expiry and then
-// by position. A cache's ring assumes keys arrive in expiry order, and a
-// snapshot is ordered only within each shard of the cache that wrote it, so
-// its entries are a few sorted runs: they are merged here through a min-heap
-// of runs, reading the snapshot in place. Any input is handled; one entry per
-// run only makes it a heap sort, with a run (24 bytes) per entry.
+// runs is a min-heap of runs, by expiry then position.
+type runs []run
+
+func (h runs) Len() int      { return len(h) }
+func (h runs) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h runs) Less(i, j int) bool {
+	return h[i].expires < h[j].expires || h[i].expires == h[j].expires && h[i].next < h[j].next
+}
+func (h *runs) Push(x any) { *h = append(*h, x.(run)) }
+func (h *runs) Pop() any {
+	*h = (*h)[:len(*h)-1]
+	return nil
+}
+
+// inExpiryOrder calls fn with the index of every entry, by expiry then by
+// position. A cache assumes keys arrive in expiry order, and a snapshot is
+// ordered only within each shard of the cache that wrote it: its few sorted
+// runs are merged through a min-heap, reading the snapshot in place.
 func inExpiryOrder(entries []byte, fn func(i int)) {
 	n := len(entries) / entryLen
-	var h []run
+	var h runs
 	start := 0
 	for i := 1; i <= n; i++ {
 		if i == n || expiryAt(entries, i) < expiryAt(entries, i-1) {
@@ -72,37 +79,15 @@ func inExpiryOrder(entries []byte, fn func(i int)) {
 			start = i
 		}
 	}
-	less := func(a, b *run) bool {
-		return a.expires < b.expires || a.expires == b.expires && a.next < b.next
-	}
-	down := func(i int) {
-		for {
-			least, l, r := i, 2*i+1, 2*i+2
-			if l < len(h) && less(&h[l], &h[least]) {
-				least = l
-			}
-			if r < len(h) && less(&h[r], &h[least]) {
-				least = r
-			}
-			if least == i {
-				return
-			}
-			h[i], h[least] = h[least], h[i]
-			i = least
-		}
-	}
-	for i := len(h)/2 - 1; i >= 0; i-- {
-		down(i)
-	}
+	heap.Init(&h)
 	for len(h) > 0 {
 		top := &h[0]
 		fn(top.next)
 		if top.next++; top.next < top.end {
 			top.expires = expiryAt(entries, top.next)
+			heap.Fix(&h, 0)
 		} else {
-			h[0] = h[len(h)-1]
-			h = h[:len(h)-1]
+			heap.Pop(&h)
 		}
-		down(0)
 	}
 }

@@ -1,9 +1,7 @@
 // Package snapshot is the on-disk form of the local cache, saved to a storage
-// extension on shutdown (and periodically) and restored on start, so that a
-// restart does not open a window for duplicates.
-//
-// A snapshot holds digests and their expiries only: never a record, an
-// attribute value or anything else a digest was computed from.
+// extension and restored on start, so that a restart does not open a window
+// for duplicates. It holds digests and expiries only, never what a digest
+// was computed from.
 //
 // # Layout (version 1)
 //
@@ -20,25 +18,12 @@
 //	                  expiry int64 unix nanoseconds
 //	38+24·n     8     xxh3-64 (seed 0) of bytes [0, 38+24·n)
 //
-// A snapshot of n entries is therefore exactly 46+24·n bytes (24 MB for a
-// million keys), and its length is known from its header alone.
+// Any change to the layout takes a new version; magic and version stay
+// where they are. A reader refuses a version it does not know: a snapshot is
+// only a cache, so a new build starts empty once rather than migrating.
 //
-// # Versions
-//
-// Any change to the layout takes a new version number; the magic and the
-// version stay where they are in every version. A reader refuses a version it
-// does not know (ErrVersion) rather than guessing. Because a snapshot is only
-// a cache, refusing one costs a single window of possible duplicates, so
-// there is no migration: a new build starts empty once and writes its own
-// version from then on.
-//
-// # Corrupt snapshots
-//
-// Decode and Restore check the magic, the version, the length, the checksum
-// and the fingerprint before they hand over a single entry, so a damaged or
-// foreign snapshot restores nothing, never part of a cache. The caller then
-// starts with an empty cache and logs a warning; a bad snapshot never fails a
-// start.
+// A snapshot is checked whole before a single entry is handed over, so a
+// damaged or foreign one restores nothing, never part of a cache.
 package snapshot
 
 import (
@@ -53,8 +38,7 @@ import (
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
 )
 
-// Version is the format version this package writes and the only one it
-// reads.
+// Version is the format version written, and the only one read.
 const Version uint16 = 1
 
 const (
@@ -65,42 +49,30 @@ const (
 	countOffset = 30
 )
 
-// The errors Decode and Restore return, always wrapped with the detail.
+// The errors Restore returns, wrapped with the detail.
 var (
-	// ErrTruncated: the input ends before the length its header implies.
 	ErrTruncated = errors.New("snapshot truncated")
-	// ErrCorrupt: the checksum does not match, or bytes follow the checksum.
-	ErrCorrupt = errors.New("snapshot corrupt")
-	// ErrVersion: the snapshot was written in a version this build does not
-	// read.
-	ErrVersion = errors.New("snapshot version unknown")
-	// ErrForeign: the input is not a snapshot (wrong magic), or it was taken
-	// under a different identity configuration (wrong fingerprint), so its
-	// digests mean nothing to this one.
+	ErrCorrupt   = errors.New("snapshot corrupt") // bad checksum, or bytes after it
+	ErrVersion   = errors.New("snapshot version unknown")
+	// ErrForeign: not a snapshot (magic), or taken under another identity
+	// configuration (fingerprint), so its digests mean nothing here.
 	ErrForeign = errors.New("snapshot foreign")
 )
 
 // Meta describes a snapshot.
 type Meta struct {
-	// Window is the window of the cache that wrote the snapshot, in
-	// nanoseconds. Restoring clamps to the restoring cache's own window.
-	Window int64
-	// WrittenAt is when the snapshot was written, in unix nanoseconds.
-	WrittenAt int64
+	Window    int64 // of the writing cache, ns; restoring clamps to its own
+	WrittenAt int64 // unix ns
 	// Fingerprint identifies the configuration digests were computed under
-	// (key expressions, identity encoding): a snapshot is restored only into a
-	// process with the same fingerprint, since under another one its digests
-	// match nothing, or the wrong things. The caller computes it.
+	// (key expressions, identity encoding); the caller computes it.
 	Fingerprint uint64
 }
 
 // encodedLen is the size of a snapshot of n entries.
 func encodedLen(n int) int { return headerLen + entryLen*n + checksumLen }
 
-// appendEncode appends a snapshot of entries (digest, expiry in unix
-// nanoseconds) to dst and returns the extended slice. Entries are written in
-// the order entries yields them, which Decode preserves; the checksum covers
-// only the appended bytes.
+// appendEncode appends a snapshot of entries (digest, expiry) to dst, in
+// the order entries yields them.
 func appendEncode(dst []byte, meta Meta, entries iter.Seq2[digest.Digest, int64]) []byte {
 	start := len(dst)
 	dst = append(dst, magic...)
@@ -108,7 +80,7 @@ func appendEncode(dst []byte, meta Meta, entries iter.Seq2[digest.Digest, int64]
 	dst = binary.BigEndian.AppendUint64(dst, uint64(meta.Window))
 	dst = binary.BigEndian.AppendUint64(dst, uint64(meta.WrittenAt))
 	dst = binary.BigEndian.AppendUint64(dst, meta.Fingerprint)
-	dst = binary.BigEndian.AppendUint64(dst, 0) // the count, known at the end
+	dst = binary.BigEndian.AppendUint64(dst, 0) // the count, set at the end
 	var n uint64
 	for d, expires := range entries {
 		dst = d.AppendBinary(dst)
@@ -119,39 +91,8 @@ func appendEncode(dst []byte, meta Meta, entries iter.Seq2[digest.Digest, int64]
 	return binary.BigEndian.AppendUint64(dst, xxh3.Hash(dst[start:]))
 }
 
-// Decode checks b as a whole and then calls fn for each entry that is still
-// live at now, in the order they were written. An entry whose expiry is at or
-// before now is skipped; one that expires later than now+window is clamped to
-// now+window, so a snapshot written under a longer window never holds a key
-// longer than the restoring process's window (window <= 0 keeps nothing).
-//
-// It returns the snapshot's Meta and the number of entries passed to fn. On
-// error, fn has not been called and the error wraps ErrTruncated, ErrCorrupt,
-// ErrVersion or ErrForeign. Decode accepts any input without panicking, and
-// allocates nothing for the entries: a header claiming more entries than b
-// holds is refused by its length.
-//
-// Entries are in the order the cache ranged over them: oldest first within
-// each shard, not overall. A cache assumes keys arrive in expiry order, so
-// restore with Restore, which sorts, rather than inserting in Decode's order.
-func decode(b []byte, fingerprint uint64, window, now int64, fn func(d digest.Digest, expires int64)) (Meta, int, error) {
-	meta, entries, err := parse(b, fingerprint)
-	if err != nil {
-		return Meta{}, 0, err
-	}
-	limit := addSat(now, window)
-	n := 0
-	for e := range len(entries) / entryLen {
-		d, expires := entryAt(entries, e)
-		if expires = min(expires, limit); expires > now {
-			fn(d, expires)
-			n++
-		}
-	}
-	return meta, n, nil
-}
-
-// parse validates b and returns its Meta and its entries region.
+// parse validates any input, without panicking or trusting its count, and
+// returns its Meta and its entries region.
 func parse(b []byte, fingerprint uint64) (Meta, []byte, error) {
 	if len(b) < len(magic)+2 {
 		if k := min(len(b), len(magic)); string(b[:k]) != magic[:k] {
@@ -168,8 +109,7 @@ func parse(b []byte, fingerprint uint64) (Meta, []byte, error) {
 	if len(b) < headerLen+checksumLen {
 		return Meta{}, nil, fmt.Errorf("%w: %d bytes, shorter than the header and checksum (%d)", ErrTruncated, len(b), headerLen+checksumLen)
 	}
-	// Compared by division, so that no claimed count can overflow the
-	// arithmetic or be trusted for an allocation.
+	// By division, so that no claimed count can overflow.
 	count := binary.BigEndian.Uint64(b[countOffset:])
 	if room := uint64(len(b)-headerLen-checksumLen) / entryLen; count > room {
 		return Meta{}, nil, fmt.Errorf("%w: header claims %d entries, %d bytes hold at most %d", ErrTruncated, count, len(b), room)
