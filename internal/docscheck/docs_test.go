@@ -374,10 +374,6 @@ func settingPaths(t reflect.Type, prefix string, out *[]string) {
 				}
 			}
 		}
-		if f.Name == "DeprecatedPendingWait" {
-			*out = append(*out, path)
-			continue
-		}
 		if ft.Kind() == reflect.Struct && ft.PkgPath() == reflect.TypeFor[dedupprocessor.Config]().PkgPath() {
 			if strings.Contains(ft.String(), "Optional") || name == "redis" || name == "replica_election" {
 				*out = append(*out, path) // present or absent: a setting of its own

@@ -128,8 +128,6 @@ type RedisConfig struct {
 	KeyPrefix string `mapstructure:"key_prefix"`
 	// Timeout bounds each round trip.
 	Timeout time.Duration `mapstructure:"timeout"`
-	// DeprecatedPendingWait is pending_wait's former name, still accepted.
-	DeprecatedPendingWait *time.Duration `mapstructure:"pending_wait"`
 	// Lease is how long a pending claim lives unless its batch renews it.
 	Lease time.Duration `mapstructure:"lease"`
 	// OnError is what happens to a batch when Redis fails.
@@ -252,14 +250,6 @@ func (cfg *Config) Validate() error {
 	p.check(cfg.SnapshotInterval < 0, "snapshot_interval must be >= 0 (0 saves only at shutdown), got %q", cfg.SnapshotInterval)
 	p.check(cfg.SnapshotInterval > 0 && cfg.SnapshotInterval < minDuration,
 		"snapshot_interval must be 0 or >= 1ms, got %q (a number without a unit is nanoseconds: write e.g. 1m)", cfg.SnapshotInterval)
-	if r := cfg.Redis.Get(); r != nil && r.DeprecatedPendingWait != nil {
-		// A rename's first step (docs/versioning.md): the old name still works.
-		if old := *r.DeprecatedPendingWait; cfg.PendingWait != defaultPendingWait && cfg.PendingWait != old {
-			p.add("redis.pending_wait is deprecated and replaced by pending_wait: set only pending_wait, got both (%q and %q)", old, cfg.PendingWait)
-		} else {
-			cfg.PendingWait = old
-		}
-	}
 	p.check(cfg.PendingWait < 0, "pending_wait must be >= 0 (0 refuses at once), got %q", cfg.PendingWait)
 	for i, k := range cfg.MetadataKeys {
 		p.check(strings.TrimSpace(k) == "", "metadata_keys[%d]: must not be empty", i)

@@ -11,7 +11,6 @@ import (
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/consumer"
 	"go.opentelemetry.io/collector/processor"
-	"go.uber.org/zap"
 )
 
 // componentType is the name of the processor in collector configs.
@@ -65,7 +64,6 @@ func NewFactory() processor.Factory {
 type built struct {
 	mu     sync.Mutex
 	tiered map[keySpace]bool
-	warned map[component.ID]bool
 }
 
 func (b *built) add(set processor.Settings, cfg *Config, signal string) error {
@@ -74,13 +72,6 @@ func (b *built) add(set processor.Settings, cfg *Config, signal string) error {
 	r := cfg.Redis.Get()
 	if r == nil {
 		return nil
-	}
-	if r.DeprecatedPendingWait != nil && !b.warned[set.ID] {
-		if b.warned == nil {
-			b.warned = map[component.ID]bool{}
-		}
-		b.warned[set.ID] = true
-		set.Logger.Warn(`dedup: "redis.pending_wait" is deprecated, use "pending_wait"`, zap.String("processor", set.ID.String()))
 	}
 	u := keySpace{id: set.ID, signal: signal}
 	if b.tiered[u] {

@@ -10,8 +10,6 @@ import (
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/processor"
 	"go.opentelemetry.io/collector/processor/processortest"
-	"go.uber.org/zap"
-	"go.uber.org/zap/zaptest/observer"
 )
 
 // TestOneProcessorIDInTwoPipelinesWithSharedTier: a collector makes one
@@ -72,52 +70,12 @@ func TestOneProcessorIDInTwoPipelinesWithSharedTier(t *testing.T) {
 	}
 }
 
-// TestDeprecatedRedisPendingWait: redis.pending_wait, renamed pending_wait,
-// still works and means the same, with one warning naming its replacement
-// when the processors are made; setting both is an error naming both.
-func TestDeprecatedRedisPendingWait(t *testing.T) {
-	cfg, unmarshalErr, validateErr := loadConfig(t, "deprecated_redis_pending_wait")
-	if unmarshalErr != nil || validateErr != nil {
-		t.Fatalf("unmarshal: %v, validate: %v", unmarshalErr, validateErr)
-	}
-	if got := cfg.PendingWait.String(); got != "3s" {
-		t.Errorf("pending_wait = %s, want 3s (from redis.pending_wait)", got)
-	}
-	if r := cfg.Redis.Get(); r == nil || r.Endpoints[0] != "redis.internal:6379" {
-		t.Errorf("redis = %+v, want the rest of the section kept", r)
-	}
-	core, logs := observer.New(zap.WarnLevel)
-	set := processortest.NewNopSettings(componentType)
-	set.Logger = zap.New(core)
-	f := NewFactory()
-	ctx := context.Background()
-	var made []component.Component
-	for _, create := range []func() (component.Component, error){
-		func() (component.Component, error) { return f.CreateLogs(ctx, set, cfg, consumertest.NewNop()) },
-		func() (component.Component, error) { return f.CreateTraces(ctx, set, cfg, consumertest.NewNop()) },
-	} {
-		p, err := create()
-		if err != nil {
-			t.Fatal(err)
-		}
-		made = append(made, p)
-	}
-	var msgs []string
-	for _, e := range logs.All() {
-		msgs = append(msgs, e.Message)
-	}
-	if want := `dedup: "redis.pending_wait" is deprecated, use "pending_wait"`; len(msgs) != 1 || msgs[0] != want {
-		t.Errorf("warnings = %q, want once: %s", msgs, want)
-	}
-	for _, p := range made {
-		if err := p.Shutdown(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-
-	_, _, validateErr = loadConfig(t, "deprecated_and_new_pending_wait")
-	if want := `redis.pending_wait is deprecated and replaced by pending_wait: set only pending_wait, got both ("3s" and "2s")`; validateErr == nil || !strings.Contains(validateErr.Error(), want) {
-		t.Errorf("both set: %v\nwant: %s", validateErr, want)
+// TestRedisPendingWaitRefused: pending_wait's name before the first
+// release, redis.pending_wait, is refused like any unknown key.
+func TestRedisPendingWaitRefused(t *testing.T) {
+	_, unmarshalErr, _ := loadConfig(t, "redis_pending_wait")
+	if unmarshalErr == nil || !strings.Contains(unmarshalErr.Error(), "pending_wait") {
+		t.Fatalf("unmarshal: %v, want redis.pending_wait refused", unmarshalErr)
 	}
 }
 
