@@ -93,13 +93,18 @@ func (e *Encoder) grow(k int) {
 // uvarintLen is the length of binary.PutUvarint's encoding of v: 7 bits a byte.
 func uvarintLen(v uint64) int { return (bits.Len64(v|1) + 6) / 7 }
 
+// header writes tag and n as a uvarint, and reserves k more bytes to write.
+func (e *Encoder) header(tag byte, n uint64, k int) []byte {
+	ln := uvarintLen(n)
+	w := e.room(1 + ln + k)
+	w[0] = tag
+	binary.PutUvarint(w[1:], n)
+	return w[1+ln:]
+}
+
 // putTagged writes tag, then the length of b as a uvarint, then b.
 func putTagged[T string | []byte](e *Encoder, tag byte, b T) {
-	ln := uvarintLen(uint64(len(b)))
-	w := e.room(1 + ln + len(b))
-	w[0] = tag
-	binary.PutUvarint(w[1:1+ln], uint64(len(b)))
-	copy(w[1+ln:], b)
+	copy(e.header(tag, uint64(len(b)), len(b)), b)
 }
 
 // putTaggedString is putTagged with a short path for one-byte lengths.
@@ -216,17 +221,16 @@ func (e *Encoder) Bool(v bool) {
 func (e *Encoder) Bytes(b []byte) { putTagged(e, tagBytes, b) }
 
 // TraceID encodes a trace ID.
-func (e *Encoder) TraceID(id pcommon.TraceID) {
-	w := e.room(1 + len(id))
-	w[0] = tagTraceID
-	copy(w[1:], id[:])
-}
+func (e *Encoder) TraceID(id pcommon.TraceID) { e.putFixed(tagTraceID, id[:]) }
 
 // SpanID encodes a span ID.
-func (e *Encoder) SpanID(id pcommon.SpanID) {
-	w := e.room(1 + len(id))
-	w[0] = tagSpanID
-	copy(w[1:], id[:])
+func (e *Encoder) SpanID(id pcommon.SpanID) { e.putFixed(tagSpanID, id[:]) }
+
+// putFixed writes tag and b, whose length the tag implies.
+func (e *Encoder) putFixed(tag byte, b []byte) {
+	w := e.room(1 + len(b))
+	w[0] = tag
+	copy(w[1:], b)
 }
 
 // Value encodes a pdata value, or returns false, encoding nothing, when it
@@ -359,20 +363,14 @@ func (e *Encoder) hashedMap(m pcommon.Map, skip func(key string) bool) {
 		accLo, carry = bits.Add64(accLo, d.Lo, 0)
 		accHi += d.Hi + carry
 	}
-	ln := uvarintLen(uint64(n))
-	w := e.room(1 + ln + 16)
-	w[0] = tagMap
-	binary.PutUvarint(w[1:1+ln], uint64(n))
-	binary.BigEndian.PutUint64(w[1+ln:], accHi)
-	binary.BigEndian.PutUint64(w[9+ln:], accLo)
+	w := e.header(tagMap, uint64(n), 16)
+	binary.BigEndian.PutUint64(w, accHi)
+	binary.BigEndian.PutUint64(w[8:], accLo)
 }
 
 // Slice encodes a list in order.
 func (e *Encoder) Slice(s pcommon.Slice) {
-	ln := uvarintLen(uint64(s.Len()))
-	w := e.room(1 + ln)
-	w[0] = tagSlice
-	binary.PutUvarint(w[1:], uint64(s.Len()))
+	e.header(tagSlice, uint64(s.Len()), 0)
 	for i := 0; i < s.Len(); i++ {
 		e.valueOrMissing(s.At(i))
 	}
@@ -418,20 +416,13 @@ func (e *Encoder) Any(v any) bool {
 		e.put64(tagDuration, uint64(t))
 	case pcommon.Timestamp:
 		e.Uint(uint64(t))
-	case map[string]any:
-		m := pcommon.NewMap()
-		if err := m.FromRaw(t); err != nil {
+	case map[string]any, []any:
+		pv := pcommon.NewValueEmpty()
+		if err := pv.FromRaw(t); err != nil {
 			e.other(t)
 			break
 		}
-		e.Map(m, nil)
-	case []any:
-		s := pcommon.NewSlice()
-		if err := s.FromRaw(t); err != nil {
-			e.other(t)
-			break
-		}
-		e.Slice(s)
+		e.Value(pv)
 	default:
 		e.other(t)
 	}
