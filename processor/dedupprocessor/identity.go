@@ -173,11 +173,6 @@ func (si *signalIdentity[K]) matches(ctx context.Context, tctx K) (bool, error) 
 	return false, firstErr
 }
 
-// usesContent says whether some unit may be identified by its content.
-func (si *signalIdentity[K]) usesContent(policy MissingKeyPolicy) bool {
-	return si.parts == nil || policy == MissingKeyContent
-}
-
 // scopeKey carries what every unit's identity starts with, computed once
 // per batch (tenant) or per group (the rest, for content identities).
 type scopeKey struct {
@@ -267,7 +262,7 @@ func newWalk[K transformContext](ctx context.Context, e *engine, si *signalIdent
 	b.unidentified = !identified
 	return walk[K]{
 		ctx: ctx, e: e, si: si, b: b, enc: enc,
-		content: si.usesContent(e.cfg.OnMissingKey),
+		content: si.parts == nil || e.cfg.OnMissingKey == MissingKeyContent,
 		sk:      scopeKey{tenant: tenant},
 	}
 }
@@ -391,8 +386,7 @@ func parseIgnore(field string, entries []string, ignorable []string) (contentIgn
 				field, i, entry, strings.Join(ignorable, ", ")))
 			continue
 		}
-		bit, scalar := ignorableBits[p.field]
-		if scalar {
+		if bit, ok := ignorableBits[p.field]; ok {
 			ign.fields |= bit
 			continue
 		}
@@ -491,20 +485,19 @@ func dropped32(e *identity.Encoder, id byte, n uint32) {
 // commonPath evaluates the attribute paths every context shares; handled
 // is false for other paths.
 func commonPath(e *identity.Encoder, p plainPath, res pcommon.Resource, scope pcommon.InstrumentationScope, attrs pcommon.Map) (handled, ok bool) {
+	var m pcommon.Map
 	switch p.field {
 	case "attributes":
-		return true, mapValue(e, attrs, p.key)
+		m = attrs
 	case "resource.attributes":
-		return true, mapValue(e, res.Attributes(), p.key)
+		m = res.Attributes()
 	case "instrumentation_scope.attributes":
-		return true, mapValue(e, scope.Attributes(), p.key)
+		m = scope.Attributes()
+	default:
+		return false, false
 	}
-	return false, false
-}
-
-func mapValue(e *identity.Encoder, m pcommon.Map, key string) bool {
-	v, ok := m.Get(key)
-	return ok && e.Value(v)
+	v, ok := m.Get(p.key)
+	return true, ok && e.Value(v)
 }
 
 // nonEmptyString encodes s; OTLP strings without presence (event_name,
