@@ -539,16 +539,23 @@ func (c *Cache) Disown(d digest.Digest, token uint64) {
 	}
 }
 
-// Len is the number of keys held, after dropping those expired by now.
-func (c *Cache) Len(now int64) int {
-	n := 0
+// eachLocked calls fn with each shard in turn, under its lock.
+func (c *Cache) eachLocked(fn func(s *shard)) {
 	for i := range c.shards {
 		s := &c.shards[i]
 		s.mu.Lock()
-		s.expire(now)
-		n += s.live
+		fn(s)
 		s.mu.Unlock()
 	}
+}
+
+// Len is the number of keys held, after dropping those expired by now.
+func (c *Cache) Len(now int64) int {
+	n := 0
+	c.eachLocked(func(s *shard) {
+		s.expire(now)
+		n += s.live
+	})
 	return n
 }
 
@@ -556,28 +563,20 @@ func (c *Cache) Len(now int64) int {
 // that maxEntries is too small for the traffic.
 func (c *Cache) Evictions() int64 {
 	var n int64
-	for i := range c.shards {
-		s := &c.shards[i]
-		s.mu.Lock()
-		n += s.evicted
-		s.mu.Unlock()
-	}
+	c.eachLocked(func(s *shard) { n += s.evicted })
 	return n
 }
 
 // Range calls fn for each committed key with its expiry, oldest first per
 // shard, under that shard's lock; fn must not call the cache.
 func (c *Cache) Range(now int64, fn func(d digest.Digest, expires int64)) {
-	for i := range c.shards {
-		s := &c.shards[i]
-		s.mu.Lock()
+	c.eachLocked(func(s *shard) {
 		s.expire(now)
-		for k := 0; k < s.used; k++ {
+		for k := range s.used {
 			sl := &s.ring[(s.head+k)%s.size]
 			if sl.expires != 0 && !c.flights.holds(sl.token) {
 				fn(sl.d, sl.expires)
 			}
 		}
-		s.mu.Unlock()
-	}
+	})
 }
