@@ -267,14 +267,12 @@ func newWalk[K transformContext](ctx context.Context, e *engine, si *signalIdent
 	}
 }
 
-// resource enters a resource.
 func (w *walk[K]) resource(res pcommon.Resource, schemaURL string) {
 	if w.content {
 		w.sk.setResource(w.si.ignore.resourceDigest(w.enc, res, schemaURL))
 	}
 }
 
-// scope enters an instrumentation scope.
 func (w *walk[K]) scope(scope pcommon.InstrumentationScope, schemaURL string) {
 	if w.content {
 		w.sk.setScope(w.si.ignore.scopeDigest(w.enc, scope, schemaURL))
@@ -287,7 +285,6 @@ type unitView[K transformContext] interface {
 	transformContext() K
 }
 
-// unit decides one unit.
 func unit[K transformContext, V unitView[K]](w *walk[K], view V) {
 	policy := w.e.cfg.OnMissingKey
 	var tctx K
