@@ -22,11 +22,9 @@ const (
 	domainContent byte = 'c'
 )
 
-// plainPath is an expression that is a plain field access, evaluated
-// directly on pdata instead of through OTTL, which costs an evaluation and
-// an allocation per record (BenchmarkDecide compares the two). Each form
-// returns what OTTL returns for the same text, so the digest does not
-// depend on which path evaluated it.
+// plainPath is a plain field access, evaluated on pdata without OTTL's
+// per-record evaluation and allocation. Each form returns what OTTL returns
+// for the same text, so the digest does not depend on the path taken.
 type plainPath struct {
 	field string // "attributes", "resource.attributes", "body", ...
 	key   string // the map key for attribute paths
@@ -37,8 +35,7 @@ var (
 	fieldPathRE = regexp.MustCompile(`^\s*([a-z_.]+)\s*$`)
 )
 
-// parsePlainPath recognises the plain paths among fields, the scalar fields
-// of the signal's context that have a fast path.
+// parsePlainPath recognises attribute paths and the plain fields named in fields.
 func parsePlainPath(expr string, fields map[string]bool) (plainPath, bool) {
 	if m := attrPathRE.FindStringSubmatch(expr); m != nil {
 		return plainPath{field: m[1], key: m[2]}, true
@@ -49,28 +46,25 @@ func parsePlainPath(expr string, fields map[string]bool) (plainPath, bool) {
 	return plainPath{}, false
 }
 
-// encoderPool holds identity encoders; each ConsumeXxx call takes one.
 var encoderPool = sync.Pool{New: func() any { return new(identity.Encoder) }}
 
-// signalSpec is what differs between signals in deriving an identity: the
-// config field name, the OTTL parser of the signal's context, the fields a
-// plain path may name and the fields the content identity may ignore.
+// signalSpec is what differs between signals in deriving an identity.
 type signalSpec[K any] struct {
 	name      string // "logs", "traces", "metrics"
 	tag       byte   // opens every encoding of this signal
 	newParser func() (ottl.Parser[K], error)
-	scalars   map[string]bool
-	ignorable []string
+	scalars   map[string]bool // the fields a plain path may name
+	ignorable []string        // the fields the content identity may ignore
 }
 
-// keyPart is one compiled key expression: a plain path or OTTL.
+// keyPart is one compiled key expression: a plain path, or OTTL if expr is set.
 type keyPart[K any] struct {
 	path plainPath
 	expr *ottl.ValueExpression[K]
 }
 
 // signalIdentity derives the digest of one signal's unit (record, span,
-// data point): its key expressions, conditions and content exclusions.
+// data point).
 type signalIdentity[K any] struct {
 	spec       *signalSpec[K]
 	parts      []keyPart[K]
@@ -79,8 +73,7 @@ type signalIdentity[K any] struct {
 	needsOTTL  bool
 }
 
-// recordView is one unit of pdata as the identity sees it. Each signal
-// implements it over its own pdata types.
+// recordView is one unit of pdata as the identity sees it.
 type recordView interface {
 	// path encodes a plain path's value and reports whether it had one.
 	path(e *identity.Encoder, p plainPath) bool
@@ -91,16 +84,7 @@ type recordView interface {
 func newSignalIdentity[K any](spec *signalSpec[K], cfg SignalConfig) (*signalIdentity[K], error) {
 	si := &signalIdentity[K]{spec: spec}
 	var errs []error
-	var parser ottl.Parser[K]
-	var parserErr error
-	parsed := false
-	getParser := func() (ottl.Parser[K], error) {
-		if !parsed {
-			parsed = true
-			parser, parserErr = spec.newParser()
-		}
-		return parser, parserErr
-	}
+	getParser := sync.OnceValues(spec.newParser)
 	for i, expr := range cfg.Key {
 		if strings.TrimSpace(expr) == "" {
 			errs = append(errs, fmt.Errorf("%s.key[%d]: expression must not be empty", spec.name, i))
@@ -138,47 +122,36 @@ func newSignalIdentity[K any](spec *signalSpec[K], cfg SignalConfig) (*signalIde
 	if len(cfg.Ignore) > 0 && len(cfg.Key) > 0 {
 		errs = append(errs, fmt.Errorf("%[1]s.ignore applies only to the content identity: set %[1]s.key to [] or remove %[1]s.ignore", spec.name))
 	}
-	ign, err := parseIgnore(spec.name+".ignore", cfg.Ignore, spec.ignorable)
-	if err != nil {
-		errs = append(errs, err)
-	}
-	si.ignore = ign
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
+	var err error
+	si.ignore, err = parseIgnore(spec.name+".ignore", cfg.Ignore, spec.ignorable)
+	if err := errors.Join(append(errs, err)...); err != nil {
+		return nil, err
 	}
 	return si, nil
 }
 
-// keyStatus says whether a key could be derived.
-type keyStatus uint8
-
-const (
-	keyOK keyStatus = iota
-	keyMissing
-	keyFailed
-)
-
-// encodeKey encodes the configured key expressions. A key is missing when
+// encodeKey encodes the configured key expressions and reports whether all
+// had a value; it fails only if an expression does. A key is missing when
 // any expression yields no value: an identity built from the parts that are
 // present would merge units that differ in the absent part.
-func encodeKey[K any, V recordView](ctx context.Context, si *signalIdentity[K], e *identity.Encoder, tctx K, view V) (keyStatus, error) {
+func encodeKey[K any, V recordView](ctx context.Context, si *signalIdentity[K], e *identity.Encoder, tctx K, view V) (bool, error) {
 	for i := range si.parts {
 		part := &si.parts[i]
 		if part.expr == nil {
 			if !view.path(e, part.path) {
-				return keyMissing, nil
+				return false, nil
 			}
 			continue
 		}
 		v, err := part.expr.Eval(ctx, tctx)
 		if err != nil {
-			return keyFailed, fmt.Errorf("%s.key %q: %w", si.spec.name, part.expr.String(), err)
+			return false, fmt.Errorf("%s.key %q: %w", si.spec.name, part.expr.String(), err)
 		}
 		if !e.Any(v) {
-			return keyMissing, nil
+			return false, nil
 		}
 	}
-	return keyOK, nil
+	return true, nil
 }
 
 // matches evaluates the conditions (OR). An evaluation error is returned
@@ -200,16 +173,8 @@ func (si *signalIdentity[K]) matches(ctx context.Context, tctx K) (bool, error) 
 	return false, firstErr
 }
 
-// usesContent says whether some unit may be identified by its content, so
-// the walk must prepare resource and scope digests.
-func (si *signalIdentity[K]) usesContent(policy MissingKeyPolicy) bool {
-	return si.parts == nil || policy == MissingKeyContent
-}
-
-// scopeKey carries the per-batch and per-group parts every unit's identity
-// starts with: the tenant (metadata_keys) and, for content identities, the
-// resource and scope digests, each computed once per group. A content
-// identity starts with the digest of all of them, made once per group too.
+// scopeKey carries what every unit's identity starts with, computed once
+// per batch (tenant) or per group (the rest, for content identities).
 type scopeKey struct {
 	tenant    [digest.Size]byte
 	resource  [digest.Size]byte
@@ -224,7 +189,7 @@ func (sk *scopeKey) setScope(d [digest.Size]byte)    { sk.scope, sk.hasPrefix = 
 func (sk *scopeKey) setGroup(d [digest.Size]byte)    { sk.group, sk.hasPrefix = d, false }
 
 // contentPrefix is the digest that opens the content identities of the
-// current group; enc is used to make it.
+// current group.
 func (sk *scopeKey) contentPrefix(enc *identity.Encoder, tag byte) []byte {
 	if !sk.hasPrefix {
 		enc.Reset()
@@ -238,16 +203,13 @@ func (sk *scopeKey) contentPrefix(enc *identity.Encoder, tag byte) []byte {
 	return sk.prefix[:]
 }
 
-// decide derives one unit's identity: its digest (outcome unique: the
-// unit is keyed), or the outcome it goes on under without one: skipped if it
-// matches no condition, key_error (with the error) if its key or conditions
-// failed, missing_key under on_missing_key pass or drop. It is the one
-// decision path of every signal, and decides nothing else: the walk records
-// its answer in the batch.
+// decide derives one unit's identity: its digest (outcome unique), or the
+// outcome it passes under without one (skipped, key_error with the error,
+// missing_key). It is the one decision path of every signal.
 //
-// The view is a type parameter passed by value, not an interface, so the
-// compiler makes one decide per signal with direct calls, and the walkers'
-// views stay on their stacks (no write barriers while the GC runs).
+// The view is a type parameter passed by value, not an interface, so each
+// signal gets direct calls and its views stay on the stack (no write
+// barriers while the GC runs).
 func decide[K any, V recordView](ctx context.Context, policy MissingKeyPolicy, enc *identity.Encoder, si *signalIdentity[K], tctx K, view V, sk *scopeKey) (digest.Digest, outcome, error) {
 	if len(si.conditions) > 0 {
 		ok, err := si.matches(ctx, tctx)
@@ -262,12 +224,12 @@ func decide[K any, V recordView](ctx context.Context, policy MissingKeyPolicy, e
 		enc.Reset()
 		enc.Raw([]byte{si.spec.tag, domainKey})
 		enc.Raw(sk.tenant[:])
-		status, err := encodeKey(ctx, si, enc, tctx, view)
+		ok, err := encodeKey(ctx, si, enc, tctx, view)
 		switch {
-		case status == keyOK:
-			return enc.Digest(), outcomeUnique, nil
-		case status == keyFailed:
+		case err != nil:
 			return digest.Digest{}, outcomeKeyError, err
+		case ok:
+			return enc.Digest(), outcomeUnique, nil
 		case policy != MissingKeyContent:
 			return digest.Digest{}, outcomeMissingKey, nil
 		}
@@ -279,16 +241,12 @@ func decide[K any, V recordView](ctx context.Context, policy MissingKeyPolicy, e
 	return enc.Digest(), outcomeUnique, nil
 }
 
-// What every signal's processing shares. An adapter walks its pdata
-// (resource, scope, and for metrics the metric, then units) and calls the
-// walk below as it enters each level; a view gives decide the unit's fields.
-// Applying the verdicts is the same per unit too (applyUnit).
-
 // transformContext is an OTTL transform context: built for a unit only when
 // a key or condition needs OTTL, and closed after it.
 type transformContext interface{ Close() }
 
-// walk is one batch's walk over one signal's units.
+// walk is one batch's walk over one signal's units: an adapter calls
+// resource, scope and unit as it enters each level of its pdata.
 type walk[K transformContext] struct {
 	ctx     context.Context
 	e       *engine
@@ -304,45 +262,37 @@ func newWalk[K transformContext](ctx context.Context, e *engine, si *signalIdent
 	b.unidentified = !identified
 	return walk[K]{
 		ctx: ctx, e: e, si: si, b: b, enc: enc,
-		content: si.usesContent(e.cfg.OnMissingKey),
+		content: si.parts == nil || e.cfg.OnMissingKey == MissingKeyContent,
 		sk:      scopeKey{tenant: tenant},
 	}
 }
 
-// resource enters a resource: content identities of its units start with
-// its digest.
 func (w *walk[K]) resource(res pcommon.Resource, schemaURL string) {
 	if w.content {
 		w.sk.setResource(w.si.ignore.resourceDigest(w.enc, res, schemaURL))
 	}
 }
 
-// scope enters an instrumentation scope.
 func (w *walk[K]) scope(scope pcommon.InstrumentationScope, schemaURL string) {
 	if w.content {
 		w.sk.setScope(w.si.ignore.scopeDigest(w.enc, scope, schemaURL))
 	}
 }
 
-// unitView is a unit's view for decide, able to build the unit's OTTL
-// transform context.
+// unitView is a recordView that can build the unit's OTTL transform context.
 type unitView[K transformContext] interface {
 	recordView
 	transformContext() K
 }
 
-// unit decides one unit.
 func unit[K transformContext, V unitView[K]](w *walk[K], view V) {
-	var d digest.Digest
-	var o outcome
-	var err error
 	policy := w.e.cfg.OnMissingKey
-	if !w.si.needsOTTL {
-		var none K
-		d, o, err = decide(w.ctx, policy, w.enc, w.si, none, view, &w.sk)
-	} else {
-		tctx := view.transformContext()
-		d, o, err = decide(w.ctx, policy, w.enc, w.si, tctx, view, &w.sk)
+	var tctx K
+	if w.si.needsOTTL {
+		tctx = view.transformContext()
+	}
+	d, o, err := decide(w.ctx, policy, w.enc, w.si, tctx, view, &w.sk)
+	if w.si.needsOTTL {
 		tctx.Close()
 	}
 	switch o {
@@ -358,8 +308,8 @@ func unit[K transformContext, V unitView[K]](w *walk[K], view V) {
 	}
 }
 
-// fieldSet is a set of scalar fields, one bit each: the content identity
-// checks it for every field of every item, so no map lookup.
+// fieldSet is a set of scalar fields, one bit each, so the content identity
+// needs no map lookup per field.
 type fieldSet uint32
 
 const (
@@ -424,7 +374,7 @@ func parseIgnore(field string, entries []string, ignorable []string) (contentIgn
 	for _, f := range ignorable {
 		allowed[f] = true
 	}
-	var attrs, resAttrs, scopeAttrs map[string]bool
+	attrs := map[string]map[string]bool{}
 	var errs []error
 	for i, entry := range entries {
 		p, ok := parsePlainPath(entry, allowed)
@@ -433,29 +383,19 @@ func parseIgnore(field string, entries []string, ignorable []string) (contentIgn
 				field, i, entry, strings.Join(ignorable, ", ")))
 			continue
 		}
-		switch p.field {
-		case "attributes":
-			attrs = addKey(attrs, p.key)
-		case "resource.attributes":
-			resAttrs = addKey(resAttrs, p.key)
-		case "instrumentation_scope.attributes":
-			scopeAttrs = addKey(scopeAttrs, p.key)
-		default:
-			ign.fields |= ignorableBits[p.field]
+		if bit, ok := ignorableBits[p.field]; ok {
+			ign.fields |= bit
+			continue
 		}
+		if attrs[p.field] == nil {
+			attrs[p.field] = map[string]bool{}
+		}
+		attrs[p.field][p.key] = true
 	}
-	ign.skipAttr = skipFunc(attrs)
-	ign.skipResource = skipFunc(resAttrs)
-	ign.skipScopeAttrs = skipFunc(scopeAttrs)
+	ign.skipAttr = skipFunc(attrs["attributes"])
+	ign.skipResource = skipFunc(attrs["resource.attributes"])
+	ign.skipScopeAttrs = skipFunc(attrs["instrumentation_scope.attributes"])
 	return ign, errors.Join(errs...)
-}
-
-func addKey(m map[string]bool, k string) map[string]bool {
-	if m == nil {
-		m = map[string]bool{}
-	}
-	m[k] = true
-	return m
 }
 
 func skipFunc(m map[string]bool) func(string) bool {
@@ -465,8 +405,8 @@ func skipFunc(m map[string]bool) func(string) bool {
 	return func(k string) bool { return m[k] }
 }
 
-// Field ids of the content identities. Part of every content digest: fixed
-// once released.
+// Field ids of the content identities: part of every content digest, so
+// fixed once released.
 const (
 	fieldResource byte = iota + 1
 	fieldScope
@@ -499,10 +439,9 @@ const (
 	fieldSchemaURL
 )
 
-// resourceDigest is the resource part of a content identity, computed once
-// per resource and folded into each unit's encoding. Counts of dropped
-// attributes and schema URLs are written only when set, so the common
-// resource encodes as it would without them.
+// resourceDigest is the resource part of a content identity. Dropped
+// counts and schema URLs are written only when set, so the common resource
+// encodes as it would without them.
 func (ign *contentIgnore) resourceDigest(e *identity.Encoder, res pcommon.Resource, schemaURL string) [digest.Size]byte {
 	e.Reset()
 	if !ign.fields.has(ignResource) {
@@ -540,22 +479,22 @@ func dropped32(e *identity.Encoder, id byte, n uint32) {
 	}
 }
 
-// commonPath evaluates the plain paths every context shares.
+// commonPath evaluates the attribute paths every context shares; handled
+// is false for other paths.
 func commonPath(e *identity.Encoder, p plainPath, res pcommon.Resource, scope pcommon.InstrumentationScope, attrs pcommon.Map) (handled, ok bool) {
+	var m pcommon.Map
 	switch p.field {
 	case "attributes":
-		return true, mapValue(e, attrs, p.key)
+		m = attrs
 	case "resource.attributes":
-		return true, mapValue(e, res.Attributes(), p.key)
+		m = res.Attributes()
 	case "instrumentation_scope.attributes":
-		return true, mapValue(e, scope.Attributes(), p.key)
+		m = scope.Attributes()
+	default:
+		return false, false
 	}
-	return false, false
-}
-
-func mapValue(e *identity.Encoder, m pcommon.Map, key string) bool {
-	v, ok := m.Get(key)
-	return ok && e.Value(v)
+	v, ok := m.Get(p.key)
+	return true, ok && e.Value(v)
 }
 
 // nonEmptyString encodes s; OTLP strings without presence (event_name,

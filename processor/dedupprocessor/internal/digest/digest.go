@@ -13,8 +13,7 @@ import (
 const Size = 16
 
 // Digest is the 128-bit hash of a record's identity. Distinct identities
-// collide with probability ~n²/2¹²⁹, which is negligible at any volume a
-// collector sees.
+// collide with probability ~n²/2¹²⁹: negligible at any collector's volume.
 type Digest struct {
 	Hi, Lo uint64
 }

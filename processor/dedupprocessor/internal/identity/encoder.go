@@ -10,6 +10,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"math/bits"
 	"time"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
@@ -17,8 +18,7 @@ import (
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
 )
 
-// Type tags of the encoding. They are part of every digest: changing one
-// changes every identity, so they are fixed once released.
+// Type tags of the encoding: part of every digest, so fixed once released.
 const (
 	tagMissing  = 0x00
 	tagString   = 0x01
@@ -38,22 +38,19 @@ const (
 	tagField    = 0x10
 )
 
-// maxRetainedBuffer bounds the buffer an Encoder keeps between records, so a
-// single huge record does not pin its memory for the life of a pool entry.
-const maxRetainedBuffer = 64 << 10
-
-// initialBuffer is the buffer an Encoder starts with; nearly every record's
-// identity fits.
-const initialBuffer = 1024
+const (
+	// maxRetainedBuffer bounds the buffer an Encoder keeps between records,
+	// so one huge record does not pin its memory in the pool.
+	maxRetainedBuffer = 64 << 10
+	initialBuffer     = 1024
+)
 
 // Encoder accumulates the canonical encoding of one identity. The zero value
 // is ready to use. An Encoder is not safe for concurrent use; pool them.
 //
-// The encoding is written into buf up to n; buf itself is only replaced
-// when it is too small. Pooled Encoders live on the heap, and storing a
-// slice header there on every append (as append does) made the garbage
-// collector's write barrier a tenth of a record's cost while it marked;
-// storing an int costs nothing.
+// The encoding is written into buf up to n, and buf is replaced only when
+// too small: pooled Encoders live on the heap, where storing a slice header
+// per append (as append does) costs a GC write barrier; an int does not.
 type Encoder struct {
 	buf []byte // len(buf) is its capacity
 	n   int
@@ -70,15 +67,12 @@ func (e *Encoder) Reset() {
 // Len is the number of bytes encoded so far.
 func (e *Encoder) Len() int { return e.n }
 
-// Encoded returns what was encoded since the last Reset; valid until the
+// encoded returns what was encoded since the last Reset; valid until the
 // next change.
 func (e *Encoder) encoded() []byte { return e.buf[:e.n] }
 
 // Digest hashes what was encoded since the last Reset.
-func (e *Encoder) Digest() digest.Digest { return digest.Of(e.buf[:e.n]) }
-
-// truncate drops what was encoded after the first n bytes.
-func (e *Encoder) truncate(n int) { e.n = n }
+func (e *Encoder) Digest() digest.Digest { return digest.Of(e.encoded()) }
 
 // room reserves k more bytes and returns them to be written.
 func (e *Encoder) room(k int) []byte {
@@ -96,27 +90,24 @@ func (e *Encoder) grow(k int) {
 	e.buf = grown
 }
 
-// uvarintLen is the length of binary.AppendUvarint's encoding of v.
-func uvarintLen(v uint64) int {
-	n := 1
-	for v >= 0x80 {
-		v >>= 7
-		n++
-	}
-	return n
+// uvarintLen is the length of binary.PutUvarint's encoding of v: 7 bits a byte.
+func uvarintLen(v uint64) int { return (bits.Len64(v|1) + 6) / 7 }
+
+// header writes tag and n as a uvarint, and reserves k more bytes to write.
+func (e *Encoder) header(tag byte, n uint64, k int) []byte {
+	ln := uvarintLen(n)
+	w := e.room(1 + ln + k)
+	w[0] = tag
+	binary.PutUvarint(w[1:], n)
+	return w[1+ln:]
 }
 
 // putTagged writes tag, then the length of b as a uvarint, then b.
 func putTagged[T string | []byte](e *Encoder, tag byte, b T) {
-	ln := uvarintLen(uint64(len(b)))
-	w := e.room(1 + ln + len(b))
-	w[0] = tag
-	binary.PutUvarint(w[1:1+ln], uint64(len(b)))
-	copy(w[1+ln:], b)
+	copy(e.header(tag, uint64(len(b)), len(b)), b)
 }
 
-// putTaggedString is putTagged for a string, with a short path for the
-// one-byte lengths nearly every string has.
+// putTaggedString is putTagged with a short path for one-byte lengths.
 func (e *Encoder) putTaggedString(tag byte, s string) {
 	if len(s) < 0x80 { // a one-byte uvarint
 		w := e.room(2 + len(s))
@@ -141,9 +132,8 @@ func (e *Encoder) Field(id byte) {
 	w[0], w[1] = tagField, id
 }
 
-// The Field* methods write Field(id) and the value in one reservation: the
-// same bytes as the two calls, in one bounds check instead of two, which
-// counts at a dozen fields per record.
+// The Field* methods write the same bytes as Field(id) and the value, in one
+// reservation: it counts at a dozen fields per record.
 
 // FieldValue is Field(id) then valueOrMissing(v).
 func (e *Encoder) FieldValue(id byte, v pcommon.Value) {
@@ -198,7 +188,7 @@ func (e *Encoder) Raw(b []byte) {
 	copy(w[ln:], b)
 }
 
-// Missing encodes an absent value.
+// missing encodes an absent value.
 func (e *Encoder) missing() { e.room(1)[0] = tagMissing }
 
 // String encodes a string.
@@ -210,7 +200,7 @@ func (e *Encoder) Int(v int64) { e.put64(tagInt, uint64(v)) }
 // Uint encodes an unsigned integer (timestamps, flags, counts).
 func (e *Encoder) Uint(v uint64) { e.put64(tagUint, v) }
 
-// Double encodes a float by its bits; -0 and +0 are made equal.
+// double encodes a float by its bits; -0 and +0 are made equal.
 func (e *Encoder) double(v float64) {
 	if v == 0 {
 		v = 0
@@ -231,23 +221,21 @@ func (e *Encoder) Bool(v bool) {
 func (e *Encoder) Bytes(b []byte) { putTagged(e, tagBytes, b) }
 
 // TraceID encodes a trace ID.
-func (e *Encoder) TraceID(id pcommon.TraceID) {
-	w := e.room(1 + len(id))
-	w[0] = tagTraceID
-	copy(w[1:], id[:])
-}
+func (e *Encoder) TraceID(id pcommon.TraceID) { e.putFixed(tagTraceID, id[:]) }
 
 // SpanID encodes a span ID.
-func (e *Encoder) SpanID(id pcommon.SpanID) {
-	w := e.room(1 + len(id))
-	w[0] = tagSpanID
-	copy(w[1:], id[:])
+func (e *Encoder) SpanID(id pcommon.SpanID) { e.putFixed(tagSpanID, id[:]) }
+
+// putFixed writes tag and b, whose length the tag implies.
+func (e *Encoder) putFixed(tag byte, b []byte) {
+	w := e.room(1 + len(b))
+	w[0] = tag
+	copy(w[1:], b)
 }
 
-// Value encodes a pdata value. It returns false, encoding nothing, when the
-// value is empty (absent), so callers can apply their missing-key policy.
-// A string, int, ... value encodes exactly as the same Go value passed to Any,
-// so a fast-path key and its OTTL form produce the same digest.
+// Value encodes a pdata value, or returns false, encoding nothing, when it
+// is empty. It encodes exactly as the same Go value passed to Any, so a
+// plain path and its OTTL form produce the same digest.
 func (e *Encoder) Value(v pcommon.Value) bool {
 	switch v.Type() {
 	case pcommon.ValueTypeStr:
@@ -280,12 +268,11 @@ func (e *Encoder) valueOrMissing(v pcommon.Value) {
 // maxSortedEntries is the largest map encoded with its entries sorted.
 const maxSortedEntries = 8
 
-// Map encodes a map independently of its entry order. skip, when not nil,
-// leaves keys out. A map of at most maxSortedEntries entries with distinct
-// keys, as nearly every record's attributes are, is encoded with its entries
-// in key order; a larger one, or one with a repeated key, as the sum of its
-// entries' hashes. Which form a map takes depends only on its entries, and
-// the two forms have their own tags, so equal maps always encode alike.
+// Map encodes a map independently of its entry order, leaving out the keys
+// skip (if not nil) names. A map of at most maxSortedEntries distinct keys is
+// encoded in key order, any other as the sum of its entries' hashes. The
+// form depends only on the entries and each has its own tag, so equal maps
+// always encode alike.
 func (e *Encoder) Map(m pcommon.Map, skip func(key string) bool) {
 	if m.Len() <= maxSortedEntries || skip != nil {
 		if e.sortedMap(m, skip) {
@@ -295,9 +282,9 @@ func (e *Encoder) Map(m pcommon.Map, skip func(key string) bool) {
 	e.hashedMap(m, skip)
 }
 
-// sortedMap encodes m with its entries in key order, sorted by insertion
-// into arrays on the stack. It encodes nothing and returns false when m has
-// more than maxSortedEntries entries left after skip, or a repeated key.
+// sortedMap encodes m in key order (insertion sort on the stack), or returns
+// false, encoding nothing, if more than maxSortedEntries keys are left after
+// skip or a key repeats.
 func (e *Encoder) sortedMap(m pcommon.Map, skip func(key string) bool) bool {
 	var keys [maxSortedEntries]string
 	var vals [maxSortedEntries]pcommon.Value
@@ -329,7 +316,7 @@ func (e *Encoder) sortedMap(m pcommon.Map, skip func(key string) bool) bool {
 }
 
 // entry is String(k) then valueOrMissing(v), in one write for short keys
-// with a short string or an int value, as most attributes are.
+// with a short string or an int value.
 func (e *Encoder) entry(k string, v pcommon.Value) {
 	if len(k) < 0x80 {
 		switch v.Type() {
@@ -371,41 +358,26 @@ func (e *Encoder) hashedMap(m pcommon.Map, skip func(key string) bool) {
 		e.String(k)
 		e.valueOrMissing(v)
 		d := digest.Of(e.encoded()[start:])
-		e.truncate(start)
+		e.n = start
 		var carry uint64
-		accLo, carry = addCarry(accLo, d.Lo)
+		accLo, carry = bits.Add64(accLo, d.Lo, 0)
 		accHi += d.Hi + carry
 	}
-	ln := uvarintLen(uint64(n))
-	w := e.room(1 + ln + 16)
-	w[0] = tagMap
-	binary.PutUvarint(w[1:1+ln], uint64(n))
-	binary.BigEndian.PutUint64(w[1+ln:], accHi)
-	binary.BigEndian.PutUint64(w[9+ln:], accLo)
-}
-
-func addCarry(a, b uint64) (uint64, uint64) {
-	s := a + b
-	if s < a {
-		return s, 1
-	}
-	return s, 0
+	w := e.header(tagMap, uint64(n), 16)
+	binary.BigEndian.PutUint64(w, accHi)
+	binary.BigEndian.PutUint64(w[8:], accLo)
 }
 
 // Slice encodes a list in order.
 func (e *Encoder) Slice(s pcommon.Slice) {
-	ln := uvarintLen(uint64(s.Len()))
-	w := e.room(1 + ln)
-	w[0] = tagSlice
-	binary.PutUvarint(w[1:], uint64(s.Len()))
+	e.header(tagSlice, uint64(s.Len()), 0)
 	for i := 0; i < s.Len(); i++ {
 		e.valueOrMissing(s.At(i))
 	}
 }
 
 // Any encodes a value returned by an OTTL expression. It returns false,
-// encoding nothing, for nil (OTTL's "no value") and for all-zero trace and
-// span IDs, which OTLP uses to mean "not set".
+// encoding nothing, for nil and for all-zero (unset) trace and span IDs.
 func (e *Encoder) Any(v any) bool {
 	switch t := v.(type) {
 	case nil:
@@ -444,28 +416,21 @@ func (e *Encoder) Any(v any) bool {
 		e.put64(tagDuration, uint64(t))
 	case pcommon.Timestamp:
 		e.Uint(uint64(t))
-	case map[string]any:
-		m := pcommon.NewMap()
-		if err := m.FromRaw(t); err != nil {
+	case map[string]any, []any:
+		pv := pcommon.NewValueEmpty()
+		if err := pv.FromRaw(t); err != nil {
 			e.other(t)
 			break
 		}
-		e.Map(m, nil)
-	case []any:
-		s := pcommon.NewSlice()
-		if err := s.FromRaw(t); err != nil {
-			e.other(t)
-			break
-		}
-		e.Slice(s)
+		e.Value(pv)
 	default:
 		e.other(t)
 	}
 	return true
 }
 
-// other encodes a type the converters may return that has no canonical form
-// above; %T keeps types apart, %#v the values. Rare, so it may allocate.
+// other encodes a type with no canonical form above: %T keeps types apart,
+// %#v the values. Rare, so it may allocate.
 func (e *Encoder) other(v any) {
 	e.putTaggedString(tagOther, fmt.Sprintf("%T\x00%#v", v, v))
 }

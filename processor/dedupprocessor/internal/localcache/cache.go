@@ -1,25 +1,12 @@
 // Package localcache is the local tier: a bounded, sharded set of digests,
 // each remembered for a fixed window from its first claim.
 //
-// Every key lives exactly one window, so the order keys were claimed in is
-// also the order they expire in. Each shard therefore keeps its keys in a
-// ring in claim order: the head is both the next key to expire and the oldest
-// key, which makes expiry and evict-oldest-first the same O(1) pop.
-//
-// A key is found through an index of 8-byte cells (32 bits of the digest
-// and the key's sequence number in the ring) in buckets of one cache line,
-// so a lookup reads one line of the index and, only when those 32 bits
-// match, the ring slot. Evicting or expiring the oldest key touches no
-// index cell: its cell turns stale as the head of the ring passes it, and
-// the next key inserted into its bucket reuses it. A key costs a 32-byte
-// ring slot and 2.5 index cells (7 to a 64-byte bucket): about 56 bytes
-// once the cache has been full. Neither the ring nor the index holds
-// pointers: they are mapped outside the Go heap (offheap.go), so the
-// garbage collector neither scans them nor counts them.
-//
-// This file reads in the order of a batch's claim: the types, ClaimBatch
-// grouping the batch by shard, a shard's claim (expiry, lookup, push,
-// eviction, the index insert), then the other operations.
+// Every key lives exactly one window, so claim order is expiry order: each
+// shard keeps its keys in a ring in claim order, whose head is both the next
+// key to expire and the oldest, making expiry and evict-oldest-first the
+// same O(1) pop. Keys are found through an index of cells (see cell) that
+// eviction never touches. Neither the ring nor the index holds pointers:
+// they are mapped outside the Go heap (offheap.go).
 package localcache
 
 import (
@@ -37,15 +24,12 @@ type Result uint8
 const (
 	// Claimed: the digest was not held; it now is, by the caller's token.
 	Claimed Result = iota
-	// HeldBySelf: the digest is held by the caller's own token (a copy
-	// earlier in the same batch).
+	// HeldBySelf: the digest is held by the caller's own token.
 	HeldBySelf
-	// Held: the digest is held within its window by a committed claim: its
-	// record was delivered.
+	// Held: the digest is held by a committed claim: its record was delivered.
 	Held
-	// Pending: the digest is held by the claim of a token that is still in
-	// flight (see Begin): its record is on its way downstream and may yet
-	// be released.
+	// Pending: the digest is held by a token still in flight (see Begin):
+	// its record is on its way downstream and may yet be released.
 	Pending
 )
 
@@ -53,13 +37,9 @@ const (
 // shared tier): it counts as committed, and Release never removes it.
 const noToken uint64 = 0
 
-// Cache is safe for concurrent use. Claims of different digests mostly take
-// different locks; no lock is held across more than one shard.
-//
-// A key is held by the token that claimed it. While that token is in flight
-// (between Begin and End) the key is pending: the batch that claimed it has
-// not been accepted downstream yet. Once the token has ended, the keys it
-// still holds are committed.
+// Cache is safe for concurrent use; no lock is held across more than one
+// shard. A key is held by the token that claimed it: pending while that
+// token is in flight (between Begin and End), committed after.
 type Cache struct {
 	shards  []shard
 	mask    uint64
@@ -96,15 +76,14 @@ type slot struct {
 // New returns a cache of at most maxEntries digests, each remembered for
 // window nanoseconds from its first claim. maxEntries must be >= 1.
 func New(maxEntries int, windowNanos int64) *Cache {
-	// Small caches keep one shard, so their eviction order is exactly
-	// oldest first; large ones spread over 64 locks, oldest first within
-	// each shard, which digests fill evenly.
+	// Small caches keep one shard, so eviction is exactly oldest first;
+	// large ones spread over 64 locks, oldest first within each shard.
 	n := 1
 	if maxEntries >= 64*1024 {
 		n = 64
 	}
 	c := &Cache{shards: make([]shard, n), mask: uint64(n - 1), window: windowNanos,
-		flights: flights{tokens: map[uint64]struct{}{}}, arena: newArena()}
+		flights: flights{tokens: map[uint64]struct{}{}}, arena: new(arena)}
 	// The arena outlives no cache: its mappings go when the cache does.
 	runtime.AddCleanup(c, func(a *arena) { a.freeAll() }, c.arena)
 	for i := range c.shards {
@@ -162,9 +141,8 @@ func (c *Cache) End(token uint64) {
 }
 
 // holds reports whether token is in flight. The caller holds the lock of
-// the shard where token holds a key, so the key cannot be released
-// meanwhile: a holder that is not in flight has ended without releasing it,
-// so it committed.
+// the shard where token holds a key, so a holder not in flight has ended
+// without releasing it: it committed.
 func (f *flights) holds(token uint64) bool {
 	if o := f.oldest.Load(); token == noToken || o == 0 || token < o {
 		return false
@@ -176,11 +154,9 @@ func (f *flights) holds(token uint64) bool {
 }
 
 // ClaimBatch claims every digest of ds for token, as Claim does one by one
-// in order, and writes each result to out[i]. It takes each shard's lock
-// once for all of that shard's digests, and before claiming it reads the
-// index cells those claims will need, so the CPU fetches them from memory
-// in parallel rather than one miss at a time. out must have at least
-// len(ds) elements.
+// in order, writing each result to out[i] (len(out) >= len(ds)). It takes
+// each shard's lock once, and prefetches the index cells the claims need so
+// their cache misses overlap.
 func (c *Cache) ClaimBatch(ds []digest.Digest, token uint64, now int64, out []Result) {
 	c.eachShard(ds, func(s *shard, group []int32) {
 		s.expire(now)
@@ -191,7 +167,6 @@ func (c *Cache) ClaimBatch(ds []digest.Digest, token uint64, now int64, out []Re
 	})
 }
 
-// batchScratch is the per-call working memory of eachShard.
 type batchScratch struct {
 	order  []int32 // positions of ds, grouped by shard, batch order kept
 	starts []int32 // where each shard's group ends in order
@@ -199,13 +174,13 @@ type batchScratch struct {
 
 var scratchPool = sync.Pool{New: func() any { return new(batchScratch) }}
 
-// eachShard calls fn once for each shard holding digests of ds, under that
-// shard's lock, with the positions of those digests in ds, in their order.
+// eachShard calls fn under the lock of each shard holding digests of ds,
+// with their positions in ds, in order.
 func (c *Cache) eachShard(ds []digest.Digest, fn func(s *shard, group []int32)) {
 	sc := scratchPool.Get().(*batchScratch)
 	defer scratchPool.Put(sc)
-	// A counting sort: starts[k+1] counts shard k's digests, then, summed,
-	// is where its group starts, then, as the group is filled, where it ends.
+	// A counting sort: starts[k+1] counts shard k's digests, then is where
+	// its group starts, then, once filled, where it ends.
 	n := len(c.shards)
 	if cap(sc.starts) < n+1 {
 		sc.starts = make([]int32, n+1)
@@ -240,11 +215,10 @@ func (c *Cache) eachShard(ds []digest.Digest, fn func(s *shard, group []int32)) 
 	}
 }
 
-// expire pops the keys whose window has ended, and released slots, from the
-// head of the ring. A key whose window ended while its batch is still in
-// flight stays, pending, until the batch ends: a copy meeting it waits for
-// the export's outcome, as within the window (the keys behind it expire
-// late meanwhile, within the cache's bound).
+// expire pops expired keys and released slots from the head of the ring. A
+// key whose batch is still in flight stays, pending, past its window, so a
+// copy still waits for the export's outcome (keys behind it expire late
+// meanwhile, within the cache's bound).
 func (s *shard) expire(now int64) {
 	for s.used > 0 {
 		sl := &s.ring[s.head]
@@ -255,9 +229,8 @@ func (s *shard) expire(now int64) {
 	}
 }
 
-// prefetch reads the index cells the coming claims will probe first. The
-// values are discarded; the point is that these independent loads overlap.
-// (Evicting the oldest keys needs no index cell: see cell.)
+// prefetch reads the index cells the coming claims probe first, so these
+// independent loads overlap; the values are discarded.
 func (s *shard) prefetch(ds []digest.Digest, group []int32) {
 	var acc cell
 	for _, i := range group {
@@ -266,9 +239,8 @@ func (s *shard) prefetch(ds []digest.Digest, group []int32) {
 	s.sink = acc
 }
 
-// claim records d for token unless it is held within its window, and
-// returns who holds it. The caller holds the shard's lock and has expired
-// it.
+// claim records d for token unless it is held, and returns who holds it.
+// The caller holds the shard's lock and has expired it.
 func (s *shard) claim(d digest.Digest, token uint64, now, window int64) (Result, uint64) {
 	if sl, ci := s.lookup(d); sl != nil {
 		switch {
@@ -289,8 +261,8 @@ func (s *shard) claim(d digest.Digest, token uint64, now, window int64) (Result,
 }
 
 // lookup returns d's ring slot and the index word holding its cell, or nil.
-// It reads d's home bucket and goes on to the next only while that one's
-// mark names a live key that overflowed it.
+// It probes past d's home bucket only while the mark says a live key
+// overflowed.
 func (s *shard) lookup(d digest.Digest) (*slot, uint64) {
 	fp := fingerprint(d)
 	b := s.home(fp)
@@ -315,10 +287,8 @@ func (s *shard) lookup(d digest.Digest) (*slot, uint64) {
 }
 
 // push appends a key at the tail, evicting the head when the ring is full,
-// and indexes it. A key given to Insert may expire before keys ahead of it
-// in the ring; it then waits for the head to reach it (counting toward the
-// bound meanwhile), and a claim treats it as absent once its expiry has
-// passed.
+// and indexes it. A key from Insert may expire before keys ahead of it: it
+// stays until the head reaches it, and claim treats it as absent.
 func (s *shard) push(d digest.Digest, expires int64, token uint64, now int64) {
 	if s.used == s.size {
 		if s.ring[s.head].expires > now {
@@ -339,8 +309,7 @@ func (s *shard) push(d digest.Digest, expires int64, token uint64, now int64) {
 	s.live++
 }
 
-// pop drops the head of the ring. Its index cell, if it has one, turns
-// stale by the head moving past it: no index work.
+// pop drops the head of the ring; its cell turns stale with no index work.
 func (s *shard) pop() {
 	if s.ring[s.head].expires != 0 {
 		s.live--
@@ -354,45 +323,31 @@ func (s *shard) pop() {
 }
 
 // forget removes a held key whose cell is index word ci, leaving its ring
-// slot released. No lookup ends at an empty cell, so nothing moves.
+// slot released. No probe ends at an empty cell, so nothing moves.
 func (s *shard) forget(sl *slot, ci uint64) {
 	s.index[ci] = 0
 	sl.expires = 0
 	s.live--
 }
 
-// cell is one index entry: 32 bits of the digest (the fingerprint) in the
-// high half, compared before the ring slot is touched, and in the low half
-// the key's sequence number in its shard's ring, from which its ring
-// position follows. 0 marks an empty cell; the fingerprint's low bit is
-// always set, so no entry is 0 and no entry's fingerprint matches an empty
-// cell.
+// cell is one index entry: the fingerprint (32 bits of the digest) in the
+// high half, compared before the ring slot is read, and the key's sequence
+// number in its shard's ring in the low half. 0 is an empty cell; a
+// fingerprint's low bit is always set, so no entry is 0.
 //
-// An evicted or expired key leaves its cell behind: its sequence number
-// has fallen behind the head of the ring, which makes the cell stale
-// without any write. Evicting the oldest key therefore costs no index work
-// (otherwise it is a random read and a delete in an index far larger than
-// the CPU caches, as much as the claim itself). A stale cell is taken over
-// by the next key inserted into its bucket.
+// An evicted or expired key's cell turns stale, without a write, once the
+// ring's head passes its sequence number, so evicting costs no random index
+// access; the next key placed in its bucket takes it over. Sequence numbers
+// compare modulo 2^32 against at most size < 2^32 keys, so a live cell is
+// always seen live; a stale one that looks live again is harmless, as a
+// lookup compares the whole digest.
 //
-// Sequence numbers are compared modulo 2^32 against the ring's window of at
-// most size < 2^32 keys, so a live cell is always recognised as live. A
-// stale cell that survived 2^32 further keys would look live again; that
-// costs nothing but its place, since a lookup still compares the slot's
-// whole digest, and it turns stale again when the head passes.
-//
-// The index is an array of buckets, each one cache line: a key's cell is in
-// its home bucket unless that bucket's 7 cells were all live when it was
-// inserted; it then went on to the next bucket, and the bucket it passed
-// records the key's sequence number in its mark (word 0). Marks turn stale
-// as cells do, when the ring's head passes the key they name, since a
-// bucket's overflow ends with the newest key that overflowed it (keys leave
-// in the order they came). Nothing ever needs purging.
-//
-// At full size there are 2.5 cells per ring slot of the shard, so a bucket
-// holds 2.8 live keys on average and is full (7) for 2-3% of inserts. The
-// index is mapped at that size, but uses a prefix of it that starts small
-// and doubles, so a cache holding few keys touches few of its pages.
+// Each bucket is one cache line: a mark (word 0) and 7 cells. A key whose
+// home bucket is full goes on to the next, and the full bucket's mark
+// records the key's sequence number. Keys leave in the order they came, so
+// a mark turns stale with the newest key that overflowed: nothing needs
+// purging. The index is mapped at full size (2.5 cells per ring slot) but
+// uses a growing prefix, so a cache holding few keys touches few pages.
 type cell uint64
 
 func (c cell) seq() uint32         { return uint32(c) }
@@ -400,20 +355,17 @@ func (c cell) fingerprint() uint32 { return uint32(c >> 32) }
 
 func makeCell(fp, seq uint32) cell { return cell(uint64(fp)<<32 | uint64(seq)) }
 
-// fingerprint is the part of d the index keeps. The shard is chosen by the
-// low bits of Lo, independent of Hi; the home bucket by the high bits of
-// the fingerprint, so a cell alone says where it belongs: growing the index
+// fingerprint is the part of d the index keeps, independent of the shard
+// (low bits of Lo). It alone picks the home bucket, so growing the index
 // never reads the ring.
 func fingerprint(d digest.Digest) uint32 { return uint32(d.Hi) | 1 }
 
-// Buckets of the index: one 64-byte cache line each, a mark and 7 cells.
 const (
 	bucketWords = 8
 	bucketCells = bucketWords - 1
 	minBuckets  = 128
 )
 
-// pageCells is the number of cells in a page of memory.
 var pageCells = os.Getpagesize() / 8 // a cell is 8 bytes
 
 // bucketsFor is the number of buckets whose cells hold n live keys at 40%.
@@ -421,8 +373,7 @@ func bucketsFor(n int) uint64 {
 	return uint64((5*max(n, 1)/2 + bucketCells - 1) / bucketCells)
 }
 
-// home is the bucket fingerprint fp belongs to: a multiply-shift maps the
-// fingerprint onto any number of buckets, not only powers of two.
+// home is fp's bucket: a multiply-shift maps onto any number of buckets.
 func (s *shard) home(fp uint32) uint64 { return uint64(fp) * s.nb >> 32 }
 
 func (s *shard) bucket(b uint64) *[bucketWords]cell {
@@ -459,9 +410,9 @@ func (s *shard) stale(c cell) bool {
 // overflowed reports whether a live key passed the bucket with mark m.
 func (s *shard) overflowed(m cell) bool { return m != 0 && !s.stale(m) }
 
-// place puts c into the first cell of its probe that is empty or stale,
-// marking each full bucket it passes. There is always one: live keys fill
-// at most 40% of the full-size index.
+// place puts c into the first empty or stale cell of its probe, marking each
+// full bucket it passes. Live keys fill at most 40% of the full-size index,
+// so there is always one.
 func (s *shard) place(c cell) {
 	b := s.home(c.fingerprint())
 	for {
@@ -486,18 +437,16 @@ func (s *shard) mark(w *[bucketWords]cell, seq uint32) {
 	w[0] = makeCell(1, seq)
 }
 
-// moving is where grow copies a shard's cells to move them in place: one
-// for the cache, as its shards grow one at a time and to similar sizes.
+// moving is grow's copy of a shard's cells, shared by the cache's shards,
+// which grow one at a time.
 type moving struct {
 	mu    sync.Mutex
 	cells []cell
 }
 
-// grow moves the live cells into a prefix of the index four times as large,
-// or more, up to full size, while they would fill more than 40% of it.
-// Stale cells and marks are left behind. It reads cells only. The cells
-// move in place, through a copy: the pages of the old prefix are reused
-// rather than faulted in fresh as a new mapping's would be, and the steps
+// grow moves the live cells into a prefix of the index four times as large
+// or more (up to full size), leaving stale cells and marks behind. Cells
+// move in place through a copy, so the old prefix's pages are reused; steps
 // are large because each moves every live cell.
 func (s *shard) grow() {
 	nb := s.nb
@@ -536,9 +485,8 @@ func (c *Cache) Claim(d digest.Digest, token uint64, now int64) (Result, uint64)
 }
 
 // ReleaseBatch forgets every digest of ds that token still holds, so a later
-// copy is claimed anew, taking each shard's lock once for all of that
-// shard's digests and reading their index cells ahead as ClaimBatch does. It
-// returns how many it released.
+// copy is claimed anew, batching by shard as ClaimBatch does. It returns how
+// many it released.
 func (c *Cache) ReleaseBatch(ds []digest.Digest, token uint64) int {
 	if token == noToken || len(ds) == 0 {
 		return 0
@@ -579,9 +527,9 @@ func (c *Cache) Insert(d digest.Digest, expires, now int64) bool {
 	return true
 }
 
-// Disown clears the token of d if token holds it, so that a later Release by
-// that token keeps it and it counts as committed: the shared tier said
-// another instance delivered it.
+// Disown clears the token of d if token holds it, so it counts as committed
+// and a later Release keeps it: the shared tier said another instance
+// delivered it.
 func (c *Cache) Disown(d digest.Digest, token uint64) {
 	s := &c.shards[d.Lo&c.mask]
 	s.mu.Lock()
@@ -591,47 +539,44 @@ func (c *Cache) Disown(d digest.Digest, token uint64) {
 	}
 }
 
+// eachLocked calls fn with each shard in turn, under its lock.
+func (c *Cache) eachLocked(fn func(s *shard)) {
+	for i := range c.shards {
+		s := &c.shards[i]
+		s.mu.Lock()
+		fn(s)
+		s.mu.Unlock()
+	}
+}
+
 // Len is the number of keys held, after dropping those expired by now.
 func (c *Cache) Len(now int64) int {
 	n := 0
-	for i := range c.shards {
-		s := &c.shards[i]
-		s.mu.Lock()
+	c.eachLocked(func(s *shard) {
 		s.expire(now)
 		n += s.live
-		s.mu.Unlock()
-	}
+	})
 	return n
 }
 
-// Evictions is the number of keys evicted, since the cache was made, before
-// their window ended: a sign that maxEntries is too small for the traffic.
+// Evictions is the number of keys evicted before their window ended: a sign
+// that maxEntries is too small for the traffic.
 func (c *Cache) Evictions() int64 {
 	var n int64
-	for i := range c.shards {
-		s := &c.shards[i]
-		s.mu.Lock()
-		n += s.evicted
-		s.mu.Unlock()
-	}
+	c.eachLocked(func(s *shard) { n += s.evicted })
 	return n
 }
 
 // Range calls fn for each committed key with its expiry, oldest first per
-// shard, holding one shard's lock at a time. Pending keys are left out:
-// their batches are still on their way downstream. fn must not call the
-// cache.
+// shard, under that shard's lock; fn must not call the cache.
 func (c *Cache) Range(now int64, fn func(d digest.Digest, expires int64)) {
-	for i := range c.shards {
-		s := &c.shards[i]
-		s.mu.Lock()
+	c.eachLocked(func(s *shard) {
 		s.expire(now)
-		for k := 0; k < s.used; k++ {
+		for k := range s.used {
 			sl := &s.ring[(s.head+k)%s.size]
 			if sl.expires != 0 && !c.flights.holds(sl.token) {
 				fn(sl.d, sl.expires)
 			}
 		}
-		s.mu.Unlock()
-	}
+	})
 }

@@ -8,24 +8,15 @@ import (
 	"unsafe"
 )
 
-// The ring and the index hold no pointers, so they need not live in the Go
-// heap: mapped with mmap, they cost the memory of their keys and no more.
-// In the heap they would also raise the garbage collector's target, which
-// lets the rest of the heap grow by as much again before a collection
-// (GOGC), so a large cache would cost about twice its size at peak. A
-// mapping's pages take memory only once written, so a ring and an index
-// mapped whole cost an idle cache nothing. The price is paid while a cache
-// fills: each page is faulted in fresh, where the heap would reuse memory
-// it freed.
-
 // arena hands out the cache's pointer-free arrays from anonymous mappings,
-// all unmapped together when the cache is collected.
+// all unmapped together when the cache is collected. In the Go heap they
+// would raise the GC's target, letting the rest of the heap grow by as much
+// again (GOGC). A mapping's pages take memory only once written, so an idle
+// cache costs nothing; the price is a fresh page fault per page as it fills.
 type arena struct {
 	mu     sync.Mutex
 	mapped [][]byte
 }
-
-func newArena() *arena { return &arena{} }
 
 // alloc returns n zeroed values of the pointer-free type T from a. If the
 // kernel refuses the mapping, they come from the Go heap.
