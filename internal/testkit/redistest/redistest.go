@@ -372,24 +372,23 @@ func (s *Server) Running() bool {
 // exit.
 func (s *Server) Kill() {
 	s.tb.Helper()
-	s.mu.Lock()
-	p := s.proc
-	s.proc = nil
-	s.mu.Unlock()
-	if p != nil {
-		s.stopProcess(p, syscall.SIGKILL)
-	}
+	s.halt(syscall.SIGKILL)
 }
 
 // Stop stops the server with SIGTERM (SIGKILL if it does not exit in time).
 func (s *Server) Stop() {
+	s.tb.Helper()
+	s.halt(syscall.SIGTERM)
+}
+
+func (s *Server) halt(sig syscall.Signal) {
 	s.tb.Helper()
 	s.mu.Lock()
 	p := s.proc
 	s.proc = nil
 	s.mu.Unlock()
 	if p != nil {
-		s.stopProcess(p, syscall.SIGTERM)
+		s.stopProcess(p, sig)
 	}
 }
 
