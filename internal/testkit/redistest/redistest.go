@@ -375,6 +375,45 @@ func (s *Server) Kill() {
 	s.halt(syscall.SIGKILL)
 }
 
+// KillCaughtUp kills the server (SIGKILL) at a moment its replicas hold
+// every write it took: it pauses client writes, waits until each replica's
+// offset reaches its own, then kills it. Redis replicates asynchronously, so
+// a master killed at any other moment may take its last writes with it.
+func (s *Server) KillCaughtUp() {
+	s.tb.Helper()
+	ctx := context.Background()
+	c := s.Client()
+	if err := c.Do(ctx, "client", "pause", 60_000, "write").Err(); err != nil {
+		s.tb.Fatalf("redistest: CLIENT PAUSE on %s: %v", s.Addr(), err)
+	}
+	waitFor(s.tb, 10*time.Second, "replicas caught up with "+s.Addr(), func() (bool, string) {
+		info, err := c.Info(ctx, "replication").Result()
+		if err != nil {
+			return false, err.Error()
+		}
+		var master string
+		var replicas []string
+		for _, line := range strings.Split(info, "\r\n") {
+			if v, ok := strings.CutPrefix(line, "master_repl_offset:"); ok {
+				master = v
+			}
+			if strings.HasPrefix(line, "slave") {
+				for _, f := range strings.Split(line, ",") {
+					if v, ok := strings.CutPrefix(f, "offset="); ok {
+						replicas = append(replicas, v)
+					}
+				}
+			}
+		}
+		caughtUp := len(replicas) > 0
+		for _, r := range replicas {
+			caughtUp = caughtUp && r == master
+		}
+		return caughtUp, fmt.Sprintf("master offset %s, replicas %v", master, replicas)
+	})
+	s.Kill()
+}
+
 // Stop stops the server with SIGTERM (SIGKILL if it does not exit in time).
 func (s *Server) Stop() {
 	s.tb.Helper()
