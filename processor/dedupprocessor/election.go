@@ -379,14 +379,13 @@ func (e *elector) ask(ctx context.Context, eng *engine, box *ballotBox) (pending
 	box.fill(func(bl *ballot) digest.Digest { return bl.candidate.Digest })
 	start := eng.now()
 	if err := eng.electTier.Elect(ctx, box.redisToken, e.failover, box.es, box.answers); err != nil {
+		eng.tierError.log(start, err, zap.String("on_error", string(eng.redisPolicy)))
 		if eng.redisPolicy == ErrorRefuse || ctx.Err() != nil {
-			eng.tierError.log(start, err, zap.String("on_error", string(eng.redisPolicy)))
 			for _, i := range box.asked {
 				box.ballots[i].took, box.ballots[i].inRedis = true, true // the answer may have been lost
 			}
 			return false, fmt.Errorf("%w: %w", errSharedTier, err)
 		}
-		eng.tierError.log(start, err, zap.String("on_error", string(ErrorPass)))
 		for _, i := range box.asked {
 			box.ballots[i].state = ballotUnavailable
 		}

@@ -12,7 +12,6 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
 
-	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/breaker"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/election"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/redistier"
 )
@@ -177,7 +176,7 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, signal strin
 		o.ObserveInt64(evictions, e.cache.Evictions(), t.baseOpt)
 		if breakers := t.breakers.Load(); breakers != nil {
 			for _, nb := range (*breakers)() {
-				o.ObserveInt64(breaker, breakerValue(nb.State), t.with(attribute.String("node", nb.Node)))
+				o.ObserveInt64(breaker, int64(nb.State), t.with(attribute.String("node", nb.Node)))
 			}
 		}
 		return nil
@@ -277,16 +276,6 @@ func (t *telemetry) shutdown() error {
 func (t *telemetry) observeBreakers(tier *redistier.Tier) {
 	breakers := tier.Breakers
 	t.breakers.Store(&breakers)
-}
-
-func breakerValue(s breaker.State) int64 {
-	switch s {
-	case breaker.HalfOpen:
-		return 1
-	case breaker.Open:
-		return 2
-	}
-	return 0
 }
 
 // throttledLog logs a recurring per-record problem at most once per

@@ -8,22 +8,22 @@ import (
 	"time"
 )
 
-// State is the breaker's position.
+// State is the breaker's position; its value is the breaker-state gauge's.
 type State int
 
 // The states. HalfOpen lets one probe through, whose outcome closes or
 // re-opens the breaker.
 const (
 	Closed State = iota
-	Open
 	HalfOpen
+	Open
 )
 
 func (s State) String() string {
-	if s < Closed || s > HalfOpen {
+	if s < Closed || s > Open {
 		return "unknown"
 	}
-	return [...]string{"closed", "open", "half_open"}[s]
+	return [...]string{"closed", "half_open", "open"}[s]
 }
 
 // Config sets the breaker's thresholds. Zero fields take the defaults.
