@@ -9,8 +9,8 @@
 #                (builds both binaries first)
 #   make deps    install redis-server and redis-cli if missing (Debian's packages),
 #                extract Debian's systemd-journal-remote into bin/ (it writes the journal
-#                files the journald tests read), and build bin/promtool from the
-#                Prometheus module (make test does it)
+#                files the journald tests read) and Debian's promtool into bin/ (it checks
+#                the rules, dashboards and Prometheus configs) (make test does it)
 #   make bench   the performance targets: Go benchmarks with benchstat, the distribution end
 #                to end against its pass-through, CPU profiles (cmd/dedupbench, BENCHMARKS.md)
 #   make lint    go vet
@@ -102,19 +102,15 @@ demo-data:
 # (this needs root); systemd-journal-remote, extracted from Debian's package
 # into bin/ without installing it (the package would pull in a systemd
 # upgrade), for TestJournaldRereads (root only for an apt-get update, or to
-# install systemd where journalctl is missing); promtool built from the
-# Prometheus module that tools/promtool pins, without service discovery (as
-# the agent), so that no Prometheus server is installed.
+# install systemd where journalctl is missing); promtool extracted from
+# Debian's prometheus package into bin/ without installing it (the package
+# would install and start a Prometheus server).
 PROMTOOL := bin/promtool
 
-deps: $(PROMTOOL)
+deps:
 	bash scripts/ensure-redis.sh
 	bash scripts/ensure-journal-remote.sh
-
-$(PROMTOOL): tools/promtool/go.mod tools/promtool/go.sum
-	@echo "go build: $(PROMTOOL) (cold: about a minute)"
-	@mkdir -p $(dir $@)
-	cd tools/promtool && $(GO) build -tags remove_all_sd -o $(CURDIR)/$@ github.com/prometheus/prometheus/cmd/promtool
+	bash scripts/ensure-promtool.sh
 
 # The modules run in one `go test` process tree at a time: the 2-core
 # machines this runs on have no room for two -race runs side by side.

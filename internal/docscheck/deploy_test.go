@@ -303,10 +303,9 @@ func TestRulesStructure(t *testing.T) {
 
 // --- promtool ---
 
-// promtool returns the path of the promtool that make deps builds from the
-// Prometheus module pinned in tools/promtool ($PROMTOOL, else bin/promtool),
-// or fails the test. A promtool on PATH is not used: the tests hold the
-// pinned one.
+// promtool returns the path of the promtool that make deps extracts from
+// Debian's prometheus package ($PROMTOOL, else bin/promtool), or fails the
+// test. A promtool on PATH is not used: its version is unknown.
 func promtool(t *testing.T) string {
 	t.Helper()
 	p := os.Getenv("PROMTOOL")
@@ -314,7 +313,7 @@ func promtool(t *testing.T) string {
 		p = filepath.Join(root(t), "bin", "promtool")
 	}
 	if _, err := os.Stat(p); err != nil {
-		t.Fatalf("promtool not built (%v): run `make deps`", err)
+		t.Fatalf("promtool missing (%v): run `make deps`", err)
 	}
 	return p
 }
