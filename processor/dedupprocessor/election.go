@@ -526,21 +526,18 @@ func (e *elector) commit(ctx context.Context, eng *engine, box *ballotBox) {
 // remaining from now, and counts a new election.
 func (e *elector) commitOne(box *ballotBox, i int32, now int64, remaining time.Duration) {
 	bl := &box.ballots[i]
-	if bl.took {
-		committed, prev, hasPrev := e.table.Commit(bl.ref, box.token, now)
-		if !committed {
-			return
-		}
-		if bl.hasPrev {
-			prev, hasPrev = bl.prev, true
-		}
-		reason := electionNew
-		if hasPrev && prev != bl.elected {
-			reason = electionFailover
-		}
-		box.elections[reason]++
+	committed, prev, hasPrev := e.table.Commit(bl.ref, box.replicaOf(i, bl.elected), box.token, remaining, now)
+	if !committed {
+		return
 	}
-	e.table.Refreshed(bl.ref, box.replicaOf(i, bl.elected), box.token, remaining, now)
+	if bl.hasPrev {
+		prev, hasPrev = bl.prev, true
+	}
+	reason := electionNew
+	if hasPrev && prev != bl.elected {
+		reason = electionFailover
+	}
+	box.elections[reason]++
 }
 
 // admit reports whether the point at verdict index idx goes on to the

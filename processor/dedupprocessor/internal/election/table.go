@@ -235,21 +235,37 @@ func (t *Table) setDeadlines(en *entry, now, remaining int64) {
 	en.refresher = 0
 }
 
-// Commit commits ref's election pending under token, at now. It reports
-// whether token held it, and the replica whose expired election it replaced.
-func (t *Table) Commit(ref Ref, token uint64, now int64) (committed bool, prev digest.Digest, hasPrev bool) {
+// Commit records what a delivered batch of token carried: replica's
+// election, live for remaining from now. An election pending under token
+// is committed (committed reports it, with the replica whose expired
+// election it replaced); a committed one is refreshed. It is dropped while
+// the election is pending for another batch or live for another replica;
+// an expired one is revived, as in the shared tier.
+func (t *Table) Commit(ref Ref, replica Replica, token uint64, remaining time.Duration, now int64) (committed bool, prev digest.Digest, hasPrev bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	en := t.tenants[ref.Tenant][ref.Key]
-	if en == nil || en.holder != token {
+	switch {
+	case en == nil:
 		return false, digest.Digest{}, false
+	case en.holder == token:
+		if en.prev != nil {
+			prev, hasPrev = en.prev.replica.Digest, true
+		}
+		en.holder, en.prev, committed = 0, nil, true
+	case en.holder != 0:
+		return false, digest.Digest{}, false
+	case en.replica.Digest != replica.Digest:
+		if en.live(now) {
+			return false, digest.Digest{}, false
+		}
+		en.replica = clone(replica)
 	}
-	if en.prev != nil {
-		prev, hasPrev = en.prev.replica.Digest, true
+	if en.replica.Name == "" {
+		en.replica.Name = strings.Clone(replica.Name)
 	}
-	en.holder, en.prev = 0, nil
-	t.setDeadlines(en, now, t.failover)
-	return true, prev, hasPrev
+	t.setDeadlines(en, now, int64(remaining))
+	return committed, prev, hasPrev
 }
 
 // Release gives up ref's election pending under token. The expired
@@ -287,28 +303,6 @@ func (t *Table) TakeRefresh(ref Ref, replica Replica, token uint64, now int64) b
 	}
 	en.refresher = token
 	return true
-}
-
-// Refreshed records a delivered refresh: replica's election holds for
-// remaining from now. It is dropped while the election is pending or live
-// for another replica; an expired one is revived, as in the shared tier.
-func (t *Table) Refreshed(ref Ref, replica Replica, token uint64, remaining time.Duration, now int64) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	en := t.tenants[ref.Tenant][ref.Key]
-	if en == nil || en.holder != 0 {
-		return
-	}
-	if en.replica.Digest != replica.Digest {
-		if en.live(now) {
-			return
-		}
-		en.replica = clone(replica)
-	}
-	if en.replica.Name == "" {
-		en.replica.Name = strings.Clone(replica.Name)
-	}
-	t.setDeadlines(en, now, int64(remaining))
 }
 
 // DropRefresh lets another batch carry the refresh token's batch carried.

@@ -51,7 +51,7 @@ func want(t *testing.T, got Decision, state State, replica Replica) {
 func elect(t *testing.T, tb *Table, rf Ref, r Replica, token uint64, now int64) {
 	t.Helper()
 	want(t, tb.Decide(rf, r, token, now, true), Taken, r)
-	if ok, _, _ := tb.Commit(rf, token, now); !ok {
+	if ok, _, _ := tb.Commit(rf, r, token, failover, now); !ok {
 		t.Fatal("commit failed")
 	}
 }
@@ -66,12 +66,12 @@ func TestFirstReplicaElectedOnceDelivered(t *testing.T) {
 	// Another batch waits for it, whatever its age.
 	want(t, tb.Decide(x, b, 2, t0, true), Pending, a)
 	want(t, tb.Decide(x, b, 0, t0, true), Pending, a)
-	if ok, _, hasPrev := tb.Commit(x, 1, t0); !ok || hasPrev {
+	if ok, _, hasPrev := tb.Commit(x, a, 1, failover, t0); !ok || hasPrev {
 		t.Fatalf("commit = %v, hasPrev %v", ok, hasPrev)
 	}
 	want(t, tb.Decide(x, b, 2, at(time.Second), true), Elected, a)
 	// A token that did not take it cannot commit or release it.
-	if ok, _, _ := tb.Commit(x, 2, t0); ok {
+	if ok, _, _ := tb.Commit(x, b, 2, failover, t0); ok {
 		t.Fatal("token 2 committed an election it did not hold")
 	}
 	tb.Release(x, 2)
@@ -88,7 +88,7 @@ func TestReleasedElectionIsNotHeld(t *testing.T) {
 	}
 	// b's batch is the next to send: b is elected, not a.
 	want(t, tb.Decide(x, b, 2, t0, true), Taken, b)
-	tb.Commit(x, 2, t0)
+	tb.Commit(x, b, 2, failover, t0)
 	want(t, tb.Decide(x, a, 3, t0, true), Elected, b)
 }
 
@@ -105,7 +105,7 @@ func TestFailoverAfterTimeout(t *testing.T) {
 	if !d.HasPrev || d.Prev != a.Digest {
 		t.Fatalf("takeover prev = %v %v, want a", d.Prev, d.HasPrev)
 	}
-	ok, prev, hasPrev := tb.Commit(x, 3, at(failover))
+	ok, prev, hasPrev := tb.Commit(x, b, 3, failover, at(failover))
 	if !ok || !hasPrev || prev != a.Digest {
 		t.Fatalf("commit = %v prev %v %v", ok, prev, hasPrev)
 	}
@@ -148,7 +148,7 @@ func TestRefreshKeepsTheElectionAlive(t *testing.T) {
 	if !tb.TakeRefresh(x, a, 3, at(update)) {
 		t.Fatal("refresh not taken after the first carrier failed")
 	}
-	tb.Refreshed(x, a, 3, failover, at(update))
+	tb.Commit(x, a, 3, failover, at(update))
 	// Alive until update+failover now, not failover.
 	want(t, tb.Decide(x, b, 4, at(update+failover-time.Nanosecond), true), Elected, a)
 	want(t, tb.Decide(x, b, 5, at(update+failover), true), Taken, b)
@@ -190,7 +190,7 @@ func TestRefreshOfAnElectionTakenOverIsDropped(t *testing.T) {
 	}
 	// a's refreshing batch is slow; a's election expires and b takes it.
 	elect(t, tb, x, b, 3, at(failover))
-	tb.Refreshed(x, a, 2, failover, at(failover+time.Second))
+	tb.Commit(x, a, 2, failover, at(failover+time.Second))
 	want(t, tb.Decide(x, a, 4, at(failover+time.Second), true), Elected, b)
 }
 
@@ -217,7 +217,7 @@ func TestSharedTableAsksAndLearns(t *testing.T) {
 	// A Learn while a batch of this process holds it changes nothing.
 	tb.Learn(x, c, time.Minute, at(11*time.Second))
 	want(t, tb.Decide(x, b, 6, at(11*time.Second), false), Pending, a)
-	tb.Commit(x, 5, at(12*time.Second))
+	tb.Commit(x, a, 5, failover, at(12*time.Second))
 	want(t, tb.Decide(x, b, 6, at(12*time.Second), false), Elected, a)
 	tb.Forget(x)
 	want(t, tb.Decide(x, b, 7, at(12*time.Second), false), Unknown, a)
@@ -234,7 +234,7 @@ func TestClusterLimitPerTenant(t *testing.T) {
 	// y's batch fails: its slot is free again.
 	tb.Release(ref(0, "y"), 2)
 	want(t, tb.Decide(ref(0, "z"), a, 5, t0, true), Taken, a)
-	tb.Commit(ref(0, "z"), 5, t0)
+	tb.Commit(ref(0, "z"), a, 5, failover, t0)
 	want(t, tb.Decide(ref(0, "y"), a, 6, t0, true), OverLimit, a)
 	// x and z expire: y fits, and x, expired, can be taken back only
 	// while the tenant has room.
