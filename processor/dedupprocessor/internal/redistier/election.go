@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -63,38 +62,47 @@ type ElectionAnswer struct {
 // the election for the candidate, pending under token for the lease, until
 // CommitElected or ReleaseElections. Retrying with the same token is safe.
 func (t *Tier) Elect(ctx context.Context, token string, failover time.Duration, es []Election, answers []ElectionAnswer) error {
-	if len(answers) < len(es) {
-		return fmt.Errorf("dedup: redis elect: %d answers for %d elections", len(answers), len(es))
-	}
 	if token == "" {
 		return errors.New("dedup: redis elect: empty token")
+	}
+	return t.elections(ctx, OpElect, token, failover, es, answers)
+}
+
+// CommitElected confirms the elections es, whose batch was delivered: it
+// commits token's pending ones, refreshes committed ones of the same
+// replica, and takes free ones committed, each answering ElectionLive for
+// the failover timeout. Elections held otherwise are answered as by Elect.
+func (t *Tier) CommitElected(ctx context.Context, token string, failover time.Duration, es []Election, answers []ElectionAnswer) error {
+	return t.elections(ctx, OpCommit, token, failover, es, answers)
+}
+
+// elections runs Elect (op OpElect) or CommitElected (OpCommit); on an
+// error, answers are left zero.
+func (t *Tier) elections(ctx context.Context, op, token string, failover time.Duration, es []Election, answers []ElectionAnswer) error {
+	if len(answers) < len(es) {
+		return fmt.Errorf("dedup: redis %s: %d answers for %d elections", op, len(answers), len(es))
 	}
 	answers = answers[:len(es)]
 	clear(answers)
 	if len(es) == 0 {
 		return nil
 	}
-	c, err := t.connected(OpElect)
+	c, err := t.connected(op)
 	if err != nil {
 		return err
 	}
-	fo := strconv.FormatInt(failover.Milliseconds(), 10)
-	calls := make([]*call, len(es))
+	ws := make([]write, len(es))
 	for i, el := range es {
-		rep := el.Replica.Bytes()
-		key := t.electionKey(el.Key)
-		calls[i] = &call{cmd: redis.NewCmd(ctx, "evalsha", electScript.Hash(), 1, key,
-			string(rep[:]), token, t.leaseArg, fo), route: key}
+		ws[i] = write{op: op, token: token, election: &electionWrite{key: el.Key, replica: el.Replica, failover: failover}}
 	}
-	if err := t.run(ctx, c, OpElect, calls); err != nil {
+	calls := t.writeCalls(ctx, c, op, ws)
+	if err := t.run(ctx, c, op, calls); err != nil {
+		if op == OpCommit {
+			// The batch was delivered: the other collectors must learn it.
+			t.retry(ws, calls)
+		}
 		return err
 	}
-	return electionAnswers(calls, answers)
-}
-
-// electionAnswers decodes the election scripts' replies; on an error,
-// answers are left zero.
-func electionAnswers(calls []*call, answers []ElectionAnswer) error {
 	for i, cl := range calls {
 		a, err := electionAnswer(cl.cmd)
 		if err != nil {
@@ -104,36 +112,6 @@ func electionAnswers(calls []*call, answers []ElectionAnswer) error {
 		answers[i] = a
 	}
 	return nil
-}
-
-// CommitElected confirms the elections es, whose batch was delivered: it
-// commits token's pending ones, refreshes committed ones of the same
-// replica, and takes free ones committed, each answering ElectionLive for
-// the failover timeout. Elections held otherwise are answered as by Elect.
-func (t *Tier) CommitElected(ctx context.Context, token string, failover time.Duration, es []Election, answers []ElectionAnswer) error {
-	if len(answers) < len(es) {
-		return fmt.Errorf("dedup: redis commit: %d answers for %d elections", len(answers), len(es))
-	}
-	answers = answers[:len(es)]
-	clear(answers)
-	if len(es) == 0 {
-		return nil
-	}
-	c, err := t.connected(OpCommit)
-	if err != nil {
-		return err
-	}
-	ws := make([]write, len(es))
-	for i, el := range es {
-		ws[i] = write{op: OpCommit, token: token, election: &electionWrite{key: el.Key, replica: el.Replica, failover: failover}}
-	}
-	calls := t.writeCalls(ctx, c, OpCommit, ws)
-	if err := t.run(ctx, c, OpCommit, calls); err != nil {
-		// The batch was delivered: the other collectors must learn it.
-		t.retry(ws, calls)
-		return err
-	}
-	return electionAnswers(calls, answers)
 }
 
 // ReleaseElections gives up the elections of keys that token holds pending,

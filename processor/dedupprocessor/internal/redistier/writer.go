@@ -30,10 +30,10 @@ const (
 	retryMost  = time.Second
 )
 
-// write is one group's commit or release of one claim, or the confirmation
-// or release of one election.
+// write is one group's commit or release of one claim, or the lookup,
+// confirmation or release of one election.
 type write struct {
-	op       string // OpCommit or OpRelease
+	op       string // OpCommit or OpRelease; OpElect for an election only
 	token    string
 	group    int
 	ds       []digest.Digest // a release's digests
@@ -259,13 +259,18 @@ func (t *Tier) writeCalls(ctx context.Context, c *conn, op string, ws []write) [
 	for i, wr := range ws {
 		if el := wr.election; el != nil {
 			key := t.electionKey(el.key)
+			rep := el.replica.Bytes()
 			fo := strconv.FormatInt(el.failover.Milliseconds(), 10)
-			if op == OpCommit {
-				rep := el.replica.Bytes()
-				calls[i] = &call{cmd: redis.NewCmd(ctx, "evalsha", confirmScript.Hash(), 1, key, string(rep[:]), wr.token, fo), route: key}
-			} else {
-				calls[i] = &call{cmd: redis.NewCmd(ctx, "evalsha", releaseElectionScript.Hash(), 1, key, wr.token, fo), route: key}
+			var args []any
+			switch op {
+			case OpElect:
+				args = []any{"evalsha", electScript.Hash(), 1, key, string(rep[:]), wr.token, t.leaseArg, fo}
+			case OpCommit:
+				args = []any{"evalsha", confirmScript.Hash(), 1, key, string(rep[:]), wr.token, fo}
+			default:
+				args = []any{"evalsha", releaseElectionScript.Hash(), 1, key, wr.token, fo}
 			}
+			calls[i] = &call{cmd: redis.NewCmd(ctx, args...), route: key}
 			continue
 		}
 		status := c.layout.statusKey(wr.group, wr.token)
