@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 
@@ -335,27 +336,12 @@ const (
 	ignObservedTimeUnixNano
 )
 
-var ignorableBits = map[string]fieldSet{
-	"body":                    ignBody,
-	"event_name":              ignEventName,
-	"severity_text":           ignSeverityText,
-	"severity_number":         ignSeverityNumber,
-	"trace_id":                ignTraceId,
-	"span_id":                 ignSpanId,
-	"time_unix_nano":          ignTimeUnixNano,
-	"flags":                   ignFlags,
-	"resource":                ignResource,
-	"instrumentation_scope":   ignInstrumentationScope,
-	"name":                    ignName,
-	"kind":                    ignKind,
-	"parent_span_id":          ignParentSpanId,
-	"trace_state":             ignTraceState,
-	"start_time_unix_nano":    ignStartTimeUnixNano,
-	"end_time_unix_nano":      ignEndTimeUnixNano,
-	"events":                  ignEvents,
-	"links":                   ignLinks,
-	"status":                  ignStatus,
-	"observed_time_unix_nano": ignObservedTimeUnixNano,
+// ignorableNames names the fieldSet bits, in their order.
+var ignorableNames = [...]string{
+	"body", "event_name", "severity_text", "severity_number", "trace_id", "span_id",
+	"time_unix_nano", "flags", "resource", "instrumentation_scope", "name", "kind",
+	"parent_span_id", "trace_state", "start_time_unix_nano", "end_time_unix_nano",
+	"events", "links", "status", "observed_time_unix_nano",
 }
 
 func (f fieldSet) has(field fieldSet) bool { return f&field != 0 }
@@ -383,8 +369,8 @@ func parseIgnore(field string, entries []string, ignorable []string) (contentIgn
 				field, i, entry, strings.Join(ignorable, ", ")))
 			continue
 		}
-		if bit, ok := ignorableBits[p.field]; ok {
-			ign.fields |= bit
+		if k := slices.Index(ignorableNames[:], p.field); k >= 0 {
+			ign.fields |= 1 << k
 			continue
 		}
 		if attrs[p.field] == nil {

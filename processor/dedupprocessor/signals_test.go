@@ -2,6 +2,7 @@ package dedupprocessor
 
 import (
 	"context"
+	"slices"
 	"testing"
 
 	"go.opentelemetry.io/collector/client"
@@ -246,9 +247,24 @@ func TestEveryIgnorableFieldHasABit(t *testing.T) {
 	set := nopTelemetry()
 	for _, names := range [][]string{logSpec(set).ignorable, spanSpec(set).ignorable, dataPointSpec(set).ignorable} {
 		for _, n := range names {
-			if ignorableBits[n] == 0 {
+			if !slices.Contains(ignorableNames[:], n) {
 				t.Errorf("ignorable field %q has no bit", n)
 			}
+		}
+	}
+	// Each name is at its bit.
+	for name, bit := range map[string]fieldSet{
+		"body": ignBody, "event_name": ignEventName, "severity_text": ignSeverityText,
+		"severity_number": ignSeverityNumber, "trace_id": ignTraceId, "span_id": ignSpanId,
+		"time_unix_nano": ignTimeUnixNano, "flags": ignFlags, "resource": ignResource,
+		"instrumentation_scope": ignInstrumentationScope, "name": ignName, "kind": ignKind,
+		"parent_span_id": ignParentSpanId, "trace_state": ignTraceState,
+		"start_time_unix_nano": ignStartTimeUnixNano, "end_time_unix_nano": ignEndTimeUnixNano,
+		"events": ignEvents, "links": ignLinks, "status": ignStatus,
+		"observed_time_unix_nano": ignObservedTimeUnixNano,
+	} {
+		if k := slices.Index(ignorableNames[:], name); k < 0 || fieldSet(1)<<k != bit {
+			t.Errorf("ignorable field %q is at index %d, want bit %#x", name, k, bit)
 		}
 	}
 }
