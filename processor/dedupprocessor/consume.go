@@ -482,12 +482,7 @@ func (e *engine) await(ctx context.Context, b *batch) error {
 	w := e.beginWait()
 	defer w.end()
 	for {
-		if err := w.pause(ctx); err != nil {
-			if errors.Is(err, errWaitedOut) {
-				e.refused.log(b.now, errInFlight, zap.Int("records", len(b.later)))
-				w.record(ctx, waitRefused)
-				return errInFlight
-			}
+		if err := w.pause(ctx, b.now, errInFlight, zap.Int("records", len(b.later))); err != nil {
 			return err
 		}
 		look := b.later
@@ -555,9 +550,6 @@ func (e *engine) end(ctx context.Context, b *batch) {
 
 // The wait, for claims and elections alike.
 
-// errWaitedOut: the next pause would end past pending_wait.
-var errWaitedOut = errors.New("dedup: pending_wait passed")
-
 // wait is one batch's wait for the claims or elections of batches in flight.
 type wait struct {
 	e        *engine
@@ -573,12 +565,15 @@ func (e *engine) beginWait() *wait {
 }
 
 // pause returns when a round or an election of this engine ends, or after
-// the pause, which doubles up to maxPause; errWaitedOut if that would end
-// past pending_wait.
-func (w *wait) pause(ctx context.Context) error {
+// the pause, which doubles up to maxPause. If that would end past
+// pending_wait, it logs (at now, with fields) and records the refusal and
+// returns refused.
+func (w *wait) pause(ctx context.Context, now int64, refused error, fields ...zap.Field) error {
 	settled := w.e.ended.channel()
 	if w.e.clock.now().Add(w.d).After(w.deadline) {
-		return errWaitedOut
+		w.e.refused.log(now, refused, fields...)
+		w.record(ctx, waitRefused)
+		return refused
 	}
 	err := w.e.clock.pause(ctx, settled, w.d)
 	w.d = min(2*w.d, maxPause)

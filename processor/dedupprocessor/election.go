@@ -360,12 +360,7 @@ func (e *elector) decide(ctx context.Context, eng *engine, box *ballotBox) error
 		if w == nil {
 			w = eng.beginWait()
 		}
-		if err := w.pause(ctx); err != nil {
-			if errors.Is(err, errWaitedOut) {
-				eng.refused.log(eng.now(), errElectionInFlight)
-				w.record(ctx, waitRefused)
-				return errElectionInFlight
-			}
+		if err := w.pause(ctx, eng.now(), errElectionInFlight); err != nil {
 			return err
 		}
 	}
