@@ -89,11 +89,7 @@ type ballotBox struct {
 	ballots    []ballot
 	votes      []vote
 	points     []pointVote
-	// stripResource[i]: a kept point of the elected replica took its replica
-	// label from resource i, so the resource loses it.
-	stripResource []bool
-	strips        int // replica labels to remove
-	lastVote      int32
+	lastVote   int32
 
 	undecided [numUndecidedReasons]int64
 	elections [numElectionReasons]int64
@@ -131,11 +127,11 @@ type vote struct {
 	replica election.Replica
 }
 
-// pointVote is a point's vote (noVote: it lacks a label) and the index of
-// its resource when its replica label is the resource's (else -1).
+// pointVote is a point's vote (noVote: it lacks a label) and whether its
+// replica label is its resource's.
 type pointVote struct {
 	vote     int32
-	resource int32
+	resource bool
 }
 
 const noVote = -1
@@ -147,8 +143,7 @@ func (e *elector) put(box *ballotBox) {
 	}
 	*box = ballotBox{
 		ballots: box.ballots[:0], votes: box.votes[:0], points: box.points[:0],
-		stripResource: box.stripResource[:0],
-		asked:         box.asked[:0], es: box.es[:0], answers: box.answers[:0],
+		asked: box.asked[:0], es: box.es[:0], answers: box.answers[:0],
 	}
 	e.boxes.Put(box)
 }
@@ -181,7 +176,6 @@ func label(m pcommon.Map, name string) (string, bool) {
 
 // labels are a resource's cluster and replica labels.
 type labels struct {
-	resource               int32
 	cluster, replica       string
 	hasCluster, hasReplica bool
 }
@@ -193,10 +187,9 @@ func (e *elector) scan(ctx context.Context, cfg *Config, box *ballotBox, enc *id
 	rms := md.ResourceMetrics()
 	for i := 0; i < rms.Len(); i++ {
 		rm := rms.At(i)
-		res := labels{resource: int32(i)}
+		var res labels
 		res.cluster, res.hasCluster = label(rm.Resource().Attributes(), e.cluster)
 		res.replica, res.hasReplica = label(rm.Resource().Attributes(), e.replica)
-		box.stripResource = append(box.stripResource, false)
 		sms := rm.ScopeMetrics()
 		for j := 0; j < sms.Len(); j++ {
 			ms := sms.At(j).Metrics()
@@ -226,10 +219,10 @@ func scanPoints[P dataPoint](e *elector, box *ballotBox, enc *identity.Encoder, 
 		if !hasCluster {
 			cluster, hasCluster = res.cluster, res.hasCluster
 		}
-		pv := pointVote{vote: noVote, resource: -1}
+		pv := pointVote{vote: noVote}
 		replica, hasReplica := label(attrs, e.replica)
 		if !hasReplica {
-			replica, hasReplica, pv.resource = res.replica, res.hasReplica, res.resource
+			replica, hasReplica, pv.resource = res.replica, res.hasReplica, true
 		}
 		if hasCluster && hasReplica {
 			pv.vote = box.voteOf(enc, cluster, replica)
@@ -537,7 +530,7 @@ func (e *elector) commitOne(box *ballotBox, i int32, now int64, remaining time.D
 
 // admit reports whether the point at verdict index idx goes on to the
 // identity dedup (elected or undecided); else it appends its duplicate
-// verdict to b.
+// verdict to b. A point of the elected replica makes b alter its labels.
 func (e *elector) admit(box *ballotBox, b *batch, idx int, action Action) bool {
 	pv := box.points[idx]
 	if pv.vote == noVote {
@@ -554,30 +547,21 @@ func (e *elector) admit(box *ballotBox, b *batch, idx int, action Action) bool {
 		box.undecided[undecidedUnavailable]++
 		return true
 	case vt.replica.Digest == bl.elected:
-		if e.strip {
-			if pv.resource >= 0 {
-				if !box.stripResource[pv.resource] {
-					box.stripResource[pv.resource] = true
-					box.strips++
-				}
-			} else {
-				box.strips++
-			}
-		}
+		b.alters = b.alters || e.strip
 		return true
 	}
 	b.duplicate(tierElection, action)
 	return false
 }
 
-// stripPoint reports whether the kept point at verdict index idx is of the
-// elected replica with a replica label of its own, to be removed.
-func (box *ballotBox) stripPoint(idx int) bool {
+// elected reports whether the point at verdict index idx is of the elected
+// replica, and whether its replica label is its resource's.
+func (box *ballotBox) elected(idx int) (elected, resource bool) {
 	pv := box.points[idx]
-	if pv.vote == noVote || pv.resource >= 0 {
-		return false
+	if pv.vote == noVote {
+		return false, false
 	}
 	vt := &box.votes[pv.vote]
 	bl := &box.ballots[vt.ballot]
-	return bl.state == ballotElected && vt.replica.Digest == bl.elected
+	return bl.state == ballotElected && vt.replica.Digest == bl.elected, pv.resource
 }

@@ -209,9 +209,6 @@ func (c metricsCall) identify(ctx context.Context, b *batch, enc *identity.Encod
 			}
 		}
 	}
-	if c.box != nil {
-		b.alters = c.box.strips > 0
-	}
 }
 
 func decidePoints[P dataPoint](w *walk[*ottldatapoint.TransformContext], box *ballotBox, view *pointView, points pointSlice[P]) {
@@ -229,52 +226,55 @@ func decidePoints[P dataPoint](w *walk[*ottldatapoint.TransformContext], box *ba
 }
 
 func (c metricsCall) apply(b *batch, md pmetric.Metrics) {
-	p := c.p
-	a := applier{e: p.engine, b: b}
-	res := 0
+	a := applier{e: c.p.engine, b: b}
 	md.ResourceMetrics().RemoveIf(func(rm pmetric.ResourceMetrics) bool {
-		if box := c.box; box != nil && box.stripResource[res] {
-			rm.Resource().Attributes().Remove(p.engine.elect.replica)
-		}
-		res++
+		strip := false // a point of the elected replica has rm's replica label
 		rm.ScopeMetrics().RemoveIf(func(sm pmetric.ScopeMetrics) bool {
 			sm.Metrics().RemoveIf(func(m pmetric.Metric) bool {
 				switch m.Type() {
 				case pmetric.MetricTypeGauge:
-					return applyPoints(&a, c.box, m.Gauge().DataPoints())
+					return applyPoints(&a, c.box, m.Gauge().DataPoints(), &strip)
 				case pmetric.MetricTypeSum:
-					return applyPoints(&a, c.box, m.Sum().DataPoints())
+					return applyPoints(&a, c.box, m.Sum().DataPoints(), &strip)
 				case pmetric.MetricTypeHistogram:
-					return applyPoints(&a, c.box, m.Histogram().DataPoints())
+					return applyPoints(&a, c.box, m.Histogram().DataPoints(), &strip)
 				case pmetric.MetricTypeExponentialHistogram:
-					return applyPoints(&a, c.box, m.ExponentialHistogram().DataPoints())
+					return applyPoints(&a, c.box, m.ExponentialHistogram().DataPoints(), &strip)
 				case pmetric.MetricTypeSummary:
-					return applyPoints(&a, c.box, m.Summary().DataPoints())
+					return applyPoints(&a, c.box, m.Summary().DataPoints(), &strip)
 				}
 				return false
 			})
 			return sm.Metrics().Len() == 0
 		})
+		if strip {
+			rm.Resource().Attributes().Remove(c.p.elect.replica)
+		}
 		return rm.ScopeMetrics().Len() == 0
 	})
 }
 
 // applyPoints applies the verdicts of one metric's points and reports
-// whether it lost them all (one that came without points is left).
-func applyPoints[P dataPoint](a *applier, box *ballotBox, points pointSlice[P]) bool {
+// whether it lost them all (one that came without points is left). With
+// remove_replica_label, the elected replica's points lose their replica
+// label, or set stripResource if it is their resource's.
+func applyPoints[P dataPoint](a *applier, box *ballotBox, points pointSlice[P], stripResource *bool) bool {
 	if points.Len() == 0 {
 		return false
 	}
-	strip := box != nil && box.strips > 0
+	strip := box != nil && a.b.alters
 	points.RemoveIf(func(dp P) bool {
 		i := a.i
-		if a.unit(dp.Attributes()) {
-			return true
+		removed := a.unit(dp.Attributes())
+		if !strip {
+			return removed
 		}
-		if strip && box.stripPoint(i) {
+		if elected, resource := box.elected(i); elected && resource {
+			*stripResource = true
+		} else if elected && !removed {
 			dp.Attributes().Remove(a.e.elect.replica)
 		}
-		return false
+		return removed
 	})
 	return points.Len() == 0
 }
