@@ -466,24 +466,24 @@ func (e *elector) releaseLocal(box *ballotBox) (keys []digest.Digest) {
 }
 
 // commit commits the batch's elections and refreshes: with a shared tier,
-// in one round trip.
+// in one round trip, whose answers the table then follows.
 func (e *elector) commit(ctx context.Context, eng *engine, box *ballotBox) {
 	box.asked = box.asked[:0]
 	for i := range box.ballots {
-		bl := &box.ballots[i]
-		if bl.took || bl.refresh {
+		if bl := &box.ballots[i]; bl.took || bl.refresh {
 			box.asked = append(box.asked, int32(i))
 		}
 	}
-	start := eng.now()
-	if eng.electTier == nil || len(box.asked) == 0 {
-		for _, i := range box.asked {
-			e.commitOne(box, i, start, e.failover)
-		}
+	if len(box.asked) == 0 {
 		return
 	}
 	box.fill(func(bl *ballot) digest.Digest { return bl.elected })
-	if err := eng.electTier.CommitElected(context.WithoutCancel(ctx), box.redisToken, e.failover, box.es, box.answers); err != nil {
+	start := eng.now()
+	if eng.electTier == nil {
+		for k, el := range box.es {
+			box.answers[k] = redistier.ElectionAnswer{State: redistier.ElectionLive, Replica: el.Replica, Remaining: e.failover}
+		}
+	} else if err := eng.electTier.CommitElected(context.WithoutCancel(ctx), box.redisToken, e.failover, box.es, box.answers); err != nil {
 		// The shared tier retries the commit until it lands or the lease
 		// ends. Until Redis confirms, the table does not hold these
 		// elections (were the commit lost, this collector would elect
@@ -495,7 +495,16 @@ func (e *elector) commit(ctx context.Context, eng *engine, box *ballotBox) {
 	for k, i := range box.asked {
 		bl, a := &box.ballots[i], box.answers[k]
 		if a.State == redistier.ElectionLive && a.Replica == bl.elected {
-			e.commitOne(box, i, start, a.Remaining)
+			committed, prev, hasPrev := e.table.Commit(bl.ref, box.replicaOf(i, bl.elected), box.token, a.Remaining, start)
+			if bl.hasPrev {
+				prev, hasPrev = bl.prev, true
+			}
+			switch {
+			case committed && hasPrev && prev != bl.elected:
+				box.elections[electionFailover]++
+			case committed:
+				box.elections[electionNew]++
+			}
 			continue
 		}
 		// Lost (its lease ran out before the commit): learn who holds it.
@@ -508,24 +517,6 @@ func (e *elector) commit(ctx context.Context, eng *engine, box *ballotBox) {
 			e.table.Forget(bl.ref)
 		}
 	}
-}
-
-// commitOne commits in the table ballot i's election or refresh, for
-// remaining from now, and counts a new election.
-func (e *elector) commitOne(box *ballotBox, i int32, now int64, remaining time.Duration) {
-	bl := &box.ballots[i]
-	committed, prev, hasPrev := e.table.Commit(bl.ref, box.replicaOf(i, bl.elected), box.token, remaining, now)
-	if !committed {
-		return
-	}
-	if bl.hasPrev {
-		prev, hasPrev = bl.prev, true
-	}
-	reason := electionNew
-	if hasPrev && prev != bl.elected {
-		reason = electionFailover
-	}
-	box.elections[reason]++
 }
 
 // admit reports whether the point at verdict index idx goes on to the
