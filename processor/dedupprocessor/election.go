@@ -451,16 +451,13 @@ func (e *elector) release(ctx context.Context, eng *engine, box *ballotBox, wake
 func (e *elector) releaseLocal(box *ballotBox) (keys []digest.Digest) {
 	for i := range box.ballots {
 		bl := &box.ballots[i]
-		if bl.took {
+		if bl.took || bl.refresh {
 			e.table.Release(bl.ref, box.token)
-			if bl.inRedis {
-				keys = append(keys, bl.ref.Key)
-			}
 		}
-		if bl.refresh {
-			e.table.DropRefresh(bl.ref, box.token)
-			bl.refresh = false
+		if bl.inRedis {
+			keys = append(keys, bl.ref.Key)
 		}
+		bl.refresh = false
 	}
 	return keys
 }

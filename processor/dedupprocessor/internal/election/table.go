@@ -268,15 +268,21 @@ func (t *Table) Commit(ref Ref, replica Replica, token uint64, remaining time.Du
 	return committed, prev, hasPrev
 }
 
-// Release gives up ref's election pending under token. The expired
-// election it replaced is restored, so a later takeover is a failover.
+// Release gives up what the batch of token holds of ref's election: the
+// election pending under token, restoring the expired one it replaced (so a
+// later takeover is a failover), or the refresh it carried, which another
+// batch may then carry.
 func (t *Table) Release(ref Ref, token uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	clusters := t.tenants[ref.Tenant]
 	en := clusters[ref.Key]
 	switch {
-	case en == nil || en.holder != token:
+	case en == nil:
+	case en.holder != token:
+		if en.refresher == token {
+			en.refresher = 0
+		}
 	case en.prev != nil:
 		clusters[ref.Key] = en.prev
 	default:
@@ -303,15 +309,6 @@ func (t *Table) TakeRefresh(ref Ref, replica Replica, token uint64, now int64) b
 	}
 	en.refresher = token
 	return true
-}
-
-// DropRefresh lets another batch carry the refresh token's batch carried.
-func (t *Table) DropRefresh(ref Ref, token uint64) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if en := t.tenants[ref.Tenant][ref.Key]; en != nil && en.refresher == token {
-		en.refresher = 0
-	}
 }
 
 // Forget drops ref's committed election: the next batch asks again.

@@ -144,7 +144,7 @@ func TestRefreshKeepsTheElectionAlive(t *testing.T) {
 	if tb.TakeRefresh(x, a, 3, at(update)) {
 		t.Fatal("a second batch took the refresh")
 	}
-	tb.DropRefresh(x, 2)
+	tb.Release(x, 2)
 	if !tb.TakeRefresh(x, a, 3, at(update)) {
 		t.Fatal("refresh not taken after the first carrier failed")
 	}
