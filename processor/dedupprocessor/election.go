@@ -90,6 +90,9 @@ type ballotBox struct {
 	votes      []vote
 	points     []pointVote
 	lastVote   int32
+	// stripResource: in apply, a point of the elected replica has the
+	// current resource's replica label.
+	stripResource bool
 
 	undecided [numUndecidedReasons]int64
 	elections [numElectionReasons]int64

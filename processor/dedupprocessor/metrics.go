@@ -228,26 +228,28 @@ func decidePoints[P dataPoint](w *walk[*ottldatapoint.TransformContext], box *ba
 func (c metricsCall) apply(b *batch, md pmetric.Metrics) {
 	a := applier{e: c.p.engine, b: b}
 	md.ResourceMetrics().RemoveIf(func(rm pmetric.ResourceMetrics) bool {
-		strip := false // a point of the elected replica has rm's replica label
+		if c.box != nil {
+			c.box.stripResource = false
+		}
 		rm.ScopeMetrics().RemoveIf(func(sm pmetric.ScopeMetrics) bool {
 			sm.Metrics().RemoveIf(func(m pmetric.Metric) bool {
 				switch m.Type() {
 				case pmetric.MetricTypeGauge:
-					return applyPoints(&a, c.box, m.Gauge().DataPoints(), &strip)
+					return applyPoints(&a, c.box, m.Gauge().DataPoints())
 				case pmetric.MetricTypeSum:
-					return applyPoints(&a, c.box, m.Sum().DataPoints(), &strip)
+					return applyPoints(&a, c.box, m.Sum().DataPoints())
 				case pmetric.MetricTypeHistogram:
-					return applyPoints(&a, c.box, m.Histogram().DataPoints(), &strip)
+					return applyPoints(&a, c.box, m.Histogram().DataPoints())
 				case pmetric.MetricTypeExponentialHistogram:
-					return applyPoints(&a, c.box, m.ExponentialHistogram().DataPoints(), &strip)
+					return applyPoints(&a, c.box, m.ExponentialHistogram().DataPoints())
 				case pmetric.MetricTypeSummary:
-					return applyPoints(&a, c.box, m.Summary().DataPoints(), &strip)
+					return applyPoints(&a, c.box, m.Summary().DataPoints())
 				}
 				return false
 			})
 			return sm.Metrics().Len() == 0
 		})
-		if strip {
+		if c.box != nil && c.box.stripResource {
 			rm.Resource().Attributes().Remove(c.p.elect.replica)
 		}
 		return rm.ScopeMetrics().Len() == 0
@@ -257,8 +259,8 @@ func (c metricsCall) apply(b *batch, md pmetric.Metrics) {
 // applyPoints applies the verdicts of one metric's points and reports
 // whether it lost them all (one that came without points is left). With
 // remove_replica_label, the elected replica's points lose their replica
-// label, or set stripResource if it is their resource's.
-func applyPoints[P dataPoint](a *applier, box *ballotBox, points pointSlice[P], stripResource *bool) bool {
+// label, or set box.stripResource if it is their resource's.
+func applyPoints[P dataPoint](a *applier, box *ballotBox, points pointSlice[P]) bool {
 	if points.Len() == 0 {
 		return false
 	}
@@ -270,7 +272,7 @@ func applyPoints[P dataPoint](a *applier, box *ballotBox, points pointSlice[P], 
 			return removed
 		}
 		if elected, resource := box.elected(i); elected && resource {
-			*stripResource = true
+			box.stripResource = true
 		} else if elected && !removed {
 			dp.Attributes().Remove(a.e.elect.replica)
 		}
