@@ -6,7 +6,7 @@
 #   make run     build, then run it with testdata/default.yaml (OTLP on 127.0.0.1:4317/4318)
 #   make demo    build, then send testdata/demo-logs.json through it and check what comes out
 #   make test    go test -race of every package of the three modules, the end-to-end tests included
-#                (builds both binaries first)
+#                (builds both binaries; the agent while the processor's tests run)
 #   make deps    install redis-server and redis-cli if missing (Debian's packages),
 #                extract Debian's systemd-journal-remote into bin/ (it writes the journal
 #                files the journald tests read) and Debian's promtool into bin/ (it checks
@@ -48,7 +48,8 @@ PROCESSOR := processor/dedupprocessor
 # The tests' helpers and Redis harness: a module of its own, so that none of
 # it is part of the processor module.
 TESTKIT := internal/testkit
-MODULES := . $(PROCESSOR) $(TESTKIT)
+# The root module last: its end-to-end tests need the agent (see test).
+MODULES := $(PROCESSOR) $(TESTKIT) .
 
 .PHONY: build agent run demo demo-data deps test bench lint clean
 
@@ -113,9 +114,19 @@ deps:
 	bash scripts/ensure-promtool.sh
 
 # The modules run in one `go test` process tree at a time: the 2-core
-# machines this runs on have no room for two -race runs side by side.
-test: build agent deps
-	@failed=""; for m in $(MODULES); do \
+# machines this runs on have no room for two -race runs side by side. Only
+# the root module's end-to-end tests need the agent, and the processor's and
+# the testkit's tests mostly wait on their Redis servers: the agent is built
+# meanwhile (its output goes to _build/agent.log, printed if it fails), which
+# keeps a first run on empty Go caches within its time.
+test: build deps
+	@mkdir -p _build; $(MAKE) --no-print-directory agent >_build/agent.log 2>&1 & agent=$$!; \
+	failed=""; for m in $(MODULES); do \
+		if [ "$$m" = . ]; then \
+			echo "make agent: waiting for the agent build (_build/agent.log)"; \
+			if ! wait $$agent; then cat _build/agent.log; echo "make agent: FAILED"; exit 1; fi; \
+			tail -n 1 _build/agent.log; \
+		fi; \
 		echo "go test: module $$m"; \
 		(cd $$m && OTELCOL_DEDUP_BIN=$(CURDIR)/$(BIN) OTELCOL_AGENT_BIN=$(CURDIR)/$(AGENT_BIN) PROMTOOL=$(CURDIR)/$(PROMTOOL) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./...) || failed="$$failed $$m"; \
 	done; \
