@@ -6,7 +6,7 @@
 #   make run     build, then run it with testdata/default.yaml (OTLP on 127.0.0.1:4317/4318)
 #   make demo    build, then send testdata/demo-logs.json through it and check what comes out
 #   make test    go test -race of every package of the three modules, the end-to-end tests included
-#                (builds both binaries; the agent while the processor's tests run)
+#                (builds both binaries while the processor's tests run)
 #   make deps    install redis-server and redis-cli if missing (Debian's packages),
 #                extract Debian's systemd-journal-remote into bin/ (it writes the journal
 #                files the journald tests read) and Debian's promtool into bin/ (it checks
@@ -48,7 +48,7 @@ PROCESSOR := processor/dedupprocessor
 # The tests' helpers and Redis harness: a module of its own, so that none of
 # it is part of the processor module.
 TESTKIT := internal/testkit
-# The root module last: its end-to-end tests need the agent (see test).
+# The root module last: its end-to-end tests need the binaries (see test).
 MODULES := $(PROCESSOR) $(TESTKIT) .
 
 .PHONY: build agent run demo demo-data deps test bench lint clean
@@ -76,9 +76,10 @@ agent: $(AGENT_BIN)
 
 $(AGENT_DIST): $(AGENT_MANIFEST) testdata/agent/semconvtest/go.mod go.mod go.sum
 	@echo "ocb: building $(AGENT_DIST) (cold: many minutes, the Prometheus receiver's dependencies; warm: seconds)"
-	@mkdir -p _build/.tmp-agent; \
+	@mkdir -p _build/.tmp-agent; start=$$(date +%s); \
 	TMPDIR=$(CURDIR)/_build/.tmp-agent $(GO) tool builder --config $(AGENT_MANIFEST); \
-	rm -rf _build/.tmp-agent
+	rm -rf _build/.tmp-agent; \
+	echo "ocb: built $(AGENT_DIST) in $$(( $$(date +%s) - start ))s"
 	@touch $@
 
 $(AGENT_BIN): $(AGENT_DIST)
@@ -115,17 +116,19 @@ deps:
 
 # The modules run in one `go test` process tree at a time: the 2-core
 # machines this runs on have no room for two -race runs side by side. Only
-# the root module's end-to-end tests need the agent, and the processor's and
-# the testkit's tests mostly wait on their Redis servers: the agent is built
-# meanwhile (its output goes to _build/agent.log, printed if it fails), which
-# keeps a first run on empty Go caches within its time.
-test: build deps
-	@mkdir -p _build; $(MAKE) --no-print-directory agent >_build/agent.log 2>&1 & agent=$$!; \
+# the root module's end-to-end tests need the two binaries, and the
+# processor's and the testkit's tests mostly wait on their Redis servers: the
+# binaries are built meanwhile (their ocb output goes to _build/binaries.log,
+# printed if a build fails), which keeps a first run on empty Go caches
+# within its time.
+test: deps
+	@mkdir -p _build; \
+	{ $(MAKE) --no-print-directory build && $(MAKE) --no-print-directory agent; } >_build/binaries.log 2>&1 & builds=$$!; \
 	failed=""; for m in $(MODULES); do \
 		if [ "$$m" = . ]; then \
-			echo "make agent: waiting for the agent build (_build/agent.log)"; \
-			if ! wait $$agent; then cat _build/agent.log; echo "make agent: FAILED"; exit 1; fi; \
-			tail -n 1 _build/agent.log; \
+			echo "make build agent: waiting for the ocb builds (_build/binaries.log)"; \
+			if ! wait $$builds; then cat _build/binaries.log; echo "make build agent: FAILED"; exit 1; fi; \
+			grep '^ocb: built' _build/binaries.log || true; \
 		fi; \
 		echo "go test: module $$m"; \
 		(cd $$m && OTELCOL_DEDUP_BIN=$(CURDIR)/$(BIN) OTELCOL_AGENT_BIN=$(CURDIR)/$(AGENT_BIN) PROMTOOL=$(CURDIR)/$(PROMTOOL) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./...) || failed="$$failed $$m"; \
