@@ -119,17 +119,13 @@ deps:
 # the root module's end-to-end tests need the two binaries, and the
 # processor's and the testkit's tests mostly wait on their Redis servers: the
 # binaries are built meanwhile (their ocb output goes to _build/binaries.log,
-# printed if a build fails), and the root module's tests are compiled (and
-# not run: -exec /bin/true) while they finish, since an ocb build leaves a
-# core idle much of the time. This keeps a first run on empty Go caches
+# printed if a build fails), which keeps a first run on empty Go caches
 # within its time.
 test: deps
 	@mkdir -p _build; \
 	{ $(MAKE) --no-print-directory build && $(MAKE) --no-print-directory agent; } >_build/binaries.log 2>&1 & builds=$$!; \
 	failed=""; for m in $(MODULES); do \
 		if [ "$$m" = . ]; then \
-			echo "go test: compiling module . while the ocb builds run"; \
-			$(GO) test -race -count=1 -exec /bin/true ./... >/dev/null 2>&1 || true; \
 			echo "make build agent: waiting for the ocb builds (_build/binaries.log)"; \
 			if ! wait $$builds; then cat _build/binaries.log; echo "make build agent: FAILED"; exit 1; fi; \
 			grep '^ocb: built' _build/binaries.log || true; \
