@@ -96,6 +96,7 @@ func fewNeedles(needles []string) []string {
 // no queue, what the backend accepted was acknowledged). Run on one
 // collector, and on two sharing a standalone Redis or a 3-master Cluster.
 func TestAckedWithoutRetries(t *testing.T) {
+	t.Parallel() // it mostly waits: see TestMain
 	standalone := redistest.Standalone(t)
 	cluster := redistest.Cluster(t, 3)
 	for _, tc := range []struct {

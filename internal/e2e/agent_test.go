@@ -80,6 +80,7 @@ const agentTimeout = time.Second
 // Either way the backend receives each event exactly once and the agent's
 // sender is told the request was delivered.
 func TestAckedAgentRetries(t *testing.T) {
+	t.Parallel() // it mostly waits: see TestMain
 	const n = 10
 	c, _ := eventCorpus(n)
 	req := c.batch(span(0, n)...)

@@ -103,6 +103,7 @@ func startFails(t *testing.T, yamls ...string) string {
 // runs out of retries, and the collectors' metrics show the dead master's
 // breaker not closed, the promoted replica's closed.
 func TestRedisFleetClusterMasterKilled(t *testing.T) {
+	t.Parallel() // it mostly waits: see TestMain
 	cl := redistest.NewCluster(t, redistest.ClusterConfig{Masters: 3, Replicas: 1, NodeTimeout: time.Second})
 	// A timeout a healthy node meets on a busy 2-core machine, and a lease
 	// that ends within the senders' horizon.

@@ -370,6 +370,7 @@ func firstOf(pts []testPoint, agent int) time.Time {
 // TestElectionAgentsOneGateway: two Prometheus-receiver agents, an HA pair
 // scraping one target, send to one gateway.
 func TestElectionAgentsOneGateway(t *testing.T) {
+	t.Parallel() // it mostly waits: see TestMain
 	g := startCollector(t, nil, electionYAML(""))
 	runAgentsFailover(t, []*running{g})
 }
@@ -377,6 +378,7 @@ func TestElectionAgentsOneGateway(t *testing.T) {
 // TestElectionAgentsTwoGatewaysRedis: each agent sends to its own gateway;
 // the gateways share a Redis Cluster, where the election is held.
 func TestElectionAgentsTwoGatewaysRedis(t *testing.T) {
+	t.Parallel() // it mostly waits: see TestMain
 	cl := redistest.Cluster(t, 3)
 	cfg := electionYAML(redisYAML(cl.Addrs()...))
 	runAgentsFailover(t, []*running{startCollector(t, nil, cfg), startCollector(t, nil, cfg)})

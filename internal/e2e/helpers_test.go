@@ -18,6 +18,10 @@ import (
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 )
 
+// Tests that mostly wait (a Kafka group's session, scrape intervals, a
+// Cluster's failover, exporters' timeouts and retries) call t.Parallel: they
+// run beside each other, after the others, two at a time on two cores. Each
+// starts its own collectors, Redis and ports.
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // collectorBinary returns the otelcol-dedup binary under test, built on first

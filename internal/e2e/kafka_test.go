@@ -247,9 +247,11 @@ func sinkBodies(sinks ...*Sink) (map[string]int, int) {
 // in content kept, and the duplicates dropped by B and C are exactly the
 // messages they consumed beyond those they delivered.
 func TestKafkaReplays(t *testing.T) {
+	t.Parallel() // it mostly waits: see TestMain
 	const n = 2000
 	for _, encoding := range []string{"otlp_proto", "text"} {
 		t.Run(encoding, func(t *testing.T) {
+			t.Parallel()
 			cluster := startKafka(t)
 			broker := cluster.ListenAddrs()[0]
 			rdb := redistest.Standalone(t)

@@ -348,6 +348,7 @@ func TestReliabilityGracefulRestart(t *testing.T) {
 //   - the duplicates after the restart are exactly the records the killed
 //     collector had claimed and delivered since the last snapshot.
 func TestReliabilitySIGKILLMidStream(t *testing.T) {
+	t.Parallel() // it mostly waits: see TestMain
 	h := newRelHarness(t)
 	const extra = "snapshot_interval: 1h"
 	c1 := h.start(extra)
