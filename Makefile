@@ -119,7 +119,9 @@ deps:
 # the root module's end-to-end tests need the two binaries, and the
 # processor's and the testkit's tests mostly wait on their Redis servers: the
 # binaries are built meanwhile (their ocb output goes to _build/binaries.log,
-# printed if a build fails), which keeps a first run on empty Go caches
+# printed if a build fails). The end-to-end package, which mostly waits on
+# its collectors, starts first in its module, so that the others' compiling
+# and CPU-bound tests run beside it. Both keep a first run on empty Go caches
 # within its time.
 test: deps
 	@mkdir -p _build; \
@@ -130,8 +132,9 @@ test: deps
 			if ! wait $$builds; then cat _build/binaries.log; echo "make build agent: FAILED"; exit 1; fi; \
 			grep '^ocb: built' _build/binaries.log || true; \
 		fi; \
+		pkgs=./...; [ "$$m" != . ] || pkgs="./internal/e2e ./..."; \
 		echo "go test: module $$m"; \
-		(cd $$m && OTELCOL_DEDUP_BIN=$(CURDIR)/$(BIN) OTELCOL_AGENT_BIN=$(CURDIR)/$(AGENT_BIN) PROMTOOL=$(CURDIR)/$(PROMTOOL) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./...) || failed="$$failed $$m"; \
+		(cd $$m && OTELCOL_DEDUP_BIN=$(CURDIR)/$(BIN) OTELCOL_AGENT_BIN=$(CURDIR)/$(AGENT_BIN) PROMTOOL=$(CURDIR)/$(PROMTOOL) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) $$pkgs) || failed="$$failed $$m"; \
 	done; \
 	if [ -n "$$failed" ]; then echo "go test: FAILED in module(s):$$failed"; exit 1; fi
 
