@@ -116,10 +116,10 @@ deps:
 
 # The modules run in one `go test` process tree at a time: the 2-core
 # machines this runs on have no room for two -race runs side by side. Only
-# the root module's end-to-end tests need the two binaries, and the
-# processor's and the testkit's tests mostly wait on their Redis servers: the
-# binaries are built meanwhile (their ocb output goes to _build/binaries.log,
-# printed if a build fails). The end-to-end package, which mostly waits on
+# the root module's end-to-end tests need the two binaries, so they are built
+# while the processor's and the testkit's tests run, filling the time those
+# tests wait on their Redis servers (the ocb output goes to
+# _build/binaries.log, printed if a build fails). The end-to-end package, which mostly waits on
 # its collectors, starts first in its module, so that the others' compiling
 # and CPU-bound tests run beside it. Both keep a first run on empty Go caches
 # within its time.
