@@ -59,7 +59,7 @@ func consume[T any](ctx context.Context, e *engine, s adapter[T], data T, items 
 
 	b.firstCopies(e.cfg.Action)
 	if err := e.claim(ctx, b, b.firsts, false); err != nil {
-		e.release(ctx, b)
+		e.release(ctx, b, true)
 		s.settle(ctx, err)
 		return err
 	}
@@ -413,7 +413,9 @@ func (a *applier) unit(attrs pcommon.Map) bool {
 // copy of data that never arrived.
 func (e *engine) finish(ctx context.Context, b *batch, err error) error {
 	if err != nil {
-		e.tel.recordReleased(ctx, e.release(ctx, b))
+		if n := e.release(ctx, b, true); n > 0 {
+			e.tel.released.Add(ctx, int64(n), e.tel.baseOpt)
+		}
 		return err
 	}
 	e.commit(ctx, b)
@@ -437,16 +439,12 @@ func (e *engine) commit(ctx context.Context, b *batch) {
 	}
 }
 
-// release releases the round's claims in both tiers, wakes the waiting
-// batches, and returns how many records the round had claimed.
-func (e *engine) release(ctx context.Context, b *batch) int {
-	n := e.releaseQuietly(ctx, b)
-	e.ended.broadcast()
-	return n
-}
-
-// releaseQuietly is release without waking the waiting batches.
-func (e *engine) releaseQuietly(ctx context.Context, b *batch) int {
+// release releases the round's claims in both tiers, then, if wake, wakes
+// the waiting batches; it returns how many records the round had claimed.
+func (e *engine) release(ctx context.Context, b *batch, wake bool) int {
+	if wake {
+		defer e.ended.broadcast()
+	}
 	if !b.open {
 		return 0
 	}
@@ -492,7 +490,7 @@ func (e *engine) await(ctx context.Context, b *batch) error {
 		}
 		e.beginRound(b)
 		if err := e.claim(ctx, b, look, true); err != nil {
-			e.release(ctx, b)
+			e.release(ctx, b, true)
 			return err
 		}
 		if len(b.later) == 0 {
@@ -503,7 +501,7 @@ func (e *engine) await(ctx context.Context, b *batch) error {
 		}
 		// Waking others here would let two batches waiting for the same
 		// records wake each other without end.
-		e.releaseQuietly(ctx, b)
+		e.release(ctx, b, false)
 		b.later = b.later[:0]
 		for _, i := range look {
 			if v := b.verdicts[b.keys[i].at]; v == verdictKeep || v == verdictLater {
@@ -534,7 +532,7 @@ func (b *batch) secondCall() {
 // end releases what the batch still holds and returns it to the pool,
 // keeping its arrays unless they grew large.
 func (e *engine) end(ctx context.Context, b *batch) {
-	e.release(ctx, b)
+	e.release(ctx, b, true)
 	const maxRetained = 64 << 10
 	nb := batch{}
 	if max(cap(b.verdicts), cap(b.keys), cap(b.seen)) <= maxRetained {
@@ -581,7 +579,7 @@ func (w *wait) pause(ctx context.Context, now int64, refused error, fields ...za
 }
 
 func (w *wait) record(ctx context.Context, r waitResult) {
-	w.e.tel.recordWait(ctx, w.e.clock.now().Sub(w.start), r)
+	w.e.tel.waits.Record(ctx, w.e.clock.now().Sub(w.start).Seconds(), w.e.tel.waitOpts[r])
 }
 
 func (w *wait) end() { w.e.ended.waiters.Add(-1) }

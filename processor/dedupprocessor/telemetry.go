@@ -251,25 +251,12 @@ func (t *telemetry) observeElections(meter metric.Meter, table *election.Table, 
 	return err
 }
 
-func (t *telemetry) recordReleased(ctx context.Context, n int) {
-	if n > 0 {
-		t.released.Add(ctx, int64(n), t.baseOpt)
-	}
-}
-
-func (t *telemetry) recordWait(ctx context.Context, d time.Duration, r waitResult) {
-	t.waits.Record(ctx, d.Seconds(), t.waitOpts[r])
-}
-
 func (t *telemetry) shutdown() error {
-	var errs []error
-	if t.registration != nil {
-		errs = append(errs, t.registration.Unregister())
-	}
+	err := t.registration.Unregister()
 	if t.electionRegistration != nil {
-		errs = append(errs, t.electionRegistration.Unregister())
+		err = errors.Join(err, t.electionRegistration.Unregister())
 	}
-	return errors.Join(errs...)
+	return err
 }
 
 // observeBreakers starts reporting the state of the tier's breakers.

@@ -64,9 +64,6 @@ func (e *Encoder) Reset() {
 	e.n = 0
 }
 
-// Len is the number of bytes encoded so far.
-func (e *Encoder) Len() int { return e.n }
-
 // encoded returns what was encoded since the last Reset; valid until the
 // next change.
 func (e *Encoder) encoded() []byte { return e.buf[:e.n] }

@@ -224,8 +224,8 @@ func TestAnyMissing(t *testing.T) {
 			t.Errorf("Any(%#v) = true, want false (missing)", v)
 		}
 	}
-	if e.Len() != 0 {
-		t.Fatalf("missing values encoded %d bytes", e.Len())
+	if len(e.encoded()) != 0 {
+		t.Fatalf("missing values encoded %d bytes", len(e.encoded()))
 	}
 	for _, v := range []any{"", int64(0), false, time.Unix(0, 0), time.Duration(0), []any{"a"}, struct{ A int }{1}} {
 		if !e.Any(v) {
@@ -285,7 +285,7 @@ func TestEncodingAcrossTheInPlaceBuffer(t *testing.T) {
 		e.Uint(7)
 		want := append(append(str(head), str("tail")...), tagUint, 0, 0, 0, 0, 0, 0, 0, 7)
 		if !bytes.Equal(e.encoded(), want) {
-			t.Fatalf("head of %d bytes: encoded %d bytes, want %d (first difference at %d)", n, e.Len(), len(want), firstDiff(e.encoded(), want))
+			t.Fatalf("head of %d bytes: encoded %d bytes, want %d (first difference at %d)", n, len(e.encoded()), len(want), firstDiff(e.encoded(), want))
 		}
 		if e.Digest() != digest.Of(want) {
 			t.Fatalf("head of %d bytes: digest differs from the digest of the bytes", n)

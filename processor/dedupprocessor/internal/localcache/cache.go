@@ -504,11 +504,6 @@ func (c *Cache) ReleaseBatch(ds []digest.Digest, token uint64) int {
 	return released
 }
 
-// Release is ReleaseBatch for one digest: it reports whether d was released.
-func (c *Cache) Release(d digest.Digest, token uint64) bool {
-	return c.ReleaseBatch([]digest.Digest{d}, token) == 1
-}
-
 // Insert remembers d as held until expires (unix nanoseconds) without a
 // token, e.g. when restoring a snapshot. It returns false if d is already
 // held or expires is not after now.

@@ -15,6 +15,11 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func d(i uint64) digest.Digest { return digest.Digest{Hi: i * 0x9e3779b97f4a7c15, Lo: i} }
 
+// release is ReleaseBatch for one digest: it reports whether d was released.
+func (c *Cache) release(d digest.Digest, token uint64) bool {
+	return c.ReleaseBatch([]digest.Digest{d}, token) == 1
+}
+
 func TestClaimWithinAndAfterWindow(t *testing.T) {
 	c := New(10, 100)
 	if r, _ := c.Claim(d(1), 7, 1000); r != Claimed {
@@ -84,20 +89,20 @@ func TestEvictsOldestFirstAndCountsEarlyEvictions(t *testing.T) {
 func TestReleaseOnlyByOwner(t *testing.T) {
 	c := New(10, 1000)
 	c.Claim(d(1), 5, 0)
-	if c.Release(d(1), 6) {
+	if c.release(d(1), 6) {
 		t.Fatal("released by a token that does not own the key")
 	}
-	if !c.Release(d(1), 5) {
+	if !c.release(d(1), 5) {
 		t.Fatal("owner could not release")
 	}
-	if c.Release(d(1), 5) {
+	if c.release(d(1), 5) {
 		t.Fatal("released twice")
 	}
 	if r, _ := c.Claim(d(1), 7, 1); r != Claimed {
 		t.Fatalf("after release: got %v, want Claimed", r)
 	}
 	c.Disown(d(1), 7)
-	if c.Release(d(1), 7) {
+	if c.release(d(1), 7) {
 		t.Fatal("released a disowned key")
 	}
 	if n := c.Len(2); n != 1 {
@@ -108,7 +113,7 @@ func TestReleaseOnlyByOwner(t *testing.T) {
 func TestReleasedSlotsDoNotCount(t *testing.T) {
 	c := New(2, 1000)
 	c.Claim(d(1), 1, 0)
-	c.Release(d(1), 1)
+	c.release(d(1), 1)
 	c.Claim(d(2), 2, 1)
 	c.Claim(d(3), 3, 2) // the released slot is reclaimed, not an eviction of a live key
 	if got := c.Evictions(); got != 0 {
@@ -217,7 +222,7 @@ func testPendingUntilEnd(t *testing.T, c *Cache) {
 	if r, _ := c.Claim(d(1), 7, 2); r != Held {
 		t.Errorf("key of an ended token: %v, want Held", r)
 	}
-	if !c.Release(d(2), 9) { // refused downstream: released, then ended
+	if !c.release(d(2), 9) { // refused downstream: released, then ended
 		t.Fatal("release")
 	}
 	c.End(9)

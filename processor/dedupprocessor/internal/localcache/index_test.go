@@ -64,7 +64,7 @@ func churn(t *testing.T, bound int, seqStart uint32) {
 		d := key()
 		token := uint64(rng.IntN(5) + 1)
 		if rng.IntN(10) == 0 {
-			got := c.Release(d, token)
+			got := c.release(d, token)
 			e, ok := model[d]
 			want := ok && e.token == token
 			if got != want {
@@ -152,7 +152,7 @@ func TestIndexFindsOverflowedKeysAcrossGrowth(t *testing.T) {
 				t.Fatalf("%s: chain key %d claimed %d of %d: %v, want held = %v", when, i, claimedAt[i], claims, res, inRing)
 			}
 			if res == Claimed {
-				c.Release(same(i), 2)
+				c.release(same(i), 2)
 			}
 		}
 	}
