@@ -478,7 +478,6 @@ const maxPause = 16 * time.Millisecond
 // round open, holding every one that is not a duplicate, or with an error.
 func (e *engine) await(ctx context.Context, b *batch) error {
 	w := e.beginWait()
-	defer w.end()
 	for {
 		if err := w.pause(ctx, b.now, errInFlight, zap.Int("records", len(b.later))); err != nil {
 			return err
@@ -557,7 +556,6 @@ type wait struct {
 }
 
 func (e *engine) beginWait() *wait {
-	e.ended.waiters.Add(1)
 	start := e.clock.now()
 	return &wait{e: e, start: start, deadline: start.Add(e.cfg.PendingWait), d: time.Millisecond}
 }
@@ -581,8 +579,6 @@ func (w *wait) pause(ctx context.Context, now int64, refused error, fields ...za
 func (w *wait) record(ctx context.Context, r waitResult) {
 	w.e.tel.waits.Record(ctx, w.e.clock.now().Sub(w.start).Seconds(), w.e.tel.waitOpts[r])
 }
-
-func (w *wait) end() { w.e.ended.waiters.Add(-1) }
 
 // clock is the wall clock, or a simulated one in tests.
 type clock interface {
@@ -610,33 +606,28 @@ func (wallClock) pause(ctx context.Context, settled <-chan struct{}, d time.Dura
 }
 
 // settledSignal wakes the waiting batches when a round or an election
-// ends; it costs one atomic load while nobody waits.
-type settledSignal struct {
-	waiters atomic.Int32
-	mu      sync.Mutex
-	ch      chan struct{}
-}
+// ends; it costs one atomic load while nobody waits, since only waiters
+// make its channel.
+type settledSignal struct{ ch atomic.Pointer[chan struct{}] }
 
 // channel returns a channel closed at the next broadcast.
 func (s *settledSignal) channel() <-chan struct{} {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.ch == nil {
-		s.ch = make(chan struct{})
+	for {
+		if ch := s.ch.Load(); ch != nil {
+			return *ch
+		}
+		if ch := make(chan struct{}); s.ch.CompareAndSwap(nil, &ch) {
+			return ch
+		}
 	}
-	return s.ch
 }
 
 func (s *settledSignal) broadcast() {
-	if s.waiters.Load() == 0 {
-		return
+	if s.ch.Load() != nil {
+		if ch := s.ch.Swap(nil); ch != nil {
+			close(*ch)
+		}
 	}
-	s.mu.Lock()
-	if s.ch != nil {
-		close(s.ch)
-		s.ch = nil
-	}
-	s.mu.Unlock()
 }
 
 func resize[T any](s []T, n int) []T {

@@ -302,11 +302,6 @@ func (e *elector) elect(ctx context.Context, eng *engine, md pmetric.Metrics) (*
 // gives up the elections it took and waits holding none, then looks again.
 func (e *elector) decide(ctx context.Context, eng *engine, box *ballotBox) error {
 	var w *wait
-	defer func() {
-		if w != nil {
-			w.end()
-		}
-	}()
 	for {
 		pending := false
 		now := eng.now()
