@@ -77,7 +77,6 @@ type Table struct {
 	failover  int64
 	mu        sync.Mutex
 	tenants   map[Tenant]map[digest.Digest]*entry
-	size      int
 	lastSweep int64
 }
 
@@ -168,9 +167,6 @@ func (t *Table) admit(tenant Tenant, key digest.Digest, clusters map[digest.Dige
 // hold makes ref pending under token for candidate, keeping old, the
 // committed election it replaces (if any), to restore on release.
 func (t *Table) hold(ref Ref, candidate Replica, token uint64, old *entry) {
-	if old == nil {
-		t.size++
-	}
 	t.clusters(ref.Tenant)[ref.Key] = &entry{
 		cluster: strings.Clone(ref.Cluster), replica: clone(candidate), holder: token, prev: old,
 	}
@@ -189,7 +185,6 @@ func (t *Table) clusters(tenant Tenant) map[digest.Digest]*entry {
 // remove deletes tenant's entry key, and the tenant once it has none.
 func (t *Table) remove(tenant Tenant, clusters map[digest.Digest]*entry, key digest.Digest) {
 	delete(clusters, key)
-	t.size--
 	if len(clusters) == 0 {
 		delete(t.tenants, tenant)
 	}
@@ -219,7 +214,6 @@ func (t *Table) Learn(ref Ref, replica Replica, remaining time.Duration, now int
 	if en == nil {
 		en = &entry{cluster: strings.Clone(ref.Cluster)}
 		t.clusters(ref.Tenant)[ref.Key] = en
-		t.size++
 	}
 	if en.replica.Digest != replica.Digest || replica.Name != "" {
 		en.replica = clone(replica)
@@ -333,13 +327,6 @@ func (t *Table) Each(now int64, fn func(cluster, replica string)) {
 			}
 		}
 	}
-}
-
-// Len is the number of entries held, expired ones kept included.
-func (t *Table) Len() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.size
 }
 
 // maybeSweep drops dead entries once per failover timeout, so clusters
