@@ -322,7 +322,6 @@ func (e *elector) decide(ctx context.Context, eng *engine, box *ballotBox) error
 				bl.state, bl.elected = ballotElected, d.Replica
 			case election.Taken:
 				bl.state, bl.elected, bl.took = ballotElected, d.Replica, true
-				bl.prev, bl.hasPrev = d.Prev, d.HasPrev
 			case election.OverLimit:
 				bl.state = ballotOverLimit
 			case election.Unknown:
@@ -496,7 +495,7 @@ func (e *elector) commit(ctx context.Context, eng *engine, box *ballotBox) {
 		bl, a := &box.ballots[i], box.answers[k]
 		if a.State == redistier.ElectionLive && a.Replica == bl.elected {
 			committed, prev, hasPrev := e.table.Commit(bl.ref, box.replicaOf(i, bl.elected), box.token, a.Remaining, start)
-			if bl.hasPrev {
+			if bl.hasPrev { // the shared tier's word on the replaced replica
 				prev, hasPrev = bl.prev, true
 			}
 			switch {

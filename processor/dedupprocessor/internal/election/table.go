@@ -53,9 +53,6 @@ const (
 type Decision struct {
 	State   State
 	Replica digest.Digest
-	// Prev is the replica whose expired election a Taken one replaces.
-	Prev    digest.Digest
-	HasPrev bool
 }
 
 // Config holds the timing and the limit. The caller validates that
@@ -136,12 +133,8 @@ func (t *Table) Decide(ref Ref, candidate Replica, token uint64, now int64, take
 	if !take {
 		return Decision{State: Unknown}
 	}
-	d := Decision{State: Taken, Replica: candidate.Digest}
-	if en != nil {
-		d.Prev, d.HasPrev = en.replica.Digest, true
-	}
 	t.hold(ref, candidate, token, en)
-	return d
+	return Decision{State: Taken, Replica: candidate.Digest}
 }
 
 // admit reports whether the tenant may have one more live election, for

@@ -109,11 +109,7 @@ func TestFailoverAfterTimeout(t *testing.T) {
 	want(t, tb.Decide(x, b, 2, at(failover-time.Nanosecond), true), Elected, a)
 	// Then the next replica to send takes over; committing it is a
 	// failover from a.
-	d := tb.Decide(x, b, 3, at(failover), true)
-	want(t, d, Taken, b)
-	if !d.HasPrev || d.Prev != a.Digest {
-		t.Fatalf("takeover prev = %v %v, want a", d.Prev, d.HasPrev)
-	}
+	want(t, tb.Decide(x, b, 3, at(failover), true), Taken, b)
 	ok, prev, hasPrev := tb.Commit(x, b, 3, failover, at(failover))
 	if !ok || !hasPrev || prev != a.Digest {
 		t.Fatalf("commit = %v prev %v %v", ok, prev, hasPrev)
@@ -129,10 +125,9 @@ func TestReleasedTakeoverRestoresTheExpiredElection(t *testing.T) {
 	tb.Release(x, 2)
 	// a's expired election is back, so c's takeover is still a failover
 	// from a; b was never elected.
-	d := tb.Decide(x, c, 3, at(failover+time.Second), true)
-	want(t, d, Taken, c)
-	if !d.HasPrev || d.Prev != a.Digest {
-		t.Fatalf("prev = %v %v, want a", d.Prev, d.HasPrev)
+	want(t, tb.Decide(x, c, 3, at(failover+time.Second), true), Taken, c)
+	if ok, prev, hasPrev := tb.Commit(x, c, 3, failover, at(failover+time.Second)); !ok || !hasPrev || prev != a.Digest {
+		t.Fatalf("commit = %v prev %v %v, want a", ok, prev, hasPrev)
 	}
 }
 
