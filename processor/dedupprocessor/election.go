@@ -167,20 +167,12 @@ func replicaDigest(enc *identity.Encoder, replica string) digest.Digest {
 	return enc.Digest()
 }
 
-// label returns the string value of attribute name in m, if it has one.
-func label(m pcommon.Map, name string) (string, bool) {
-	v, ok := m.Get(name)
-	if !ok {
-		return "", false
+// label returns the string value of attribute name in m; "" is none.
+func label(m pcommon.Map, name string) string {
+	if v, ok := m.Get(name); ok {
+		return v.AsString()
 	}
-	s := v.AsString()
-	return s, s != ""
-}
-
-// labels are a resource's cluster and replica labels.
-type labels struct {
-	cluster, replica       string
-	hasCluster, hasReplica bool
+	return ""
 }
 
 // scan is the first pass: each point's labels and vote.
@@ -190,9 +182,8 @@ func (e *elector) scan(ctx context.Context, cfg *Config, box *ballotBox, enc *id
 	rms := md.ResourceMetrics()
 	for i := 0; i < rms.Len(); i++ {
 		rm := rms.At(i)
-		var res labels
-		res.cluster, res.hasCluster = label(rm.Resource().Attributes(), e.cluster)
-		res.replica, res.hasReplica = label(rm.Resource().Attributes(), e.replica)
+		res := rm.Resource().Attributes()
+		cluster, replica := label(res, e.cluster), label(res, e.replica)
 		sms := rm.ScopeMetrics()
 		for j := 0; j < sms.Len(); j++ {
 			ms := sms.At(j).Metrics()
@@ -200,34 +191,34 @@ func (e *elector) scan(ctx context.Context, cfg *Config, box *ballotBox, enc *id
 				m := ms.At(k)
 				switch m.Type() {
 				case pmetric.MetricTypeGauge:
-					scanPoints(e, box, enc, m.Gauge().DataPoints(), &res)
+					scanPoints(e, box, enc, m.Gauge().DataPoints(), cluster, replica)
 				case pmetric.MetricTypeSum:
-					scanPoints(e, box, enc, m.Sum().DataPoints(), &res)
+					scanPoints(e, box, enc, m.Sum().DataPoints(), cluster, replica)
 				case pmetric.MetricTypeHistogram:
-					scanPoints(e, box, enc, m.Histogram().DataPoints(), &res)
+					scanPoints(e, box, enc, m.Histogram().DataPoints(), cluster, replica)
 				case pmetric.MetricTypeExponentialHistogram:
-					scanPoints(e, box, enc, m.ExponentialHistogram().DataPoints(), &res)
+					scanPoints(e, box, enc, m.ExponentialHistogram().DataPoints(), cluster, replica)
 				case pmetric.MetricTypeSummary:
-					scanPoints(e, box, enc, m.Summary().DataPoints(), &res)
+					scanPoints(e, box, enc, m.Summary().DataPoints(), cluster, replica)
 				}
 			}
 		}
 	}
 }
 
-func scanPoints[P dataPoint](e *elector, box *ballotBox, enc *identity.Encoder, points pointSlice[P], res *labels) {
+func scanPoints[P dataPoint](e *elector, box *ballotBox, enc *identity.Encoder, points pointSlice[P], resCluster, resReplica string) {
 	for i := 0; i < points.Len(); i++ {
 		attrs := points.At(i).Attributes()
-		cluster, hasCluster := label(attrs, e.cluster)
-		if !hasCluster {
-			cluster, hasCluster = res.cluster, res.hasCluster
+		cluster := label(attrs, e.cluster)
+		if cluster == "" {
+			cluster = resCluster
 		}
 		pv := pointVote{vote: noVote}
-		replica, hasReplica := label(attrs, e.replica)
-		if !hasReplica {
-			replica, hasReplica, pv.resource = res.replica, res.hasReplica, true
+		replica := label(attrs, e.replica)
+		if replica == "" {
+			replica, pv.resource = resReplica, true
 		}
-		if hasCluster && hasReplica {
+		if cluster != "" && replica != "" {
 			pv.vote = box.voteOf(enc, cluster, replica)
 		}
 		box.points = append(box.points, pv)
