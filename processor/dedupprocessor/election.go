@@ -513,36 +513,36 @@ func (e *elector) commit(ctx context.Context, eng *engine, box *ballotBox) {
 // identity dedup (elected or undecided); else it appends its duplicate
 // verdict to b. A point of the elected replica makes b alter its labels.
 func (e *elector) admit(box *ballotBox, b *batch, idx int, action Action) bool {
-	pv := box.points[idx]
-	if pv.vote == noVote {
-		box.undecided[undecidedMissingLabel]++
-		return true
-	}
-	vt := &box.votes[pv.vote]
-	bl := &box.ballots[vt.ballot]
+	vt, bl := box.voteAt(idx)
 	switch {
+	case vt == nil:
+		box.undecided[undecidedMissingLabel]++
 	case bl.state == ballotOverLimit:
 		box.undecided[undecidedClusterLimit]++
-		return true
 	case bl.state == ballotUnavailable:
 		box.undecided[undecidedUnavailable]++
-		return true
 	case vt.replica.Digest == bl.elected:
 		b.alters = b.alters || e.strip
-		return true
+	default:
+		b.duplicate(tierElection, action)
+		return false
 	}
-	b.duplicate(tierElection, action)
-	return false
+	return true
 }
 
 // elected reports whether the point at verdict index idx is of the elected
 // replica, and whether its replica label is its resource's.
 func (box *ballotBox) elected(idx int) (elected, resource bool) {
-	pv := box.points[idx]
-	if pv.vote == noVote {
-		return false, false
+	vt, bl := box.voteAt(idx)
+	return vt != nil && bl.state == ballotElected && vt.replica.Digest == bl.elected, box.points[idx].resource
+}
+
+// voteAt returns the vote of the point at verdict index idx and its
+// ballot; nil if the point has none.
+func (box *ballotBox) voteAt(idx int) (*vote, *ballot) {
+	v := box.points[idx].vote
+	if v == noVote {
+		return nil, nil
 	}
-	vt := &box.votes[pv.vote]
-	bl := &box.ballots[vt.ballot]
-	return bl.state == ballotElected && vt.replica.Digest == bl.elected, pv.resource
+	return &box.votes[v], &box.ballots[box.votes[v].ballot]
 }
