@@ -497,10 +497,9 @@ func (e *elector) commit(ctx context.Context, eng *engine, box *ballotBox) {
 			}
 			continue
 		}
-		// Lost (its lease ran out before the commit): learn who holds it.
-		if bl.took {
-			e.table.Release(bl.ref, box.token)
-		}
+		// Lost (its lease ran out before the commit): give up what the
+		// batch holds of it and learn who holds it.
+		e.table.Release(bl.ref, box.token)
 		if a.State == redistier.ElectionLive {
 			e.table.Learn(bl.ref, box.replicaOf(i, a.Replica), a.Remaining, start)
 		} else {
