@@ -233,18 +233,16 @@ func (t *Table) Commit(ref Ref, replica Replica, token uint64, remaining time.Du
 	defer t.mu.Unlock()
 	en := t.tenants[ref.Tenant][ref.Key]
 	switch {
-	case en == nil:
-		return false, digest.Digest{}, false
+	case en == nil || en.holder != 0 && en.holder != token:
+		return
 	case en.holder == token:
 		if en.prev != nil {
 			prev, hasPrev = en.prev.replica.Digest, true
 		}
 		en.holder, en.prev, committed = 0, nil, true
-	case en.holder != 0:
-		return false, digest.Digest{}, false
 	case en.replica.Digest != replica.Digest:
 		if en.live(now) {
-			return false, digest.Digest{}, false
+			return
 		}
 		en.replica = clone(replica)
 	}
