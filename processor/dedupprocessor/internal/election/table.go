@@ -70,7 +70,6 @@ type Config struct {
 // Table holds the elections a processor knows.
 type Table struct {
 	cfg       Config
-	update    int64
 	failover  int64
 	mu        sync.Mutex
 	tenants   map[Tenant]map[digest.Digest]*entry
@@ -104,7 +103,6 @@ func New(cfg Config) *Table {
 	}
 	return &Table{
 		cfg:      cfg,
-		update:   int64(cfg.UpdateInterval),
 		failover: int64(cfg.FailoverTimeout),
 		tenants:  map[Tenant]map[digest.Digest]*entry{},
 	}
@@ -218,7 +216,7 @@ func (t *Table) Learn(ref Ref, replica Replica, remaining time.Duration, now int
 // schedules its next refresh from its last, now+remaining-failover.
 func (t *Table) setDeadlines(en *entry, now, remaining int64) {
 	en.until = now + remaining
-	en.refresh = now + remaining - t.failover + t.update + int64(t.cfg.Jitter())
+	en.refresh = now + remaining - t.failover + int64(t.cfg.UpdateInterval) + int64(t.cfg.Jitter())
 	en.refresher = 0
 }
 
