@@ -84,7 +84,6 @@ func newElector(cfg *ElectionConfig) *elector {
 type ballotBox struct {
 	token      uint64
 	redisToken string
-	settled    bool
 	tenant     election.Tenant
 	ballots    []ballot
 	votes      []vote
@@ -411,12 +410,8 @@ func (box *ballotBox) replicaOf(i int32, d digest.Digest) election.Replica {
 }
 
 // settle commits the batch's elections and refreshes if its first call was
-// accepted, else releases them.
+// accepted, else releases them. consume calls it once per batch.
 func (e *elector) settle(ctx context.Context, eng *engine, box *ballotBox, err error) {
-	if box.settled {
-		return
-	}
-	box.settled = true
 	if err != nil {
 		e.release(ctx, eng, box, true)
 		return
