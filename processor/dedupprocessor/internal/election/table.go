@@ -199,12 +199,12 @@ func (t *Table) Learn(ref Ref, replica Replica, remaining time.Duration, now int
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	en := t.tenants[ref.Tenant][ref.Key]
-	if en != nil && en.holder != 0 {
-		return
-	}
-	if en == nil {
+	switch {
+	case en == nil:
 		en = &entry{cluster: strings.Clone(ref.Cluster)}
 		t.clusters(ref.Tenant)[ref.Key] = en
+	case en.holder != 0:
+		return
 	}
 	if en.replica.Digest != replica.Digest || replica.Name != "" {
 		en.replica = clone(replica)
