@@ -84,7 +84,6 @@ func newElector(cfg *ElectionConfig) *elector {
 type ballotBox struct {
 	token      uint64
 	redisToken string
-	settled    bool
 	tenant     election.Tenant
 	ballots    []ballot
 	votes      []vote
@@ -167,20 +166,12 @@ func replicaDigest(enc *identity.Encoder, replica string) digest.Digest {
 	return enc.Digest()
 }
 
-// label returns the string value of attribute name in m, if it has one.
-func label(m pcommon.Map, name string) (string, bool) {
-	v, ok := m.Get(name)
-	if !ok {
-		return "", false
+// label returns the string value of attribute name in m; "" is none.
+func label(m pcommon.Map, name string) string {
+	if v, ok := m.Get(name); ok {
+		return v.AsString()
 	}
-	s := v.AsString()
-	return s, s != ""
-}
-
-// labels are a resource's cluster and replica labels.
-type labels struct {
-	cluster, replica       string
-	hasCluster, hasReplica bool
+	return ""
 }
 
 // scan is the first pass: each point's labels and vote.
@@ -190,9 +181,8 @@ func (e *elector) scan(ctx context.Context, cfg *Config, box *ballotBox, enc *id
 	rms := md.ResourceMetrics()
 	for i := 0; i < rms.Len(); i++ {
 		rm := rms.At(i)
-		var res labels
-		res.cluster, res.hasCluster = label(rm.Resource().Attributes(), e.cluster)
-		res.replica, res.hasReplica = label(rm.Resource().Attributes(), e.replica)
+		res := rm.Resource().Attributes()
+		cluster, replica := label(res, e.cluster), label(res, e.replica)
 		sms := rm.ScopeMetrics()
 		for j := 0; j < sms.Len(); j++ {
 			ms := sms.At(j).Metrics()
@@ -200,34 +190,34 @@ func (e *elector) scan(ctx context.Context, cfg *Config, box *ballotBox, enc *id
 				m := ms.At(k)
 				switch m.Type() {
 				case pmetric.MetricTypeGauge:
-					scanPoints(e, box, enc, m.Gauge().DataPoints(), &res)
+					scanPoints(e, box, enc, m.Gauge().DataPoints(), cluster, replica)
 				case pmetric.MetricTypeSum:
-					scanPoints(e, box, enc, m.Sum().DataPoints(), &res)
+					scanPoints(e, box, enc, m.Sum().DataPoints(), cluster, replica)
 				case pmetric.MetricTypeHistogram:
-					scanPoints(e, box, enc, m.Histogram().DataPoints(), &res)
+					scanPoints(e, box, enc, m.Histogram().DataPoints(), cluster, replica)
 				case pmetric.MetricTypeExponentialHistogram:
-					scanPoints(e, box, enc, m.ExponentialHistogram().DataPoints(), &res)
+					scanPoints(e, box, enc, m.ExponentialHistogram().DataPoints(), cluster, replica)
 				case pmetric.MetricTypeSummary:
-					scanPoints(e, box, enc, m.Summary().DataPoints(), &res)
+					scanPoints(e, box, enc, m.Summary().DataPoints(), cluster, replica)
 				}
 			}
 		}
 	}
 }
 
-func scanPoints[P dataPoint](e *elector, box *ballotBox, enc *identity.Encoder, points pointSlice[P], res *labels) {
+func scanPoints[P dataPoint](e *elector, box *ballotBox, enc *identity.Encoder, points pointSlice[P], resCluster, resReplica string) {
 	for i := 0; i < points.Len(); i++ {
 		attrs := points.At(i).Attributes()
-		cluster, hasCluster := label(attrs, e.cluster)
-		if !hasCluster {
-			cluster, hasCluster = res.cluster, res.hasCluster
+		cluster := label(attrs, e.cluster)
+		if cluster == "" {
+			cluster = resCluster
 		}
 		pv := pointVote{vote: noVote}
-		replica, hasReplica := label(attrs, e.replica)
-		if !hasReplica {
-			replica, hasReplica, pv.resource = res.replica, res.hasReplica, true
+		replica := label(attrs, e.replica)
+		if replica == "" {
+			replica, pv.resource = resReplica, true
 		}
-		if hasCluster && hasReplica {
+		if cluster != "" && replica != "" {
 			pv.vote = box.voteOf(enc, cluster, replica)
 		}
 		box.points = append(box.points, pv)
@@ -317,7 +307,6 @@ func (e *elector) decide(ctx context.Context, eng *engine, box *ballotBox) error
 				bl.state, bl.elected = ballotElected, d.Replica
 			case election.Taken:
 				bl.state, bl.elected, bl.took = ballotElected, d.Replica, true
-				bl.prev, bl.hasPrev = d.Prev, d.HasPrev
 			case election.OverLimit:
 				bl.state = ballotOverLimit
 			case election.Unknown:
@@ -416,12 +405,8 @@ func (box *ballotBox) replicaOf(i int32, d digest.Digest) election.Replica {
 }
 
 // settle commits the batch's elections and refreshes if its first call was
-// accepted, else releases them.
+// accepted, else releases them. consume calls it once per batch.
 func (e *elector) settle(ctx context.Context, eng *engine, box *ballotBox, err error) {
-	if box.settled {
-		return
-	}
-	box.settled = true
 	if err != nil {
 		e.release(ctx, eng, box, true)
 		return
@@ -491,7 +476,7 @@ func (e *elector) commit(ctx context.Context, eng *engine, box *ballotBox) {
 		bl, a := &box.ballots[i], box.answers[k]
 		if a.State == redistier.ElectionLive && a.Replica == bl.elected {
 			committed, prev, hasPrev := e.table.Commit(bl.ref, box.replicaOf(i, bl.elected), box.token, a.Remaining, start)
-			if bl.hasPrev {
+			if bl.hasPrev { // the shared tier's word on the replaced replica
 				prev, hasPrev = bl.prev, true
 			}
 			switch {
@@ -502,10 +487,9 @@ func (e *elector) commit(ctx context.Context, eng *engine, box *ballotBox) {
 			}
 			continue
 		}
-		// Lost (its lease ran out before the commit): learn who holds it.
-		if bl.took {
-			e.table.Release(bl.ref, box.token)
-		}
+		// Lost (its lease ran out before the commit): give up what the
+		// batch holds of it and learn who holds it.
+		e.table.Release(bl.ref, box.token)
 		if a.State == redistier.ElectionLive {
 			e.table.Learn(bl.ref, box.replicaOf(i, a.Replica), a.Remaining, start)
 		} else {
@@ -518,36 +502,36 @@ func (e *elector) commit(ctx context.Context, eng *engine, box *ballotBox) {
 // identity dedup (elected or undecided); else it appends its duplicate
 // verdict to b. A point of the elected replica makes b alter its labels.
 func (e *elector) admit(box *ballotBox, b *batch, idx int, action Action) bool {
-	pv := box.points[idx]
-	if pv.vote == noVote {
-		box.undecided[undecidedMissingLabel]++
-		return true
-	}
-	vt := &box.votes[pv.vote]
-	bl := &box.ballots[vt.ballot]
+	vt, bl := box.voteAt(idx)
 	switch {
+	case vt == nil:
+		box.undecided[undecidedMissingLabel]++
 	case bl.state == ballotOverLimit:
 		box.undecided[undecidedClusterLimit]++
-		return true
 	case bl.state == ballotUnavailable:
 		box.undecided[undecidedUnavailable]++
-		return true
 	case vt.replica.Digest == bl.elected:
 		b.alters = b.alters || e.strip
-		return true
+	default:
+		b.duplicate(tierElection, action)
+		return false
 	}
-	b.duplicate(tierElection, action)
-	return false
+	return true
 }
 
 // elected reports whether the point at verdict index idx is of the elected
 // replica, and whether its replica label is its resource's.
 func (box *ballotBox) elected(idx int) (elected, resource bool) {
-	pv := box.points[idx]
-	if pv.vote == noVote {
-		return false, false
+	vt, bl := box.voteAt(idx)
+	return vt != nil && bl.state == ballotElected && vt.replica.Digest == bl.elected, box.points[idx].resource
+}
+
+// voteAt returns the vote of the point at verdict index idx and its
+// ballot; nil if the point has none.
+func (box *ballotBox) voteAt(idx int) (*vote, *ballot) {
+	v := box.points[idx].vote
+	if v == noVote {
+		return nil, nil
 	}
-	vt := &box.votes[pv.vote]
-	bl := &box.ballots[vt.ballot]
-	return bl.state == ballotElected && vt.replica.Digest == bl.elected, pv.resource
+	return &box.votes[v], &box.ballots[box.votes[v].ballot]
 }

@@ -48,11 +48,11 @@ func (e *engine) startPersistence(ctx context.Context, host component.Host) erro
 			zap.String("storage", id.String()), zap.Error(err))
 		return nil
 	}
-	e.persist = &persistence{client: client, stop: make(chan struct{})}
+	p := &persistence{client: client, stop: make(chan struct{})}
+	e.persist = p
 	e.restore(ctx)
 	if interval := e.cfg.SnapshotInterval; interval > 0 {
-		e.persist.done.Add(1)
-		go e.saveEvery(e.persist, interval)
+		p.done.Go(func() { e.saveEvery(p, interval) })
 	}
 	return nil
 }
@@ -78,7 +78,6 @@ func (e *engine) restore(ctx context.Context) {
 }
 
 func (e *engine) saveEvery(p *persistence, interval time.Duration) {
-	defer p.done.Done()
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {

@@ -46,10 +46,7 @@ const (
 // Breaker is a consecutive-failure circuit breaker. It is safe for
 // concurrent use.
 type Breaker struct {
-	failures    int
-	baseCool    time.Duration
-	maxCool     time.Duration
-	now         func() time.Time
+	cfg         Config // defaults filled in
 	mu          sync.Mutex
 	state       State
 	gen         uint64 // bumped on every transition, to ignore stale outcomes
@@ -61,29 +58,20 @@ type Breaker struct {
 
 // New returns a closed breaker.
 func New(cfg Config) *Breaker {
-	b := &Breaker{
-		failures: cfg.Failures,
-		baseCool: cfg.Cooldown,
-		maxCool:  cfg.MaxCooldown,
-		now:      cfg.Now,
+	if cfg.Failures <= 0 {
+		cfg.Failures = DefaultFailures
 	}
-	if b.failures <= 0 {
-		b.failures = DefaultFailures
+	if cfg.Cooldown <= 0 {
+		cfg.Cooldown = DefaultCooldown
 	}
-	if b.baseCool <= 0 {
-		b.baseCool = DefaultCooldown
+	if cfg.MaxCooldown <= 0 {
+		cfg.MaxCooldown = DefaultMaxCooldown
 	}
-	if b.maxCool <= 0 {
-		b.maxCool = DefaultMaxCooldown
+	cfg.MaxCooldown = max(cfg.MaxCooldown, cfg.Cooldown)
+	if cfg.Now == nil {
+		cfg.Now = time.Now
 	}
-	if b.maxCool < b.baseCool {
-		b.maxCool = b.baseCool
-	}
-	if b.now == nil {
-		b.now = time.Now
-	}
-	b.cooldown = b.baseCool
-	return b
+	return &Breaker{cfg: cfg, cooldown: cfg.Cooldown}
 }
 
 // Ticket is the permission to make one call. Its outcome must be reported
@@ -110,7 +98,7 @@ func (b *Breaker) Allow() (Ticket, bool) {
 	defer b.mu.Unlock()
 	switch b.state {
 	case Open:
-		if b.now().Before(b.openUntil) {
+		if b.cfg.Now().Before(b.openUntil) {
 			return Ticket{}, false
 		}
 		b.transition(HalfOpen)
@@ -137,10 +125,10 @@ func (b *Breaker) Done(t Ticket, o Outcome) {
 		b.probing = false
 		switch o {
 		case Success:
-			b.cooldown = b.baseCool
+			b.cooldown = b.cfg.Cooldown
 			b.transition(Closed)
 		case Failure:
-			b.cooldown = min(2*b.cooldown, b.maxCool)
+			b.cooldown = min(2*b.cooldown, b.cfg.MaxCooldown)
 			b.open()
 		}
 		return
@@ -150,7 +138,7 @@ func (b *Breaker) Done(t Ticket, o Outcome) {
 		b.consecutive = 0
 	case Failure:
 		b.consecutive++
-		if b.consecutive >= b.failures {
+		if b.consecutive >= b.cfg.Failures {
 			b.open()
 		}
 	}
@@ -161,14 +149,14 @@ func (b *Breaker) Done(t Ticket, o Outcome) {
 func (b *Breaker) State() State {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.state == Open && !b.now().Before(b.openUntil) {
+	if b.state == Open && !b.cfg.Now().Before(b.openUntil) {
 		return HalfOpen
 	}
 	return b.state
 }
 
 func (b *Breaker) open() {
-	b.openUntil = b.now().Add(b.cooldown)
+	b.openUntil = b.cfg.Now().Add(b.cooldown)
 	b.transition(Open)
 }
 

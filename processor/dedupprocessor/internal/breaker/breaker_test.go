@@ -154,8 +154,8 @@ func TestConcurrentUse(t *testing.T) {
 
 func TestDefaults(t *testing.T) {
 	b := New(Config{})
-	if b.failures != DefaultFailures || b.baseCool != DefaultCooldown || b.maxCool != DefaultMaxCooldown {
-		t.Fatalf("defaults = %d, %v, %v", b.failures, b.baseCool, b.maxCool)
+	if c := b.cfg; c.Failures != DefaultFailures || c.Cooldown != DefaultCooldown || c.MaxCooldown != DefaultMaxCooldown || c.Now == nil {
+		t.Fatalf("defaults = %d, %v, %v", c.Failures, c.Cooldown, c.MaxCooldown)
 	}
 	for _, s := range []State{Closed, Open, HalfOpen} {
 		if s.String() == "unknown" {

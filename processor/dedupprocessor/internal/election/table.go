@@ -53,9 +53,6 @@ const (
 type Decision struct {
 	State   State
 	Replica digest.Digest
-	// Prev is the replica whose expired election a Taken one replaces.
-	Prev    digest.Digest
-	HasPrev bool
 }
 
 // Config holds the timing and the limit. The caller validates that
@@ -73,11 +70,9 @@ type Config struct {
 // Table holds the elections a processor knows.
 type Table struct {
 	cfg       Config
-	update    int64
 	failover  int64
 	mu        sync.Mutex
 	tenants   map[Tenant]map[digest.Digest]*entry
-	size      int
 	lastSweep int64
 }
 
@@ -108,7 +103,6 @@ func New(cfg Config) *Table {
 	}
 	return &Table{
 		cfg:      cfg,
-		update:   int64(cfg.UpdateInterval),
 		failover: int64(cfg.FailoverTimeout),
 		tenants:  map[Tenant]map[digest.Digest]*entry{},
 	}
@@ -137,12 +131,8 @@ func (t *Table) Decide(ref Ref, candidate Replica, token uint64, now int64, take
 	if !take {
 		return Decision{State: Unknown}
 	}
-	d := Decision{State: Taken, Replica: candidate.Digest}
-	if en != nil {
-		d.Prev, d.HasPrev = en.replica.Digest, true
-	}
 	t.hold(ref, candidate, token, en)
-	return d
+	return Decision{State: Taken, Replica: candidate.Digest}
 }
 
 // admit reports whether the tenant may have one more live election, for
@@ -168,9 +158,6 @@ func (t *Table) admit(tenant Tenant, key digest.Digest, clusters map[digest.Dige
 // hold makes ref pending under token for candidate, keeping old, the
 // committed election it replaces (if any), to restore on release.
 func (t *Table) hold(ref Ref, candidate Replica, token uint64, old *entry) {
-	if old == nil {
-		t.size++
-	}
 	t.clusters(ref.Tenant)[ref.Key] = &entry{
 		cluster: strings.Clone(ref.Cluster), replica: clone(candidate), holder: token, prev: old,
 	}
@@ -189,7 +176,6 @@ func (t *Table) clusters(tenant Tenant) map[digest.Digest]*entry {
 // remove deletes tenant's entry key, and the tenant once it has none.
 func (t *Table) remove(tenant Tenant, clusters map[digest.Digest]*entry, key digest.Digest) {
 	delete(clusters, key)
-	t.size--
 	if len(clusters) == 0 {
 		delete(t.tenants, tenant)
 	}
@@ -213,13 +199,12 @@ func (t *Table) Learn(ref Ref, replica Replica, remaining time.Duration, now int
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	en := t.tenants[ref.Tenant][ref.Key]
-	if en != nil && en.holder != 0 {
-		return
-	}
-	if en == nil {
+	switch {
+	case en == nil:
 		en = &entry{cluster: strings.Clone(ref.Cluster)}
 		t.clusters(ref.Tenant)[ref.Key] = en
-		t.size++
+	case en.holder != 0:
+		return
 	}
 	if en.replica.Digest != replica.Digest || replica.Name != "" {
 		en.replica = clone(replica)
@@ -231,7 +216,7 @@ func (t *Table) Learn(ref Ref, replica Replica, remaining time.Duration, now int
 // schedules its next refresh from its last, now+remaining-failover.
 func (t *Table) setDeadlines(en *entry, now, remaining int64) {
 	en.until = now + remaining
-	en.refresh = now + remaining - t.failover + t.update + int64(t.cfg.Jitter())
+	en.refresh = now + remaining - t.failover + int64(t.cfg.UpdateInterval) + int64(t.cfg.Jitter())
 	en.refresher = 0
 }
 
@@ -246,18 +231,16 @@ func (t *Table) Commit(ref Ref, replica Replica, token uint64, remaining time.Du
 	defer t.mu.Unlock()
 	en := t.tenants[ref.Tenant][ref.Key]
 	switch {
-	case en == nil:
-		return false, digest.Digest{}, false
+	case en == nil || en.holder != 0 && en.holder != token:
+		return
 	case en.holder == token:
 		if en.prev != nil {
 			prev, hasPrev = en.prev.replica.Digest, true
 		}
 		en.holder, en.prev, committed = 0, nil, true
-	case en.holder != 0:
-		return false, digest.Digest{}, false
 	case en.replica.Digest != replica.Digest:
 		if en.live(now) {
-			return false, digest.Digest{}, false
+			return
 		}
 		en.replica = clone(replica)
 	}
@@ -333,13 +316,6 @@ func (t *Table) Each(now int64, fn func(cluster, replica string)) {
 			}
 		}
 	}
-}
-
-// Len is the number of entries held, expired ones kept included.
-func (t *Table) Len() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.size
 }
 
 // maybeSweep drops dead entries once per failover timeout, so clusters

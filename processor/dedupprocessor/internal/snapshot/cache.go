@@ -14,14 +14,7 @@ import (
 func Save(c *localcache.Cache, meta Meta, now int64) []byte {
 	meta.WrittenAt = now
 	dst := make([]byte, 0, encodedLen(c.Len(now)))
-	return appendEncode(dst, meta, func(yield func(digest.Digest, int64) bool) {
-		more := true
-		c.Range(now, func(d digest.Digest, expires int64) {
-			if more {
-				more = yield(d, expires)
-			}
-		})
-	})
+	return appendEncode(dst, meta, func(fn func(digest.Digest, int64)) { c.Range(now, fn) })
 }
 
 // Restore inserts the entries of snapshot b live at now into c, earliest

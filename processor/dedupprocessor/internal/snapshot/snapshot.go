@@ -30,7 +30,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"iter"
 	"math"
 
 	"github.com/zeebo/xxh3"
@@ -71,9 +70,9 @@ type Meta struct {
 // encodedLen is the size of a snapshot of n entries.
 func encodedLen(n int) int { return headerLen + entryLen*n + checksumLen }
 
-// appendEncode appends a snapshot of entries (digest, expiry) to dst, in
-// the order entries yields them.
-func appendEncode(dst []byte, meta Meta, entries iter.Seq2[digest.Digest, int64]) []byte {
+// appendEncode appends a snapshot of the entries (digest, expiry) that
+// each passes to its argument, in that order.
+func appendEncode(dst []byte, meta Meta, each func(func(d digest.Digest, expires int64))) []byte {
 	start := len(dst)
 	dst = append(dst, magic...)
 	dst = binary.BigEndian.AppendUint16(dst, Version)
@@ -82,11 +81,11 @@ func appendEncode(dst []byte, meta Meta, entries iter.Seq2[digest.Digest, int64]
 	dst = binary.BigEndian.AppendUint64(dst, meta.Fingerprint)
 	dst = binary.BigEndian.AppendUint64(dst, 0) // the count, set at the end
 	var n uint64
-	for d, expires := range entries {
+	each(func(d digest.Digest, expires int64) {
 		dst = d.AppendBinary(dst)
 		dst = binary.BigEndian.AppendUint64(dst, uint64(expires))
 		n++
-	}
+	})
 	binary.BigEndian.PutUint64(dst[start+countOffset:], n)
 	return binary.BigEndian.AppendUint64(dst, xxh3.Hash(dst[start:]))
 }

@@ -38,12 +38,10 @@ type entry struct {
 
 func key(i int) digest.Digest { return digest.Of(binary.BigEndian.AppendUint64(nil, uint64(i))) }
 
-func seq(es []entry) func(yield func(digest.Digest, int64) bool) {
-	return func(yield func(digest.Digest, int64) bool) {
+func seq(es []entry) func(func(digest.Digest, int64)) {
+	return func(fn func(digest.Digest, int64)) {
 		for _, e := range es {
-			if !yield(e.d, e.expires) {
-				return
-			}
+			fn(e.d, e.expires)
 		}
 	}
 }
