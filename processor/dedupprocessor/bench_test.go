@@ -14,6 +14,7 @@ import (
 
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/identity"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/localcache"
 )
 
 // benchLogs builds batches of size records of which dupRatio are copies of
@@ -86,10 +87,15 @@ func benchConsumeLogs(b *testing.B, prefill int, keyed bool, size int, dup float
 		}
 		defer func() { _ = p.Shutdown(context.Background()) }()
 		now := p.now()
+		// Digests as a hash gives them: all bits mixed, so the prefill
+		// spreads over the index as real keys do.
+		fill := make([]digest.Digest, 0, 1000)
+		results := make([]localcache.Result, cap(fill))
 		for i := range uint64(prefill) {
-			// Digests as a hash gives them: all bits mixed, so the prefill
-			// spreads over the index as real keys do.
-			p.cache.Claim(digest.Digest{Hi: benchMix(i), Lo: benchMix(^i)}, 1, now)
+			if fill = append(fill, digest.Digest{Hi: benchMix(i), Lo: benchMix(^i)}); len(fill) == cap(fill) || i == uint64(prefill)-1 {
+				p.cache.ClaimBatch(fill, 1, now, results)
+				fill = fill[:0]
+			}
 		}
 		src := benchLogs(64, size, dup)
 		work := make([]plog.Logs, len(src))

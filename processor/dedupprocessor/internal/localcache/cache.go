@@ -474,16 +474,6 @@ func (s *shard) grow() {
 	}
 }
 
-// Claim is ClaimBatch for one digest, which also returns the token that
-// holds it.
-func (c *Cache) Claim(d digest.Digest, token uint64, now int64) (Result, uint64) {
-	s := &c.shards[d.Lo&c.mask]
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.expire(now)
-	return s.claim(d, token, now, c.window)
-}
-
 // ReleaseBatch forgets every digest of ds that token still holds, so a later
 // copy is claimed anew, batching by shard as ClaimBatch does. It returns how
 // many it released.

@@ -15,6 +15,16 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func d(i uint64) digest.Digest { return digest.Digest{Hi: i * 0x9e3779b97f4a7c15, Lo: i} }
 
+// Claim is ClaimBatch for one digest, which also returns the token that
+// holds it: the reference ClaimBatch is tested against.
+func (c *Cache) Claim(d digest.Digest, token uint64, now int64) (Result, uint64) {
+	s := &c.shards[d.Lo&c.mask]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.expire(now)
+	return s.claim(d, token, now, c.window)
+}
+
 // release is ReleaseBatch for one digest: it reports whether d was released.
 func (c *Cache) release(d digest.Digest, token uint64) bool {
 	return c.ReleaseBatch([]digest.Digest{d}, token) == 1

@@ -22,11 +22,18 @@ func filled(n int, span int64) (c *localcache.Cache, step, last int64) {
 	}
 	step = span / int64(n)
 	for i := range n {
-		if r, _ := c.Claim(key(i), uint64(i+1), t0+int64(i)*step); r != localcache.Claimed {
+		if r := claim(c, key(i), uint64(i+1), t0+int64(i)*step); r != localcache.Claimed {
 			panic(fmt.Sprintf("key %d: %v", i, r))
 		}
 	}
 	return c, step, t0 + int64(n-1)*step
+}
+
+// claim claims one digest.
+func claim(c *localcache.Cache, d digest.Digest, token uint64, now int64) localcache.Result {
+	var r [1]localcache.Result
+	c.ClaimBatch([]digest.Digest{d}, token, now, r[:])
+	return r[0]
 }
 
 func held(c *localcache.Cache, now int64) map[digest.Digest]int64 {
@@ -75,12 +82,12 @@ func TestSaveRestoreRoundTrip(t *testing.T) {
 				t.Fatalf("evictions: src %d, dst %d", src.Evictions(), dst.Evictions())
 			}
 			for d := range want {
-				if r, _ := dst.Claim(d, 1, restoreAt); r != localcache.Held {
+				if r := claim(dst, d, 1, restoreAt); r != localcache.Held {
 					t.Fatalf("restored key %v: %v, want Held", d, r)
 				}
 			}
 			for _, d := range gone {
-				if r, _ := dst.Claim(d, 1, restoreAt); r != localcache.Claimed {
+				if r := claim(dst, d, 1, restoreAt); r != localcache.Claimed {
 					t.Fatalf("expired key %v: %v, want Claimed", d, r)
 				}
 			}
@@ -162,7 +169,7 @@ func TestInExpiryOrderIsStableSort(t *testing.T) {
 func TestRestoreClampsToRestoringWindow(t *testing.T) {
 	long := 6 * window
 	src := localcache.New(10, long)
-	src.Claim(key(1), 1, t0)
+	claim(src, key(1), 1, t0)
 	b := Save(src, Meta{Window: long, Fingerprint: fp}, t0)
 	dst := localcache.New(10, window)
 	if _, n, err := Restore(dst, b, fp, window, t0+1); err != nil || n != 1 {
@@ -176,7 +183,7 @@ func TestRestoreClampsToRestoringWindow(t *testing.T) {
 func TestRestoreSkipsKeysAlreadyHeld(t *testing.T) {
 	b := encode(Meta{Fingerprint: fp}, entry{key(1), t0 + 10}, entry{key(2), t0 + 20}, entry{key(2), t0 + 30})
 	dst := localcache.New(10, window)
-	dst.Claim(key(1), 9, t0)
+	claim(dst, key(1), 9, t0)
 	if _, n, err := Restore(dst, b, fp, window, t0); err != nil || n != 1 || dst.Len(t0) != 2 {
 		t.Fatalf("restored %d (err %v), held %d; want 1 restored, 2 held", n, err, dst.Len(t0))
 	}
@@ -246,9 +253,9 @@ func BenchmarkDecode(b *testing.B) {
 func TestSaveSkipsPendingKeys(t *testing.T) {
 	c := localcache.New(10, window)
 	c.Begin(7)
-	c.Claim(key(1), 7, t0) // a batch in flight
+	claim(c, key(1), 7, t0) // a batch in flight
 	c.Begin(8)
-	c.Claim(key(2), 8, t0) // a delivered batch
+	claim(c, key(2), 8, t0) // a delivered batch
 	c.End(8)
 	c.Insert(key(3), t0+window, t0)
 	b := Save(c, Meta{Window: window, Fingerprint: fp}, t0)
@@ -257,7 +264,7 @@ func TestSaveSkipsPendingKeys(t *testing.T) {
 		t.Fatalf("restored %d, %v; want 2 keys", n, err)
 	}
 	for k, want := range map[int]localcache.Result{1: localcache.Claimed, 2: localcache.Held, 3: localcache.Held} {
-		if got, _ := dst.Claim(key(k), 99, t0+1); got != want {
+		if got := claim(dst, key(k), 99, t0+1); got != want {
 			t.Errorf("key %d: %v, want %v", k, got, want)
 		}
 	}
