@@ -63,9 +63,6 @@ func retriable(err error) bool {
 
 // isTimeout reports whether err is a timeout, a free connection's included.
 func isTimeout(err error) bool {
-	if err == nil {
-		return false
-	}
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, redis.ErrPoolTimeout) {
 		return true
 	}

@@ -465,7 +465,7 @@ func (t *Tier) run(ctx context.Context, c *conn, op string, calls []*call) error
 	}
 	err := first.err
 	if first.node != "" {
-		err = nodeError{node: first.node, err: err}
+		err = fmt.Errorf("node %s: %w", first.node, err)
 	}
 	if len(calls) > 1 {
 		return fmt.Errorf("dedup: redis %s: %d of %d groups failed, first: %w", op, failed, len(calls), err)
@@ -485,14 +485,6 @@ func resultOf(err error) string {
 	}
 	return ResultError
 }
-
-type nodeError struct {
-	node string
-	err  error
-}
-
-func (e nodeError) Error() string { return "node " + e.node + ": " + e.err.Error() }
-func (e nodeError) Unwrap() error { return e.err }
 
 // batch is the digests of ds grouped by group, as indexes into ds.
 type batch struct {
