@@ -141,8 +141,8 @@ type nodeCalls struct {
 // go through the ClusterClient.
 func (x *clusterExec) send(ctx context.Context, calls []*call, retry bool) {
 	var direct []*call
-	var nodes []*nodeCalls
-	byNode := make(map[string]*nodeCalls, 4)
+	var allowed []*nodeCalls
+	byNode := make(map[string]*nodeCalls, 4) // nil for a node whose breaker is open
 	for _, c := range calls {
 		if c.redirect {
 			c.redirect, c.node = false, ""
@@ -157,26 +157,22 @@ func (x *clusterExec) send(ctx context.Context, calls []*call, retry bool) {
 		}
 		addr := client.Options().Addr
 		c.node = addr
-		nc := byNode[addr]
-		if nc == nil {
-			nc = &nodeCalls{client: client, br: x.breaker(addr)}
-			byNode[addr] = nc
-			nodes = append(nodes, nc)
-		}
-		nc.calls = append(nc.calls, c)
-	}
-	allowed := nodes[:0]
-	for _, nc := range nodes {
-		ticket, ok := nc.br.Allow()
-		if !ok {
-			for _, c := range nc.calls {
-				c.err = errBreakerOpen
+		nc, asked := byNode[addr]
+		if !asked {
+			br := x.breaker(addr)
+			if ticket, ok := br.Allow(); ok {
+				nc = &nodeCalls{client: client, br: br, ticket: ticket}
+				allowed = append(allowed, nc)
+			} else {
+				x.degraded()
 			}
-			x.degraded()
+			byNode[addr] = nc
+		}
+		if nc == nil {
+			c.err = errBreakerOpen
 			continue
 		}
-		nc.ticket = ticket
-		allowed = append(allowed, nc)
+		nc.calls = append(nc.calls, c)
 	}
 	var wg sync.WaitGroup
 	for _, nc := range allowed {
