@@ -99,7 +99,7 @@ func (t *Tier) elections(ctx context.Context, op, token string, failover time.Du
 	if err := t.run(ctx, c, op, calls); err != nil {
 		if op == OpCommit {
 			// The batch was delivered: the other collectors must learn it.
-			t.retry(ws, calls)
+			t.retry(t.readWrites(op, ws, calls))
 		}
 		return err
 	}
@@ -129,8 +129,10 @@ func (t *Tier) ReleaseElections(ctx context.Context, token string, failover time
 		ws[i] = write{op: OpRelease, token: token, election: &electionWrite{key: k, failover: failover}}
 	}
 	// One left behind would stall its cluster everywhere for the lease:
-	// send retries it.
-	return t.send(ctx, c, OpRelease, ws)
+	// the writer retries it.
+	failed, err := t.send(ctx, c, OpRelease, ws)
+	t.retry(failed)
+	return err
 }
 
 func (t *Tier) electionKey(k digest.Digest) string {

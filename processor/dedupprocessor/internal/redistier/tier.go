@@ -414,7 +414,9 @@ func (t *Tier) finish(ctx context.Context, op, token string, ds []digest.Digest,
 	if queue && t.w.enqueue(ws) {
 		return nil
 	}
-	return t.send(ctx, c, op, ws)
+	failed, err := t.send(ctx, c, op, ws)
+	t.retry(failed)
+	return err
 }
 
 // connected returns the tier's connection, or an error while the topology is

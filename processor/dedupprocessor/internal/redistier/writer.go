@@ -171,7 +171,9 @@ func (w *writer) round(t *Tier, ctx context.Context, now time.Time, every time.D
 				}
 			}
 			if len(sent) > 0 {
-				retry = append(retry, t.sendRound(ctx, c, op, sent)...)
+				failed, err := t.send(ctx, c, op, sent)
+				t.writeError(err)
+				retry = append(retry, failed...)
 			}
 		}
 		if len(renew) > 0 {
@@ -212,40 +214,31 @@ func (t *Tier) unsent(ws []write) {
 	}
 }
 
-// send sends ws now and queues for retry those that fail; it returns the
+// send sends one op's writes and returns those that failed, and the
 // round's error.
-func (t *Tier) send(ctx context.Context, c *conn, op string, ws []write) error {
+func (t *Tier) send(ctx context.Context, c *conn, op string, ws []write) ([]write, error) {
 	calls := t.writeCalls(ctx, c, op, ws)
 	err := t.run(ctx, c, op, calls)
-	t.retry(ws, calls)
-	return err
+	return t.readWrites(op, ws, calls), err
 }
 
-// retry hands the writes whose call failed to the writer.
-func (t *Tier) retry(ws []write, calls []*call) {
+// retry hands writes that failed outside a round to the writer.
+func (t *Tier) retry(failed []write) {
+	if len(failed) == 0 {
+		return
+	}
 	now := time.Now()
-	var failed []write
-	for _, wr := range t.readWrites(ws[0].op, ws, calls) {
+	for i := range failed {
+		wr := &failed[i]
 		if wr.until.IsZero() {
 			wr.until = now.Add(t.opts.Lease)
 		}
 		wr.pause, wr.next = retryFirst, now.Add(retryFirst)
-		failed = append(failed, wr)
-	}
-	if len(failed) == 0 {
-		return
 	}
 	t.w.mu.Lock()
 	t.w.retry = append(t.w.retry, failed...)
 	t.w.mu.Unlock()
 	t.w.signal()
-}
-
-// sendRound sends one op's writes of a round and returns those that failed.
-func (t *Tier) sendRound(ctx context.Context, c *conn, op string, ws []write) []write {
-	calls := t.writeCalls(ctx, c, op, ws)
-	t.writeError(t.run(ctx, c, op, calls))
-	return t.readWrites(op, ws, calls)
 }
 
 func (t *Tier) writeError(err error) {
