@@ -180,9 +180,7 @@ end
 // replica, remaining ms} for a live committed election; {1, previous replica
 // or "", 0} when the token holds it (taken now, or by an earlier try of the
 // same call); {2, candidate, 0} for another token's pending election.
-var electScript = newScript(electSource)
-
-const electSource = electionLib + `
+var electScript = newScript(electionLib + `
 local rep, tok, lease, failover = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local t = now()
 local v = redis.call('GET', KEYS[1])
@@ -201,15 +199,13 @@ if v then
 end
 redis.call('SET', KEYS[1], 'p' .. rep .. tok .. t .. '|' .. prev, 'PX', lease)
 return {1, string.sub(prev, 2, 17), 0}
-`
+`)
 
 // confirmScript: ARGV replica, token, failover ms. Commits the token's
 // pending election, refreshes a committed one of the same replica, or takes
 // a free one committed: each answers {0, replica, failover}. Otherwise it
 // answers as electScript about what holds the election.
-var confirmScript = newScript(confirmSource)
-
-const confirmSource = electionLib + `
+var confirmScript = newScript(electionLib + `
 local rep, tok, failover = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local t = now()
 local v = redis.call('GET', KEYS[1])
@@ -224,14 +220,12 @@ if v then
 end
 redis.call('SET', KEYS[1], 'c' .. rep .. tok .. t, 'PX', 2 * failover)
 return {0, rep, failover}
-`
+`)
 
 // releaseElectionScript: ARGV token, failover ms. Gives up the token's
 // pending election, restoring the committed value it replaced for the rest
 // of its time, if any is left. Answers 1 if it gave one up, else 0.
-var releaseElectionScript = newScript(releaseElectionSource)
-
-const releaseElectionSource = electionLib + `
+var releaseElectionScript = newScript(electionLib + `
 local tok, failover = ARGV[1], tonumber(ARGV[2])
 local v = redis.call('GET', KEYS[1])
 if not v then return 0 end
@@ -248,4 +242,4 @@ if old ~= '' then
 end
 redis.call('DEL', KEYS[1])
 return 1
-`
+`)
