@@ -133,9 +133,7 @@ func (t *Tier) ask(ctx context.Context, addr string, credentials bool) probe {
 		}
 	}
 	p.replica = role == "replica" || role == "slave"
-	switch p.mode {
-	case "standalone", "cluster", "sentinel":
-	default:
+	if kindName[p.mode] == "" {
 		p.err = fmt.Errorf("unknown server mode %q", p.mode)
 	}
 	return p
@@ -215,5 +213,6 @@ func decide(o *Options, probes []probe) (Mode, error) {
 	return found, nil
 }
 
-// kindName names what a probe's mode says an endpoint is.
+// kindName names what a probe's mode says an endpoint is, for each mode a
+// probe accepts.
 var kindName = map[string]string{"standalone": "standalone server", "cluster": "Redis Cluster node", "sentinel": "Sentinel"}
