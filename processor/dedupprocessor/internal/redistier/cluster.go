@@ -2,7 +2,6 @@ package redistier
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"strings"
 	"sync"
@@ -106,7 +105,7 @@ func (x *clusterExec) worthRetry(ctx context.Context, c *call) bool {
 		return true
 	case retriable(c.err):
 		return true
-	case nodeDown(c.err) || errors.Is(c.err, errBreakerOpen):
+	case nodeDown(c.err):
 		// Only if the reloaded map now routes the group elsewhere.
 		client, err := x.cc.MasterForKey(ctx, c.route)
 		return err == nil && ctx.Err() == nil && client.Options().Addr != c.node
