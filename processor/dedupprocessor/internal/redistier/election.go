@@ -2,7 +2,6 @@ package redistier
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -57,14 +56,12 @@ type ElectionAnswer struct {
 	Remaining time.Duration
 }
 
-// Elect answers, for each election, which replica is elected, in one round
-// trip (one per node in a Cluster). Where none is live or pending, it takes
-// the election for the candidate, pending under token for the lease, until
+// Elect answers, in answers[i] for es[i] (answers needs len(es) elements),
+// which replica is elected, in one round trip (one per node in a Cluster).
+// Where none is live or pending, it takes the election for the candidate,
+// pending under token (unique to the batch: NewToken) for the lease, until
 // CommitElected or ReleaseElections. Retrying with the same token is safe.
 func (t *Tier) Elect(ctx context.Context, token string, failover time.Duration, es []Election, answers []ElectionAnswer) error {
-	if token == "" {
-		return errors.New("dedup: redis elect: empty token")
-	}
 	return t.elections(ctx, OpElect, token, failover, es, answers)
 }
 
@@ -79,9 +76,6 @@ func (t *Tier) CommitElected(ctx context.Context, token string, failover time.Du
 // elections runs Elect (op OpElect) or CommitElected (OpCommit); on an
 // error, answers are left zero.
 func (t *Tier) elections(ctx context.Context, op, token string, failover time.Duration, es []Election, answers []ElectionAnswer) error {
-	if len(answers) < len(es) {
-		return fmt.Errorf("dedup: redis %s: %d answers for %d elections", op, len(answers), len(es))
-	}
 	answers = answers[:len(es)]
 	clear(answers)
 	if len(es) == 0 {

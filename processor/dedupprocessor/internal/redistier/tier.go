@@ -291,12 +291,6 @@ func (t *Tier) Claim(ctx context.Context, token string, ds []digest.Digest, answ
 	if again {
 		op = OpRecheck
 	}
-	if len(answers) < len(ds) {
-		return fmt.Errorf("dedup: redis claim: %d results for %d digests", len(answers), len(ds))
-	}
-	if token == "" {
-		return errors.New("dedup: redis claim: empty token")
-	}
 	answers = answers[:len(ds)]
 	clear(answers) // Unavailable
 	if len(ds) == 0 {
