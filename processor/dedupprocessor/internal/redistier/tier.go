@@ -154,14 +154,7 @@ func (t *Tier) discoverLater() {
 	const first, most = 100 * time.Millisecond, 2 * time.Second
 	wait := first
 	reported := ""
-	for {
-		timer := time.NewTimer(wait)
-		select {
-		case <-t.bg.Done():
-			timer.Stop()
-			return
-		case <-timer.C:
-		}
+	for pause(t.bg, wait) {
 		wait = min(2*wait, most)
 		mode, err := t.discover(t.bg)
 		if err == nil {
