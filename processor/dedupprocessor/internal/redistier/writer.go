@@ -160,27 +160,25 @@ func (w *writer) round(t *Tier, ctx context.Context, now time.Time, every time.D
 	w.mu.Unlock()
 	t.unsent(expired)
 
-	c := t.conn.Load()
-	if c != nil {
-		var retry []write
-		for _, op := range []string{OpCommit, OpRelease} {
-			var sent []write
-			for _, wr := range ws {
-				if wr.op == op {
-					sent = append(sent, wr)
-				}
-			}
-			if len(sent) > 0 {
-				failed, err := t.send(ctx, c, op, sent)
-				t.writeError(err)
-				retry = append(retry, failed...)
+	c := t.conn.Load() // not nil if there are writes or claims: they follow a connection
+	var retry []write
+	for _, op := range []string{OpCommit, OpRelease} {
+		var sent []write
+		for _, wr := range ws {
+			if wr.op == op {
+				sent = append(sent, wr)
 			}
 		}
-		if len(renew) > 0 {
-			t.renew(ctx, c, renew, groups)
+		if len(sent) > 0 {
+			failed, err := t.send(ctx, c, op, sent)
+			t.writeError(err)
+			retry = append(retry, failed...)
 		}
-		ws = retry
 	}
+	if len(renew) > 0 {
+		t.renew(ctx, c, renew, groups)
+	}
+	ws = retry
 	if last {
 		for _, wr := range ws {
 			t.lost(wr.op, fmt.Errorf("dedup: redis %s: shut down before it landed", wr.op))
