@@ -106,12 +106,12 @@ func (t *Tier) ask(ctx context.Context, addr string, credentials bool) probe {
 		return p
 	}
 	if p.mode == "" {
-		info, err := c.Info(ctx, "server").Result()
-		if err != nil {
+		info := c.InfoMap(ctx, "server")
+		if err := info.Err(); err != nil {
 			p.err = fmt.Errorf("HELLO and INFO failed: %w", err)
 			return p
 		}
-		p.mode = infoField(info, "redis_mode")
+		p.mode = info.Item("Server", "redis_mode")
 	}
 	if role == "" || role == "replica" || p.mode == "sentinel" {
 		r, err := c.Do(ctx, "role").Slice()
@@ -137,15 +137,6 @@ func (t *Tier) ask(ctx context.Context, addr string, credentials bool) probe {
 		p.err = fmt.Errorf("unknown server mode %q", p.mode)
 	}
 	return p
-}
-
-func infoField(info, name string) string {
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
-			return v
-		}
-	}
-	return ""
 }
 
 // decide chooses the topology from the probes that answered: Cluster nodes,
