@@ -88,11 +88,6 @@ func (x *clusterExec) exec(ctx context.Context, calls []*call) {
 		if len(again) == 0 || attempt == maxAttempts || !pause(ctx, retryPause) {
 			return
 		}
-		for _, c := range again {
-			// go-redis keeps a command's reply and slot: a retry needs a
-			// fresh one.
-			c.cmd = redis.NewCmd(ctx, c.cmd.Args()...)
-		}
 		todo = again
 	}
 }
@@ -143,6 +138,11 @@ func (x *clusterExec) send(ctx context.Context, calls []*call, retry bool) {
 	var allowed []*nodeCalls
 	byNode := make(map[string]*nodeCalls, 4) // nil for a node whose breaker is open
 	for _, c := range calls {
+		if retry {
+			// go-redis keeps a command's reply and slot: a retry needs a
+			// fresh one.
+			c.cmd = redis.NewCmd(ctx, c.cmd.Args()...)
+		}
 		if c.redirect {
 			c.redirect, c.node = false, ""
 			direct = append(direct, c)
