@@ -145,7 +145,7 @@ func (t *Tier) Start(ctx context.Context) error {
 	if mode != "" {
 		t.connect(mode)
 	}
-	t.wg.Go(t.w.run(t))
+	t.wg.Go(func() { t.w.run(t) })
 	return nil
 }
 
@@ -294,7 +294,7 @@ func (t *Tier) Claim(ctx context.Context, token string, ds []digest.Digest, answ
 		return err
 	}
 	b := c.prepare(ds)
-	defer b.free()
+	defer batchPool.Put(b)
 	calls := t.claimCalls(ctx, c, b, token, ds)
 	err = t.run(ctx, c, op, calls)
 	held := b.groups[:0]
@@ -385,7 +385,7 @@ func (t *Tier) finish(ctx context.Context, op, token string, ds []digest.Digest,
 		return err
 	}
 	b := c.prepare(ds)
-	defer b.free()
+	defer batchPool.Put(b)
 	until := time.Now().Add(t.opts.Lease)
 	ws := make([]write, 0, len(b.groups))
 	for _, g := range b.groups {
@@ -484,8 +484,6 @@ type batch struct {
 }
 
 var batchPool = sync.Pool{New: func() any { return new(batch) }}
-
-func (b *batch) free() { batchPool.Put(b) }
 
 // prepare groups the digests of ds by a counting sort, which keeps ds's
 // order within each group.

@@ -106,25 +106,23 @@ func (w *writer) close() {
 	w.mu.Unlock()
 }
 
-// run returns the writer's loop: a round when writes are queued, when a
-// retry is due, and each third of the lease.
-func (w *writer) run(t *Tier) func() {
-	return func() {
-		every := max(t.opts.Lease/3, time.Millisecond)
-		timer := time.NewTimer(every)
-		defer timer.Stop()
-		for {
-			select {
-			case <-t.bg.Done():
-				// Close: what is left goes out once more, past the
-				// background context.
-				w.round(t, context.Background(), time.Now(), every, true)
-				return
-			case <-w.wake:
-			case <-timer.C:
-			}
-			timer.Reset(w.round(t, t.bg, time.Now(), every, false))
+// run is the writer's loop: a round when writes are queued, when a retry
+// is due, and each third of the lease.
+func (w *writer) run(t *Tier) {
+	every := max(t.opts.Lease/3, time.Millisecond)
+	timer := time.NewTimer(every)
+	defer timer.Stop()
+	for {
+		select {
+		case <-t.bg.Done():
+			// Close: what is left goes out once more, past the background
+			// context.
+			w.round(t, context.Background(), time.Now(), every, true)
+			return
+		case <-w.wake:
+		case <-timer.C:
 		}
+		timer.Reset(w.round(t, t.bg, time.Now(), every, false))
 	}
 }
 
