@@ -113,6 +113,9 @@ func New(opts Options) *Tier {
 	if opts.Mode == "" {
 		opts.Mode = ModeAuto
 	}
+	if opts.Observe == nil {
+		opts.Observe = func(string, string, time.Duration) {}
+	}
 	t := &Tier{
 		opts:     opts,
 		leaseArg: strconv.FormatInt(opts.Lease.Milliseconds(), 10),
@@ -412,9 +415,7 @@ func (t *Tier) connected(op string) (*conn, error) {
 	if c := t.conn.Load(); c != nil {
 		return c, nil
 	}
-	if t.opts.Observe != nil {
-		t.opts.Observe(op, ResultError, 0)
-	}
+	t.opts.Observe(op, ResultError, 0)
 	return nil, fmt.Errorf("dedup: redis %s: topology not known: %w", op, *t.unknown.Load())
 }
 
@@ -446,9 +447,7 @@ func (t *Tier) run(ctx context.Context, c *conn, op string, calls []*call) error
 	if !sent {
 		d = 0
 	}
-	if t.opts.Observe != nil {
-		t.opts.Observe(op, result, d)
-	}
+	t.opts.Observe(op, result, d)
 	if first == nil {
 		return nil
 	}

@@ -327,8 +327,6 @@ func (t *Tier) renew(ctx context.Context, c *conn, tokens []string, groups [][]i
 
 // lost reports a claim the tier could not keep.
 func (t *Tier) lost(op string, err error) {
-	if t.opts.Observe != nil {
-		t.opts.Observe(op, ResultLost, 0)
-	}
+	t.opts.Observe(op, ResultLost, 0)
 	t.writeError(err)
 }
