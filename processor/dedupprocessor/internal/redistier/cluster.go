@@ -2,7 +2,6 @@ package redistier
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"strings"
 	"sync"
@@ -89,11 +88,6 @@ func (x *clusterExec) exec(ctx context.Context, calls []*call) {
 		if len(again) == 0 || attempt == maxAttempts || !pause(ctx, retryPause) {
 			return
 		}
-		for _, c := range again {
-			// go-redis keeps a command's reply and slot: a retry needs a
-			// fresh one.
-			c.cmd = redis.NewCmd(ctx, c.cmd.Args()...)
-		}
 		todo = again
 	}
 }
@@ -106,7 +100,7 @@ func (x *clusterExec) worthRetry(ctx context.Context, c *call) bool {
 		return true
 	case retriable(c.err):
 		return true
-	case nodeDown(c.err) || errors.Is(c.err, errBreakerOpen):
+	case nodeDown(c.err):
 		// Only if the reloaded map now routes the group elsewhere.
 		client, err := x.cc.MasterForKey(ctx, c.route)
 		return err == nil && ctx.Err() == nil && client.Options().Addr != c.node
@@ -141,9 +135,14 @@ type nodeCalls struct {
 // go through the ClusterClient.
 func (x *clusterExec) send(ctx context.Context, calls []*call, retry bool) {
 	var direct []*call
-	var nodes []*nodeCalls
-	byNode := make(map[string]*nodeCalls, 4)
+	var allowed []*nodeCalls
+	byNode := make(map[string]*nodeCalls, 4) // nil for a node whose breaker is open
 	for _, c := range calls {
+		if retry {
+			// go-redis keeps a command's reply and slot: a retry needs a
+			// fresh one.
+			c.cmd = redis.NewCmd(ctx, c.cmd.Args()...)
+		}
 		if c.redirect {
 			c.redirect, c.node = false, ""
 			direct = append(direct, c)
@@ -157,26 +156,22 @@ func (x *clusterExec) send(ctx context.Context, calls []*call, retry bool) {
 		}
 		addr := client.Options().Addr
 		c.node = addr
-		nc := byNode[addr]
-		if nc == nil {
-			nc = &nodeCalls{client: client, br: x.breaker(addr)}
-			byNode[addr] = nc
-			nodes = append(nodes, nc)
-		}
-		nc.calls = append(nc.calls, c)
-	}
-	allowed := nodes[:0]
-	for _, nc := range nodes {
-		ticket, ok := nc.br.Allow()
-		if !ok {
-			for _, c := range nc.calls {
-				c.err = errBreakerOpen
+		nc, asked := byNode[addr]
+		if !asked {
+			br := x.breaker(addr)
+			if ticket, ok := br.Allow(); ok {
+				nc = &nodeCalls{client: client, br: br, ticket: ticket}
+				allowed = append(allowed, nc)
+			} else {
+				x.degraded()
 			}
-			x.degraded()
+			byNode[addr] = nc
+		}
+		if nc == nil {
+			c.err = errBreakerOpen
 			continue
 		}
-		nc.ticket = ticket
-		allowed = append(allowed, nc)
+		nc.calls = append(nc.calls, c)
 	}
 	var wg sync.WaitGroup
 	for _, nc := range allowed {

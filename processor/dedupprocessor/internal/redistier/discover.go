@@ -106,12 +106,12 @@ func (t *Tier) ask(ctx context.Context, addr string, credentials bool) probe {
 		return p
 	}
 	if p.mode == "" {
-		info, err := c.Info(ctx, "server").Result()
-		if err != nil {
+		info := c.InfoMap(ctx, "server")
+		if err := info.Err(); err != nil {
 			p.err = fmt.Errorf("HELLO and INFO failed: %w", err)
 			return p
 		}
-		p.mode = infoField(info, "redis_mode")
+		p.mode = info.Item("Server", "redis_mode")
 	}
 	if role == "" || role == "replica" || p.mode == "sentinel" {
 		r, err := c.Do(ctx, "role").Slice()
@@ -133,21 +133,10 @@ func (t *Tier) ask(ctx context.Context, addr string, credentials bool) probe {
 		}
 	}
 	p.replica = role == "replica" || role == "slave"
-	switch p.mode {
-	case "standalone", "cluster", "sentinel":
-	default:
+	if kindName[p.mode] == "" {
 		p.err = fmt.Errorf("unknown server mode %q", p.mode)
 	}
 	return p
-}
-
-func infoField(info, name string) string {
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
-			return v
-		}
-	}
-	return ""
 }
 
 // decide chooses the topology from the probes that answered: Cluster nodes,
@@ -215,5 +204,6 @@ func decide(o *Options, probes []probe) (Mode, error) {
 	return found, nil
 }
 
-// kindName names what a probe's mode says an endpoint is.
+// kindName names what a probe's mode says an endpoint is, for each mode a
+// probe accepts.
 var kindName = map[string]string{"standalone": "standalone server", "cluster": "Redis Cluster node", "sentinel": "Sentinel"}

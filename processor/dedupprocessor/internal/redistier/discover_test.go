@@ -99,6 +99,19 @@ func TestDiscover(t *testing.T) {
 	}
 }
 
+// TestDiscoverWithoutHello: a server that refuses HELLO (Redis before 6,
+// or the command renamed) tells its mode in INFO.
+func TestDiscoverWithoutHello(t *testing.T) {
+	srv := redistest.Standalone(t, redistest.WithConfig(`rename-command HELLO ""`))
+	if err := srv.Client().Do(context.Background(), "hello").Err(); err == nil {
+		t.Fatal("HELLO answered; the test needs a server that refuses it")
+	}
+	mode, err := startErr(t, Options{Endpoints: []string{srv.Addr()}})
+	if err != nil || mode != ModeStandalone {
+		t.Fatalf("Start: mode %q, %v; want standalone", mode, err)
+	}
+}
+
 // deadAddr returns a loopback address nothing listens on.
 func deadAddr(t *testing.T) string {
 	t.Helper()

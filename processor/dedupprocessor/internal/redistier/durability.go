@@ -12,12 +12,8 @@ import (
 // Durability reports, for each master the tier reaches, the settings that
 // can free claims behind the tier's back (eviction, nothing on disk), as
 // sentences that name the fix. A server that refuses CONFIG GET (managed
-// services, ACL users) is left out.
+// services, ACL users) is left out. The tier's Mode must be known.
 func (t *Tier) Durability(ctx context.Context) []string {
-	c := t.conn.Load()
-	if c == nil {
-		return nil
-	}
 	cctx, cancel := context.WithTimeout(ctx, max(t.opts.Timeout, time.Second))
 	defer cancel()
 	var mu sync.Mutex // ForEachMaster asks the masters at once
@@ -36,7 +32,7 @@ func (t *Tier) Durability(ctx context.Context) []string {
 			out = append(out, fmt.Sprintf("Redis %s keeps nothing on disk (save \"\", appendonly no): a restart forgets every claim, and copies arriving within the window after it get through; enable appendonly or RDB snapshots, or accept that", node))
 		}
 	}
-	switch x := c.exec.(type) {
+	switch x := t.conn.Load().exec.(type) {
 	case *singleExec:
 		check(cctx, x.name, x.client)
 	case *clusterExec:

@@ -2,7 +2,6 @@ package redistier
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -57,14 +56,12 @@ type ElectionAnswer struct {
 	Remaining time.Duration
 }
 
-// Elect answers, for each election, which replica is elected, in one round
-// trip (one per node in a Cluster). Where none is live or pending, it takes
-// the election for the candidate, pending under token for the lease, until
+// Elect answers, in answers[i] for es[i] (answers needs len(es) elements),
+// which replica is elected, in one round trip (one per node in a Cluster).
+// Where none is live or pending, it takes the election for the candidate,
+// pending under token (unique to the batch: NewToken) for the lease, until
 // CommitElected or ReleaseElections. Retrying with the same token is safe.
 func (t *Tier) Elect(ctx context.Context, token string, failover time.Duration, es []Election, answers []ElectionAnswer) error {
-	if token == "" {
-		return errors.New("dedup: redis elect: empty token")
-	}
 	return t.elections(ctx, OpElect, token, failover, es, answers)
 }
 
@@ -79,9 +76,6 @@ func (t *Tier) CommitElected(ctx context.Context, token string, failover time.Du
 // elections runs Elect (op OpElect) or CommitElected (OpCommit); on an
 // error, answers are left zero.
 func (t *Tier) elections(ctx context.Context, op, token string, failover time.Duration, es []Election, answers []ElectionAnswer) error {
-	if len(answers) < len(es) {
-		return fmt.Errorf("dedup: redis %s: %d answers for %d elections", op, len(answers), len(es))
-	}
 	answers = answers[:len(es)]
 	clear(answers)
 	if len(es) == 0 {
@@ -99,7 +93,7 @@ func (t *Tier) elections(ctx context.Context, op, token string, failover time.Du
 	if err := t.run(ctx, c, op, calls); err != nil {
 		if op == OpCommit {
 			// The batch was delivered: the other collectors must learn it.
-			t.retry(ws, calls)
+			t.retry(t.readWrites(op, ws, calls))
 		}
 		return err
 	}
@@ -129,8 +123,10 @@ func (t *Tier) ReleaseElections(ctx context.Context, token string, failover time
 		ws[i] = write{op: OpRelease, token: token, election: &electionWrite{key: k, failover: failover}}
 	}
 	// One left behind would stall its cluster everywhere for the lease:
-	// send retries it.
-	return t.send(ctx, c, OpRelease, ws)
+	// the writer retries it.
+	failed, err := t.send(ctx, c, OpRelease, ws)
+	t.retry(failed)
+	return err
 }
 
 func (t *Tier) electionKey(k digest.Digest) string {
@@ -178,9 +174,7 @@ end
 // replica, remaining ms} for a live committed election; {1, previous replica
 // or "", 0} when the token holds it (taken now, or by an earlier try of the
 // same call); {2, candidate, 0} for another token's pending election.
-var electScript = newScript(electSource)
-
-const electSource = electionLib + `
+var electScript = newScript(electionLib + `
 local rep, tok, lease, failover = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local t = now()
 local v = redis.call('GET', KEYS[1])
@@ -199,15 +193,13 @@ if v then
 end
 redis.call('SET', KEYS[1], 'p' .. rep .. tok .. t .. '|' .. prev, 'PX', lease)
 return {1, string.sub(prev, 2, 17), 0}
-`
+`)
 
 // confirmScript: ARGV replica, token, failover ms. Commits the token's
 // pending election, refreshes a committed one of the same replica, or takes
 // a free one committed: each answers {0, replica, failover}. Otherwise it
 // answers as electScript about what holds the election.
-var confirmScript = newScript(confirmSource)
-
-const confirmSource = electionLib + `
+var confirmScript = newScript(electionLib + `
 local rep, tok, failover = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local t = now()
 local v = redis.call('GET', KEYS[1])
@@ -222,14 +214,12 @@ if v then
 end
 redis.call('SET', KEYS[1], 'c' .. rep .. tok .. t, 'PX', 2 * failover)
 return {0, rep, failover}
-`
+`)
 
 // releaseElectionScript: ARGV token, failover ms. Gives up the token's
 // pending election, restoring the committed value it replaced for the rest
 // of its time, if any is left. Answers 1 if it gave one up, else 0.
-var releaseElectionScript = newScript(releaseElectionSource)
-
-const releaseElectionSource = electionLib + `
+var releaseElectionScript = newScript(electionLib + `
 local tok, failover = ARGV[1], tonumber(ARGV[2])
 local v = redis.call('GET', KEYS[1])
 if not v then return 0 end
@@ -246,4 +236,4 @@ if old ~= '' then
 end
 redis.call('DEL', KEYS[1])
 return 1
-`
+`)

@@ -26,13 +26,10 @@ import (
 // open.
 var errBreakerOpen = errors.New("circuit breaker open")
 
-// nodeDown reports whether the node did not answer, or cannot serve
-// (LOADING, MASTERDOWN).
+// nodeDown reports whether the node did not answer (or was not asked: its
+// breaker was open), or cannot serve (LOADING, MASTERDOWN).
 func nodeDown(err error) bool {
-	if err == nil || errors.Is(err, errBreakerOpen) {
-		return false
-	}
-	return redis.IsLoadingError(err) || redis.IsMasterDownError(err) || !isReply(err)
+	return err != nil && (redis.IsLoadingError(err) || redis.IsMasterDownError(err) || !isReply(err))
 }
 
 // isReply reports whether err is an error reply of the server.
@@ -63,9 +60,6 @@ func retriable(err error) bool {
 
 // isTimeout reports whether err is a timeout, a free connection's included.
 func isTimeout(err error) bool {
-	if err == nil {
-		return false
-	}
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, redis.ErrPoolTimeout) {
 		return true
 	}

@@ -3,7 +3,6 @@ package redistier
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
@@ -111,18 +110,11 @@ func withSource(ctx context.Context, calls []*call) []*call {
 			continue
 		}
 		args := c.cmd.Args()
-		args[0], args[1] = "eval", scriptSource(args[1])
+		args[0], args[1] = "eval", scriptSources[args[1].(string)]
 		c.cmd = redis.NewCmd(ctx, args...)
 		again = append(again, c)
 	}
 	return again
-}
-
-func scriptSource(sha any) string {
-	if src, ok := scriptSources[sha.(string)]; ok {
-		return src
-	}
-	panic(fmt.Sprintf("redistier: unknown script %v", sha))
 }
 
 // sendEach sends each call as a command of its own, all at once.

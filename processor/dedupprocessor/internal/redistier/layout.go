@@ -53,10 +53,8 @@ func newLayout(keyPrefix string, tags int) layout {
 }
 
 func (l *layout) groupOf(d digest.Digest) int {
-	if len(l.groups) == 1 {
-		return 0
-	}
-	// The top 32 bits scaled to [0, groups): uniform, no modulo.
+	// The top 32 bits scaled to [0, groups): uniform, no modulo; 0 for one
+	// group.
 	return int((d.Hi >> 32) * uint64(len(l.groups)) >> 32)
 }
 

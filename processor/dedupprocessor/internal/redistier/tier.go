@@ -113,6 +113,9 @@ func New(opts Options) *Tier {
 	if opts.Mode == "" {
 		opts.Mode = ModeAuto
 	}
+	if opts.Observe == nil {
+		opts.Observe = func(string, string, time.Duration) {}
+	}
 	t := &Tier{
 		opts:     opts,
 		leaseArg: strconv.FormatInt(opts.Lease.Milliseconds(), 10),
@@ -145,7 +148,7 @@ func (t *Tier) Start(ctx context.Context) error {
 	if mode != "" {
 		t.connect(mode)
 	}
-	t.wg.Go(t.w.run(t))
+	t.wg.Go(func() { t.w.run(t) })
 	return nil
 }
 
@@ -154,14 +157,7 @@ func (t *Tier) discoverLater() {
 	const first, most = 100 * time.Millisecond, 2 * time.Second
 	wait := first
 	reported := ""
-	for {
-		timer := time.NewTimer(wait)
-		select {
-		case <-t.bg.Done():
-			timer.Stop()
-			return
-		case <-timer.C:
-		}
+	for pause(t.bg, wait) {
 		wait = min(2*wait, most)
 		mode, err := t.discover(t.bg)
 		if err == nil {
@@ -291,12 +287,6 @@ func (t *Tier) Claim(ctx context.Context, token string, ds []digest.Digest, answ
 	if again {
 		op = OpRecheck
 	}
-	if len(answers) < len(ds) {
-		return fmt.Errorf("dedup: redis claim: %d results for %d digests", len(answers), len(ds))
-	}
-	if token == "" {
-		return errors.New("dedup: redis claim: empty token")
-	}
 	answers = answers[:len(ds)]
 	clear(answers) // Unavailable
 	if len(ds) == 0 {
@@ -307,7 +297,7 @@ func (t *Tier) Claim(ctx context.Context, token string, ds []digest.Digest, answ
 		return err
 	}
 	b := c.prepare(ds)
-	defer b.free()
+	defer batchPool.Put(b)
 	calls := t.claimCalls(ctx, c, b, token, ds)
 	err = t.run(ctx, c, op, calls)
 	held := b.groups[:0]
@@ -398,7 +388,7 @@ func (t *Tier) finish(ctx context.Context, op, token string, ds []digest.Digest,
 		return err
 	}
 	b := c.prepare(ds)
-	defer b.free()
+	defer batchPool.Put(b)
 	until := time.Now().Add(t.opts.Lease)
 	ws := make([]write, 0, len(b.groups))
 	for _, g := range b.groups {
@@ -414,7 +404,9 @@ func (t *Tier) finish(ctx context.Context, op, token string, ds []digest.Digest,
 	if queue && t.w.enqueue(ws) {
 		return nil
 	}
-	return t.send(ctx, c, op, ws)
+	failed, err := t.send(ctx, c, op, ws)
+	t.retry(failed)
+	return err
 }
 
 // connected returns the tier's connection, or an error while the topology is
@@ -423,9 +415,7 @@ func (t *Tier) connected(op string) (*conn, error) {
 	if c := t.conn.Load(); c != nil {
 		return c, nil
 	}
-	if t.opts.Observe != nil {
-		t.opts.Observe(op, ResultError, 0)
-	}
+	t.opts.Observe(op, ResultError, 0)
 	return nil, fmt.Errorf("dedup: redis %s: topology not known: %w", op, *t.unknown.Load())
 }
 
@@ -457,15 +447,13 @@ func (t *Tier) run(ctx context.Context, c *conn, op string, calls []*call) error
 	if !sent {
 		d = 0
 	}
-	if t.opts.Observe != nil {
-		t.opts.Observe(op, result, d)
-	}
+	t.opts.Observe(op, result, d)
 	if first == nil {
 		return nil
 	}
 	err := first.err
 	if first.node != "" {
-		err = nodeError{node: first.node, err: err}
+		err = fmt.Errorf("node %s: %w", first.node, err)
 	}
 	if len(calls) > 1 {
 		return fmt.Errorf("dedup: redis %s: %d of %d groups failed, first: %w", op, failed, len(calls), err)
@@ -486,14 +474,6 @@ func resultOf(err error) string {
 	return ResultError
 }
 
-type nodeError struct {
-	node string
-	err  error
-}
-
-func (e nodeError) Error() string { return "node " + e.node + ": " + e.err.Error() }
-func (e nodeError) Unwrap() error { return e.err }
-
 // batch is the digests of ds grouped by group, as indexes into ds.
 type batch struct {
 	order  []int32 // indexes of ds, grouped by group
@@ -503,8 +483,6 @@ type batch struct {
 }
 
 var batchPool = sync.Pool{New: func() any { return new(batch) }}
-
-func (b *batch) free() { batchPool.Put(b) }
 
 // prepare groups the digests of ds by a counting sort, which keeps ds's
 // order within each group.

@@ -106,25 +106,23 @@ func (w *writer) close() {
 	w.mu.Unlock()
 }
 
-// run returns the writer's loop: a round when writes are queued, when a
-// retry is due, and each third of the lease.
-func (w *writer) run(t *Tier) func() {
-	return func() {
-		every := max(t.opts.Lease/3, time.Millisecond)
-		timer := time.NewTimer(every)
-		defer timer.Stop()
-		for {
-			select {
-			case <-t.bg.Done():
-				// Close: what is left goes out once more, past the
-				// background context.
-				w.round(t, context.Background(), time.Now(), every, true)
-				return
-			case <-w.wake:
-			case <-timer.C:
-			}
-			timer.Reset(w.round(t, t.bg, time.Now(), every, false))
+// run is the writer's loop: a round when writes are queued, when a retry
+// is due, and each third of the lease.
+func (w *writer) run(t *Tier) {
+	every := max(t.opts.Lease/3, time.Millisecond)
+	timer := time.NewTimer(every)
+	defer timer.Stop()
+	for {
+		select {
+		case <-t.bg.Done():
+			// Close: what is left goes out once more, past the background
+			// context.
+			w.round(t, context.Background(), time.Now(), every, true)
+			return
+		case <-w.wake:
+		case <-timer.C:
 		}
+		timer.Reset(w.round(t, t.bg, time.Now(), every, false))
 	}
 }
 
@@ -160,25 +158,25 @@ func (w *writer) round(t *Tier, ctx context.Context, now time.Time, every time.D
 	w.mu.Unlock()
 	t.unsent(expired)
 
-	c := t.conn.Load()
-	if c != nil {
-		var retry []write
-		for _, op := range []string{OpCommit, OpRelease} {
-			var sent []write
-			for _, wr := range ws {
-				if wr.op == op {
-					sent = append(sent, wr)
-				}
-			}
-			if len(sent) > 0 {
-				retry = append(retry, t.sendRound(ctx, c, op, sent)...)
+	c := t.conn.Load() // not nil if there are writes or claims: they follow a connection
+	var retry []write
+	for _, op := range []string{OpCommit, OpRelease} {
+		var sent []write
+		for _, wr := range ws {
+			if wr.op == op {
+				sent = append(sent, wr)
 			}
 		}
-		if len(renew) > 0 {
-			t.renew(ctx, c, renew, groups)
+		if len(sent) > 0 {
+			failed, err := t.send(ctx, c, op, sent)
+			t.writeError(err)
+			retry = append(retry, failed...)
 		}
-		ws = retry
 	}
+	if len(renew) > 0 {
+		t.renew(ctx, c, renew, groups)
+	}
+	ws = retry
 	if last {
 		for _, wr := range ws {
 			t.lost(wr.op, fmt.Errorf("dedup: redis %s: shut down before it landed", wr.op))
@@ -212,40 +210,31 @@ func (t *Tier) unsent(ws []write) {
 	}
 }
 
-// send sends ws now and queues for retry those that fail; it returns the
+// send sends one op's writes and returns those that failed, and the
 // round's error.
-func (t *Tier) send(ctx context.Context, c *conn, op string, ws []write) error {
+func (t *Tier) send(ctx context.Context, c *conn, op string, ws []write) ([]write, error) {
 	calls := t.writeCalls(ctx, c, op, ws)
 	err := t.run(ctx, c, op, calls)
-	t.retry(ws, calls)
-	return err
+	return t.readWrites(op, ws, calls), err
 }
 
-// retry hands the writes whose call failed to the writer.
-func (t *Tier) retry(ws []write, calls []*call) {
+// retry hands writes that failed outside a round to the writer.
+func (t *Tier) retry(failed []write) {
+	if len(failed) == 0 {
+		return
+	}
 	now := time.Now()
-	var failed []write
-	for _, wr := range t.readWrites(ws[0].op, ws, calls) {
+	for i := range failed {
+		wr := &failed[i]
 		if wr.until.IsZero() {
 			wr.until = now.Add(t.opts.Lease)
 		}
 		wr.pause, wr.next = retryFirst, now.Add(retryFirst)
-		failed = append(failed, wr)
-	}
-	if len(failed) == 0 {
-		return
 	}
 	t.w.mu.Lock()
 	t.w.retry = append(t.w.retry, failed...)
 	t.w.mu.Unlock()
 	t.w.signal()
-}
-
-// sendRound sends one op's writes of a round and returns those that failed.
-func (t *Tier) sendRound(ctx context.Context, c *conn, op string, ws []write) []write {
-	calls := t.writeCalls(ctx, c, op, ws)
-	t.writeError(t.run(ctx, c, op, calls))
-	return t.readWrites(op, ws, calls)
 }
 
 func (t *Tier) writeError(err error) {
@@ -338,8 +327,6 @@ func (t *Tier) renew(ctx context.Context, c *conn, tokens []string, groups [][]i
 
 // lost reports a claim the tier could not keep.
 func (t *Tier) lost(op string, err error) {
-	if t.opts.Observe != nil {
-		t.opts.Observe(op, ResultLost, 0)
-	}
+	t.opts.Observe(op, ResultLost, 0)
 	t.writeError(err)
 }
