@@ -56,7 +56,7 @@ func TestElectionCluster(t *testing.T) {
 	})
 }
 
-const testFailover = 400 * time.Millisecond
+const testFailover = 600 * time.Millisecond
 
 func runElectionSuite(t *testing.T, endpoints []string, st store) {
 	newT := func(t *testing.T, prefix string) *Tier {

@@ -14,7 +14,7 @@ import (
 
 // The contract suite runs against a standalone server and a Cluster.
 const (
-	testLease  = 300 * time.Millisecond
+	testLease  = time.Second
 	testWindow = time.Minute
 	// pastLease is long enough for a testLease lease to have ended.
 	pastLease = testLease + 150*time.Millisecond
