@@ -276,10 +276,6 @@ type throttledLog struct {
 
 const throttleInterval = 10 * time.Second
 
-func newThrottledLog(logger *zap.Logger, msg string) *throttledLog {
-	return &throttledLog{logger: logger, msg: msg}
-}
-
 func (t *throttledLog) log(now int64, err error, fields ...zap.Field) {
 	n := t.count.Add(1)
 	last := t.last.Load()
