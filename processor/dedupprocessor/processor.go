@@ -63,12 +63,6 @@ func newEngine(cfg *Config, set component.TelemetrySettings, id component.ID, si
 		return nil, err
 	}
 	e.tel = tel
-	if el != nil {
-		maxSeries := cfg.Metrics.ReplicaElection.Get().MaxClusters
-		if err := tel.observeElections(set.MeterProvider.Meter(scopeName), el.table, e.now, maxSeries); err != nil {
-			return nil, err
-		}
-	}
 	return e, nil
 }
 
