@@ -261,9 +261,9 @@ func (cfg *Config) Validate() error {
 		r.validate(&p, cfg.Window)
 	}
 	set := nopTelemetry()
-	_, errLogs := newSignalIdentity(logSpec(set), cfg.Logs)
-	_, errTraces := newSignalIdentity(spanSpec(set), cfg.Traces)
-	_, errMetrics := newSignalIdentity(dataPointSpec(set), cfg.Metrics.SignalConfig)
+	_, errLogs := newSignalIdentity(logSpec, set, cfg.Logs)
+	_, errTraces := newSignalIdentity(spanSpec, set, cfg.Traces)
+	_, errMetrics := newSignalIdentity(dataPointSpec, set, cfg.Metrics.SignalConfig)
 	p = append(p, errLogs, errTraces, errMetrics) // Join skips the nils
 	if el := cfg.Metrics.ReplicaElection.Get(); el != nil {
 		el.validate(&p)

@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/open-telemetry/opentelemetry-collector-contrib/pkg/ottl"
+	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
@@ -37,11 +38,11 @@ var (
 )
 
 // parsePlainPath recognises attribute paths and the plain fields named in fields.
-func parsePlainPath(expr string, fields map[string]bool) (plainPath, bool) {
+func parsePlainPath(expr string, fields []string) (plainPath, bool) {
 	if m := attrPathRE.FindStringSubmatch(expr); m != nil {
 		return plainPath{field: m[1], key: m[2]}, true
 	}
-	if m := fieldPathRE.FindStringSubmatch(expr); m != nil && fields[m[1]] {
+	if m := fieldPathRE.FindStringSubmatch(expr); m != nil && slices.Contains(fields, m[1]) {
 		return plainPath{field: m[1]}, true
 	}
 	return plainPath{}, false
@@ -53,9 +54,9 @@ var encoderPool = sync.Pool{New: func() any { return new(identity.Encoder) }}
 type signalSpec[K any] struct {
 	name      string // "logs", "traces", "metrics"
 	tag       byte   // opens every encoding of this signal
-	newParser func() (ottl.Parser[K], error)
-	scalars   map[string]bool // the fields a plain path may name
-	ignorable []string        // the fields the content identity may ignore
+	newParser func(component.TelemetrySettings) (ottl.Parser[K], error)
+	scalars   []string // the fields a plain path may name
+	ignorable []string // the fields the content identity may ignore
 }
 
 // keyPart is one compiled key expression: a plain path, or OTTL if expr is set.
@@ -82,10 +83,10 @@ type recordView interface {
 	content(e *identity.Encoder, ign *contentIgnore)
 }
 
-func newSignalIdentity[K any](spec *signalSpec[K], cfg SignalConfig) (*signalIdentity[K], error) {
+func newSignalIdentity[K any](spec *signalSpec[K], set component.TelemetrySettings, cfg SignalConfig) (*signalIdentity[K], error) {
 	si := &signalIdentity[K]{spec: spec}
 	var errs []error
-	getParser := sync.OnceValues(spec.newParser)
+	getParser := sync.OnceValues(func() (ottl.Parser[K], error) { return spec.newParser(set) })
 	for i, expr := range cfg.Key {
 		if strings.TrimSpace(expr) == "" {
 			errs = append(errs, fmt.Errorf("%s.key[%d]: expression must not be empty", spec.name, i))
@@ -356,14 +357,10 @@ type contentIgnore struct {
 
 func parseIgnore(field string, entries []string, ignorable []string) (contentIgnore, error) {
 	var ign contentIgnore
-	allowed := map[string]bool{}
-	for _, f := range ignorable {
-		allowed[f] = true
-	}
 	attrs := map[string]map[string]bool{}
 	var errs []error
 	for i, entry := range entries {
-		p, ok := parsePlainPath(entry, allowed)
+		p, ok := parsePlainPath(entry, ignorable)
 		if !ok {
 			errs = append(errs, fmt.Errorf(`%s[%d] %q: not an ignorable field; use attributes["k"], resource.attributes["k"], instrumentation_scope.attributes["k"] or one of %s`,
 				field, i, entry, strings.Join(ignorable, ", ")))
