@@ -75,12 +75,18 @@ type signalIdentity[K any] struct {
 	needsOTTL  bool
 }
 
-// recordView is one unit of pdata as the identity sees it.
-type recordView interface {
+// transformContext is an OTTL transform context: built for a unit only when
+// a key or condition needs OTTL, and closed after it.
+type transformContext interface{ Close() }
+
+// unitView is one unit of pdata as the identity sees it.
+type unitView[K transformContext] interface {
 	// path encodes a plain path's value and reports whether it had one.
 	path(e *identity.Encoder, p plainPath) bool
 	// content encodes the unit's own content, without resource and scope.
 	content(e *identity.Encoder, ign *contentIgnore)
+	// transformContext builds the unit's OTTL transform context.
+	transformContext() K
 }
 
 func newSignalIdentity[K any](spec *signalSpec[K], set component.TelemetrySettings, cfg SignalConfig) (*signalIdentity[K], error) {
@@ -136,7 +142,7 @@ func newSignalIdentity[K any](spec *signalSpec[K], set component.TelemetrySettin
 // had a value; it fails only if an expression does. A key is missing when
 // any expression yields no value: an identity built from the parts that are
 // present would merge units that differ in the absent part.
-func encodeKey[K any, V recordView](ctx context.Context, si *signalIdentity[K], e *identity.Encoder, tctx K, view V) (bool, error) {
+func encodeKey[K transformContext, V unitView[K]](ctx context.Context, si *signalIdentity[K], e *identity.Encoder, tctx K, view V) (bool, error) {
 	for i := range si.parts {
 		part := &si.parts[i]
 		if part.expr == nil {
@@ -212,7 +218,7 @@ func (sk *scopeKey) contentPrefix(enc *identity.Encoder, tag byte) []byte {
 // The view is a type parameter passed by value, not an interface, so each
 // signal gets direct calls and its views stay on the stack (no write
 // barriers while the GC runs).
-func decide[K any, V recordView](ctx context.Context, policy MissingKeyPolicy, enc *identity.Encoder, si *signalIdentity[K], tctx K, view V, sk *scopeKey) (digest.Digest, outcome, error) {
+func decide[K transformContext, V unitView[K]](ctx context.Context, policy MissingKeyPolicy, enc *identity.Encoder, si *signalIdentity[K], tctx K, view V, sk *scopeKey) (digest.Digest, outcome, error) {
 	if len(si.conditions) > 0 {
 		ok, err := si.matches(ctx, tctx)
 		if err != nil {
@@ -242,10 +248,6 @@ func decide[K any, V recordView](ctx context.Context, policy MissingKeyPolicy, e
 	view.content(enc, &si.ignore)
 	return enc.Digest(), outcomeUnique, nil
 }
-
-// transformContext is an OTTL transform context: built for a unit only when
-// a key or condition needs OTTL, and closed after it.
-type transformContext interface{ Close() }
 
 // walk is one batch's walk over one signal's units: an adapter calls
 // resource, scope and unit as it enters each level of its pdata.
@@ -279,12 +281,6 @@ func (w *walk[K]) scope(scope pcommon.InstrumentationScope, schemaURL string) {
 	if w.content {
 		w.sk.setScope(w.si.ignore.scopeDigest(w.enc, scope, schemaURL))
 	}
-}
-
-// unitView is a recordView that can build the unit's OTTL transform context.
-type unitView[K transformContext] interface {
-	recordView
-	transformContext() K
 }
 
 func unit[K transformContext, V unitView[K]](w *walk[K], view V) {
