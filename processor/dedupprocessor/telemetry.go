@@ -98,21 +98,11 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, signal strin
 		attribute.String("otel.signal", signal),
 	}}
 	t.baseOpt = t.with()
-	for r := range numElectionReasons {
-		t.electionOpts[r] = t.with(attribute.String("reason", electionReasonNames[r]))
-	}
-	for r := range numUndecidedReasons {
-		t.undecidedOpts[r] = t.with(attribute.String("reason", undecidedNames[r]))
-	}
-	for o := range numOutcomes {
-		t.outcomeOpts[o] = t.with(attribute.String("outcome", outcomeNames[o]))
-	}
-	for tr := range numTiers {
-		t.tierOpts[tr] = t.with(attribute.String("tier", tierNames[tr]))
-	}
-	for r := range numWaitResults {
-		t.waitOpts[r] = t.with(attribute.String("result", waitResultNames[r]))
-	}
+	labelled(t, t.electionOpts[:], "reason", electionReasonNames[:])
+	labelled(t, t.undecidedOpts[:], "reason", undecidedNames[:])
+	labelled(t, t.outcomeOpts[:], "outcome", outcomeNames[:])
+	labelled(t, t.tierOpts[:], "tier", tierNames[:])
+	labelled(t, t.waitOpts[:], "result", waitResultNames[:])
 	var errs error
 	counter := func(name, unit, desc string) metric.Int64Counter {
 		c, err := meter.Int64Counter(name, metric.WithDescription(desc), metric.WithUnit(unit))
@@ -200,6 +190,14 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, signal strin
 // with is the attribute set of a series: the base attributes, then kv.
 func (t *telemetry) with(kv ...attribute.KeyValue) metric.MeasurementOption {
 	return metric.WithAttributeSet(attribute.NewSet(slices.Concat(t.base, kv)...))
+}
+
+// labelled sets opts[i] to the series with attribute key set to values[i],
+// typed as its instrument takes it (AddOption or RecordOption).
+func labelled[O any](t *telemetry, opts []O, key string, values []string) {
+	for i, v := range values {
+		opts[i] = t.with(attribute.String(key, v)).(O)
+	}
 }
 
 // recordCall adds the counts of one call to the next consumer that was
