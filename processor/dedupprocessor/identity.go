@@ -353,7 +353,7 @@ type contentIgnore struct {
 
 func parseIgnore(field string, entries []string, ignorable []string) (contentIgnore, error) {
 	var ign contentIgnore
-	attrs := map[string]map[string]bool{}
+	attrs := map[string]map[string]bool{"attributes": {}, "resource.attributes": {}, "instrumentation_scope.attributes": {}}
 	var errs []error
 	for i, entry := range entries {
 		p, ok := parsePlainPath(entry, ignorable)
@@ -365,9 +365,6 @@ func parseIgnore(field string, entries []string, ignorable []string) (contentIgn
 		if k := slices.Index(ignorableNames[:], p.field); k >= 0 {
 			ign.fields |= 1 << k
 			continue
-		}
-		if attrs[p.field] == nil {
-			attrs[p.field] = map[string]bool{}
 		}
 		attrs[p.field][p.key] = true
 	}
