@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"time"
 
@@ -240,11 +241,8 @@ func (cfg *Config) Validate() error {
 	p.check(cfg.Action == ActionMark && cfg.MarkAttribute == "", `mark_attribute must not be empty when action is "mark"`)
 	p.check(cfg.IdentityAttribute != "" && cfg.IdentityAttribute == cfg.MarkAttribute && cfg.Action == ActionMark,
 		"identity_attribute and mark_attribute must differ, both are %q", cfg.IdentityAttribute)
-	switch cfg.OnMissingKey {
-	case MissingKeyPass, MissingKeyContent, MissingKeyDrop:
-	default:
-		p.add(`on_missing_key must be "pass", "content" or "drop", got %q`, cfg.OnMissingKey)
-	}
+	p.check(!slices.Contains([]MissingKeyPolicy{MissingKeyPass, MissingKeyContent, MissingKeyDrop}, cfg.OnMissingKey),
+		`on_missing_key must be "pass", "content" or "drop", got %q`, cfg.OnMissingKey)
 	p.check(cfg.Cache.MaxEntries <= 0 || cfg.Cache.MaxEntries > maxMaxEntries,
 		"cache.max_entries must be between 1 and %d, got %d", maxMaxEntries, cfg.Cache.MaxEntries)
 	p.check(cfg.SnapshotInterval < 0, "snapshot_interval must be >= 0 (0 saves only at shutdown), got %q", cfg.SnapshotInterval)
@@ -261,9 +259,9 @@ func (cfg *Config) Validate() error {
 		r.validate(&p, cfg.Window)
 	}
 	set := nopTelemetry()
-	_, errLogs := newSignalIdentity(logSpec(set), cfg.Logs)
-	_, errTraces := newSignalIdentity(spanSpec(set), cfg.Traces)
-	_, errMetrics := newSignalIdentity(dataPointSpec(set), cfg.Metrics.SignalConfig)
+	_, errLogs := newSignalIdentity(logSpec, set, cfg.Logs)
+	_, errTraces := newSignalIdentity(spanSpec, set, cfg.Traces)
+	_, errMetrics := newSignalIdentity(dataPointSpec, set, cfg.Metrics.SignalConfig)
 	p = append(p, errLogs, errTraces, errMetrics) // Join skips the nils
 	if el := cfg.Metrics.ReplicaElection.Get(); el != nil {
 		el.validate(&p)

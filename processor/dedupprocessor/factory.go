@@ -62,25 +62,16 @@ func NewFactory() processor.Factory {
 // second processor of one ID and signal with a shared tier is one dedup ID
 // in two pipelines: refused here, where `validate` sees it too.
 type built struct {
-	mu     sync.Mutex
-	tiered map[keySpace]bool
+	tiered sync.Map // the keySpaces of the processors with a shared tier
 }
 
 func (b *built) add(set processor.Settings, cfg *Config, signal string) error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	r := cfg.Redis.Get()
-	if r == nil {
+	if !cfg.Redis.HasValue() {
 		return nil
 	}
-	u := keySpace{id: set.ID, signal: signal}
-	if b.tiered[u] {
+	if _, dup := b.tiered.LoadOrStore(keySpace{id: set.ID, signal: signal}, true); dup {
 		return fmt.Errorf("dedup: processor %q is in two %s pipelines and has a shared tier (redis): both would claim the same keys and each pipeline would drop the records the other delivered; give each pipeline its own dedup processor ID (e.g. %s/a and %s/b)",
 			set.ID, signal, set.ID.Type(), set.ID.Type())
 	}
-	if b.tiered == nil {
-		b.tiered = map[keySpace]bool{}
-	}
-	b.tiered[u] = true
 	return nil
 }

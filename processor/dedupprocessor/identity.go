@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/open-telemetry/opentelemetry-collector-contrib/pkg/ottl"
+	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
@@ -37,11 +38,11 @@ var (
 )
 
 // parsePlainPath recognises attribute paths and the plain fields named in fields.
-func parsePlainPath(expr string, fields map[string]bool) (plainPath, bool) {
+func parsePlainPath(expr string, fields []string) (plainPath, bool) {
 	if m := attrPathRE.FindStringSubmatch(expr); m != nil {
 		return plainPath{field: m[1], key: m[2]}, true
 	}
-	if m := fieldPathRE.FindStringSubmatch(expr); m != nil && fields[m[1]] {
+	if m := fieldPathRE.FindStringSubmatch(expr); m != nil && slices.Contains(fields, m[1]) {
 		return plainPath{field: m[1]}, true
 	}
 	return plainPath{}, false
@@ -53,9 +54,9 @@ var encoderPool = sync.Pool{New: func() any { return new(identity.Encoder) }}
 type signalSpec[K any] struct {
 	name      string // "logs", "traces", "metrics"
 	tag       byte   // opens every encoding of this signal
-	newParser func() (ottl.Parser[K], error)
-	scalars   map[string]bool // the fields a plain path may name
-	ignorable []string        // the fields the content identity may ignore
+	newParser func(component.TelemetrySettings) (ottl.Parser[K], error)
+	scalars   []string // the fields a plain path may name
+	ignorable []string // the fields the content identity may ignore
 }
 
 // keyPart is one compiled key expression: a plain path, or OTTL if expr is set.
@@ -74,18 +75,24 @@ type signalIdentity[K any] struct {
 	needsOTTL  bool
 }
 
-// recordView is one unit of pdata as the identity sees it.
-type recordView interface {
+// transformContext is an OTTL transform context: built for a unit only when
+// a key or condition needs OTTL, and closed after it.
+type transformContext interface{ Close() }
+
+// unitView is one unit of pdata as the identity sees it.
+type unitView[K transformContext] interface {
 	// path encodes a plain path's value and reports whether it had one.
 	path(e *identity.Encoder, p plainPath) bool
 	// content encodes the unit's own content, without resource and scope.
 	content(e *identity.Encoder, ign *contentIgnore)
+	// transformContext builds the unit's OTTL transform context.
+	transformContext() K
 }
 
-func newSignalIdentity[K any](spec *signalSpec[K], cfg SignalConfig) (*signalIdentity[K], error) {
+func newSignalIdentity[K any](spec *signalSpec[K], set component.TelemetrySettings, cfg SignalConfig) (*signalIdentity[K], error) {
 	si := &signalIdentity[K]{spec: spec}
 	var errs []error
-	getParser := sync.OnceValues(spec.newParser)
+	getParser := sync.OnceValues(func() (ottl.Parser[K], error) { return spec.newParser(set) })
 	for i, expr := range cfg.Key {
 		if strings.TrimSpace(expr) == "" {
 			errs = append(errs, fmt.Errorf("%s.key[%d]: expression must not be empty", spec.name, i))
@@ -135,7 +142,7 @@ func newSignalIdentity[K any](spec *signalSpec[K], cfg SignalConfig) (*signalIde
 // had a value; it fails only if an expression does. A key is missing when
 // any expression yields no value: an identity built from the parts that are
 // present would merge units that differ in the absent part.
-func encodeKey[K any, V recordView](ctx context.Context, si *signalIdentity[K], e *identity.Encoder, tctx K, view V) (bool, error) {
+func encodeKey[K transformContext, V unitView[K]](ctx context.Context, si *signalIdentity[K], e *identity.Encoder, tctx K, view V) (bool, error) {
 	for i := range si.parts {
 		part := &si.parts[i]
 		if part.expr == nil {
@@ -211,7 +218,7 @@ func (sk *scopeKey) contentPrefix(enc *identity.Encoder, tag byte) []byte {
 // The view is a type parameter passed by value, not an interface, so each
 // signal gets direct calls and its views stay on the stack (no write
 // barriers while the GC runs).
-func decide[K any, V recordView](ctx context.Context, policy MissingKeyPolicy, enc *identity.Encoder, si *signalIdentity[K], tctx K, view V, sk *scopeKey) (digest.Digest, outcome, error) {
+func decide[K transformContext, V unitView[K]](ctx context.Context, policy MissingKeyPolicy, enc *identity.Encoder, si *signalIdentity[K], tctx K, view V, sk *scopeKey) (digest.Digest, outcome, error) {
 	if len(si.conditions) > 0 {
 		ok, err := si.matches(ctx, tctx)
 		if err != nil {
@@ -241,10 +248,6 @@ func decide[K any, V recordView](ctx context.Context, policy MissingKeyPolicy, e
 	view.content(enc, &si.ignore)
 	return enc.Digest(), outcomeUnique, nil
 }
-
-// transformContext is an OTTL transform context: built for a unit only when
-// a key or condition needs OTTL, and closed after it.
-type transformContext interface{ Close() }
 
 // walk is one batch's walk over one signal's units: an adapter calls
 // resource, scope and unit as it enters each level of its pdata.
@@ -278,12 +281,6 @@ func (w *walk[K]) scope(scope pcommon.InstrumentationScope, schemaURL string) {
 	if w.content {
 		w.sk.setScope(w.si.ignore.scopeDigest(w.enc, scope, schemaURL))
 	}
-}
-
-// unitView is a recordView that can build the unit's OTTL transform context.
-type unitView[K transformContext] interface {
-	recordView
-	transformContext() K
 }
 
 func unit[K transformContext, V unitView[K]](w *walk[K], view V) {
@@ -356,14 +353,10 @@ type contentIgnore struct {
 
 func parseIgnore(field string, entries []string, ignorable []string) (contentIgnore, error) {
 	var ign contentIgnore
-	allowed := map[string]bool{}
-	for _, f := range ignorable {
-		allowed[f] = true
-	}
-	attrs := map[string]map[string]bool{}
+	attrs := map[string]map[string]bool{"attributes": {}, "resource.attributes": {}, "instrumentation_scope.attributes": {}}
 	var errs []error
 	for i, entry := range entries {
-		p, ok := parsePlainPath(entry, allowed)
+		p, ok := parsePlainPath(entry, ignorable)
 		if !ok {
 			errs = append(errs, fmt.Errorf(`%s[%d] %q: not an ignorable field; use attributes["k"], resource.attributes["k"], instrumentation_scope.attributes["k"] or one of %s`,
 				field, i, entry, strings.Join(ignorable, ", ")))
@@ -372,9 +365,6 @@ func parseIgnore(field string, entries []string, ignorable []string) (contentIgn
 		if k := slices.Index(ignorableNames[:], p.field); k >= 0 {
 			ign.fields |= 1 << k
 			continue
-		}
-		if attrs[p.field] == nil {
-			attrs[p.field] = map[string]bool{}
 		}
 		attrs[p.field][p.key] = true
 	}

@@ -14,23 +14,20 @@ import (
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/identity"
 )
 
-func logSpec(set component.TelemetrySettings) *signalSpec[*ottllog.TransformContext] {
-	return &signalSpec[*ottllog.TransformContext]{
-		name: "logs",
-		tag:  'L',
-		newParser: func() (ottl.Parser[*ottllog.TransformContext], error) {
-			return ottllog.NewParser(ottlfuncs.StandardConverters[*ottllog.TransformContext](), set)
-		},
-		scalars: map[string]bool{
-			"body": true, "event_name": true, "severity_text": true, "severity_number": true,
-			"trace_id": true, "span_id": true, "time_unix_nano": true, "observed_time_unix_nano": true,
-			"flags": true,
-		},
-		ignorable: []string{
-			"body", "event_name", "severity_text", "severity_number", "trace_id", "span_id",
-			"time_unix_nano", "observed_time_unix_nano", "flags", "resource", "instrumentation_scope",
-		},
-	}
+var logSpec = &signalSpec[*ottllog.TransformContext]{
+	name: "logs",
+	tag:  'L',
+	newParser: func(set component.TelemetrySettings) (ottl.Parser[*ottllog.TransformContext], error) {
+		return ottllog.NewParser(ottlfuncs.StandardConverters[*ottllog.TransformContext](), set)
+	},
+	scalars: []string{
+		"body", "event_name", "severity_text", "severity_number", "trace_id", "span_id",
+		"time_unix_nano", "observed_time_unix_nano", "flags",
+	},
+	ignorable: []string{
+		"body", "event_name", "severity_text", "severity_number", "trace_id", "span_id",
+		"time_unix_nano", "observed_time_unix_nano", "flags", "resource", "instrumentation_scope",
+	},
 }
 
 // logView is a log record as the identity sees it.
@@ -122,7 +119,7 @@ type logsProcessor struct {
 }
 
 func newLogsProcessor(set component.TelemetrySettings, id component.ID, cfg *Config, next consumer.Logs) (*logsProcessor, error) {
-	si, err := newSignalIdentity(logSpec(set), cfg.Logs)
+	si, err := newSignalIdentity(logSpec, set, cfg.Logs)
 	if err != nil {
 		return nil, err
 	}

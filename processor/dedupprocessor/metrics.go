@@ -14,20 +14,14 @@ import (
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/identity"
 )
 
-func dataPointSpec(set component.TelemetrySettings) *signalSpec[*ottldatapoint.TransformContext] {
-	return &signalSpec[*ottldatapoint.TransformContext]{
-		name: "metrics",
-		tag:  'M',
-		newParser: func() (ottl.Parser[*ottldatapoint.TransformContext], error) {
-			return ottldatapoint.NewParser(ottlfuncs.StandardConverters[*ottldatapoint.TransformContext](), set)
-		},
-		scalars: map[string]bool{
-			"metric.name": true, "time_unix_nano": true, "start_time_unix_nano": true,
-		},
-		ignorable: []string{
-			"start_time_unix_nano", "time_unix_nano", "resource", "instrumentation_scope",
-		},
-	}
+var dataPointSpec = &signalSpec[*ottldatapoint.TransformContext]{
+	name: "metrics",
+	tag:  'M',
+	newParser: func(set component.TelemetrySettings) (ottl.Parser[*ottldatapoint.TransformContext], error) {
+		return ottldatapoint.NewParser(ottlfuncs.StandardConverters[*ottldatapoint.TransformContext](), set)
+	},
+	scalars:   []string{"metric.name", "time_unix_nano", "start_time_unix_nano"},
+	ignorable: []string{"start_time_unix_nano", "time_unix_nano", "resource", "instrumentation_scope"},
 }
 
 // dataPoint is what every point type offers the identity.
@@ -125,7 +119,7 @@ type metricsProcessor struct {
 }
 
 func newMetricsProcessor(set component.TelemetrySettings, id component.ID, cfg *Config, next consumer.Metrics) (*metricsProcessor, error) {
-	si, err := newSignalIdentity(dataPointSpec(set), cfg.Metrics.SignalConfig)
+	si, err := newSignalIdentity(dataPointSpec, set, cfg.Metrics.SignalConfig)
 	if err != nil {
 		return nil, err
 	}

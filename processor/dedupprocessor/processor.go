@@ -45,9 +45,9 @@ func newEngine(cfg *Config, set component.TelemetrySettings, id component.ID, si
 		cfg:         cfg,
 		cache:       localcache.New(cfg.Cache.MaxEntries, int64(cfg.Window)),
 		logger:      set.Logger,
-		keyError:    newThrottledLog(set.Logger, "dedup: cannot evaluate the key or conditions of a "+signal+" item; passing it through"),
-		tierError:   newThrottledLog(set.Logger, "dedup: shared tier (redis) failed"),
-		refused:     newThrottledLog(set.Logger, "dedup: refused a batch for retry: some of its records are still being delivered by another batch"),
+		keyError:    &throttledLog{logger: set.Logger, msg: "dedup: cannot evaluate the key or conditions of a " + signal + " item; passing it through"},
+		tierError:   &throttledLog{logger: set.Logger, msg: "dedup: shared tier (redis) failed"},
+		refused:     &throttledLog{logger: set.Logger, msg: "dedup: refused a batch for retry: some of its records are still being delivered by another batch"},
 		clock:       wallClock{},
 		id:          id,
 		signal:      signal,
@@ -63,12 +63,6 @@ func newEngine(cfg *Config, set component.TelemetrySettings, id component.ID, si
 		return nil, err
 	}
 	e.tel = tel
-	if el != nil {
-		maxSeries := cfg.Metrics.ReplicaElection.Get().MaxClusters
-		if err := tel.observeElections(set.MeterProvider.Meter(scopeName), el.table, e.now, maxSeries); err != nil {
-			return nil, err
-		}
-	}
 	return e, nil
 }
 

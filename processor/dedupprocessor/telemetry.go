@@ -12,7 +12,6 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
 
-	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/election"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/redistier"
 )
 
@@ -73,8 +72,7 @@ type telemetry struct {
 	undecided     metric.Int64Counter
 	undecidedOpts [numUndecidedReasons]metric.AddOption
 
-	registration         metric.Registration
-	electionRegistration metric.Registration
+	registration metric.Registration
 }
 
 // waitResult is how a batch's wait ended; the wait_duration attribute.
@@ -100,21 +98,11 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, signal strin
 		attribute.String("otel.signal", signal),
 	}}
 	t.baseOpt = t.with()
-	for r := range numElectionReasons {
-		t.electionOpts[r] = t.with(attribute.String("reason", electionReasonNames[r]))
-	}
-	for r := range numUndecidedReasons {
-		t.undecidedOpts[r] = t.with(attribute.String("reason", undecidedNames[r]))
-	}
-	for o := range numOutcomes {
-		t.outcomeOpts[o] = t.with(attribute.String("outcome", outcomeNames[o]))
-	}
-	for tr := range numTiers {
-		t.tierOpts[tr] = t.with(attribute.String("tier", tierNames[tr]))
-	}
-	for r := range numWaitResults {
-		t.waitOpts[r] = t.with(attribute.String("result", waitResultNames[r]))
-	}
+	labelled(t, t.electionOpts[:], "reason", electionReasonNames[:])
+	labelled(t, t.undecidedOpts[:], "reason", undecidedNames[:])
+	labelled(t, t.outcomeOpts[:], "outcome", outcomeNames[:])
+	labelled(t, t.tierOpts[:], "tier", tierNames[:])
+	labelled(t, t.waitOpts[:], "result", waitResultNames[:])
 	var errs error
 	counter := func(name, unit, desc string) metric.Int64Counter {
 		c, err := meter.Int64Counter(name, metric.WithDescription(desc), metric.WithUnit(unit))
@@ -159,6 +147,15 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, signal strin
 		metric.WithDescription("The circuit breaker of each node of the shared tier (label node: a Cluster master's address, a standalone server's endpoint, a Sentinel master's name): 0 closed, 1 half-open (probing), 2 open (the node skipped)."),
 		metric.WithUnit("1"))
 	errs = errors.Join(errs, err)
+	observed := []metric.Observable{entries, evictions, breaker}
+	var elected metric.Int64ObservableGauge
+	if e.elect != nil {
+		elected, err = meter.Int64ObservableGauge("otelcol_processor_dedup_elected_replica",
+			metric.WithDescription("The replica elected for each cluster, as a series per cluster and replica label value; the value is the number of tenants whose cluster of that name elected that replica."),
+			metric.WithUnit("{clusters}"))
+		errs = errors.Join(errs, err)
+		observed = append(observed, elected)
+	}
 	if errs != nil {
 		return nil, errs
 	}
@@ -179,8 +176,11 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, signal strin
 				o.ObserveInt64(breaker, int64(nb.State), t.with(attribute.String("node", nb.Node)))
 			}
 		}
+		if e.elect != nil {
+			t.observeElected(o, elected, e)
+		}
 		return nil
-	}, entries, evictions, breaker)
+	}, observed...)
 	if err != nil {
 		return nil, err
 	}
@@ -190,6 +190,14 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, signal strin
 // with is the attribute set of a series: the base attributes, then kv.
 func (t *telemetry) with(kv ...attribute.KeyValue) metric.MeasurementOption {
 	return metric.WithAttributeSet(attribute.NewSet(slices.Concat(t.base, kv)...))
+}
+
+// labelled sets opts[i] to the series with attribute key set to values[i],
+// typed as its instrument takes it (AddOption or RecordOption).
+func labelled[O any](t *telemetry, opts []O, key string, values []string) {
+	for i, v := range values {
+		opts[i] = t.with(attribute.String(key, v)).(O)
+	}
 }
 
 // recordCall adds the counts of one call to the next consumer that was
@@ -225,38 +233,25 @@ func addEach(ctx context.Context, c metric.Int64Counter, counts []int64, opts []
 	}
 }
 
-// observeElections starts reporting the table's live elections, at most
-// maxSeries series.
-func (t *telemetry) observeElections(meter metric.Meter, table *election.Table, now func() int64, maxSeries int) error {
-	gauge, err := meter.Int64ObservableGauge("otelcol_processor_dedup_elected_replica",
-		metric.WithDescription("The replica elected for each cluster, as a series per cluster and replica label value; the value is the number of tenants whose cluster of that name elected that replica."),
-		metric.WithUnit("{clusters}"))
-	if err != nil {
-		return err
-	}
+// observeElected reports the live elections of e, at most max_clusters
+// series.
+func (t *telemetry) observeElected(o metric.Observer, gauge metric.Int64ObservableGauge, e *engine) {
 	type pair struct{ cluster, replica string }
-	t.electionRegistration, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		counts := map[pair]int64{}
-		table.Each(now(), func(cluster, replica string) {
-			p := pair{cluster, replica}
-			if _, ok := counts[p]; ok || len(counts) < maxSeries {
-				counts[p]++
-			}
-		})
-		for p, n := range counts {
-			o.ObserveInt64(gauge, n, t.with(attribute.String("cluster", p.cluster), attribute.String("replica", p.replica)))
+	maxSeries := e.cfg.Metrics.ReplicaElection.Get().MaxClusters
+	counts := map[pair]int64{}
+	e.elect.table.Each(e.now(), func(cluster, replica string) {
+		p := pair{cluster, replica}
+		if _, ok := counts[p]; ok || len(counts) < maxSeries {
+			counts[p]++
 		}
-		return nil
-	}, gauge)
-	return err
+	})
+	for p, n := range counts {
+		o.ObserveInt64(gauge, n, t.with(attribute.String("cluster", p.cluster), attribute.String("replica", p.replica)))
+	}
 }
 
 func (t *telemetry) shutdown() error {
-	err := t.registration.Unregister()
-	if t.electionRegistration != nil {
-		err = errors.Join(err, t.electionRegistration.Unregister())
-	}
-	return err
+	return t.registration.Unregister()
 }
 
 // observeBreakers starts reporting the state of the tier's breakers.
@@ -275,10 +270,6 @@ type throttledLog struct {
 }
 
 const throttleInterval = 10 * time.Second
-
-func newThrottledLog(logger *zap.Logger, msg string) *throttledLog {
-	return &throttledLog{logger: logger, msg: msg}
-}
 
 func (t *throttledLog) log(now int64, err error, fields ...zap.Field) {
 	n := t.count.Add(1)

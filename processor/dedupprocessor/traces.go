@@ -14,22 +14,19 @@ import (
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/identity"
 )
 
-func spanSpec(set component.TelemetrySettings) *signalSpec[*ottlspan.TransformContext] {
-	return &signalSpec[*ottlspan.TransformContext]{
-		name: "traces",
-		tag:  'T',
-		newParser: func() (ottl.Parser[*ottlspan.TransformContext], error) {
-			return ottlspan.NewParser(ottlfuncs.StandardConverters[*ottlspan.TransformContext](), set)
-		},
-		scalars: map[string]bool{
-			"trace_id": true, "span_id": true, "parent_span_id": true, "name": true, "kind": true,
-			"start_time_unix_nano": true, "end_time_unix_nano": true,
-		},
-		ignorable: []string{
-			"name", "kind", "trace_id", "span_id", "parent_span_id", "trace_state", "start_time_unix_nano",
-			"end_time_unix_nano", "flags", "events", "links", "status", "resource", "instrumentation_scope",
-		},
-	}
+var spanSpec = &signalSpec[*ottlspan.TransformContext]{
+	name: "traces",
+	tag:  'T',
+	newParser: func(set component.TelemetrySettings) (ottl.Parser[*ottlspan.TransformContext], error) {
+		return ottlspan.NewParser(ottlfuncs.StandardConverters[*ottlspan.TransformContext](), set)
+	},
+	scalars: []string{
+		"trace_id", "span_id", "parent_span_id", "name", "kind", "start_time_unix_nano", "end_time_unix_nano",
+	},
+	ignorable: []string{
+		"name", "kind", "trace_id", "span_id", "parent_span_id", "trace_state", "start_time_unix_nano",
+		"end_time_unix_nano", "flags", "events", "links", "status", "resource", "instrumentation_scope",
+	},
 }
 
 // spanView is a span as the identity sees it.
@@ -153,7 +150,7 @@ type tracesProcessor struct {
 }
 
 func newTracesProcessor(set component.TelemetrySettings, id component.ID, cfg *Config, next consumer.Traces) (*tracesProcessor, error) {
-	si, err := newSignalIdentity(spanSpec(set), cfg.Traces)
+	si, err := newSignalIdentity(spanSpec, set, cfg.Traces)
 	if err != nil {
 		return nil, err
 	}
