@@ -64,7 +64,7 @@ func run(ctx context.Context, args []string, stop <-chan struct{}, stdout, stder
 	fs := flag.NewFlagSet("dedupload", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (
-		endpoint     = fs.String("endpoint", "", "OTLP endpoint: host:port (gRPC; http:// or https:// for plaintext or TLS) or host:port / URL (HTTP; /v1/logs appended when the URL has no path) (default 127.0.0.1:4317 for grpc, 127.0.0.1:4318 for http)")
+		endpoint     = fs.String("endpoint", "", "OTLP endpoint: host:port (gRPC; http:// or https:// for plaintext or TLS) or host:port / URL (HTTP; /v1/logs appended when the URL has no path) (default 127.0.0.1:4317 for grpc, 127.0.0.1:4318 for http); a comma-separated list sends each request to every endpoint at once")
 		protocol     = fs.String("protocol", loadgen.GRPC, "grpc or http (OTLP/HTTP protobuf)")
 		compression  = fs.String("compression", "none", "none or gzip")
 		records      = fs.Int64("records", loadgen.DefaultRecords, "records to send in all")

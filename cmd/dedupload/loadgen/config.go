@@ -85,7 +85,8 @@ type Config struct {
 	// Endpoint: host:port for gRPC (an http:// or https:// prefix picks
 	// plaintext or TLS); host:port or a URL for HTTP, to which /v1/logs is
 	// appended when it has no path. Empty: 127.0.0.1:4317 (gRPC) or
-	// 127.0.0.1:4318 (HTTP).
+	// 127.0.0.1:4318 (HTTP). A comma-separated list sends each request to
+	// every endpoint at once: copies racing across a fleet.
 	Endpoint string
 	// Protocol is GRPC (default) or HTTP (OTLP/HTTP protobuf).
 	Protocol string

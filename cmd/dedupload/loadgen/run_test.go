@@ -106,6 +106,31 @@ func TestRunRetriesRetryableErrors(t *testing.T) {
 	}
 }
 
+// A list of endpoints gets every request at each of them; a refusal by one
+// sends the request to all again.
+func TestRunMirrorsToEveryEndpoint(t *testing.T) {
+	for _, p := range protocols {
+		t.Run(p, func(t *testing.T) {
+			a, b := newSink(t), newSink(t)
+			const k = 3
+			b.fail(k, codes.Unavailable, http.StatusServiceUnavailable)
+			sum := run(t, Config{Endpoint: a.endpoint(p) + ", " + b.endpoint(p), Protocol: p, Records: 2000,
+				Duplicates: 0.3, Batch: 100, Senders: 2, Seed: 5, Retry: fastRetry})
+			if sum.Sent != 2000 || sum.Unique != 1400 || sum.Requests != 20 || sum.Retries != k || sum.Errors != 0 {
+				t.Errorf("sent %d unique %d requests %d retries %d errors %d", sum.Sent, sum.Unique, sum.Requests, sum.Retries, sum.Errors)
+			}
+			ca, cb := a.counts(), b.counts()
+			if ca.attempts != 20+k || cb.attempts != 20+k || cb.refused != k {
+				t.Errorf("attempts %d and %d, refused %d; want %d each, %d refused", ca.attempts, cb.attempts, cb.refused, 20+k, k)
+			}
+			// a accepted the k attempts b refused: it got those records twice.
+			if cb.records != 2000 || cb.distinctContent != 1400 || ca.distinctContent != 1400 || ca.records != 2000+k*100 {
+				t.Errorf("records %d and %d, identities %d and %d", ca.records, cb.records, ca.distinctContent, cb.distinctContent)
+			}
+		})
+	}
+}
+
 func TestRunDropsOnNonRetryableErrors(t *testing.T) {
 	for _, p := range protocols {
 		t.Run(p, func(t *testing.T) {

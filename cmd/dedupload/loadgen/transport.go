@@ -10,8 +10,10 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/collector/pdata/plog"
@@ -51,10 +53,54 @@ func (e *exportError) Error() string { return e.err.Error() }
 func (e *exportError) Unwrap() error { return e.err }
 
 func newExporter(cfg Config) (exporter, error) {
+	if endpoints := strings.Split(cfg.Endpoint, ","); len(endpoints) > 1 {
+		var m mirrorExporter
+		for _, ep := range endpoints {
+			c := cfg
+			c.Endpoint = strings.TrimSpace(ep)
+			e, err := newExporter(c)
+			if err != nil {
+				m.close()
+				return nil, err
+			}
+			m = append(m, e)
+		}
+		return m, nil
+	}
 	if cfg.Protocol == HTTP {
 		return newHTTPExporter(cfg)
 	}
 	return newGRPCExporter(cfg)
+}
+
+// mirrorExporter sends each request to every endpoint at the same moment,
+// so that copies race across a fleet; an attempt succeeds when every
+// endpoint accepted it, and a retry goes to all of them again.
+type mirrorExporter []exporter
+
+// prepare's request is only read by the exports, so the endpoints share it.
+func (m mirrorExporter) prepare(ld plog.Logs) (any, error) { return m[0].prepare(ld) }
+
+func (m mirrorExporter) export(ctx context.Context, req any) (int64, error) {
+	rejected := make([]int64, len(m))
+	errs := make([]error, len(m))
+	var wg sync.WaitGroup
+	for i, e := range m {
+		wg.Go(func() { rejected[i], errs[i] = e.export(ctx, req) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return 0, err
+		}
+	}
+	return slices.Max(rejected), nil
+}
+
+func (m mirrorExporter) close() {
+	for _, e := range m {
+		e.close()
+	}
 }
 
 // ---- OTLP/gRPC ----
