@@ -64,9 +64,11 @@ func consume[T any](ctx context.Context, e *engine, s adapter[T], data T, items 
 		return err
 	}
 	b.countUnique(b.firsts)
-	var later T
+	later := data
 	if len(b.later) > 0 {
-		later = s.clone(data) // the first call may change data
+		if e.needsApply(b); b.kept > 0 {
+			later = s.clone(data) // the first call changes data
+		}
 	}
 	err := e.finish(ctx, b, deliver(ctx, e, s, b, data))
 	s.settle(ctx, err)
@@ -348,11 +350,12 @@ func (b *batch) countUnique(idx []int32) {
 
 // deliver applies the batch's verdicts to data and sends what is left on.
 func deliver[T any](ctx context.Context, e *engine, s adapter[T], b *batch, data T) error {
-	if e.needsApply(b) {
-		s.apply(b, data)
-	}
+	change := e.needsApply(b)
 	if b.kept == 0 {
-		return nil // a batch left with nothing is not sent on
+		return nil // a call left with nothing is not made, and data is left as it came
+	}
+	if change {
+		s.apply(b, data)
 	}
 	return s.send(ctx, data)
 }

@@ -87,6 +87,45 @@ func TestCopyWaitsForTheBatchInFlight(t *testing.T) {
 	}
 }
 
+// TestWholeRequestInFlight: a copy of a whole request in flight has no first
+// call; its second call gets the request as it came, whole.
+func TestWholeRequestInFlight(t *testing.T) {
+	for _, firstFails := range []bool{true, false} {
+		name := map[bool]string{true: "first delivery fails", false: "first delivery succeeds"}[firstFails]
+		t.Run(name, func(t *testing.T) {
+			cfg := defaultConfig()
+			cfg.PendingWait = time.Minute
+			next := newGatedLogs()
+			next.hold = holding("secret body 1")
+			h := newHarness(t, cfg, next)
+
+			first := consumeAsync(h, events(1, 2))
+			<-next.entered
+			copyDone := consumeAsync(h, events(2, 1))
+			notYet(t, copyDone, "the copy's request")
+			if n := len(bodies(&next.sink)); n != 0 {
+				t.Fatalf("%d records delivered while the whole request was in flight", n)
+			}
+			var err error
+			if firstFails {
+				err = errors.New("backend refused")
+				next.release <- err
+				next.release <- nil // the copy's request, now carrying record 1
+			} else {
+				next.release <- nil
+			}
+			if err := <-first; firstFails != (err != nil) {
+				t.Fatalf("first request: %v", err)
+			}
+			if err := <-copyDone; err != nil {
+				t.Fatalf("the copy's request: %v", err)
+			}
+			want := map[bool][]string{true: {"secret body 2", "secret body 1"}, false: {"secret body 1", "secret body 2"}}[firstFails]
+			assertBodies(t, &next.sink, want...)
+		})
+	}
+}
+
 // TestCopyRefusedAfterPendingWait: when the batch in flight outlasts
 // pending_wait, the copy's request is refused with the retryable error,
 // after delivering its other records; its retry after the first delivery
