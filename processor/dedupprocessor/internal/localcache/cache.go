@@ -14,6 +14,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
 )
@@ -56,6 +57,7 @@ type shard struct {
 	head    int    // position of the oldest slot
 	headSeq uint32 // its sequence number: keys are numbered as pushed
 	used    int    // slots between head and tail, released ones included
+	ready   int    // slots whose pages are backed (see push)
 	live    int    // slots holding a key
 	evicted int64
 	index   []cell // mapped whole at New; its first nb buckets are in use (see cell)
@@ -64,7 +66,7 @@ type shard struct {
 	sink    cell     // where prefetch leaves its reads
 	flights *flights // the cache's
 	moving  *moving  // the cache's
-	_       [48]byte // keep shards on separate cache lines (192 bytes)
+	_       [40]byte // keep shards on separate cache lines (192 bytes)
 }
 
 type slot struct {
@@ -300,6 +302,10 @@ func (s *shard) push(d digest.Digest, expires int64, token uint64, now int64) {
 	if pos >= s.size {
 		pos -= s.size
 	}
+	if pos >= s.ready { // the first pass over the ring: back the next pages
+		s.ready = min(pos+readySlots, s.size)
+		populate(s.ring[pos:s.ready])
+	}
 	s.ring[pos] = slot{d: d, expires: expires, token: token}
 	if s.nb < s.maxNb && (s.live+1)*5/2 > int(s.nb)*bucketCells {
 		s.grow()
@@ -367,6 +373,9 @@ const (
 )
 
 var pageCells = os.Getpagesize() / 8 // a cell is 8 bytes
+
+// readySlots is how many ring slots push backs at a time: 64 KiB.
+const readySlots = 64 << 10 / int(unsafe.Sizeof(slot{}))
 
 // bucketsFor is the number of buckets whose cells hold n live keys at 40%.
 func bucketsFor(n int) uint64 {
@@ -461,10 +470,12 @@ func (s *shard) grow() {
 	old := s.moving.cells[:s.nb*bucketWords]
 	copy(old, s.index)
 	clear(s.index[:len(old)])
-	// Write each new page before the moves read it: a page read first is
+	// Back each new page before the moves read it: a page read first is
 	// mapped to the shared zero page, then faulted again at the first write.
-	for i := len(old); i < int(nb*bucketWords); i += pageCells {
-		s.index[i] = 0
+	if fresh := s.index[len(old) : nb*bucketWords]; !populate(fresh) {
+		for i := 0; i < len(fresh); i += pageCells {
+			fresh[i] = 0
+		}
 	}
 	s.nb = nb
 	for i, c := range old {
