@@ -64,13 +64,11 @@ func consume[T any](ctx context.Context, e *engine, s adapter[T], data T, items 
 		return err
 	}
 	b.countUnique(b.firsts)
-	later := data
-	if len(b.later) > 0 {
-		if e.needsApply(b); b.kept > 0 {
-			later = s.clone(data) // the first call changes data
-		}
+	change, later := e.needsApply(b), data
+	if len(b.later) > 0 && b.kept > 0 {
+		later = s.clone(data) // the first call changes data
 	}
-	err := e.finish(ctx, b, deliver(ctx, e, s, b, data))
+	err := e.finish(ctx, b, deliver(ctx, s, b, data, change))
 	s.settle(ctx, err)
 	if err != nil || len(b.later) == 0 {
 		return err
@@ -79,7 +77,7 @@ func consume[T any](ctx context.Context, e *engine, s adapter[T], data T, items 
 		return err
 	}
 	b.secondCall()
-	return e.finish(ctx, b, deliver(ctx, e, s, b, later))
+	return e.finish(ctx, b, deliver(ctx, s, b, later, e.needsApply(b)))
 }
 
 // verdict is what a call to the next consumer does with one record.
@@ -348,9 +346,8 @@ func (b *batch) countUnique(idx []int32) {
 
 // Deliver.
 
-// deliver applies the batch's verdicts to data and sends what is left on.
-func deliver[T any](ctx context.Context, e *engine, s adapter[T], b *batch, data T) error {
-	change := e.needsApply(b)
+// deliver applies the verdicts if they change data and sends what is kept.
+func deliver[T any](ctx context.Context, s adapter[T], b *batch, data T, change bool) error {
 	if b.kept == 0 {
 		return nil // a call left with nothing is not made, and data is left as it came
 	}
@@ -366,15 +363,10 @@ func (e *engine) needsApply(b *batch) bool {
 	change := e.cfg.IdentityAttribute != "" && len(b.keys) > 0 || b.alters
 	b.kept = 0
 	for _, v := range b.verdicts {
-		switch v {
-		case verdictKeep:
+		if v == verdictKeep || v == verdictMark {
 			b.kept++
-		case verdictMark:
-			b.kept++
-			change = true
-		default:
-			change = true
 		}
+		change = change || v != verdictKeep
 	}
 	return change
 }

@@ -302,8 +302,8 @@ func (s *shard) push(d digest.Digest, expires int64, token uint64, now int64) {
 	if pos >= s.size {
 		pos -= s.size
 	}
-	if pos >= s.ready { // the first pass over the ring: back the next pages
-		s.ready = min(pos+readySlots, s.size)
+	if pos >= s.ready { // the first pass over the ring: back the next 64 KiB
+		s.ready = min(pos+64<<10/int(unsafe.Sizeof(slot{})), s.size)
 		populate(s.ring[pos:s.ready])
 	}
 	s.ring[pos] = slot{d: d, expires: expires, token: token}
@@ -373,9 +373,6 @@ const (
 )
 
 var pageCells = os.Getpagesize() / 8 // a cell is 8 bytes
-
-// readySlots is how many ring slots push backs at a time: 64 KiB.
-const readySlots = 64 << 10 / int(unsafe.Sizeof(slot{}))
 
 // bucketsFor is the number of buckets whose cells hold n live keys at 40%.
 func bucketsFor(n int) uint64 {
