@@ -50,79 +50,60 @@ func holding(body string) func(plog.Logs) bool {
 // flight: if that delivery fails (and its sender never retries), the copy
 // is delivered in a second call; if it succeeds, the copy is a duplicate.
 // Either way the record reaches the next consumer once, and the copy's
-// request is answered only after both calls.
+// request is answered only after both calls. A copy of the whole request
+// has no first call, and its second call gets the request as it came.
 func TestCopyWaitsForTheBatchInFlight(t *testing.T) {
-	for _, firstFails := range []bool{true, false} {
-		name := map[bool]string{true: "first delivery fails", false: "first delivery succeeds"}[firstFails]
-		t.Run(name, func(t *testing.T) {
-			cfg := defaultConfig()
-			cfg.PendingWait = time.Minute
-			next := newGatedLogs()
-			next.hold = holding("secret body 1")
-			h := newHarness(t, cfg, next)
+	for _, tc := range []struct {
+		name      string
+		copy      []int
+		firstCall int               // records the copy's first call delivers
+		want      map[bool][]string // by whether the first delivery fails
+	}{
+		{"part of the request", []int{2, 3}, 1, map[bool][]string{
+			true: {"secret body 3", "secret body 2"}, false: {"secret body 3", "secret body 1", "secret body 2"}}},
+		{"the whole request", []int{2, 1}, 0, map[bool][]string{
+			true: {"secret body 2", "secret body 1"}, false: {"secret body 1", "secret body 2"}}},
+	} {
+		for _, firstFails := range []bool{true, false} {
+			name := map[bool]string{true: "first delivery fails", false: "first delivery succeeds"}[firstFails]
+			t.Run(tc.name+"/"+name, func(t *testing.T) {
+				cfg := defaultConfig()
+				cfg.PendingWait = time.Minute
+				next := newGatedLogs()
+				next.hold = holding("secret body 1")
+				h := newHarness(t, cfg, next)
 
-			first := consumeAsync(h, events(1, 2))
-			<-next.entered // the first batch is being delivered
-			copyDone := consumeAsync(h, events(2, 3))
-			testkit.WaitFor(t, "the copy's first call", 10*time.Second, func() bool { return len(bodies(&next.sink)) == 1 })
-			notYet(t, copyDone, "the copy's request")
+				first := consumeAsync(h, events(1, 2))
+				<-next.entered // the first batch is being delivered
+				copyDone := consumeAsync(h, events(tc.copy...))
+				if tc.firstCall > 0 {
+					testkit.WaitFor(t, "the copy's first call", 10*time.Second, func() bool { return len(bodies(&next.sink)) == tc.firstCall })
+				}
+				notYet(t, copyDone, "the copy's request")
+				if n := len(bodies(&next.sink)); n != tc.firstCall {
+					t.Fatalf("%d records delivered while the copy waits, want %d", n, tc.firstCall)
+				}
 
-			if firstFails {
-				next.release <- errors.New("backend refused")
-			} else {
-				next.release <- nil
-			}
-			if err := <-first; firstFails != (err != nil) {
-				t.Fatalf("first request: %v", err)
-			}
-			if err := <-copyDone; err != nil {
-				t.Fatalf("the copy's request: %v", err)
-			}
-			want := map[bool][]string{true: {"secret body 3", "secret body 2"}, false: {"secret body 3", "secret body 1", "secret body 2"}}[firstFails]
-			assertBodies(t, &next.sink, want...)
-			if n := h.histogramCount("otelcol_processor_dedup_wait_duration", attribute.String("result", "settled")); n != 1 {
-				t.Fatalf("settled waits = %d, want 1", n)
-			}
-		})
-	}
-}
-
-// TestWholeRequestInFlight: a copy of a whole request in flight has no first
-// call; its second call gets the request as it came, whole.
-func TestWholeRequestInFlight(t *testing.T) {
-	for _, firstFails := range []bool{true, false} {
-		name := map[bool]string{true: "first delivery fails", false: "first delivery succeeds"}[firstFails]
-		t.Run(name, func(t *testing.T) {
-			cfg := defaultConfig()
-			cfg.PendingWait = time.Minute
-			next := newGatedLogs()
-			next.hold = holding("secret body 1")
-			h := newHarness(t, cfg, next)
-
-			first := consumeAsync(h, events(1, 2))
-			<-next.entered
-			copyDone := consumeAsync(h, events(2, 1))
-			notYet(t, copyDone, "the copy's request")
-			if n := len(bodies(&next.sink)); n != 0 {
-				t.Fatalf("%d records delivered while the whole request was in flight", n)
-			}
-			var err error
-			if firstFails {
-				err = errors.New("backend refused")
-				next.release <- err
-				next.release <- nil // the copy's request, now carrying record 1
-			} else {
-				next.release <- nil
-			}
-			if err := <-first; firstFails != (err != nil) {
-				t.Fatalf("first request: %v", err)
-			}
-			if err := <-copyDone; err != nil {
-				t.Fatalf("the copy's request: %v", err)
-			}
-			want := map[bool][]string{true: {"secret body 2", "secret body 1"}, false: {"secret body 1", "secret body 2"}}[firstFails]
-			assertBodies(t, &next.sink, want...)
-		})
+				if firstFails {
+					next.release <- errors.New("backend refused")
+					if slices.Contains(tc.copy, 1) {
+						next.release <- nil // the copy's second call, now carrying record 1
+					}
+				} else {
+					next.release <- nil
+				}
+				if err := <-first; firstFails != (err != nil) {
+					t.Fatalf("first request: %v", err)
+				}
+				if err := <-copyDone; err != nil {
+					t.Fatalf("the copy's request: %v", err)
+				}
+				assertBodies(t, &next.sink, tc.want[firstFails]...)
+				if n := h.histogramCount("otelcol_processor_dedup_wait_duration", attribute.String("result", "settled")); n != 1 {
+					t.Fatalf("settled waits = %d, want 1", n)
+				}
+			})
+		}
 	}
 }
 
