@@ -192,8 +192,7 @@ func (t *telemetry) with(kv ...attribute.KeyValue) metric.MeasurementOption {
 	return metric.WithAttributeSet(attribute.NewSet(slices.Concat(t.base, kv)...))
 }
 
-// labelled sets opts[i] to the series with attribute key set to values[i],
-// typed as its instrument takes it (AddOption or RecordOption).
+// labelled sets opts[i] to the series with attribute key = values[i], as an AddOption or RecordOption.
 func labelled[O any](t *telemetry, opts []O, key string, values []string) {
 	for i, v := range values {
 		opts[i] = t.with(attribute.String(key, v)).(O)
@@ -224,11 +223,12 @@ func (t *telemetry) recordElections(ctx context.Context, box *ballotBox) {
 	addEach(ctx, t.elections, box.elections[:], t.electionOpts[:])
 }
 
-// addEach adds each nonzero count to c under the option of its index.
+// addEach adds each nonzero count to c under the option of its index (a
+// subslice of opts: one option alone would make a new slice on each call).
 func addEach(ctx context.Context, c metric.Int64Counter, counts []int64, opts []metric.AddOption) {
 	for i, n := range counts {
 		if n > 0 {
-			c.Add(ctx, n, opts[i])
+			c.Add(ctx, n, opts[i:i+1]...)
 		}
 	}
 }
