@@ -572,7 +572,7 @@ func (w *wait) pause(ctx context.Context, now int64, refused error, fields ...za
 }
 
 func (w *wait) record(ctx context.Context, r waitResult) {
-	w.e.tel.waits.Record(ctx, w.e.clock.now().Sub(w.start).Seconds(), w.e.tel.waitOpts[r])
+	w.e.tel.waits.Record(ctx, w.e.clock.now().Sub(w.start).Seconds(), w.e.tel.waitOpts[r:r+1]...)
 }
 
 // clock is the wall clock, or a simulated one in tests.

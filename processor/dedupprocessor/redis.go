@@ -173,8 +173,8 @@ func (t *telemetry) observeRedis(op, result string, d time.Duration) {
 	if !ok {
 		return
 	}
-	t.redisRequests.Add(ctx, 1, opts.add)
+	t.redisRequests.Add(ctx, 1, opts.add...)
 	if d > 0 { // zero: no round trip was made
-		t.redisDuration.Record(ctx, d.Seconds(), opts.record)
+		t.redisDuration.Record(ctx, d.Seconds(), opts.record...)
 	}
 }

@@ -86,9 +86,9 @@ const (
 
 var waitResultNames = [numWaitResults]string{"settled", "refused"}
 
-type redisOpts struct {
-	add    metric.AddOption
-	record metric.RecordOption
+type redisOpts struct { // one option each, passed as is (see addEach)
+	add    []metric.AddOption
+	record []metric.RecordOption
 }
 
 func newTelemetry(set component.TelemetrySettings, id component.ID, signal string, e *engine) (*telemetry, error) {
@@ -163,8 +163,8 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, signal strin
 	for _, op := range []string{redistier.OpClaim, redistier.OpRecheck, redistier.OpCommit, redistier.OpRelease, redistier.OpRenew, redistier.OpElect} {
 		for _, res := range []string{redistier.ResultOK, redistier.ResultError, redistier.ResultTimeout, redistier.ResultSkipped, redistier.ResultLost} {
 			t.redisOpts[op+"/"+res] = redisOpts{
-				add:    t.with(attribute.String("op", op), attribute.String("result", res)),
-				record: t.with(attribute.String("op", op)),
+				add:    []metric.AddOption{t.with(attribute.String("op", op), attribute.String("result", res))},
+				record: []metric.RecordOption{t.with(attribute.String("op", op))},
 			}
 		}
 	}
