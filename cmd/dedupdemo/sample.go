@@ -164,8 +164,9 @@ type sampleRequestData struct {
 
 // sampleStats is what the sample holds, computed from the file alone: a record
 // is a duplicate if an identical record (same resource, scope and record
-// content) came earlier, in the same request (tier batch) or an earlier one
-// (tier local).
+// content) came earlier. The processor counts a copy of a record already in
+// the same request under tier batch, whatever came before, and any other
+// copy under tier local.
 type sampleStats struct {
 	requests   []sampleRequestData
 	records    int
@@ -176,7 +177,7 @@ type sampleStats struct {
 
 func readSample(r io.Reader) (*sampleStats, error) {
 	st := &sampleStats{}
-	seen := map[string]int{} // identity -> request it first appeared in
+	seen := map[string]int{} // identity -> the last request it appeared in
 	dec := plog.JSONUnmarshaler{}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 64<<20)
@@ -193,12 +194,12 @@ func readSample(r io.Reader) (*sampleStats, error) {
 		st.requests = append(st.requests, sampleRequestData{raw: bytes.Clone(raw), records: ld.LogRecordCount()})
 		st.records += ld.LogRecordCount()
 		forEachIdentity(ld, func(id string) {
-			first, dup := seen[id]
+			last, dup := seen[id]
+			seen[id] = req
 			switch {
 			case !dup:
-				seen[id] = req
 				st.unique++
-			case first == req:
+			case last == req:
 				st.dupSameReq++
 			default:
 				st.dupEarlier++
