@@ -468,8 +468,7 @@ func TestBadInputRuntimeOTTLErrors(t *testing.T) {
 			})
 			defer func() { _ = p.Shutdown(context.Background()) }()
 			// A clock of our own: 10 s pass when the test says so.
-			clock := new(fakeClock)
-			clock.ns.Store(time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+			clock := newFakeClock()
 			p.(*logsProcessor).engine.clock = clock
 
 			const batches, perBatch = 100, 100
@@ -501,13 +500,13 @@ func TestBadInputRuntimeOTTLErrors(t *testing.T) {
 				t.Fatalf("%d log lines (%v), want 1 warning with occurrences=1", len(l), l)
 			}
 			// 9.999 s later: still throttled.
-			clock.advance(10*time.Second - 1)
+			clock.Advance(10*time.Second - 1)
 			send(1)
 			if l := lines(); len(l) != 1 {
 				t.Fatalf("%d log lines after 9.999s, want still 1", len(l))
 			}
 			// 10 s after the first line: one more, counting everything since.
-			clock.advance(1)
+			clock.Advance(1)
 			send(1)
 			l := lines()
 			if len(l) != 2 {

@@ -334,11 +334,11 @@ func closed(ch <-chan struct{}) bool {
 	}
 }
 
-// now and pause make the sim the engines' clock.
-func (s *sim) now() time.Time { return s.at }
+// Now and Wait make the sim the engines' clock.
+func (s *sim) Now() time.Time { return s.at }
 
-func (s *sim) pause(ctx context.Context, settled <-chan struct{}, d time.Duration) error {
-	s.step(s.at.Add(d+time.Duration(s.rng.Int64N(int64(time.Millisecond)))), settled)
+func (s *sim) Wait(ctx context.Context, settled <-chan struct{}, d time.Duration) error {
+	s.step(s.at.Add(d), settled)
 	return ctx.Err()
 }
 

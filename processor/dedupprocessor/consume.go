@@ -153,7 +153,7 @@ func (e *engine) beginRound(b *batch) {
 // nextToken returns a token larger than every one before and at least the
 // time in microseconds: shared tokens embed it to tell when a batch began.
 func (e *engine) nextToken() uint64 {
-	now := uint64(time.Now().UnixMicro())
+	now := uint64(e.clock.Now().UnixMicro())
 	for {
 		last := e.tokens.Load()
 		t := max(last+1, now)
@@ -551,7 +551,7 @@ type wait struct {
 }
 
 func (e *engine) beginWait() *wait {
-	start := e.clock.now()
+	start := e.clock.Now()
 	return &wait{e: e, start: start, deadline: start.Add(e.cfg.PendingWait), d: time.Millisecond}
 }
 
@@ -561,43 +561,20 @@ func (e *engine) beginWait() *wait {
 // returns refused.
 func (w *wait) pause(ctx context.Context, now int64, refused error, fields ...zap.Field) error {
 	settled := w.e.ended.channel()
-	if w.e.clock.now().Add(w.d).After(w.deadline) {
+	if w.e.clock.Now().Add(w.d).After(w.deadline) {
 		w.e.refused.log(now, refused, fields...)
 		w.record(ctx, waitRefused)
 		return refused
 	}
-	err := w.e.clock.pause(ctx, settled, w.d)
+	// Up to a millisecond more, so that batches waiting for the same
+	// records do not look in lockstep.
+	err := w.e.clock.Wait(ctx, settled, w.d+time.Duration(rand.Int64N(int64(time.Millisecond))))
 	w.d = min(2*w.d, maxPause)
 	return err
 }
 
 func (w *wait) record(ctx context.Context, r waitResult) {
-	w.e.tel.waits.Record(ctx, w.e.clock.now().Sub(w.start).Seconds(), w.e.tel.waitOpts[r:r+1]...)
-}
-
-// clock is the wall clock, or a simulated one in tests.
-type clock interface {
-	now() time.Time
-	// pause returns after d plus up to a millisecond (so batches waiting for
-	// the same records do not look in lockstep), when settled is closed, or
-	// with ctx's error.
-	pause(ctx context.Context, settled <-chan struct{}, d time.Duration) error
-}
-
-type wallClock struct{}
-
-func (wallClock) now() time.Time { return time.Now() }
-
-func (wallClock) pause(ctx context.Context, settled <-chan struct{}, d time.Duration) error {
-	timer := time.NewTimer(d + time.Duration(rand.Int64N(int64(time.Millisecond))))
-	defer timer.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-settled:
-	case <-timer.C:
-	}
-	return nil
+	w.e.tel.waits.Record(ctx, w.e.clock.Now().Sub(w.start).Seconds(), w.e.tel.waitOpts[r:r+1]...)
 }
 
 // settledSignal wakes the waiting batches when a round or an election

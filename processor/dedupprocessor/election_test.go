@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/clock"
 )
 
 // Replica election at the processor: two replicas of one cluster send the
@@ -42,28 +43,22 @@ func electionConfig() *Config {
 	return cfg
 }
 
-// fakeClock is the processor's clock in tests of election timing.
-type fakeClock struct{ ns atomic.Int64 }
-
-func (c *fakeClock) now() time.Time          { return time.Unix(0, c.ns.Load()) }
-func (c *fakeClock) advance(d time.Duration) { c.ns.Add(int64(d)) }
-
-// pause waits on the wall clock: only the processor's readings of the time
-// are the test's.
-func (c *fakeClock) pause(ctx context.Context, settled <-chan struct{}, d time.Duration) error {
-	return wallClock{}.pause(ctx, settled, d)
+// newFakeClock returns a clock for the processor that moves only when the
+// test advances it.
+func newFakeClock() *clock.Fake {
+	return clock.NewFake(time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC))
 }
 
 // electHarness runs one metrics processor.
 type electHarness struct {
 	*harness
 	p     *metricsProcessor
-	clock *fakeClock
+	clock *clock.Fake
 }
 
 // newElectHarness makes a metrics processor of cfg sending to next. With a
 // clock, the processor's time is the clock's.
-func newElectHarness(t *testing.T, cfg *Config, next consumer.Metrics, clock *fakeClock) *electHarness {
+func newElectHarness(t *testing.T, cfg *Config, next consumer.Metrics, clk *clock.Fake) *electHarness {
 	t.Helper()
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("config: %v", err)
@@ -72,9 +67,8 @@ func newElectHarness(t *testing.T, cfg *Config, next consumer.Metrics, clock *fa
 		return NewFactory().CreateMetrics(context.Background(), set, cfg, next)
 	})
 	mp := p.(*metricsProcessor)
-	if clock != nil {
-		clock.ns.Store(time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC).UnixNano())
-		mp.engine.clock = clock
+	if clk != nil {
+		mp.engine.clock = clk
 	}
 	if err := p.Start(context.Background(), nil); err != nil {
 		t.Fatal(err)
@@ -84,7 +78,7 @@ func newElectHarness(t *testing.T, cfg *Config, next consumer.Metrics, clock *fa
 			t.Error(err)
 		}
 	})
-	return &electHarness{harness: h, p: mp, clock: clock}
+	return &electHarness{harness: h, p: mp, clock: clk}
 }
 
 func (h *electHarness) send(md pmetric.Metrics) error {
@@ -288,22 +282,22 @@ func TestElectionMarks(t *testing.T) {
 // the first one's later points are duplicates.
 func TestElectionFailover(t *testing.T) {
 	sink := new(consumertest.MetricsSink)
-	clock := new(fakeClock)
+	clock := newFakeClock()
 	h := newElectHarness(t, electionConfig(), sink, clock)
 	h.mustSend(scrape("c1", "a", 0, 2, onResource)) // a elected at 0s
-	clock.advance(testUpdate)
+	clock.Advance(testUpdate)
 	h.mustSend(scrape("c1", "a", 1, 2, onResource)) // 10s: refreshes a
-	clock.advance(testFailover - testUpdate)
+	clock.Advance(testFailover - testUpdate)
 	h.mustSend(scrape("c1", "b", 2, 2, onResource)) // 30s: a holds until 40s
-	clock.advance(testUpdate - time.Millisecond)
+	clock.Advance(testUpdate - time.Millisecond)
 	h.mustSend(scrape("c1", "b", 3, 2, onResource)) // 39.999s: still a's
 	if got := h.elections("failover"); got != 0 {
 		t.Fatalf("failovers before the timeout = %d", got)
 	}
-	clock.advance(time.Millisecond)
+	clock.Advance(time.Millisecond)
 	h.mustSend(scrape("c1", "b", 4, 2, onResource)) // 40s: b takes over
 	h.mustSend(scrape("c1", "a", 5, 2, onResource)) // a is back: a duplicate now
-	clock.advance(testUpdate)
+	clock.Advance(testUpdate)
 	h.mustSend(scrape("c1", "b", 6, 2, onResource))
 
 	wantDelivered(t, sink, repeat("a/0", 2), repeat("a/1", 2), repeat("b/4", 2), repeat("b/6", 2))

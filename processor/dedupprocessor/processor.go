@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/collector/consumer"
 	"go.uber.org/zap"
 
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/clock"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/localcache"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/redistier"
 )
@@ -25,7 +26,7 @@ type engine struct {
 	tierError *throttledLog
 	refused   *throttledLog
 	tokens    atomic.Uint64
-	clock     clock
+	clock     clock.Clock
 	ended     settledSignal // a round ended: committed or released
 
 	tier        sharedTier      // nil: local only
@@ -48,7 +49,7 @@ func newEngine(cfg *Config, set component.TelemetrySettings, id component.ID, si
 		keyError:    &throttledLog{logger: set.Logger, msg: "dedup: cannot evaluate the key or conditions of a " + signal + " item; passing it through"},
 		tierError:   &throttledLog{logger: set.Logger, msg: "dedup: shared tier (redis) failed"},
 		refused:     &throttledLog{logger: set.Logger, msg: "dedup: refused a batch for retry: some of its records are still being delivered by another batch"},
-		clock:       wallClock{},
+		clock:       clock.Wall{},
 		id:          id,
 		signal:      signal,
 		fingerprint: identityFingerprint(cfg),
@@ -66,8 +67,8 @@ func newEngine(cfg *Config, set component.TelemetrySettings, id component.ID, si
 	return e, nil
 }
 
-// now is the engine's clock in Unix nanoseconds.
-func (e *engine) now() int64 { return e.clock.now().UnixNano() }
+// now is the engine's clock in Unix nanoseconds, as the caches take it.
+func (e *engine) now() int64 { return e.clock.Now().UnixNano() }
 
 func (e *engine) Start(ctx context.Context, host component.Host) error {
 	if err := checkAuthenticator(e.cfg, host); err != nil {

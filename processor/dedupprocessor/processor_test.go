@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/clock"
 )
 
 // A go-redis pool whose every connection failed to dial (a killed server)
@@ -48,6 +49,19 @@ func newHarness(t *testing.T, cfg *Config, next consumer.Logs, logger ...*zap.Lo
 // newHarnessOn is newHarness with the processor started on host.
 func newHarnessOn(t *testing.T, host component.Host, cfg *Config, next consumer.Logs, logger ...*zap.Logger) *harness {
 	t.Helper()
+	return startHarness(t, host, cfg, next, nil, logger...)
+}
+
+// newClockedHarness is newHarness on the test's clock.
+func newClockedHarness(t *testing.T, cfg *Config, next consumer.Logs, clk clock.Clock) *harness {
+	t.Helper()
+	return startHarness(t, nil, cfg, next, clk)
+}
+
+// startHarness starts a logs processor on host, with the clock clk unless
+// it is nil.
+func startHarness(t *testing.T, host component.Host, cfg *Config, next consumer.Logs, clk clock.Clock, logger ...*zap.Logger) *harness {
+	t.Helper()
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
@@ -62,6 +76,9 @@ func newHarnessOn(t *testing.T, host component.Host, cfg *Config, next consumer.
 	proc, err := NewFactory().CreateLogs(context.Background(), set, cfg, next)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if clk != nil {
+		proc.(*logsProcessor).clock = clk
 	}
 	if err := proc.Start(context.Background(), host); err != nil {
 		t.Fatal(err)

@@ -113,6 +113,7 @@ func (e *engine) startTier(ctx context.Context, host component.Host) error {
 		Window:     e.cfg.Window,
 		Lease:      r.Lease,
 		Observe:    e.tel.observeRedis,
+		Clock:      e.clock,
 		OnTopology: e.topologyFound(host, r),
 		OnWriteError: func(err error) {
 			e.tierError.log(e.now(), err, zap.String("op", "write"))

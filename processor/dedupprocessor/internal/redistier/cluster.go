@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/breaker"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/clock"
 )
 
 // The Cluster executor routes each call by go-redis's slot map to its
@@ -39,13 +40,15 @@ const (
 type clusterExec struct {
 	cc    *redis.ClusterClient
 	brCfg breaker.Config
+	clock clock.Clock
 
 	mu    sync.Mutex
 	nodes map[string]*clusterNode // by address
 
 	degradedUntil atomic.Int64 // unix ns
 	reload        chan struct{}
-	stop, done    chan struct{}
+	stop          context.CancelFunc
+	done          chan struct{}
 }
 
 type clusterNode struct {
@@ -54,23 +57,25 @@ type clusterNode struct {
 	seen   time.Time // when it last was
 }
 
-func newClusterExec(cc *redis.ClusterClient, cfg breaker.Config) *clusterExec {
+func newClusterExec(cc *redis.ClusterClient, cfg breaker.Config, clk clock.Clock) *clusterExec {
 	x := &clusterExec{
 		cc:     cc,
 		brCfg:  cfg,
+		clock:  clk,
 		nodes:  map[string]*clusterNode{},
 		reload: make(chan struct{}, 1),
-		stop:   make(chan struct{}),
 		done:   make(chan struct{}),
 	}
 	// Load the slot map now, not within the first call's deadline.
 	x.refresh()
-	go x.refresher()
+	ctx, stop := context.WithCancel(context.Background())
+	x.stop = stop
+	go x.refresher(ctx)
 	return x
 }
 
 func (x *clusterExec) close() error {
-	close(x.stop)
+	x.stop()
 	<-x.done
 	return x.cc.Close()
 }
@@ -85,7 +90,7 @@ func (x *clusterExec) exec(ctx context.Context, calls []*call) {
 				again = append(again, c)
 			}
 		}
-		if len(again) == 0 || attempt == maxAttempts || !pause(ctx, retryPause) {
+		if len(again) == 0 || attempt == maxAttempts || !x.pause(ctx, retryPause) {
 			return
 		}
 		todo = again
@@ -109,19 +114,12 @@ func (x *clusterExec) worthRetry(ctx context.Context, c *call) bool {
 }
 
 // pause waits d, if ctx's deadline leaves at least 2d; it reports whether it
-// did.
-func pause(ctx context.Context, d time.Duration) bool {
+// did. The deadline is the wall clock's: go-redis's timeouts are.
+func (x *clusterExec) pause(ctx context.Context, d time.Duration) bool {
 	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < 2*d {
 		return false
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
+	return x.clock.Wait(ctx, nil, d) == nil
 }
 
 type nodeCalls struct {
@@ -215,7 +213,7 @@ func (x *clusterExec) breaker(addr string) *breaker.Breaker {
 	n := x.nodes[addr]
 	if n == nil {
 		// Only masters of the current map are routed to.
-		n = &clusterNode{br: breaker.New(x.brCfg), master: true, seen: time.Now()}
+		n = &clusterNode{br: breaker.New(x.brCfg), master: true, seen: x.clock.Now()}
 		x.nodes[addr] = n
 	}
 	return n.br
@@ -224,7 +222,7 @@ func (x *clusterExec) breaker(addr string) *breaker.Breaker {
 // degraded notes a sign of trouble: the slot map is reloaded now, and every
 // refreshDegraded for degradedFor.
 func (x *clusterExec) degraded() {
-	now := time.Now()
+	now := x.clock.Now()
 	if x.degradedUntil.Swap(now.Add(degradedFor).UnixNano()) < now.UnixNano() {
 		select {
 		case x.reload <- struct{}{}:
@@ -233,23 +231,17 @@ func (x *clusterExec) degraded() {
 	}
 }
 
-func (x *clusterExec) refresher() {
+// refresher reloads the slot map every refreshDegraded while the Cluster
+// is degraded (degraded wakes it at once), every refreshIdle otherwise.
+func (x *clusterExec) refresher(ctx context.Context) {
 	defer close(x.done)
-	tick := time.NewTicker(refreshDegraded)
-	defer tick.Stop()
-	last := time.Now()
-	for {
-		select {
-		case <-x.stop:
-			return
-		case <-x.reload:
-		case now := <-tick.C:
-			if now.UnixNano() >= x.degradedUntil.Load() && now.Sub(last) < refreshIdle {
-				continue
-			}
+	last := x.clock.Now()
+	for x.clock.Wait(ctx, x.reload, refreshDegraded) == nil {
+		if now := x.clock.Now(); now.UnixNano() >= x.degradedUntil.Load() && now.Sub(last) < refreshIdle {
+			continue
 		}
 		x.refresh()
-		last = time.Now()
+		last = x.clock.Now()
 	}
 }
 
@@ -271,7 +263,7 @@ func (x *clusterExec) refresh() {
 	if err != nil {
 		return
 	}
-	now := time.Now()
+	now := x.clock.Now()
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	for addr := range masters {

@@ -30,6 +30,7 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/breaker"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/clock"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
 )
 
@@ -70,6 +71,9 @@ type Options struct {
 	Window  time.Duration
 	Lease   time.Duration
 	Breaker breaker.Config // one breaker per node; zero fields take defaults
+	// Clock is the tier's time: leases, retries, renewals, breakers and
+	// durations; nil is the wall clock.
+	Clock clock.Clock
 	// Observe, if set, is called once per call (a round of the writer is
 	// one call per operation) with the operation, the worst result of its
 	// groups and its duration (zero when no round trip was made), and once
@@ -116,6 +120,12 @@ func New(opts Options) *Tier {
 	if opts.Observe == nil {
 		opts.Observe = func(string, string, time.Duration) {}
 	}
+	if opts.Clock == nil {
+		opts.Clock = clock.Wall{}
+	}
+	if opts.Breaker.Now == nil {
+		opts.Breaker.Now = opts.Clock.Now
+	}
 	t := &Tier{
 		opts:     opts,
 		leaseArg: strconv.FormatInt(opts.Lease.Milliseconds(), 10),
@@ -157,7 +167,7 @@ func (t *Tier) discoverLater() {
 	const first, most = 100 * time.Millisecond, 2 * time.Second
 	wait := first
 	reported := ""
-	for pause(t.bg, wait) {
+	for t.opts.Clock.Wait(t.bg, nil, wait) == nil {
 		wait = min(2*wait, most)
 		mode, err := t.discover(t.bg)
 		if err == nil {
@@ -208,7 +218,7 @@ func (t *Tier) connect(mode Mode) {
 		co := u.Cluster()
 		co.DisableRoutingPolicies = true // the tier sends only EVAL, EVALSHA and SET of one slot each
 		c.layout = newLayout(o.KeyPrefix, clusterTags)
-		c.exec = newClusterExec(redis.NewClusterClient(co), o.Breaker)
+		c.exec = newClusterExec(redis.NewClusterClient(co), o.Breaker, o.Clock)
 	case ModeSentinel:
 		c.exec = &singleExec{client: redis.NewFailoverClient(u.Failover()), name: o.MasterName, br: breaker.New(o.Breaker)}
 	default:
@@ -314,7 +324,7 @@ func (t *Tier) Claim(ctx context.Context, token string, ds []digest.Digest, answ
 			}
 		}
 	}
-	t.w.hold(token, held)
+	t.w.hold(token, held, t.opts.Clock.Now())
 	return err
 }
 
@@ -389,7 +399,7 @@ func (t *Tier) finish(ctx context.Context, op, token string, ds []digest.Digest,
 	}
 	b := c.prepare(ds)
 	defer batchPool.Put(b)
-	until := time.Now().Add(t.opts.Lease)
+	until := t.opts.Clock.Now().Add(t.opts.Lease)
 	ws := make([]write, 0, len(b.groups))
 	for _, g := range b.groups {
 		w := write{op: op, token: token, group: g, until: until}
@@ -422,11 +432,11 @@ func (t *Tier) connected(op string) (*conn, error) {
 // run sends calls within the timeout, reports the operation to Observe, and
 // returns an error naming how many groups failed and the first failure.
 func (t *Tier) run(ctx context.Context, c *conn, op string, calls []*call) error {
-	start := time.Now()
+	start := t.opts.Clock.Now()
 	cctx, cancel := context.WithTimeout(ctx, t.opts.Timeout)
 	c.exec.exec(cctx, calls)
 	cancel()
-	d := time.Since(start)
+	d := t.opts.Clock.Now().Sub(start)
 	result, sent := ResultOK, false
 	var first *call
 	failed := 0

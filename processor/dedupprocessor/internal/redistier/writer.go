@@ -62,13 +62,13 @@ type liveClaim struct {
 	renewed time.Time
 }
 
-// hold starts renewing the lease of token's claim in groups.
-func (w *writer) hold(token string, groups []int) {
+// hold starts renewing the lease of token's claim in groups, from now.
+func (w *writer) hold(token string, groups []int, now time.Time) {
 	if len(groups) == 0 {
 		return
 	}
 	w.mu.Lock()
-	w.live[token] = &liveClaim{groups: append([]int(nil), groups...), renewed: time.Now()}
+	w.live[token] = &liveClaim{groups: append([]int(nil), groups...), renewed: now}
 	w.mu.Unlock()
 }
 
@@ -109,20 +109,17 @@ func (w *writer) close() {
 // run is the writer's loop: a round when writes are queued, when a retry
 // is due, and each third of the lease.
 func (w *writer) run(t *Tier) {
+	clk := t.opts.Clock
 	every := max(t.opts.Lease/3, time.Millisecond)
-	timer := time.NewTimer(every)
-	defer timer.Stop()
+	next := every
 	for {
-		select {
-		case <-t.bg.Done():
+		if clk.Wait(t.bg, w.wake, next) != nil {
 			// Close: what is left goes out once more, past the background
 			// context.
-			w.round(t, context.Background(), time.Now(), every, true)
+			w.round(t, context.Background(), clk.Now(), every, true)
 			return
-		case <-w.wake:
-		case <-timer.C:
 		}
-		timer.Reset(w.round(t, t.bg, time.Now(), every, false))
+		next = w.round(t, t.bg, clk.Now(), every, false)
 	}
 }
 
@@ -223,7 +220,7 @@ func (t *Tier) retry(failed []write) {
 	if len(failed) == 0 {
 		return
 	}
-	now := time.Now()
+	now := t.opts.Clock.Now()
 	for i := range failed {
 		wr := &failed[i]
 		if wr.until.IsZero() {
