@@ -98,7 +98,7 @@ type key struct {
 
 // batch is one ConsumeXxx call.
 type batch struct {
-	now      int64
+	now      int64     // when the current round began
 	verdicts []verdict // per record, walk order
 	keys     []key     // the keyed records, walk order
 	firsts   []int32   // indexes into keys: the first copy of each digest
@@ -132,7 +132,6 @@ var batchPool = sync.Pool{New: func() any { return new(batch) }}
 // begin takes a batch from the pool and opens its first round.
 func (e *engine) begin(records int) *batch {
 	b := batchPool.Get().(*batch)
-	b.now = e.now()
 	if cap(b.verdicts) < records {
 		b.verdicts = make([]verdict, 0, records)
 	}
@@ -140,7 +139,10 @@ func (e *engine) begin(records int) *batch {
 	return b
 }
 
+// beginRound opens a round at the time its claims are made: a key is
+// remembered for the window from its own round's claim.
 func (e *engine) beginRound(b *batch) {
+	b.now = e.now()
 	b.token = e.nextToken()
 	e.local.Begin(b.token)
 	b.redisToken = ""

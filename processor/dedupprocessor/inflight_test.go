@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/collector/consumer"
 	"go.opentelemetry.io/collector/consumer/consumertest"
 
 	"go.opentelemetry.io/collector/pdata/plog"
@@ -208,5 +209,57 @@ func TestLargeRacingCopiesNeverDeadlock(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSecondCallRemembersFromItsOwnClaim: a record a request delivers in its
+// second call is remembered for the window from that call's claim, not from
+// when the request arrived. Here the first call takes 1.6 s of a 2 s window;
+// a copy sent 0.6 s after the second call delivered the record is dropped.
+func TestSecondCallRemembersFromItsOwnClaim(t *testing.T) {
+	cfg := defaultConfig()
+	cfg.Logs.Key = []string{`attributes["event.id"]`}
+	cfg.Window = 2 * time.Second
+	cfg.PendingWait = time.Minute
+	clk := newFakeClock()
+	gate := newGatedLogs()
+	gate.hold = holding("secret body 2")
+	next, err := consumer.NewLogs(func(ctx context.Context, ld plog.Logs) error {
+		if holding("secret body 1")(ld) {
+			clk.Advance(1600 * time.Millisecond) // the first call's export
+		}
+		return gate.ConsumeLogs(ctx, ld)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newClockedHarness(t, cfg, next, clk)
+
+	inFlight := consumeAsync(h, events(2))
+	<-gate.entered // record 2 is being delivered by another batch
+	request := consumeAsync(h, events(1, 2))
+	// The request delivered record 1 and waits for record 2's batch.
+	if err := clk.WaitForWaiters(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+	gate.release <- errors.New("exporter down") // record 2's batch fails: the request claims it
+	if err := <-inFlight; err == nil {
+		t.Fatal("the failed batch was acknowledged")
+	}
+	<-gate.entered // the request's second call
+	gate.release <- nil
+	if err := <-request; err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(600 * time.Millisecond)
+	gate.release <- nil // were the copy delivered, it would pass
+	if err := h.consume(events(2)); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := bodies(&gate.sink), []string{"secret body 1", "secret body 2"}; !slices.Equal(got, want) {
+		t.Fatalf("delivered %q, want %q", got, want)
+	}
+	if got := h.tier("local"); got != 1 {
+		t.Fatalf("duplicates caught by the local tier = %d, want 1", got)
 	}
 }
