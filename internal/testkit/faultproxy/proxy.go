@@ -51,8 +51,8 @@
 //		Fault: faultproxy.DelayReply(600 * time.Millisecond),
 //		Times: 1,
 //	})
-//	// ... give the client p.Addr(), run, then check late.Fired() and
-//	// p.ScriptCount(claim.Hash()).
+//	// ... give the client p.Addr(), run, then check late.Fired(),
+//	// p.ScriptCount(claim.Hash()) (sent) and p.ScriptAnswered(...) (ran).
 //
 // Pub/sub is understood under RESP3 (go-redis v9's default), where Redis
 // answers (un)subscribing and publishes by pushes, which pair with no
@@ -253,9 +253,12 @@ type Proxy struct {
 	rules    []*Rule
 	conns    map[*conn]struct{}
 	accepted int
-	commands map[string]int // by upper-case name
-	scripts  map[string]int // by script SHA
-	resume   chan struct{}  // non-nil while paused; Resume closes it
+	// sent and answered count the commands clients sent and those Redis
+	// answered, by upper-case name and by lower-case script SHA (the two
+	// never collide).
+	sent     map[string]int
+	answered map[string]int
+	resume   chan struct{} // non-nil while paused; Resume closes it
 	refuse   bool
 }
 
@@ -275,8 +278,8 @@ func New(tb testing.TB, upstream string) *Proxy {
 		ln:       ln,
 		closed:   make(chan struct{}),
 		conns:    map[*conn]struct{}{},
-		commands: map[string]int{},
-		scripts:  map[string]int{},
+		sent:     map[string]int{},
+		answered: map[string]int{},
 	}
 	p.wg.Add(1)
 	go p.accept()
@@ -317,7 +320,7 @@ func (p *Proxy) Add(r *Rule) *Rule {
 func (p *Proxy) Count(name string) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.commands[strings.ToUpper(name)]
+	return p.sent[strings.ToUpper(name)]
 }
 
 // ScriptCount returns how many commands clients sent through the proxy to
@@ -326,7 +329,24 @@ func (p *Proxy) Count(name string) int {
 func (p *Proxy) ScriptCount(sha string) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.scripts[strings.ToLower(sha)]
+	return p.sent[strings.ToLower(sha)]
+}
+
+// Answered returns how many commands named name (in any case) Redis
+// answered through the proxy, with an error reply or not: those that ran,
+// whether or not their reply reached the client.
+func (p *Proxy) Answered(name string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.answered[strings.ToUpper(name)]
+}
+
+// ScriptAnswered returns how many commands running the script with the
+// given SHA1 Redis answered through the proxy, as Answered does.
+func (p *Proxy) ScriptAnswered(sha string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.answered[strings.ToLower(sha)]
 }
 
 // Conns returns the number of client connections open through the proxy.
@@ -430,9 +450,9 @@ func (p *Proxy) accept() {
 func (p *Proxy) judge(cmd Command) (request, reply Fault) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.commands[cmd.Name()]++
+	p.sent[cmd.Name()]++
 	if sha := cmd.Script(); sha != "" {
-		p.scripts[sha]++
+		p.sent[sha]++
 	}
 	kept := p.rules[:0]
 	for _, r := range p.rules {
@@ -452,6 +472,19 @@ func (p *Proxy) judge(cmd Command) (request, reply Fault) {
 	clear(p.rules[len(kept):])
 	p.rules = kept
 	return request, reply
+}
+
+// answer counts a's reply.
+func (p *Proxy) answer(a awaited) {
+	if a.name == "" {
+		return // a reply no command waited for
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.answered[a.name]++
+	if a.script != "" {
+		p.answered[a.script]++
+	}
 }
 
 // gate waits while the proxy is paused. It returns false if c was cut or
@@ -494,9 +527,15 @@ type conn struct {
 	cutOnce  sync.Once
 
 	mu sync.Mutex
-	// pending holds the reply faults of the commands queued or forwarded,
-	// whose replies have not come yet, oldest first.
-	pending []Fault
+	// pending holds the commands queued or forwarded whose replies have
+	// not come yet, oldest first.
+	pending []awaited
+}
+
+// awaited is a command waiting for its reply.
+type awaited struct {
+	fault        Fault // its reply fault
+	name, script string
 }
 
 // answeredByPush holds the commands that RESP3 answers by pushes only.
@@ -615,12 +654,13 @@ func (c *conn) readRequests() {
 		}
 		req := request{raw: raw, read: time.Now()}
 		if len(args) > 0 {
+			cmd := Command{Conn: c.id, Args: args}
 			var replyFault Fault
-			req.fault, replyFault = c.p.judge(Command{Conn: c.id, Args: args})
+			req.fault, replyFault = c.p.judge(cmd)
 			req.last = replyFault.kind == cutAfter
-			if req.fault.kind != cutBefore && !answeredByPush[strings.ToUpper(args[0])] {
+			if req.fault.kind != cutBefore && !answeredByPush[cmd.Name()] {
 				c.mu.Lock()
-				c.pending = append(c.pending, replyFault)
+				c.pending = append(c.pending, awaited{fault: replyFault, name: cmd.Name(), script: cmd.Script()})
 				c.mu.Unlock()
 			}
 		}
@@ -674,11 +714,14 @@ func (c *conn) readReplies() {
 		rep := reply{raw: raw, read: time.Now()}
 		if !push {
 			c.mu.Lock()
+			var a awaited
 			if len(c.pending) > 0 {
-				rep.fault = c.pending[0]
+				a = c.pending[0]
 				c.pending = c.pending[1:]
 			}
 			c.mu.Unlock()
+			rep.fault = a.fault
+			c.p.answer(a)
 		}
 		c.replies <- rep
 	}

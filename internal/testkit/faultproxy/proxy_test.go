@@ -143,13 +143,16 @@ func TestPassThrough(t *testing.T) {
 			t.Fatalf("script = %q, %v", v, err)
 		}
 	}
-	counts := map[string]int{"SET": p.Count("set"), "GET": p.Count("GET"), "INCR": p.Count("INCR"),
-		"EVALSHA": p.Count("EVALSHA"), "EVAL": p.Count("EVAL"), "script": p.ScriptCount(strings.ToUpper(script.Hash()))}
-	want := map[string]int{"SET": 1, "GET": 1, "INCR": 100, "EVALSHA": 2, "EVAL": 1, "script": 3}
-	for k, n := range want {
-		if counts[k] != n {
-			t.Errorf("count of %s = %d, want %d", k, counts[k], n)
+	// Every command was answered, the NOSCRIPT error included.
+	want := map[string]int{"SET": 1, "GET": 1, "INCR": 100, "EVALSHA": 2, "EVAL": 1}
+	for name, n := range want {
+		if p.Count(name) != n || p.Answered(strings.ToLower(name)) != n {
+			t.Errorf("%s sent %d times, answered %d; want %d", name, p.Count(name), p.Answered(name), n)
 		}
+	}
+	sha := strings.ToUpper(script.Hash())
+	if p.ScriptCount(sha) != 3 || p.ScriptAnswered(sha) != 3 {
+		t.Errorf("script sent %d times, answered %d; want 3", p.ScriptCount(sha), p.ScriptAnswered(sha))
 	}
 }
 
@@ -303,8 +306,8 @@ func TestReorderAcrossConnections(t *testing.T) {
 	if r.Fired() != 1 {
 		t.Fatalf("rule fired %d times, want 1", r.Fired())
 	}
-	if n, err := b.RPush(ctx, "l", "b").Result(); err != nil || n != 1 {
-		t.Fatalf("RPUSH b, sent later on B = %d, %v; want 1 (first in the list)", n, err)
+	if n, err := b.RPush(ctx, "l", "b").Result(); err != nil || n != 1 || p.Answered("RPUSH") != 1 {
+		t.Fatalf("RPUSH b, sent later on B = %d, %v, %d RPUSHes answered; want 1 (first in the list), 1", n, err, p.Answered("RPUSH"))
 	}
 	close(release)
 	testkit.WaitFor(t, "RPUSH a landed", waitTimeout, func() bool {
@@ -330,7 +333,10 @@ func TestDropReply(t *testing.T) {
 		if err := c.Set(ctx, "k", "v", 0).Err(); !isTimeout(err) {
 			t.Fatalf("SET with its reply dropped: %v, want a timeout", err)
 		}
-		testkit.WaitFor(t, "the SET whose reply was dropped ran", waitTimeout, func() bool { return get(t, s, "k") == "v" })
+		testkit.WaitFor(t, "the SET whose reply was dropped answered", waitTimeout, func() bool { return p.Answered("SET") == 1 })
+		if v := get(t, s, "k"); v != "v" {
+			t.Fatalf("k = %q, want v", v)
+		}
 	})
 
 	t.Run("later commands run, the connection stays silent", func(t *testing.T) {
@@ -369,16 +375,16 @@ func TestCut(t *testing.T) {
 	if err := c.Set(ctx, "before", "v", 0).Err(); err == nil || isTimeout(err) {
 		t.Fatalf("SET cut before: %v, want a connection error", err)
 	}
-	if v := get(t, s, "before"); v != "" {
-		t.Fatalf("a SET cut before it reached Redis set %q", v)
+	if v := get(t, s, "before"); v != "" || p.Answered("SET") != 0 {
+		t.Fatalf("a SET cut before it reached Redis set %q, %d SETs answered", v, p.Answered("SET"))
 	}
 
 	p.Add(&Rule{Match: key("after"), Fault: CutAfter()})
 	if err := c.Set(ctx, "after", "v", 0).Err(); err == nil || isTimeout(err) {
 		t.Fatalf("SET cut after: %v, want a connection error", err)
 	}
-	if v := get(t, s, "after"); v != "v" {
-		t.Fatalf("after = %q, want v: the command ran before the cut", v)
+	if v := get(t, s, "after"); v != "v" || p.Answered("SET") != 1 {
+		t.Fatalf("after = %q, %d SETs answered; want v, 1: the command ran before the cut", v, p.Answered("SET"))
 	}
 
 	// Mid-pipeline: a cut before the third command keeps it and the rest
@@ -388,6 +394,7 @@ func TestCut(t *testing.T) {
 		fault  Fault
 		ran    int
 	}{{"b", CutBefore(), 2}, {"a", CutAfter(), 3}} {
+		answered := p.Answered("INCR")
 		p.Add(&Rule{Match: key(tc.prefix + "3"), Fault: tc.fault})
 		_, err := c.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 			for i := 1; i <= 5; i++ {
@@ -403,6 +410,9 @@ func TestCut(t *testing.T) {
 			if got := get(t, s, tc.prefix+strconv.Itoa(i)); (got == "1") != wantRan {
 				t.Errorf("pipeline %s: INCR %d ran: %v, want %v", tc.prefix, i, got == "1", wantRan)
 			}
+		}
+		if n := p.Answered("INCR") - answered; n != tc.ran {
+			t.Errorf("pipeline %s: %d INCRs answered, want %d", tc.prefix, n, tc.ran)
 		}
 	}
 }
@@ -476,8 +486,8 @@ func TestPauseResume(t *testing.T) {
 	done := make(chan *redis.IntCmd, 1)
 	go func() { done <- c.Incr(ctx, "n") }()
 	testkit.WaitFor(t, "INCR read by the paused proxy", waitTimeout, func() bool { return p.Count("INCR") == 1 })
-	if v := get(t, s, "n"); v != "" {
-		t.Fatalf("n = %q while the proxy is paused, want no INCR run", v)
+	if v := get(t, s, "n"); v != "" || p.Answered("INCR") != 0 {
+		t.Fatalf("n = %q, %d INCRs answered while the proxy is paused; want none run", v, p.Answered("INCR"))
 	}
 	select {
 	case cmd := <-done:
