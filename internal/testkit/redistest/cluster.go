@@ -3,6 +3,7 @@ package redistest
 import (
 	"context"
 	"fmt"
+	"net"
 	"os/exec"
 	"regexp"
 	"strconv"
@@ -141,16 +142,61 @@ func (c *ClusterServers) running() []*Server {
 	return out
 }
 
-// byAddr returns the node with the given address, or nil.
+// byAddr returns the node with the given address, its own or the one it
+// announces, or nil.
 func (c *ClusterServers) byAddr(addr string) *Server {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, n := range c.Nodes {
-		if n.Addr() == addr {
+		if n.Addr() == addr || n.announcedAddr() == addr {
 			return n
 		}
 	}
 	return nil
+}
+
+// Announce makes each node in ports announce its port there instead of its
+// own, to the other nodes and to clients (CLUSTER SLOTS, CLUSTER NODES,
+// MOVED, ASK), as a node behind a proxy does; the Cluster bus stays on the
+// node's own bus port. The settings are written to each node's config file,
+// so they survive Restart, and Topology and MasterOf know a node by its
+// announced address. Announce waits until every running node sees every
+// node of ports at its announced address.
+func (c *ClusterServers) Announce(ports map[*Server]int) {
+	c.tb.Helper()
+	ctx := context.Background()
+	for n, port := range ports {
+		cl := n.Client()
+		for _, kv := range [][2]string{
+			{"cluster-announce-ip", "127.0.0.1"},
+			{"cluster-announce-port", strconv.Itoa(port)},
+			{"cluster-announce-bus-port", strconv.Itoa(n.busPort)},
+		} {
+			if err := cl.ConfigSet(ctx, kv[0], kv[1]).Err(); err != nil {
+				c.tb.Fatalf("redistest: CONFIG SET %s %s on %s: %v", kv[0], kv[1], n.Addr(), err)
+			}
+		}
+		if err := cl.ConfigRewrite(ctx).Err(); err != nil {
+			c.tb.Fatalf("redistest: CONFIG REWRITE on %s: %v", n.Addr(), err)
+		}
+		n.mu.Lock()
+		n.announced = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		n.mu.Unlock()
+	}
+	waitFor(c.tb, clusterTimeout, "announced addresses known to every node", func() (bool, string) {
+		for _, seer := range c.running() {
+			txt, err := seer.Client().ClusterNodes(ctx).Result()
+			if err != nil {
+				return false, seer.Addr() + ": " + err.Error()
+			}
+			for n := range ports {
+				if !strings.Contains(txt, " "+n.announcedAddr()+"@"+strconv.Itoa(n.busPort)) {
+					return false, seer.Addr() + " does not see " + n.announcedAddr()
+				}
+			}
+		}
+		return true, ""
+	})
 }
 
 // WaitHealthy waits, bounded, until every running node reports

@@ -111,6 +111,9 @@ type Server struct {
 	proc        *process
 	paused      bool
 	client      *redis.Client
+	// announced is the address a cluster node announces instead of its
+	// own (ClusterServers.Announce), or "".
+	announced string
 }
 
 type process struct {
@@ -339,6 +342,12 @@ func (s *Server) clientOptions(timeout time.Duration) *redis.Options {
 // Addr returns the server's host:port on the loopback interface.
 func (s *Server) Addr() string {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
+}
+
+func (s *Server) announcedAddr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.announced
 }
 
 // Port returns the server's port.
