@@ -1,0 +1,422 @@
+package dedupprocessor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/faultproxy"
+)
+
+// tierOp names what a command of the shared tier does, told from its shape
+// (the keys and arguments of the scripts in internal/redistier): "claim"
+// (a claim or recheck), "commit", "renew", "release", "elect", "confirm",
+// "unelect"; "script" for a script of another shape, "" for any other
+// command (connection set-up, CLUSTER SLOTS, ...). The scripts' hashes are
+// not exported, so shapes it is; the census fails the run when a script
+// comes it cannot tell, so a new shape is noticed.
+func tierOp(c faultproxy.Command, lease, window string) string {
+	if n := c.Name(); n != "EVALSHA" && n != "EVAL" {
+		return ""
+	}
+	if len(c.Args) < 4 {
+		return "script"
+	}
+	nkeys, err := strconv.Atoi(c.Args[2])
+	if err != nil || nkeys < 1 || 3+nkeys > len(c.Args) {
+		return "script"
+	}
+	keys, argv := c.Args[3:3+nkeys], c.Args[3+nkeys:]
+	switch {
+	case strings.Contains(keys[0], "elect:{"):
+		switch len(argv) {
+		case 4:
+			return "elect"
+		case 3:
+			return "confirm"
+		case 2:
+			return "unelect"
+		}
+	case nkeys >= 2 && len(argv) == 4:
+		return "claim"
+	case nkeys == 1 && len(argv) == 1 && argv[0] == window:
+		return "commit"
+	case nkeys == 1 && len(argv) == 1 && argv[0] == lease:
+		return "renew"
+	case nkeys >= 2 && len(argv) == 1:
+		return "release"
+	}
+	return "script"
+}
+
+func (r *faultRun) tierOp(c faultproxy.Command) string {
+	return tierOp(c, strconv.FormatInt(faultLease.Milliseconds(), 10), strconv.FormatInt((10*time.Minute).Milliseconds(), 10))
+}
+
+// watch adds the census to a proxy: a rule that never fires and counts the
+// tier's commands by op.
+func (r *faultRun) watch(p *faultproxy.Proxy) {
+	r.addRule(p, &faultproxy.Rule{
+		Fault: faultproxy.DelayReply(0),
+		Match: func(cmd faultproxy.Command) bool {
+			if op := r.tierOp(cmd); op != "" {
+				r.mu.Lock()
+				r.census[op]++
+				r.mu.Unlock()
+			}
+			return false
+		},
+	})
+}
+
+func (r *faultRun) addRule(p *faultproxy.Proxy, rule *faultproxy.Rule) {
+	p.Add(rule)
+	r.mu.Lock()
+	r.rules = append(r.rules, ruleOn{p, rule})
+	r.mu.Unlock()
+}
+
+// faultEpisode is one fault of the schedule as it happened.
+type faultEpisode struct {
+	kind     string
+	scope    int // the collector whose way to Redis it hit; -1: every collector's
+	node     int // the Cluster node; -1 on standalone
+	from, to time.Time
+	detail   string
+
+	// What it may cause besides failed calls.
+	down      bool       // Redis could not be reached at all from from to to
+	dataLoss  bool       // Redis forgot its keys
+	leases    bool       // renewals failed long enough that claims may outlive their lease
+	collector *collector // the collector that died or was shut down
+}
+
+// faultFiring is one command a fault hit.
+type faultFiring struct {
+	ep   *faultEpisode
+	at   time.Time
+	op   string
+	key  string // a script's first key: a claim's status key
+	down bool   // the command failed (timed out, was cut, or landed late); else it was only slow
+}
+
+// faultProbe is what Redis held under a late claim's status key once the
+// claim had landed.
+type faultProbe struct {
+	f      faultFiring
+	late   time.Duration
+	at     time.Time
+	status string // "" if absent
+}
+
+func (r *faultRun) episode(ep *faultEpisode) *faultEpisode {
+	r.mu.Lock()
+	r.episodes = append(r.episodes, ep)
+	r.mu.Unlock()
+	return ep
+}
+
+// hit adds to p a rule that puts fault on the tier commands of ops (any
+// tier command if ops is empty) that fire says to, recording each (and
+// sending it to fired, if not nil and not full).
+func (r *faultRun) hit(p *faultproxy.Proxy, ep *faultEpisode, ops []string, fault faultproxy.Fault, down bool, fire func() bool, fired ...chan<- faultFiring) {
+	r.addRule(p, &faultproxy.Rule{
+		Fault: fault,
+		Match: func(cmd faultproxy.Command) bool {
+			op := r.tierOp(cmd)
+			if op == "" || len(ops) > 0 && !slices.Contains(ops, op) || !fire() {
+				return false
+			}
+			f := faultFiring{ep: ep, at: time.Now(), op: op, key: cmd.Args[3], down: down}
+			r.mu.Lock()
+			r.firings = append(r.firings, f)
+			r.mu.Unlock()
+			for _, ch := range fired {
+				select {
+				case ch <- f:
+				default:
+				}
+			}
+			return true
+		},
+	})
+}
+
+// probe reads, once a late claim has landed, what Redis holds under its
+// status key.
+func (r *faultRun) probe(fired <-chan faultFiring, late time.Duration) {
+	select {
+	case f := <-fired:
+		time.Sleep(time.Until(f.at.Add(late + faultTol))) // until it landed
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		status, err := r.redis().Get(ctx, f.key).Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			r.t.Errorf("probe of a late claim's status key: %v", err)
+			return
+		}
+		r.mu.Lock()
+		r.probes = append(r.probes, faultProbe{f: f, late: late, at: time.Now(), status: status})
+		r.mu.Unlock()
+	case <-time.After(time.Until(r.start.Add(faultSendFor))):
+	}
+}
+
+// times fires n times. A rule's Match runs under its proxy's lock, so no
+// other lock is needed.
+func times(n int) func() bool {
+	return func() bool {
+		n--
+		return n >= 0
+	}
+}
+
+// while fires with probability p until stop is closed.
+func while(rng *rand.Rand, p float64, stop <-chan struct{}) func() bool {
+	return func() bool {
+		select {
+		case <-stop:
+			return false
+		default:
+			return rng.Float64() < p
+		}
+	}
+}
+
+// The faults a schedule draws from: name, weight, and whether a run has at
+// most one (each keeps Redis or a collector away for seconds).
+type faultKind struct {
+	name   string
+	weight int
+	once   bool
+}
+
+var faultKinds = map[string][]faultKind{
+	"standalone": {
+		{"slow", 2, false}, {"drop-claim-reply", 2, false}, {"drop-reply", 1, false}, {"late-claim", 2, false},
+		{"cut", 1, false}, {"cut-all", 1, false}, {"renew-blip", 1, false}, {"renewals-blocked", 1, false},
+		{"restart", 1, true}, {"shutdown", 1, true}, {"crash", 1, true},
+	},
+	"cluster": {
+		{"slow", 2, false}, {"drop-claim-reply", 2, false}, {"drop-reply", 1, false}, {"late-claim", 2, false},
+		{"cut", 1, false}, {"cut-all", 1, false}, {"renew-blip", 1, false}, {"renewals-blocked", 1, false},
+		{"restart", 1, true}, {"master-replies-dropped", 1, true}, {"shutdown", 1, true},
+	},
+}
+
+// plannedFault is a fault of the schedule before it happens.
+type plannedFault struct {
+	at     time.Duration
+	kind   string
+	target int // a collector slot (standalone) or a node
+	rng    *rand.Rand
+}
+
+// plan draws the run's fault schedule from the seed: 5 to 8 faults in the
+// first faultSendFor, the last a second before its end.
+func (r *faultRun) plan() []plannedFault {
+	rng := faultRand(r.seed, 5)
+	kinds := faultKinds[r.env.topology]
+	used := map[string]bool{}
+	var plan []plannedFault
+	for i := range 5 + rng.IntN(4) {
+		total := 0
+		for _, k := range kinds {
+			if !k.once || !used[k.name] {
+				total += k.weight
+			}
+		}
+		pick := rng.IntN(total)
+		var kind faultKind
+		for _, k := range kinds {
+			if k.once && used[k.name] {
+				continue
+			}
+			if pick -= k.weight; pick < 0 {
+				kind = k
+				break
+			}
+		}
+		used[kind.name] = true
+		plan = append(plan, plannedFault{
+			at:     300*time.Millisecond + time.Duration(rng.Int64N(int64(faultSendFor-1300*time.Millisecond))),
+			kind:   kind.name,
+			target: rng.IntN(3),
+			rng:    faultRand(r.seed, 6, uint64(i)),
+		})
+	}
+	slices.SortFunc(plan, func(a, b plannedFault) int { return int(a.at - b.at) })
+	return plan
+}
+
+// inject plays the schedule; the WaitGroup is done when every fault is
+// over (the collectors taken down are up again).
+func (r *faultRun) inject() *sync.WaitGroup {
+	var wg sync.WaitGroup
+	plan := r.plan()
+	wg.Go(func() {
+		for _, f := range plan {
+			time.Sleep(time.Until(r.start.Add(f.at))) // the schedule itself
+			r.apply(f, &wg)
+		}
+	})
+	return &wg
+}
+
+// target returns the proxy a fault on target goes through, and the scope
+// of the episode: on standalone, the current incarnation of the target
+// slot's collector (or of another if it is down); on a Cluster, the node's.
+func (r *faultRun) target(target int) (*faultproxy.Proxy, int, int) {
+	if r.env.cluster != nil {
+		return r.env.cluster.Proxies[target], -1, target
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := range faultCollectors {
+		if c := r.live[(target+i)%faultCollectors]; c != nil {
+			return c.proxy, c.id, -1
+		}
+	}
+	return nil, 0, -1
+}
+
+func (r *faultRun) apply(f plannedFault, wg *sync.WaitGroup) {
+	rng := f.rng
+	now := time.Now()
+	switch f.kind {
+	case "restart":
+		ep := &faultEpisode{kind: f.kind, scope: -1, node: -1, down: true, dataLoss: true, leases: true}
+		if r.env.cluster != nil {
+			ep.node = f.target
+		}
+		ep.from = now
+		r.episode(ep)
+		if r.env.cluster != nil {
+			// A restarted master refuses writes (CLUSTERDOWN) until the
+			// Cluster took it back: Redis down for as long.
+			r.env.cluster.Servers.Nodes[f.target].Restart()
+			r.env.cluster.Servers.WaitHealthy()
+		} else {
+			r.env.server.Restart()
+		}
+		r.mu.Lock()
+		ep.to = time.Now()
+		r.mu.Unlock()
+		return
+	case "shutdown", "crash":
+		r.takeDown(f, wg)
+		return
+	}
+	p, scope, node := r.target(f.target)
+	if p == nil {
+		return
+	}
+	ep := &faultEpisode{kind: f.kind, scope: scope, node: node, from: now}
+	var stop chan struct{}
+	window := func(d time.Duration) {
+		stop = make(chan struct{})
+		wg.Go(func() {
+			time.Sleep(d) // the fault's length
+			close(stop)
+			r.mu.Lock()
+			ep.to = time.Now()
+			r.mu.Unlock()
+		})
+	}
+	switch f.kind {
+	case "slow": // slow is not down: well within the timeout
+		d := time.Duration(5+rng.IntN(int(faultTimeout/4/time.Millisecond-5))) * time.Millisecond
+		ep.detail = fmt.Sprintf("replies %v late, half of them", d)
+		window(time.Second + time.Duration(rng.Int64N(int64(time.Second))))
+		r.hit(p, r.episode(ep), nil, faultproxy.DelayReply(d), false, while(rng, 0.5, stop))
+	case "drop-claim-reply":
+		r.hit(p, r.episode(ep), []string{"claim"}, faultproxy.DropReply(), true, times(1))
+	case "drop-reply":
+		n := 1 + rng.IntN(2)
+		ep.detail = fmt.Sprintf("%d replies", n)
+		r.hit(p, r.episode(ep), nil, faultproxy.DropReply(), true, times(n))
+	case "late-claim": // lands after its call timed out, and after its release
+		d := faultTimeout*3/2 + time.Duration(rng.Int64N(int64(faultTimeout*3/2)))
+		ep.detail = fmt.Sprintf("a claim lands %v late", d)
+		fired := make(chan faultFiring, 1)
+		r.hit(p, r.episode(ep), []string{"claim"}, faultproxy.DelayRequest(d), true, times(1), fired)
+		wg.Go(func() { r.probe(fired, d) })
+	case "cut":
+		fault, what := faultproxy.CutBefore(), "before"
+		if rng.IntN(2) == 0 {
+			fault, what = faultproxy.CutAfter(), "after"
+		}
+		ep.detail = "the connection cut " + what + " a command"
+		r.hit(p, r.episode(ep), nil, fault, true, times(1))
+	case "cut-all":
+		ep.to = now
+		r.episode(ep)
+		r.mu.Lock()
+		r.firings = append(r.firings, faultFiring{ep: ep, at: now, down: true})
+		r.mu.Unlock()
+		p.CutAll()
+	case "renew-blip": // one renewal lost: the next one must keep the claim
+		r.hit(p, r.episode(ep), []string{"renew"}, faultproxy.DropReply(), true, times(1))
+	case "renewals-blocked": // for longer than the lease
+		ep.leases = true
+		window(faultLease*3/2 + time.Duration(rng.Int64N(int64(faultLease/2))))
+		r.hit(p, r.episode(ep), []string{"renew"}, faultproxy.CutBefore(), true, while(rng, 1, stop))
+	case "master-replies-dropped":
+		ep.leases = true
+		window(time.Second)
+		r.hit(p, r.episode(ep), nil, faultproxy.DropReply(), true, while(rng, 0.5, stop))
+	default:
+		r.t.Fatalf("unknown fault %q", f.kind)
+	}
+	if stop == nil {
+		r.mu.Lock()
+		ep.to = ep.from // an episode of single commands: its firings tell when
+		r.mu.Unlock()
+	}
+}
+
+// takeDown shuts down (gracefully, batches in flight included) or kills a
+// collector, then starts a new incarnation of it on the same configuration
+// a while later. At least two collectors stay up.
+func (r *faultRun) takeDown(f plannedFault, wg *sync.WaitGroup) {
+	r.mu.Lock()
+	var c *collector
+	up := 0
+	for i := range faultCollectors {
+		if x := r.live[(f.target+i)%faultCollectors]; x != nil {
+			up++
+			if c == nil {
+				c = x
+			}
+		}
+	}
+	r.mu.Unlock()
+	if up < faultCollectors {
+		return
+	}
+	died := f.kind == "crash"
+	r.down(c, died)
+	ep := r.episode(&faultEpisode{kind: f.kind, scope: c.id, node: -1, from: c.downAt, to: c.downAt, collector: c})
+	if died {
+		ep.down, ep.leases = true, true
+		c.proxy.Refuse(true) // its connections die with it
+		c.proxy.CutAll()
+		close(c.crashed)
+	}
+	gap := 300*time.Millisecond + time.Duration(f.rng.Int64N(int64(500*time.Millisecond)))
+	wg.Go(func() {
+		if !died {
+			r.stop(c)
+		}
+		time.Sleep(gap) // down for a while
+		r.startCollector(c.slot)
+	})
+}

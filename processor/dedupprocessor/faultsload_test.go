@@ -1,0 +1,508 @@
+package dedupprocessor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/collector/consumer"
+	"go.opentelemetry.io/collector/pdata/plog"
+	"go.opentelemetry.io/collector/processor/processortest"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/faultproxy"
+	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
+)
+
+// A run's settings. The lease is the least the configuration allows (three
+// timeouts, a renewal each timeout), so leases run out within a run; the
+// timeout is long enough that a loaded 2-core machine under -race does not
+// time out on its own. Slow exports take longer than the lease, so only
+// renewals keep their claims.
+const (
+	faultTimeout     = 300 * time.Millisecond
+	faultLease       = 3 * faultTimeout
+	faultPendingWait = 300 * time.Millisecond
+	faultSendFor     = 6 * time.Second  // new requests start for this long
+	faultGiveUp      = 25 * time.Second // a sender stops retrying a request this long after its first try
+	faultHang        = faultGiveUp + 30*time.Second
+	faultCollectors  = 3
+	faultSenders     = 6
+	faultRequests    = 20_000 // more than the senders can send in faultSendFor
+)
+
+// faultEnv is the Redis a topology's runs share: runs keep apart by their
+// key prefix.
+type faultEnv struct {
+	topology string
+	server   *redistest.Server   // standalone: each collector reaches it through a proxy of its own
+	cluster  *faultproxy.Cluster // cluster: every collector reaches each node through the node's proxy
+	client   redis.Cmdable       // the test's own, past the faults
+	runs     int
+}
+
+// redis returns the test's own client of the run's Redis.
+func (r *faultRun) redis() redis.Cmdable { return r.env.client }
+
+// faultRun is one seeded run: the collectors, what was sent and delivered,
+// and the faults injected, each stamped with its time.
+type faultRun struct {
+	t      *testing.T
+	env    *faultEnv
+	seed   uint64
+	policy ErrorPolicy
+	prefix string
+	reqs   []*faultRequest
+	start  time.Time
+
+	mu         sync.Mutex
+	collectors []*collector // every incarnation, in start order
+	live       []*collector // per slot, its incarnation that is up; nil while down
+	attempts   []*faultAttempt
+	exports    []*faultExport
+	episodes   []*faultEpisode
+	firings    []faultFiring
+	census     map[string]int // tier commands seen by the proxies, by op
+	gaveUp     []*faultAttempt
+	probes     []faultProbe
+	rules      []ruleOn
+
+	ended chan struct{}  // closed once every sender is done: dead collectors' exports return
+	calls sync.WaitGroup // ConsumeLogs calls
+}
+
+// ruleOn is a rule and the proxy it was added to, removed at the end.
+type ruleOn struct {
+	p *faultproxy.Proxy
+	r *faultproxy.Rule
+}
+
+func newFaultRun(t *testing.T, env *faultEnv, seed uint64, policy ErrorPolicy) *faultRun {
+	env.runs++
+	return &faultRun{
+		t:      t,
+		env:    env,
+		seed:   seed,
+		policy: policy,
+		prefix: fmt.Sprintf("faults%d:", env.runs),
+		reqs:   faultRequestStream(seed),
+		live:   make([]*collector, faultCollectors),
+		census: map[string]int{},
+		ended:  make(chan struct{}),
+	}
+}
+
+// faultRand returns a generator for one decision of the run: its draws
+// depend only on the seed and the decision's coordinates.
+func faultRand(seed uint64, coords ...uint64) *rand.Rand {
+	h := uint64(0x9e3779b97f4a7c15)
+	for _, c := range coords {
+		h ^= c + 0x9e3779b97f4a7c15 + h<<6 + h>>2
+		h *= 0xbf58476d1ce4e5b9
+	}
+	return rand.New(rand.NewPCG(seed, h))
+}
+
+// faultRequest is one request of the run's stream: a batch of event ids.
+type faultRequest struct {
+	n      int
+	ids    []int
+	racing bool // also sent at once to another collector, as a copy of its own
+}
+
+// faultRequestStream draws the run's requests: about a third of their
+// records repeat a record of the last few hundred (copies racing between
+// requests and collectors), some repeat one of their own request.
+func faultRequestStream(seed uint64) []*faultRequest {
+	rng := faultRand(seed, 1)
+	var recent []int
+	next := 0
+	reqs := make([]*faultRequest, faultRequests)
+	for i := range reqs {
+		size := 1 + rng.IntN(24)
+		ids := make([]int, 0, size)
+		for range size {
+			switch p := rng.Float64(); {
+			case p < 0.3 && len(recent) > 0:
+				ids = append(ids, recent[rng.IntN(len(recent))])
+			case p < 0.35 && len(ids) > 0:
+				ids = append(ids, ids[rng.IntN(len(ids))])
+			default:
+				ids = append(ids, next)
+				recent = append(recent, next)
+				next++
+			}
+		}
+		if len(recent) > 300 {
+			recent = recent[len(recent)-300:]
+		}
+		reqs[i] = &faultRequest{n: i, ids: ids, racing: rng.Float64() < 0.2}
+	}
+	return reqs
+}
+
+// collector is one incarnation of one of the run's collectors: a logs
+// dedup processor in front of its exporter.
+type collector struct {
+	id      int // incarnation, in start order
+	slot    int // the collector it is an incarnation of
+	h       *harness
+	proxy   *faultproxy.Proxy // standalone: its own way to Redis
+	logs    *observer.ObservedLogs
+	started time.Time
+	crashed chan struct{} // closed when it dies
+
+	// Under the run's lock.
+	downAt time.Time // when it died or its shutdown began
+	died   bool
+}
+
+func (r *faultRun) config(endpoints []string) *Config {
+	cfg := redisConfig(endpoints, r.policy)
+	cfg.PendingWait = faultPendingWait
+	rc := cfg.Redis.Get()
+	rc.Timeout, rc.Lease, rc.KeyPrefix = faultTimeout, faultLease, r.prefix
+	return cfg
+}
+
+// startCollector starts a new incarnation of slot's collector, with the
+// same configuration as every other.
+func (r *faultRun) startCollector(slot int) *collector {
+	r.mu.Lock()
+	c := &collector{id: len(r.collectors), slot: slot, crashed: make(chan struct{})}
+	r.collectors = append(r.collectors, c)
+	r.mu.Unlock()
+	var endpoints []string
+	if r.env.server != nil {
+		c.proxy = faultproxy.New(r.t, r.env.server.Addr())
+		r.watch(c.proxy)
+		endpoints = []string{c.proxy.Addr()}
+	} else {
+		endpoints = r.env.cluster.Addrs()
+	}
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	r.t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	core, logs := observer.New(zapcore.InfoLevel)
+	set := processortest.NewNopSettings(componentType)
+	set.MeterProvider, set.Logger = mp, zap.New(core)
+	cfg := r.config(endpoints)
+	if err := cfg.Validate(); err != nil {
+		r.t.Fatalf("config: %v", err)
+	}
+	proc, err := NewFactory().CreateLogs(context.Background(), set, cfg, &faultExporter{r: r, c: c})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if err := proc.Start(context.Background(), nil); err != nil {
+		r.t.Fatal(err)
+	}
+	c.h, c.logs, c.started = &harness{t: r.t, proc: proc, reader: reader, id: set.ID}, logs, time.Now()
+	r.mu.Lock()
+	r.live[slot] = c
+	r.mu.Unlock()
+	return c
+}
+
+// stop shuts c down (it must be down already: no new request reaches it).
+func (r *faultRun) stop(c *collector) {
+	if err := c.h.proc.Shutdown(context.Background()); err != nil {
+		r.t.Errorf("collector %d: shutdown: %v", c.id, err)
+	}
+}
+
+// down takes c out of the load balancer's rotation.
+func (r *faultRun) down(c *collector, died bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c.downAt, c.died = time.Now(), died
+	if r.live[c.slot] == c {
+		r.live[c.slot] = nil
+	}
+}
+
+// attemptKey carries an attempt to the exporter, as a request's context
+// carries its client metadata.
+type attemptKey struct{}
+
+// faultAttempt is one try of one copy of a request at one collector.
+type faultAttempt struct {
+	req   *faultRequest
+	copy  int // 0: the request; 1: its racing copy
+	n     int // the copy's attempt number, from 0
+	c     *collector
+	calls atomic.Int32 // calls made to the exporter
+	start time.Time
+
+	// Under the run's lock, once answered.
+	end  time.Time
+	err  error
+	died bool // its collector died before answering
+}
+
+func (a *faultAttempt) String() string {
+	return fmt.Sprintf("request %d/%d try %d at collector %d", a.req.n, a.copy, a.n, a.c.id)
+}
+
+// faultExport is one call of a collector's exporter.
+type faultExport struct {
+	a         *faultAttempt
+	c         *collector
+	call      int // 1: the batch's first call, 2: its second
+	ids       []int
+	start     time.Time
+	end       time.Time // under the run's lock; zero while in flight
+	delivered bool      // the backend has the records
+}
+
+var (
+	errExporterFailed = errors.New("exporter: the backend refused the batch (injected)")
+	errCollectorDied  = errors.New("the collector died (injected): the connection was reset")
+)
+
+// faultExporter is a collector's exporter with retry: it delivers to the
+// run's backend, sometimes slowly (longer than the lease), and fails at a
+// rate; the seed decides each call's fate.
+type faultExporter struct {
+	r *faultRun
+	c *collector
+}
+
+func (x *faultExporter) Capabilities() consumer.Capabilities { return consumer.Capabilities{} }
+
+func (x *faultExporter) ConsumeLogs(ctx context.Context, ld plog.Logs) error {
+	r, c := x.r, x.c
+	select {
+	case <-c.crashed: // a dead collector exports nothing
+		<-r.ended
+		return errCollectorDied
+	default:
+	}
+	a := ctx.Value(attemptKey{}).(*faultAttempt)
+	call := int(a.calls.Add(1))
+	e := &faultExport{a: a, c: c, call: call, ids: eventIDs(ld), start: time.Now()}
+	rng := faultRand(r.seed, 2, uint64(a.req.n), uint64(a.copy), uint64(a.n), uint64(call))
+	var delay time.Duration
+	switch p := rng.Float64(); {
+	case p < 0.80:
+		delay = time.Duration(rng.IntN(3)) * time.Millisecond
+	case p < 0.94:
+		delay = time.Duration(20+rng.IntN(130)) * time.Millisecond
+	default: // slower than the lease: only renewals keep its claims
+		delay = faultLease + time.Duration(rng.Int64N(int64(faultLease)))
+	}
+	fail := rng.Float64() < 0.08
+	r.mu.Lock()
+	r.exports = append(r.exports, e)
+	r.mu.Unlock()
+	slow := time.NewTimer(delay) // the injected slowness itself
+	defer slow.Stop()
+	select {
+	case <-slow.C:
+	case <-c.crashed:
+		// Killed mid-export: the backend may or may not have the data.
+		r.exported(e, rng.IntN(2) == 0)
+		<-r.ended
+		return errCollectorDied
+	}
+	r.exported(e, !fail)
+	if fail {
+		return errExporterFailed
+	}
+	return nil
+}
+
+func (r *faultRun) exported(e *faultExport, delivered bool) {
+	r.mu.Lock()
+	e.end, e.delivered = time.Now(), delivered
+	r.mu.Unlock()
+}
+
+// eventIDs returns the event ids of a batch's records, in order.
+func eventIDs(ld plog.Logs) []int {
+	var ids []int
+	for i := 0; i < ld.ResourceLogs().Len(); i++ {
+		sls := ld.ResourceLogs().At(i).ScopeLogs()
+		for j := 0; j < sls.Len(); j++ {
+			lrs := sls.At(j).LogRecords()
+			for k := 0; k < lrs.Len(); k++ {
+				v, _ := lrs.At(k).Attributes().Get("event.id")
+				id, err := strconv.Atoi(strings.TrimPrefix(v.AsString(), "evt-"))
+				if err != nil {
+					panic(fmt.Sprintf("record without a test event.id: %q", v.AsString()))
+				}
+				ids = append(ids, id)
+			}
+		}
+	}
+	return ids
+}
+
+// run starts the collectors, the senders and the fault schedule, and
+// returns once every request was answered or given up and every collector
+// is shut down.
+func (r *faultRun) run() {
+	r.start = time.Now()
+	if r.env.cluster != nil {
+		for _, p := range r.env.cluster.Proxies {
+			r.watch(p)
+		}
+	}
+	for slot := range faultCollectors {
+		r.startCollector(slot)
+	}
+	schedule := r.inject()
+	var senders sync.WaitGroup
+	for s := range faultSenders {
+		senders.Go(func() { r.sender(s) })
+	}
+	r.bounded("every request answered or given up", senders.Wait)
+	r.bounded("the fault schedule over", schedule.Wait)
+	close(r.ended)
+	r.bounded("every call to a collector returned", r.calls.Wait)
+	r.mu.Lock()
+	for _, ro := range r.rules {
+		ro.r.Remove()
+	}
+	var up []*collector
+	for _, c := range r.collectors {
+		if c.downAt.IsZero() || c.died {
+			up = append(up, c)
+		}
+	}
+	r.mu.Unlock()
+	for _, c := range up {
+		r.stop(c)
+	}
+}
+
+// bounded runs wait, failing the test with every goroutine's stack if it
+// has not returned after faultHang: a hang is a finding of its own.
+func (r *faultRun) bounded(what string, wait func()) {
+	done := make(chan struct{})
+	go func() { wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(faultHang):
+		_ = pprof.Lookup("goroutine").WriteTo(os.Stderr, 2)
+		r.t.Fatalf("%s: not after %v (goroutines above)", what, faultHang)
+	}
+}
+
+// sender sends its share of the stream, one request at a time (and its
+// racing copy beside it), each until acknowledged.
+func (r *faultRun) sender(s int) {
+	rng := faultRand(r.seed, 3, uint64(s))
+	for k := s; k < len(r.reqs) && time.Since(r.start) < faultSendFor; k += faultSenders {
+		req := r.reqs[k]
+		var copies sync.WaitGroup
+		if req.racing {
+			copies.Go(func() { r.deliver(req, 1) })
+		}
+		r.deliver(req, 0)
+		copies.Wait()
+		time.Sleep(time.Duration(rng.IntN(20)) * time.Millisecond) // the sender's pace
+	}
+}
+
+// deliver sends one copy of req as an exporter with retry does: a refused
+// try is retried, at whichever collector the load balancer picks, after a
+// growing backoff, until acknowledged or faultGiveUp after the first. The
+// first backoff is drawn (exporters wait 5 s by default; here up to
+// 600 ms), so that retries come both before and after the claims of their
+// refused tries land late.
+func (r *faultRun) deliver(req *faultRequest, copy int) {
+	first := time.Now()
+	backoff := time.Duration(faultRand(r.seed, 7, uint64(req.n), uint64(copy)).Int64N(int64(600 * time.Millisecond)))
+	for n := 0; ; n++ {
+		a := &faultAttempt{req: req, copy: copy, n: n, c: r.pick(req, copy, n), start: time.Now()}
+		err, died := r.try(a)
+		r.mu.Lock()
+		a.end, a.err, a.died = time.Now(), err, died
+		r.attempts = append(r.attempts, a)
+		r.mu.Unlock()
+		if err == nil {
+			return
+		}
+		if time.Since(first) > faultGiveUp {
+			r.mu.Lock()
+			r.gaveUp = append(r.gaveUp, a)
+			r.mu.Unlock()
+			return
+		}
+		time.Sleep(backoff) // the sender's retry backoff
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// pick is the load balancer: the seed picks one of the collectors up; a
+// racing copy's first try goes to another than its request's.
+func (r *faultRun) pick(req *faultRequest, copy, n int) *collector {
+	h := faultRand(r.seed, 4, uint64(req.n), uint64(n)).Uint64()
+	for {
+		r.mu.Lock()
+		var up []*collector
+		for _, c := range r.live {
+			if c != nil {
+				up = append(up, c)
+			}
+		}
+		r.mu.Unlock()
+		if len(up) > 0 {
+			return up[(h+uint64(copy))%uint64(len(up))]
+		}
+		time.Sleep(5 * time.Millisecond) // every collector down: a sender's connect retry
+	}
+}
+
+// try sends one attempt; a collector that dies meanwhile resets the
+// connection, which the sender sees at once.
+func (r *faultRun) try(a *faultAttempt) (err error, died bool) {
+	ctx := context.WithValue(context.Background(), attemptKey{}, a)
+	done := make(chan error, 1)
+	ld := events(a.req.ids...)
+	r.calls.Go(func() { done <- a.c.h.proc.ConsumeLogs(ctx, ld) })
+	select {
+	case err := <-done:
+		return err, false
+	case <-a.c.crashed:
+		select {
+		case err := <-done: // it answered as it died
+			return err, false
+		default:
+			return errCollectorDied, true
+		}
+	}
+}
+
+// counter returns a collector's counter series name with attrs.
+func (c *collector) counter(name string, attrs ...attribute.KeyValue) int64 {
+	return c.h.metric(name, attrs...)
+}
+
+// lost returns how many claims c counted lost.
+func (c *collector) lost() int64 {
+	var n int64
+	for _, op := range []string{"commit", "renew", "release"} {
+		n += c.h.redisRequests(op, "lost")
+	}
+	return n
+}
+
+func (c *collector) unchecked() int64 {
+	return c.counter("otelcol_processor_dedup_redis_unchecked")
+}
