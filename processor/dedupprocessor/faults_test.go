@@ -60,9 +60,11 @@ func TestFaults(t *testing.T) {
 				env.client = client
 			}
 			if soak == 0 {
-				for _, seed := range seeds {
-					for _, p := range policies {
-						runFaultsSeed(t, env, seed, p)
+				for _, signal := range []string{"logs", "metrics"} {
+					for _, seed := range seeds[signal] {
+						for _, p := range policies {
+							runFaultsSeed(t, env, signal, seed, p)
+						}
 					}
 				}
 				return
@@ -71,17 +73,19 @@ func TestFaults(t *testing.T) {
 			until := time.Now().Add(soak / 2)
 			for time.Now().Before(until) {
 				seed := rand.Uint64() % 1_000_000_000
-				for _, p := range policies {
-					runFaultsSeed(t, env, seed, p)
+				for _, signal := range []string{"logs", "metrics"} {
+					for _, p := range policies {
+						runFaultsSeed(t, env, signal, seed, p)
+					}
 				}
 			}
 		})
 	}
 }
 
-// defaultFaultSeeds are the seeds make test runs, on each topology under
-// each on_error.
-var defaultFaultSeeds = []uint64{1, 2}
+// defaultFaultSeeds are the seeds make test runs, per signal, on each
+// topology under each on_error.
+var defaultFaultSeeds = map[string][]uint64{"logs": {1, 2}, "metrics": {1}}
 
 var (
 	faultsSeedFlag     = flag.String("faults.seed", "", "TestFaults: comma-separated seeds to run (default: the seeds make test runs)")
@@ -89,8 +93,8 @@ var (
 	faultsDumpFlag     = flag.Bool("faults.dump", false, "TestFaults: log every try and export of each run")
 )
 
-// faultSeeds returns the seeds to run, or the soak duration.
-func faultSeeds(t *testing.T) ([]uint64, time.Duration) {
+// faultSeeds returns the seeds to run per signal, or the soak duration.
+func faultSeeds(t *testing.T) (map[string][]uint64, time.Duration) {
 	seedList, soak := *faultsSeedFlag, *faultsDurationFlag
 	if v := os.Getenv("FAULTS_SEED"); seedList == "" && v != "" {
 		seedList = v
@@ -113,20 +117,21 @@ func faultSeeds(t *testing.T) ([]uint64, time.Duration) {
 		}
 		seeds = append(seeds, n)
 	}
-	return seeds, 0
+	return map[string][]uint64{"logs": seeds, "metrics": seeds}, 0
 }
 
-// runFaultsSeed runs one seed under one on_error as a subtest, and prints
-// the seed if it fails, so that a soak's output names every failed seed.
-func runFaultsSeed(t *testing.T, env *faultEnv, seed uint64, policy ErrorPolicy) {
-	t.Run(fmt.Sprintf("seed=%d/%s", seed, policy), func(t *testing.T) {
+// runFaultsSeed runs one seed of one signal under one on_error as a
+// subtest, and prints the seed if it fails, so that a soak's output names
+// every failed seed.
+func runFaultsSeed(t *testing.T, env *faultEnv, signal string, seed uint64, policy ErrorPolicy) {
+	t.Run(fmt.Sprintf("%s/seed=%d/%s", signal, seed, policy), func(t *testing.T) {
 		t.Cleanup(func() {
 			if t.Failed() {
-				fmt.Printf("faults: FAILED seed %d (%s, on_error: %s): rerun with go test -race -run 'TestFaults/%s/seed=%d/%s' -faults.seed=%d\n",
-					seed, env.topology, policy, env.topology, seed, policy, seed)
+				fmt.Printf("faults: FAILED seed %d (%s, %s, on_error: %s): rerun with go test -race -run 'TestFaults/%s/%s/seed=%d/%s' -faults.seed=%d\n",
+					seed, env.topology, signal, policy, env.topology, signal, seed, policy, seed)
 			}
 		})
-		r := newFaultRun(t, env, seed, policy)
+		r := newFaultRun(t, env, signal, seed, policy)
 		r.run()
 		r.check()
 	})

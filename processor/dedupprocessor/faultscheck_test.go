@@ -1,12 +1,18 @@
 package dedupprocessor
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"slices"
 	"strings"
 	"time"
+
+	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/processor/processortest"
+
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/identity"
 )
 
 const (
@@ -15,15 +21,14 @@ const (
 	// faultCommitSlack bounds the time from an export's end to its commit
 	// or release landing in Redis, when no fault hit the writes.
 	faultCommitSlack = faultTimeout + faultTol
-	// faultBreakerMemory: a collector whose calls failed may skip Redis
-	// this long after (the breaker's cooldown doubles up to a minute).
-	faultBreakerMemory = time.Minute
 )
 
-// The ops of claims, and of the writes that end or extend them.
+// The ops of claims, of elections, and of the writes that end or extend
+// them.
 var (
 	claimOps = []string{"claim"}
-	writeOps = []string{"commit", "renew", "release"}
+	electOps = []string{"elect"}
+	writeOps = []string{"commit", "renew", "release", "confirm", "unelect"}
 )
 
 // faultViolations collects what broke a promise, by promise.
@@ -53,7 +58,7 @@ func (r *faultRun) check() {
 	copies := r.checkCopies(&v)
 	r.checkCounters(&v)
 	r.checkCensus(&v)
-	r.checkLateClaims(&v)
+	r.checkProbes(&v)
 	r.dump()
 	r.t.Log(r.summary(stalls, copies))
 	if len(v.order) == 0 {
@@ -74,7 +79,7 @@ func (r *faultRun) dump() {
 	}
 	var b strings.Builder
 	for _, a := range r.attempts {
-		fmt.Fprintf(&b, "try %s %s-%s records %v: %v\n", a, r.rel(a.start), r.rel(a.end), a.req.ids, a.err)
+		fmt.Fprintf(&b, "try %s %s-%s records %v: %v\n", a, r.rel(a.start), r.rel(a.end), a.records(), a.err)
 	}
 	for _, e := range r.exports {
 		fmt.Fprintf(&b, "export %s call %d %s-%s records %v delivered %v\n", e.a, e.call, r.rel(e.start), r.rel(e.end), e.ids, e.delivered)
@@ -119,18 +124,13 @@ func (r *faultRun) downOn(c *collector, ops []string, from, to time.Time) string
 	return ""
 }
 
-// skippedRedis reports whether c's breaker may have been open at t: c
-// counted calls skipped, and some call of c failed before t.
-func (r *faultRun) skippedRedis(c *collector, t time.Time) string {
-	skipped := int64(0)
-	for _, op := range []string{"claim", "recheck"} {
-		skipped += c.h.redisRequests(op, "skipped")
-	}
-	if skipped == 0 {
-		return ""
-	}
-	if why := r.downOn(c, nil, t.Add(-faultBreakerMemory), t); why != "" {
-		return "breaker open after " + why
+// breakerOpen describes a burst of faults after which c's breaker may
+// have been open at t.
+func (r *faultRun) breakerOpen(c *collector, t time.Time) string {
+	for _, ep := range r.episodes {
+		if ep.breaker && ep.covers(c) && between(t, ep.from, ep.to.Add(faultBreakerCooldown)) {
+			return fmt.Sprintf("breaker open after %s at %s-%s", ep.kind, r.rel(ep.from), r.rel(ep.to))
+		}
 	}
 	return ""
 }
@@ -151,43 +151,65 @@ func (r *faultRun) delivered() map[int][]*faultExport {
 	return by
 }
 
-// checkAcknowledged: every record of an acknowledged request was delivered.
+// checkAcknowledged: every record of an acknowledged request was
+// delivered; every point of an acknowledged scrape, by one replica or the
+// other. Elections may drop an acknowledged point only once Redis lost
+// them, or a collector's renewals failed for a lease: collectors then
+// elect different replicas for a while.
 func (r *faultRun) checkAcknowledged(v *faultViolations) {
-	delivered := r.delivered()
+	delivered := map[int]bool{}
+	for _, e := range r.exports {
+		if e.delivered {
+			for _, id := range e.ids {
+				delivered[r.pointOf(id)] = true
+			}
+		}
+	}
 	for _, a := range r.attempts {
 		if a.err != nil {
 			continue
 		}
-		for _, id := range a.req.ids {
-			if len(delivered[id]) == 0 {
-				v.add("an acknowledged record was never delivered",
-					"record %d: %s acknowledged at %s", id, a, r.rel(a.end))
+		for _, id := range a.records() {
+			if delivered[r.pointOf(id)] {
+				continue
 			}
+			if r.signal == "metrics" && r.electionsSplit(a.start.Add(-faultLease-faultTol), a.end) != "" {
+				continue
+			}
+			v.add("an acknowledged record was never delivered",
+				"record %d: %s acknowledged at %s", id, a, r.rel(a.end))
 		}
 	}
 }
 
-// checkLateClaims: a claim that lands after its request was answered (it
-// was released, or committed before it landed) must not stay pending: it
-// would stall every copy of its records for the lease.
-func (r *faultRun) checkLateClaims(v *faultViolations) {
+// electionsSplit describes a fault between from and to after which
+// collectors may hold different elections of one cluster: Redis lost its
+// data, or a collector's renewals failed for a lease.
+func (r *faultRun) electionsSplit(from, to time.Time) string {
+	for _, ep := range r.episodes {
+		if ep.dataLoss && !ep.from.After(to) || ep.leases && !ep.from.After(to) && !ep.to.Before(from) {
+			return fmt.Sprintf("%s at %s", ep.kind, r.rel(ep.from))
+		}
+	}
+	return ""
+}
+
+// checkProbes: a claim or election whose answer was lost, or that landed
+// late, is not left pending once every request that could hold it was
+// answered and its commit or release had time to land: it would stall
+// every copy of its records, or its whole cluster, for the lease.
+func (r *faultRun) checkProbes(v *faultViolations) {
 	for _, p := range r.probes {
-		if p.status != "p" {
+		if !p.pending {
 			continue
 		}
-		// Every request in flight at the claim's collector when it was
-		// sent has been answered, and its writes had time to land.
-		inFlight := false
-		for _, a := range r.attempts {
-			if p.f.ep.covers(a.c) && !a.start.After(p.f.at) && a.end.Add(faultCommitSlack).After(p.at) {
-				inFlight = true
-			}
+		what := "a claim"
+		if p.f.op == "elect" {
+			what = "an election"
 		}
-		if !inFlight {
-			v.add("a claim that landed after its request was answered stayed pending in Redis",
-				"a claim sent at %s landed %v late; at %s its status key %s was still pending",
-				r.rel(p.f.at), p.late.Round(time.Millisecond), r.rel(p.at), readableKey(p.f.key))
-		}
+		v.add(what+" whose answer was lost or late stayed pending after its request was answered",
+			"%s (%s) sent at %s; every request in flight at its collector answered by %s; at %s its key %s was still pending",
+			p.f.ep.kind, p.f.ep.detail, r.rel(p.f.at), r.rel(p.answered), r.rel(p.at), readableKey(p.f.key))
 	}
 }
 
@@ -200,7 +222,8 @@ func readableKey(key string) string {
 }
 
 // faultStalls sums up the stalls: runs of a copy's tries refused because
-// another request was delivering one of its records.
+// another request was delivering one of its records, or deciding its
+// cluster's election.
 type faultStalls struct {
 	count   int
 	longest time.Duration
@@ -211,18 +234,6 @@ type faultStalls struct {
 // is explained by a claim of a request in flight, or of a collector that
 // died within the lease.
 func (r *faultRun) checkRefusals(v *faultViolations) faultStalls {
-	exports := map[int][]*faultExport{}
-	for _, e := range r.exports {
-		for _, id := range e.ids {
-			exports[id] = append(exports[id], e)
-		}
-	}
-	attempts := map[int][]*faultAttempt{}
-	for _, a := range r.attempts {
-		for _, id := range a.req.ids {
-			attempts[id] = append(attempts[id], a)
-		}
-	}
 	for _, a := range r.attempts {
 		switch {
 		case a.err == nil:
@@ -232,16 +243,34 @@ func (r *faultRun) checkRefusals(v *faultViolations) faultStalls {
 		case errors.Is(a.err, errSharedTier):
 			why := r.downOn(a.c, nil, a.start.Add(-faultTol), a.end.Add(faultTol))
 			if why == "" && strings.Contains(a.err.Error(), "circuit breaker open") {
-				why = r.downOn(a.c, nil, a.end.Add(-faultBreakerMemory), a.end)
+				why = r.breakerOpen(a.c, a.end)
 			}
 			if why == "" {
 				v.add("refused for the shared tier with no fault on its way to Redis",
 					"%s, %s-%s: %v", a, r.rel(a.start), r.rel(a.end), a.err)
 			}
 		case errors.Is(a.err, errInFlight):
-			if why := r.stallCause(a, exports, attempts); why == "" {
+			sharesRecord := func(ids []int) bool {
+				for _, id := range ids {
+					if slices.Contains(a.records(), id) {
+						return true
+					}
+				}
+				return false
+			}
+			held := func(e *faultExport) bool { return sharesRecord(e.ids) }
+			if why := r.stallCause(a, held, func(h *faultAttempt) bool { return sharesRecord(h.records()) }); why == "" {
 				v.add("refused for a pending claim that no request in flight or dead collector held (a stall)",
-					"%s, %s-%s, records %v: %s", a, r.rel(a.start), r.rel(a.end), a.req.ids, r.lastExports(a, exports))
+					"%s, %s-%s, records %v: %s%s", a, r.rel(a.start), r.rel(a.end), a.records(), r.lastExports(a, held), r.claimFaultsBefore(a, claimOps))
+			}
+		case errors.Is(a.err, errElectionInFlight):
+			// An election is pending from its batch's lookup until its
+			// first call to the exporter ends.
+			sameCluster := func(h *faultAttempt) bool { return h.req.cluster == a.req.cluster }
+			held := func(e *faultExport) bool { return e.call == 1 && sameCluster(e.a) }
+			if why := r.stallCause(a, held, sameCluster); why == "" {
+				v.add("refused for a pending election that no request in flight or dead collector held (a stall)",
+					"%s, %s-%s, cluster c%d: %s%s", a, r.rel(a.start), r.rel(a.end), a.req.cluster, r.lastExports(a, held), r.claimFaultsBefore(a, electOps))
 			}
 		default:
 			v.add("refused with an unexpected error", "%s, %s-%s: %v", a, r.rel(a.start), r.rel(a.end), a.err)
@@ -254,7 +283,7 @@ func (r *faultRun) checkRefusals(v *faultViolations) faultStalls {
 	began := map[copyKey]*faultAttempt{}
 	for _, a := range r.attempts { // in answer order; a copy's tries are sequential
 		k := copyKey{a.req.n, a.copy}
-		if errors.Is(a.err, errInFlight) {
+		if errors.Is(a.err, errInFlight) || errors.Is(a.err, errElectionInFlight) {
 			if began[k] == nil {
 				began[k] = a
 			}
@@ -271,36 +300,36 @@ func (r *faultRun) checkRefusals(v *faultViolations) faultStalls {
 	return s
 }
 
-// stallCause says what held a record of a, refused at a.end for a pending
-// claim: at its last look a claim was pending, which only a request in its
-// claim or its export may hold (plus the commit's way to Redis), or a
-// collector that died (for the lease), or one whose writes failed (until
-// the writer's retries land, or the lease ends). "" if nothing did.
-func (r *faultRun) stallCause(a *faultAttempt, exports map[int][]*faultExport, attempts map[int][]*faultAttempt) string {
+// stallCause says what held what a, refused at a.end, waited for (a
+// record's claim, or its cluster's election; held tells the exports, and
+// shares the tries, that could hold it): at its last look a claim was
+// pending, which only a request in its claim or its export may hold (plus
+// the commit's way to Redis), or a collector that died (for the lease), or
+// one whose writes failed (until the writer's retries land, or the lease
+// ends). "" if nothing did.
+func (r *faultRun) stallCause(a *faultAttempt, held func(*faultExport) bool, shares func(*faultAttempt) bool) string {
 	lastLook := a.end.Add(-maxPause - faultTol)
-	for _, id := range a.req.ids {
-		for _, e := range exports[id] {
-			if e.a == a || e.start.Add(-faultTimeout-faultTol).After(a.end) {
-				continue
-			}
-			if e.end.IsZero() {
-				return fmt.Sprintf("record %d in export of %s", id, e.a)
-			}
-			hold := faultCommitSlack
-			if r.downOn(e.c, writeOps, e.end.Add(-faultTol), e.end.Add(faultLease)) != "" {
-				hold = faultLease + faultTimeout + faultTol
-			}
-			if e.end.Add(hold).After(lastLook) {
-				return fmt.Sprintf("record %d in export of %s until %s", id, e.a, r.rel(e.end))
-			}
+	for _, e := range r.exports {
+		if e.a == a || !held(e) || e.start.Add(-faultTimeout-faultTol).After(a.end) {
+			continue
 		}
-		for _, h := range attempts[id] {
-			// A first claim lasts at most the timeout, then its release,
-			// which lands soon after its request is answered.
-			if h != a && h.start.Before(a.end) && h.start.Add(faultTimeout+faultCommitSlack).After(lastLook) &&
-				h.end.Add(faultCommitSlack).After(lastLook) {
-				return fmt.Sprintf("record %d claimed by %s at %s", id, h, r.rel(h.start))
-			}
+		if e.end.IsZero() {
+			return fmt.Sprintf("in export of %s", e.a)
+		}
+		hold := faultCommitSlack
+		if r.downOn(e.c, writeOps, e.end.Add(-faultTol), e.end.Add(faultLease)) != "" {
+			hold = faultLease + faultTimeout + faultTol
+		}
+		if e.end.Add(hold).After(lastLook) {
+			return fmt.Sprintf("in export of %s until %s", e.a, r.rel(e.end))
+		}
+	}
+	for _, h := range r.attempts {
+		// A first claim or election lasts at most the timeout, then its
+		// release, which lands soon after its request is answered.
+		if h != a && shares(h) && h.start.Before(a.end) && h.start.Add(faultTimeout+faultCommitSlack).After(lastLook) &&
+			h.end.Add(faultCommitSlack).After(lastLook) {
+			return fmt.Sprintf("taken by %s at %s", h, r.rel(h.start))
 		}
 	}
 	for _, c := range r.collectors {
@@ -311,25 +340,34 @@ func (r *faultRun) stallCause(a *faultAttempt, exports map[int][]*faultExport, a
 	return ""
 }
 
-// lastExports describes the exports of a's records that came closest
-// before a's end, for a stall's message.
-func (r *faultRun) lastExports(a *faultAttempt, exports map[int][]*faultExport) string {
+// claimFaultsBefore lists the lost or late claims or elections (of ops)
+// that could still have been pending at a's end, for a stall's message.
+func (r *faultRun) claimFaultsBefore(a *faultAttempt, ops []string) string {
 	var out []string
-	for _, id := range a.req.ids {
-		var last *faultExport
-		for _, e := range exports[id] {
-			if e.a != a && e.start.Before(a.end) && (last == nil || e.end.After(last.end)) {
-				last = e
-			}
-		}
-		if last != nil {
-			out = append(out, fmt.Sprintf("%d: exported by %s %s-%s", id, last.a, r.rel(last.start), r.rel(last.end)))
+	for _, f := range r.firings {
+		if f.down && slices.Contains(ops, f.op) && between(f.at, a.end.Add(-faultLease-3*faultTimeout), a.end) {
+			out = append(out, fmt.Sprintf("%s (%s %s) at %s", f.ep.kind, f.op, f.ep.detail, r.rel(f.at)))
 		}
 	}
 	if len(out) == 0 {
-		return "none of its records exported before"
+		return ""
 	}
-	return "last exports of its records: " + strings.Join(out, "; ")
+	return "; before it: " + strings.Join(out, ", ")
+}
+
+// lastExports describes the export that could hold what a waited for and
+// ended last before a's end, for a stall's message.
+func (r *faultRun) lastExports(a *faultAttempt, held func(*faultExport) bool) string {
+	var last *faultExport
+	for _, e := range r.exports {
+		if e.a != a && held(e) && e.start.Before(a.end) && (last == nil || e.end.After(last.end)) {
+			last = e
+		}
+	}
+	if last == nil {
+		return "nothing it waited for was exported before"
+	}
+	return fmt.Sprintf("the last export of what it waited for: %s %s-%s", last.a, r.rel(last.start), r.rel(last.end))
 }
 
 // faultCopies counts the records delivered more than once, by cause.
@@ -348,7 +386,7 @@ func (r *faultRun) checkCopies(v *faultViolations) faultCopies {
 		for k := 1; k < len(ds); k++ {
 			x, y := ds[k-1], ds[k]
 			cp.extra++
-			causes := r.copyCauses(x, y)
+			causes := r.copyCauses(id, x, y)
 			if len(causes) == 0 {
 				v.add("a record delivered twice without a listed cause",
 					"record %d: delivered by %s (export %s-%s), again by %s (export %s-%s)%s",
@@ -369,6 +407,9 @@ func (r *faultRun) checkCopies(v *faultViolations) faultCopies {
 				lostClaims[x.c][x.a] = true
 			}
 		}
+	}
+	if r.signal == "metrics" {
+		r.checkBothReplicas(v, &cp)
 	}
 	unchecked := int64(0)
 	for _, c := range r.collectors {
@@ -393,9 +434,137 @@ func (r *faultRun) checkCopies(v *faultViolations) faultCopies {
 	return cp
 }
 
+// claimFailed describes a fault that failed the claim of record id by e's
+// try before e: a claim command holding its key (a log record's; a point's
+// key is not computed, so any claim of the try), or Redis as a whole.
+func (r *faultRun) claimFailed(e *faultExport, id int) string {
+	from, to := e.a.start.Add(-faultTol), e.start.Add(faultTol)
+	if r.signal != "logs" {
+		return r.downOn(e.c, claimOps, from, to)
+	}
+	key := r.digestKey(id)
+	for _, f := range r.firings {
+		if !f.down || !f.ep.covers(e.c) || !between(f.at, from, to) {
+			continue
+		}
+		if f.op == "" {
+			return fmt.Sprintf("%s at %s", f.ep.kind, r.rel(f.at))
+		}
+		if f.op != "claim" {
+			continue
+		}
+		for _, k := range f.keys {
+			if strings.HasSuffix(k, key) {
+				return fmt.Sprintf("%s (claim) at %s", f.ep.kind, r.rel(f.at))
+			}
+		}
+	}
+	for _, ep := range r.episodes {
+		if ep.down && ep.covers(e.c) && !ep.from.After(to) && !ep.to.Before(from) {
+			return fmt.Sprintf("%s at %s-%s", ep.kind, r.rel(ep.from), r.rel(ep.to))
+		}
+	}
+	return ""
+}
+
+// digestKey returns the digest of event id as its Redis key ends with:
+// the processor's own identity of the record.
+func (r *faultRun) digestKey(id int) string {
+	if k, ok := r.digests[id]; ok {
+		return k
+	}
+	if r.identity == nil {
+		set := processortest.NewNopSettings(componentType)
+		p, err := newLogsProcessor(set.TelemetrySettings, set.ID, r.config(nil), consumertest.NewNop())
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		r.identity, r.digests = p, map[int]string{}
+	}
+	p := r.identity
+	d := firstDigest(r.t, p.engine, func(b *batch, enc *identity.Encoder) { p.identify(context.Background(), b, enc, events(id)) })
+	k := string(d.AppendBinary(nil))
+	r.digests[id] = k
+	return k
+}
+
+// checkBothReplicas: a scrape's points delivered by both replicas had a
+// cause: the elections were undecided (Redis failed under on_error: pass,
+// counted), or collectors held different elections after Redis lost them,
+// after renewals failed for a lease, or after a collector holding one died.
+func (r *faultRun) checkBothReplicas(v *faultViolations, cp *faultCopies) {
+	first := map[int]*[2]*faultExport{}
+	for _, e := range r.exports {
+		if !e.delivered {
+			continue
+		}
+		for _, id := range e.ids {
+			p := first[id/2]
+			if p == nil {
+				p = new([2]*faultExport)
+				first[id/2] = p
+			}
+			if x := p[id%2]; x == nil || e.start.Before(x.start) {
+				p[id%2] = e
+			}
+		}
+	}
+	var onlyUndecided []string
+	for point, p := range first {
+		if p[0] == nil || p[1] == nil {
+			continue
+		}
+		x, y := p[0], p[1]
+		if y.start.Before(x.start) {
+			x, y = y, x
+		}
+		cp.extra++
+		var causes []string
+		if why := r.electionsSplit(x.a.start.Add(-faultLease-faultTol), y.start); why != "" {
+			causes = append(causes, "elections-split")
+		}
+		if x.c.died && !x.c.downAt.After(y.start.Add(faultTol)) {
+			causes = append(causes, "collector-killed")
+		}
+		if r.policy == ErrorPass {
+			for _, e := range []*faultExport{x, y} {
+				if r.downOn(e.c, electOps, e.a.start.Add(-faultTol), e.start.Add(faultTol)) != "" || r.breakerOpen(e.c, e.start) != "" ||
+					!e.c.died && !e.c.downAt.IsZero() && between(e.c.downAt, e.a.start, e.start) {
+					causes = append(causes, "undecided")
+					break
+				}
+			}
+		}
+		if len(causes) == 0 {
+			long := ""
+			if x.call == 1 && x.end.Sub(x.start) > faultLease {
+				long = fmt.Sprintf(" (the first call of replica %c's batch took %v, longer than the lease: its election was pending throughout)",
+					'a'+x.ids[0]%2, x.end.Sub(x.start).Round(time.Millisecond))
+			}
+			v.add("a scrape's point delivered by both replicas without a listed cause",
+				"point %d: replica %c's by %s (export %s-%s), replica %c's by %s (export %s-%s)%s%s",
+				point, 'a'+x.ids[0]%2, x.a, r.rel(x.start), r.rel(x.end), 'a'+y.ids[0]%2, y.a, r.rel(y.start), r.rel(y.end), long, r.copyContext(x, y))
+			continue
+		}
+		cp.byCause["both-replicas:"+causes[0]]++
+		if len(causes) == 1 && causes[0] == "undecided" {
+			onlyUndecided = append(onlyUndecided, fmt.Sprintf("point %d: %s, %s", point, x.a, y.a))
+		}
+	}
+	undecided := int64(0)
+	for _, c := range r.collectors {
+		undecided += c.undecided()
+	}
+	if int64(len(onlyUndecided)) > undecided {
+		v.add("points of both replicas delivered undecided that the undecided counter did not count",
+			"%d points explained only by the election's lookup failing under on_error: pass; otelcol_processor_dedup_election_undecided{reason=\"unavailable\"} counted %d; the points:\n    %s",
+			len(onlyUndecided), undecided, strings.Join(onlyUndecided, "\n    "))
+	}
+}
+
 // copyCauses lists the causes, among those the README lists, that explain
-// y delivering again a record x delivered first.
-func (r *faultRun) copyCauses(x, y *faultExport) []string {
+// y delivering again record id, which x delivered first.
+func (r *faultRun) copyCauses(id int, x, y *faultExport) []string {
 	var causes []string
 	for _, ep := range r.episodes {
 		if ep.dataLoss && between(ep.from, x.start.Add(-faultTimeout-faultTol), y.start) {
@@ -407,11 +576,11 @@ func (r *faultRun) copyCauses(x, y *faultExport) []string {
 		causes = append(causes, "collector-killed")
 	}
 	if r.policy == ErrorPass {
-		// Either copy may have been delivered on the local cache's word: its
-		// claim failed, its collector's breaker was open, or its collector
-		// was closing its tier.
+		// Either copy may have been delivered on the local cache's word: the
+		// claim of its record failed, its collector's breaker was open, or
+		// its collector was closing its tier.
 		for _, e := range []*faultExport{x, y} {
-			if r.downOn(e.c, claimOps, e.a.start.Add(-faultTol), e.start.Add(faultTol)) != "" || r.skippedRedis(e.c, e.start) != "" ||
+			if r.claimFailed(e, id) != "" || r.breakerOpen(e.c, e.start) != "" ||
 				!e.c.died && !e.c.downAt.IsZero() && between(e.c.downAt, e.a.start, e.start) {
 				causes = append(causes, "unchecked")
 				break
@@ -467,6 +636,10 @@ func (r *faultRun) checkCounters(v *faultViolations) {
 		}
 		if n := c.unchecked(); n > 0 && (r.policy == ErrorRefuse || r.downOn(c, nil, c.started, end) == "") {
 			v.add("records delivered unchecked with no fault on the way to Redis",
+				"collector %d counted %d under on_error: %s", c.id, n, r.policy)
+		}
+		if n := c.undecided(); n > 0 && (r.policy == ErrorRefuse || r.downOn(c, nil, c.started, end) == "") {
+			v.add("points left undecided with no fault on the way to Redis",
 				"collector %d counted %d under on_error: %s", c.id, n, r.policy)
 		}
 		if n := c.lost(); n > 0 && r.leaseCause(c, end) == "" {

@@ -62,19 +62,43 @@ func (r *faultRun) tierOp(c faultproxy.Command) string {
 }
 
 // watch adds the census to a proxy: a rule that never fires and counts the
-// tier's commands by op.
+// tier's commands by op. A command that follows a faulted one on its
+// connection fails with it (a dropped reply silences the connection, a cut
+// ends it, a late command holds back those behind it: a Cluster pipeline
+// carries several groups' claims): it is recorded as hit too.
 func (r *faultRun) watch(p *faultproxy.Proxy) {
 	r.addRule(p, &faultproxy.Rule{
 		Fault: faultproxy.DelayReply(0),
 		Match: func(cmd faultproxy.Command) bool {
-			if op := r.tierOp(cmd); op != "" {
-				r.mu.Lock()
-				r.census[op]++
-				r.mu.Unlock()
+			op := r.tierOp(cmd)
+			if op == "" {
+				return false
+			}
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			r.census[op]++
+			if ep := r.tainted[taintKey{p, cmd.Conn}]; ep != nil {
+				r.firings = append(r.firings, firing(ep, cmd, op, true))
 			}
 			return false
 		},
 	})
+}
+
+// taintKey is a connection through a proxy.
+type taintKey struct {
+	p    *faultproxy.Proxy
+	conn int
+}
+
+// firing records a command that fault episode ep hit.
+func firing(ep *faultEpisode, cmd faultproxy.Command, op string, down bool) faultFiring {
+	f := faultFiring{ep: ep, at: time.Now(), op: op, key: cmd.Args[3], down: down}
+	if op == "claim" {
+		n, _ := strconv.Atoi(cmd.Args[2]) // tierOp checked it
+		f.keys = slices.Clone(cmd.Args[4 : 3+n])
+	}
+	return f
 }
 
 func (r *faultRun) addRule(p *faultproxy.Proxy, rule *faultproxy.Rule) {
@@ -96,25 +120,32 @@ type faultEpisode struct {
 	down      bool       // Redis could not be reached at all from from to to
 	dataLoss  bool       // Redis forgot its keys
 	leases    bool       // renewals failed long enough that claims may outlive their lease
+	breaker   bool       // enough calls failed in a row to open a breaker
 	collector *collector // the collector that died or was shut down
 }
+
+// faultBreakerCooldown is how long a breaker opened by a burst of faults
+// may stay open after it: the breaker's first cooldown, and its probe.
+const faultBreakerCooldown = 5*time.Second + faultTimeout
 
 // faultFiring is one command a fault hit.
 type faultFiring struct {
 	ep   *faultEpisode
 	at   time.Time
 	op   string
-	key  string // a script's first key: a claim's status key
-	down bool   // the command failed (timed out, was cut, or landed late); else it was only slow
+	key  string   // a script's first key: a claim's status key, an election's key
+	keys []string // a claim's digest keys
+	down bool     // the command failed (timed out, was cut, or landed late); else it was only slow
 }
 
-// faultProbe is what Redis held under a late claim's status key once the
-// claim had landed.
+// faultProbe is what Redis held under the key of a claim or election
+// whose answer was lost or late, once every request that could hold it was
+// answered.
 type faultProbe struct {
-	f      faultFiring
-	late   time.Duration
-	at     time.Time
-	status string // "" if absent
+	f        faultFiring
+	answered time.Time // when the last request in flight at its collector was
+	at       time.Time // when it was last read
+	pending  bool
 }
 
 func (r *faultRun) episode(ep *faultEpisode) *faultEpisode {
@@ -135,9 +166,12 @@ func (r *faultRun) hit(p *faultproxy.Proxy, ep *faultEpisode, ops []string, faul
 			if op == "" || len(ops) > 0 && !slices.Contains(ops, op) || !fire() {
 				return false
 			}
-			f := faultFiring{ep: ep, at: time.Now(), op: op, key: cmd.Args[3], down: down}
+			f := firing(ep, cmd, op, down)
 			r.mu.Lock()
 			r.firings = append(r.firings, f)
+			if down {
+				r.tainted[taintKey{p, cmd.Conn}] = ep
+			}
 			r.mu.Unlock()
 			for _, ch := range fired {
 				select {
@@ -150,24 +184,64 @@ func (r *faultRun) hit(p *faultproxy.Proxy, ep *faultEpisode, ops []string, faul
 	})
 }
 
-// probe reads, once a late claim has landed, what Redis holds under its
-// status key.
+// probe follows the claim or election a fault hit (its key is a claim's
+// status key, or an election's key; "p..." is pending): once the command
+// has landed (late after it was sent) and every request that was in flight
+// at its collector has been answered, it waits for the key to stop being
+// pending, for faultCommitSlack at most. A collector that died meanwhile
+// leaves its claims pending for the lease: no verdict then.
 func (r *faultRun) probe(fired <-chan faultFiring, late time.Duration) {
+	var f faultFiring
 	select {
-	case f := <-fired:
-		time.Sleep(time.Until(f.at.Add(late + faultTol))) // until it landed
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		status, err := r.redis().Get(ctx, f.key).Result()
-		if err != nil && !errors.Is(err, redis.Nil) {
-			r.t.Errorf("probe of a late claim's status key: %v", err)
+	case f = <-fired:
+	case <-time.After(time.Until(r.start.Add(faultSendFor))):
+		return
+	}
+	time.Sleep(time.Until(f.at.Add(late + faultTol))) // until it landed
+	settled := func() (answered, died bool) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		for a := range r.inFlight {
+			if f.ep.covers(a.c) && !a.start.After(f.at) {
+				return false, false
+			}
+		}
+		for _, c := range r.collectors {
+			if f.ep.covers(c) && c.died {
+				return true, true
+			}
+		}
+		return true, false
+	}
+	deadline := time.Now().Add(faultHang)
+	for {
+		answered, died := settled()
+		if died || time.Now().After(deadline) {
 			return
 		}
-		r.mu.Lock()
-		r.probes = append(r.probes, faultProbe{f: f, late: late, at: time.Now(), status: status})
-		r.mu.Unlock()
-	case <-time.After(time.Until(r.start.Add(faultSendFor))):
+		if answered {
+			break
+		}
+		time.Sleep(10 * time.Millisecond) // polling the requests in flight
 	}
+	p := faultProbe{f: f, answered: time.Now()}
+	ctx, cancel := context.WithTimeout(context.Background(), faultHang)
+	defer cancel()
+	for {
+		v, err := r.redis().Get(ctx, f.key).Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			r.t.Errorf("probe of %s: %v", readableKey(f.key), err)
+			return
+		}
+		p.at, p.pending = time.Now(), strings.HasPrefix(v, "p")
+		if !p.pending || p.at.Sub(p.answered) > faultCommitSlack {
+			break
+		}
+		time.Sleep(10 * time.Millisecond) // polling Redis
+	}
+	r.mu.Lock()
+	r.probes = append(r.probes, p)
+	r.mu.Unlock()
 }
 
 // times fires n times. A rule's Match runs under its proxy's lock, so no
@@ -176,6 +250,25 @@ func times(n int) func() bool {
 	return func() bool {
 		n--
 		return n >= 0
+	}
+}
+
+// after fires once, on the first command after one was sent to fired.
+func after(fired <-chan faultFiring) func() bool {
+	armed, done := false, false
+	return func() bool {
+		if !armed {
+			select {
+			case <-fired:
+				armed = true
+			default:
+			}
+		}
+		if armed && !done {
+			done = true
+			return true
+		}
+		return false
 	}
 }
 
@@ -225,6 +318,9 @@ type plannedFault struct {
 func (r *faultRun) plan() []plannedFault {
 	rng := faultRand(r.seed, 5)
 	kinds := faultKinds[r.env.topology]
+	if r.signal == "metrics" {
+		kinds = append(slices.Clip(kinds), faultKind{"drop-elect-reply", 2, false}, faultKind{"late-elect", 1, false})
+	}
 	used := map[string]bool{}
 	var plan []plannedFault
 	for i := range 5 + rng.IntN(4) {
@@ -293,7 +389,7 @@ func (r *faultRun) apply(f plannedFault, wg *sync.WaitGroup) {
 	now := time.Now()
 	switch f.kind {
 	case "restart":
-		ep := &faultEpisode{kind: f.kind, scope: -1, node: -1, down: true, dataLoss: true, leases: true}
+		ep := &faultEpisode{kind: f.kind, scope: -1, node: -1, down: true, dataLoss: true, leases: true, breaker: true}
 		if r.env.cluster != nil {
 			ep.node = f.target
 		}
@@ -337,17 +433,21 @@ func (r *faultRun) apply(f plannedFault, wg *sync.WaitGroup) {
 		ep.detail = fmt.Sprintf("replies %v late, half of them", d)
 		window(time.Second + time.Duration(rng.Int64N(int64(time.Second))))
 		r.hit(p, r.episode(ep), nil, faultproxy.DelayReply(d), false, while(rng, 0.5, stop))
-	case "drop-claim-reply":
-		r.hit(p, r.episode(ep), []string{"claim"}, faultproxy.DropReply(), true, times(1))
+	case "drop-claim-reply", "drop-elect-reply":
+		op := strings.TrimSuffix(strings.TrimPrefix(f.kind, "drop-"), "-reply")
+		fired := make(chan faultFiring, 1)
+		r.hit(p, r.episode(ep), []string{op}, faultproxy.DropReply(), true, times(1), fired)
+		wg.Go(func() { r.probe(fired, 0) })
 	case "drop-reply":
 		n := 1 + rng.IntN(2)
 		ep.detail = fmt.Sprintf("%d replies", n)
 		r.hit(p, r.episode(ep), nil, faultproxy.DropReply(), true, times(n))
-	case "late-claim": // lands after its call timed out, and after its release
+	case "late-claim", "late-elect": // lands after its call timed out, and after its release
+		op := strings.TrimPrefix(f.kind, "late-")
 		d := faultTimeout*3/2 + time.Duration(rng.Int64N(int64(faultTimeout*3/2)))
-		ep.detail = fmt.Sprintf("a claim lands %v late", d)
+		ep.detail = fmt.Sprintf("lands %v late", d.Round(time.Millisecond))
 		fired := make(chan faultFiring, 1)
-		r.hit(p, r.episode(ep), []string{"claim"}, faultproxy.DelayRequest(d), true, times(1), fired)
+		r.hit(p, r.episode(ep), []string{op}, faultproxy.DelayRequest(d), true, times(1), fired)
 		wg.Go(func() { r.probe(fired, d) })
 	case "cut":
 		fault, what := faultproxy.CutBefore(), "before"
@@ -363,14 +463,20 @@ func (r *faultRun) apply(f plannedFault, wg *sync.WaitGroup) {
 		r.firings = append(r.firings, faultFiring{ep: ep, at: now, down: true})
 		r.mu.Unlock()
 		p.CutAll()
-	case "renew-blip": // one renewal lost: the next one must keep the claim
-		r.hit(p, r.episode(ep), []string{"renew"}, faultproxy.DropReply(), true, times(1))
+	case "renew-blip":
+		// One renewal's answer lost, then the next commit's, so that the
+		// writer's next round runs a timeout late: the renewal due next
+		// must still land within the lease.
+		ep.detail = "a renewal's reply, then the next commit's"
+		fired := make(chan faultFiring, 1)
+		r.hit(p, r.episode(ep), []string{"renew"}, faultproxy.DropReply(), true, times(1), fired)
+		r.hit(p, ep, []string{"commit"}, faultproxy.DropReply(), true, after(fired))
 	case "renewals-blocked": // for longer than the lease
 		ep.leases = true
 		window(faultLease*3/2 + time.Duration(rng.Int64N(int64(faultLease/2))))
 		r.hit(p, r.episode(ep), []string{"renew"}, faultproxy.CutBefore(), true, while(rng, 1, stop))
 	case "master-replies-dropped":
-		ep.leases = true
+		ep.leases, ep.breaker = true, true
 		window(time.Second)
 		r.hit(p, r.episode(ep), nil, faultproxy.DropReply(), true, while(rng, 0.5, stop))
 	default:

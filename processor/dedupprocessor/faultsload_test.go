@@ -15,8 +15,11 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/consumer"
+	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/plog"
+	"go.opentelemetry.io/collector/pdata/pmetric"
 	"go.opentelemetry.io/collector/processor/processortest"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -37,7 +40,7 @@ const (
 	faultTimeout     = 300 * time.Millisecond
 	faultLease       = 3 * faultTimeout
 	faultPendingWait = 300 * time.Millisecond
-	faultSendFor     = 6 * time.Second  // new requests start for this long
+	faultSendFor     = 5 * time.Second  // new requests start for this long
 	faultGiveUp      = 25 * time.Second // a sender stops retrying a request this long after its first try
 	faultHang        = faultGiveUp + 30*time.Second
 	faultCollectors  = 3
@@ -63,6 +66,7 @@ func (r *faultRun) redis() redis.Cmdable { return r.env.client }
 type faultRun struct {
 	t      *testing.T
 	env    *faultEnv
+	signal string // "logs", or "metrics" with replica election
 	seed   uint64
 	policy ErrorPolicy
 	prefix string
@@ -79,7 +83,13 @@ type faultRun struct {
 	census     map[string]int // tier commands seen by the proxies, by op
 	gaveUp     []*faultAttempt
 	probes     []faultProbe
-	rules      []ruleOn
+	inFlight   map[*faultAttempt]bool     // tries sent and not answered yet
+	tainted    map[taintKey]*faultEpisode // connections a fault broke
+
+	// The records' digests, computed by a processor of their identity.
+	identity *logsProcessor
+	digests  map[int]string
+	rules    []ruleOn
 
 	ended chan struct{}  // closed once every sender is done: dead collectors' exports return
 	calls sync.WaitGroup // ConsumeLogs calls
@@ -91,19 +101,27 @@ type ruleOn struct {
 	r *faultproxy.Rule
 }
 
-func newFaultRun(t *testing.T, env *faultEnv, seed uint64, policy ErrorPolicy) *faultRun {
+func newFaultRun(t *testing.T, env *faultEnv, signal string, seed uint64, policy ErrorPolicy) *faultRun {
 	env.runs++
-	return &faultRun{
-		t:      t,
-		env:    env,
-		seed:   seed,
-		policy: policy,
-		prefix: fmt.Sprintf("faults%d:", env.runs),
-		reqs:   faultRequestStream(seed),
-		live:   make([]*collector, faultCollectors),
-		census: map[string]int{},
-		ended:  make(chan struct{}),
+	r := &faultRun{
+		t:        t,
+		env:      env,
+		signal:   signal,
+		seed:     seed,
+		policy:   policy,
+		prefix:   fmt.Sprintf("faults%d:", env.runs),
+		live:     make([]*collector, faultCollectors),
+		census:   map[string]int{},
+		inFlight: map[*faultAttempt]bool{},
+		tainted:  map[taintKey]*faultEpisode{},
+		ended:    make(chan struct{}),
 	}
+	if signal == "metrics" {
+		r.reqs = faultScrapeStream()
+	} else {
+		r.reqs = faultRequestStream(seed)
+	}
+	return r
 }
 
 // faultRand returns a generator for one decision of the run: its draws
@@ -117,12 +135,32 @@ func faultRand(seed uint64, coords ...uint64) *rand.Rand {
 	return rand.New(rand.NewPCG(seed, h))
 }
 
-// faultRequest is one request of the run's stream: a batch of event ids.
+// faultRequest is one request of the run's stream: a batch of logs with
+// event ids, or one scrape of an HA pair's cluster (replica a's copy 0,
+// replica b's copy 1).
 type faultRequest struct {
-	n      int
-	ids    []int
-	racing bool // also sent at once to another collector, as a copy of its own
+	n       int
+	records [2][]int // per copy: the event ids, or the points' ids
+	racing  bool     // also sent at once to another collector, as a copy of its own
+	cluster int      // metrics: the HA pair's cluster
 }
+
+// A scrape's point ids: point s of scrape n of replica r is
+// (n*faultSeries+s)*2 + r, so that id/2 names the point whichever replica
+// scraped it.
+const faultSeries = 3
+
+// pointOf returns the replica-independent id of a record: a log record's
+// event id, a point's id without its replica.
+func (r *faultRun) pointOf(id int) int {
+	if r.signal == "metrics" {
+		return id / 2
+	}
+	return id
+}
+
+// records returns the records a try sends.
+func (a *faultAttempt) records() []int { return a.req.records[a.copy] }
 
 // faultRequestStream draws the run's requests: about a third of their
 // records repeat a record of the last few hundred (copies racing between
@@ -150,9 +188,71 @@ func faultRequestStream(seed uint64) []*faultRequest {
 		if len(recent) > 300 {
 			recent = recent[len(recent)-300:]
 		}
-		reqs[i] = &faultRequest{n: i, ids: ids, racing: rng.Float64() < 0.2}
+		reqs[i] = &faultRequest{n: i, records: [2][]int{ids, ids}, racing: rng.Float64() < 0.2, cluster: -1}
 	}
 	return reqs
+}
+
+// faultScrapeStream is the metrics runs' requests: scrapes of HA pairs,
+// each sent by both replicas at once (to collectors the load balancer
+// picks). A cluster lives for faultSenders scrapes, which the senders
+// send side by side, so every few requests a new cluster's replicas race
+// to be elected.
+func faultScrapeStream() []*faultRequest {
+	reqs := make([]*faultRequest, faultRequests)
+	for n := range reqs {
+		req := &faultRequest{n: n, racing: true, cluster: n / faultSenders}
+		for r := range 2 {
+			for s := range faultSeries {
+				req.records[r] = append(req.records[r], (n*faultSeries+s)*2+r)
+			}
+		}
+		reqs[n] = req
+	}
+	return reqs
+}
+
+// scrapeOf builds the copy of a scrape that replica copy sent: the
+// cluster and replica labels on the resource, as an OTLP agent sets them,
+// each point carrying its id.
+func scrapeOf(req *faultRequest, copy int) pmetric.Metrics {
+	md := pmetric.NewMetrics()
+	rm := md.ResourceMetrics().AppendEmpty()
+	res := rm.Resource().Attributes()
+	res.PutStr("service.name", "node-exporter")
+	res.PutStr("cluster", fmt.Sprintf("c%d", req.cluster))
+	res.PutStr("__replica__", string(rune('a'+copy)))
+	m := rm.ScopeMetrics().AppendEmpty().Metrics().AppendEmpty()
+	m.SetName("up")
+	ts := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC).Add(time.Duration(req.n) * 15 * time.Second)
+	ts = ts.Add(time.Duration(copy) * 3 * time.Millisecond) // each replica scrapes at its own time
+	points := m.SetEmptyGauge().DataPoints()
+	for _, id := range req.records[copy] {
+		p := points.AppendEmpty()
+		p.Attributes().PutInt("point", int64(id))
+		p.SetTimestamp(pcommon.NewTimestampFromTime(ts))
+		p.SetDoubleValue(1)
+	}
+	return md
+}
+
+// pointIDs returns the ids of a batch's points, in order.
+func pointIDs(md pmetric.Metrics) []int {
+	var ids []int
+	for i := 0; i < md.ResourceMetrics().Len(); i++ {
+		sms := md.ResourceMetrics().At(i).ScopeMetrics()
+		for j := 0; j < sms.Len(); j++ {
+			ms := sms.At(j).Metrics()
+			for k := 0; k < ms.Len(); k++ {
+				dps := ms.At(k).Gauge().DataPoints()
+				for l := 0; l < dps.Len(); l++ {
+					v, _ := dps.At(l).Attributes().Get("point")
+					ids = append(ids, int(v.Int()))
+				}
+			}
+		}
+	}
+	return ids
 }
 
 // collector is one incarnation of one of the run's collectors: a logs
@@ -161,6 +261,8 @@ type collector struct {
 	id      int // incarnation, in start order
 	slot    int // the collector it is an incarnation of
 	h       *harness
+	proc    component.Component
+	consume func(context.Context, *faultAttempt) error
 	proxy   *faultproxy.Proxy // standalone: its own way to Redis
 	logs    *observer.ObservedLogs
 	started time.Time
@@ -171,11 +273,23 @@ type collector struct {
 	died   bool
 }
 
+// The metrics runs' replica election: refreshed often, never failing
+// over within a run (a run holds its elections to the end), and room for
+// every cluster of a run.
+const (
+	faultUpdate   = 300 * time.Millisecond
+	faultFailover = time.Minute
+)
+
 func (r *faultRun) config(endpoints []string) *Config {
 	cfg := redisConfig(endpoints, r.policy)
 	cfg.PendingWait = faultPendingWait
 	rc := cfg.Redis.Get()
 	rc.Timeout, rc.Lease, rc.KeyPrefix = faultTimeout, faultLease, r.prefix
+	if r.signal == "metrics" {
+		el := cfg.Metrics.ReplicaElection.GetOrInsertDefault()
+		el.UpdateInterval, el.UpdateJitter, el.FailoverTimeout, el.MaxClusters = faultUpdate, faultUpdate/3, faultFailover, 100_000
+	}
 	return cfg
 }
 
@@ -204,14 +318,30 @@ func (r *faultRun) startCollector(slot int) *collector {
 	if err := cfg.Validate(); err != nil {
 		r.t.Fatalf("config: %v", err)
 	}
-	proc, err := NewFactory().CreateLogs(context.Background(), set, cfg, &faultExporter{r: r, c: c})
-	if err != nil {
+	next := &faultExporter{r: r, c: c}
+	if r.signal == "metrics" {
+		proc, err := NewFactory().CreateMetrics(context.Background(), set, cfg, next)
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		c.proc = proc
+		c.consume = func(ctx context.Context, a *faultAttempt) error {
+			return proc.ConsumeMetrics(ctx, scrapeOf(a.req, a.copy))
+		}
+	} else {
+		proc, err := NewFactory().CreateLogs(context.Background(), set, cfg, next)
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		c.proc = proc
+		c.consume = func(ctx context.Context, a *faultAttempt) error {
+			return proc.ConsumeLogs(ctx, events(a.records()...))
+		}
+	}
+	if err := c.proc.Start(context.Background(), nil); err != nil {
 		r.t.Fatal(err)
 	}
-	if err := proc.Start(context.Background(), nil); err != nil {
-		r.t.Fatal(err)
-	}
-	c.h, c.logs, c.started = &harness{t: r.t, proc: proc, reader: reader, id: set.ID}, logs, time.Now()
+	c.h, c.logs, c.started = &harness{t: r.t, reader: reader, id: set.ID, signal: r.signal}, logs, time.Now()
 	r.mu.Lock()
 	r.live[slot] = c
 	r.mu.Unlock()
@@ -220,7 +350,7 @@ func (r *faultRun) startCollector(slot int) *collector {
 
 // stop shuts c down (it must be down already: no new request reaches it).
 func (r *faultRun) stop(c *collector) {
-	if err := c.h.proc.Shutdown(context.Background()); err != nil {
+	if err := c.proc.Shutdown(context.Background()); err != nil {
 		r.t.Errorf("collector %d: shutdown: %v", c.id, err)
 	}
 }
@@ -285,6 +415,16 @@ type faultExporter struct {
 func (x *faultExporter) Capabilities() consumer.Capabilities { return consumer.Capabilities{} }
 
 func (x *faultExporter) ConsumeLogs(ctx context.Context, ld plog.Logs) error {
+	return x.export(ctx, func() []int { return eventIDs(ld) })
+}
+
+func (x *faultExporter) ConsumeMetrics(ctx context.Context, md pmetric.Metrics) error {
+	return x.export(ctx, func() []int { return pointIDs(md) })
+}
+
+// export delivers the records of ids to the backend, in the time and with
+// the outcome the seed gives the call.
+func (x *faultExporter) export(ctx context.Context, ids func() []int) error {
 	r, c := x.r, x.c
 	select {
 	case <-c.crashed: // a dead collector exports nothing
@@ -294,7 +434,7 @@ func (x *faultExporter) ConsumeLogs(ctx context.Context, ld plog.Logs) error {
 	}
 	a := ctx.Value(attemptKey{}).(*faultAttempt)
 	call := int(a.calls.Add(1))
-	e := &faultExport{a: a, c: c, call: call, ids: eventIDs(ld), start: time.Now()}
+	e := &faultExport{a: a, c: c, call: call, ids: ids(), start: time.Now()}
 	rng := faultRand(r.seed, 2, uint64(a.req.n), uint64(a.copy), uint64(a.n), uint64(call))
 	var delay time.Duration
 	switch p := rng.Float64(); {
@@ -430,10 +570,14 @@ func (r *faultRun) deliver(req *faultRequest, copy int) {
 	backoff := time.Duration(faultRand(r.seed, 7, uint64(req.n), uint64(copy)).Int64N(int64(600 * time.Millisecond)))
 	for n := 0; ; n++ {
 		a := &faultAttempt{req: req, copy: copy, n: n, c: r.pick(req, copy, n), start: time.Now()}
+		r.mu.Lock()
+		r.inFlight[a] = true
+		r.mu.Unlock()
 		err, died := r.try(a)
 		r.mu.Lock()
 		a.end, a.err, a.died = time.Now(), err, died
 		r.attempts = append(r.attempts, a)
+		delete(r.inFlight, a)
 		r.mu.Unlock()
 		if err == nil {
 			return
@@ -474,8 +618,7 @@ func (r *faultRun) pick(req *faultRequest, copy, n int) *collector {
 func (r *faultRun) try(a *faultAttempt) (err error, died bool) {
 	ctx := context.WithValue(context.Background(), attemptKey{}, a)
 	done := make(chan error, 1)
-	ld := events(a.req.ids...)
-	r.calls.Go(func() { done <- a.c.h.proc.ConsumeLogs(ctx, ld) })
+	r.calls.Go(func() { done <- a.c.consume(ctx, a) })
 	select {
 	case err := <-done:
 		return err, false
@@ -505,4 +648,12 @@ func (c *collector) lost() int64 {
 
 func (c *collector) unchecked() int64 {
 	return c.counter("otelcol_processor_dedup_redis_unchecked")
+}
+
+// undecided returns the points c left undecided because Redis failed.
+func (c *collector) undecided() int64 {
+	if c.h.signal != "metrics" {
+		return 0
+	}
+	return c.counter("otelcol_processor_dedup_election_undecided", attribute.String("reason", "unavailable"))
 }
