@@ -13,6 +13,9 @@
 #                the rules, dashboards and Prometheus configs) (make test does it)
 #   make bench   the performance targets: Go benchmarks with benchstat, the distribution end
 #                to end against its pass-through, CPU profiles (cmd/dedupbench, BENCHMARKS.md)
+#   make soak    the processor's randomized fault test (TestFaults) on random seeds for
+#                SOAK_TIME (default 10m, e.g. make soak SOAK_TIME=1h); prints the seed of
+#                every failed run (rerun one with its -faults.seed), log in _build/soak.log
 #   make lint    go vet
 #   make clean   remove build output
 #
@@ -51,7 +54,7 @@ TESTKIT := internal/testkit
 # The root module last: its end-to-end tests need the binaries (see test).
 MODULES := $(PROCESSOR) $(TESTKIT) .
 
-.PHONY: build agent run demo demo-data deps test bench lint clean
+.PHONY: build agent run demo demo-data deps test bench soak lint clean
 
 build: $(BIN)
 
@@ -157,6 +160,26 @@ BENCH_FLAGS ?=
 
 bench: build deps
 	$(GO) run ./cmd/dedupbench -bin $(BIN) -out _bench -count $(BENCH_COUNT) -reps $(BENCH_REPS) -records $(BENCH_RECORDS) -load-wait $(BENCH_LOAD_WAIT) $(BENCH_FLAGS)
+
+# The soak runs TestFaults's random seeds, half the time on each topology,
+# each seed under both on_error settings, for logs and metrics; make test
+# runs its fixed seeds. SOAK_TIMEOUT bounds the whole go test run (a run
+# that hangs fails on its own after about a minute).
+SOAK_TIME ?= 10m
+SOAK_TIMEOUT ?= 24h
+
+soak:
+	@bash scripts/ensure-redis.sh
+	@mkdir -p _build; log=$(CURDIR)/_build/soak.log; \
+	echo "make soak: TestFaults on random seeds for $(SOAK_TIME) (log: _build/soak.log)"; \
+	status=0; \
+	(cd $(PROCESSOR) && $(GO) test -race -count=1 -v -timeout $(SOAK_TIMEOUT) -run '^TestFaults$$' . -faults.duration=$(SOAK_TIME)) >$$log 2>&1 || status=$$?; \
+	passed=$$(grep -c -- '--- PASS: TestFaults/.*/seed=[0-9]*/' $$log || true); \
+	failed=$$(grep -c '^faults: FAILED' $$log || true); \
+	echo "make soak: $$passed runs passed, $$failed failed"; \
+	grep '^faults: FAILED' $$log || true; \
+	if [ $$status -ne 0 ] && [ $$failed -eq 0 ]; then tail -50 $$log; fi; \
+	exit $$status
 
 lint:
 	@for m in $(MODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done

@@ -127,7 +127,7 @@ func runFaultsSeed(t *testing.T, env *faultEnv, signal string, seed uint64, poli
 	t.Run(fmt.Sprintf("%s/seed=%d/%s", signal, seed, policy), func(t *testing.T) {
 		t.Cleanup(func() {
 			if t.Failed() {
-				fmt.Printf("faults: FAILED seed %d (%s, %s, on_error: %s): rerun with go test -race -run 'TestFaults/%s/%s/seed=%d/%s' -faults.seed=%d\n",
+				fmt.Printf("faults: FAILED seed %d (%s, %s, on_error: %s): rerun in processor/dedupprocessor with go test -race -run 'TestFaults/%s/%s/seed=%d/%s' . -faults.seed=%d\n",
 					seed, env.topology, signal, policy, env.topology, signal, seed, policy, seed)
 			}
 		})
