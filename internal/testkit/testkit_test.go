@@ -2,9 +2,11 @@ package testkit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -165,6 +167,24 @@ func TestMetrics(t *testing.T) {
 	} {
 		if c.got != c.want {
 			t.Errorf("%s = %d, want %d", c.what, c.got, c.want)
+		}
+	}
+}
+
+// TestHogs: the hogs run until the test ends, and are reaped then.
+func TestHogs(t *testing.T) {
+	var pids []int
+	t.Run("hogs", func(t *testing.T) {
+		pids = Hogs(t, 2)
+		for _, pid := range pids {
+			if err := syscall.Kill(pid, 0); err != nil {
+				t.Fatalf("hog %d not running: %v", pid, err)
+			}
+		}
+	})
+	for _, pid := range pids {
+		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+			t.Fatalf("hog %d after its test ended: %v, want no such process", pid, err)
 		}
 	}
 }
