@@ -2,9 +2,10 @@ package dedupprocessor
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
-	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -51,6 +52,7 @@ func consume[T any](ctx context.Context, e *engine, s adapter[T], data T, items 
 	if items == 0 {
 		return s.send(ctx, data) // nothing to deduplicate
 	}
+	e.flying.Add(1)
 	b := e.begin(items)
 	defer e.end(ctx, b)
 	enc := encoderPool.Get().(*identity.Encoder)
@@ -124,7 +126,8 @@ type batch struct {
 	answers []redistier.Answer
 	seen    []int32
 
-	unidentified bool // the request lacks the auth_attributes identity
+	unidentified bool   // the request lacks the auth_attributes identity
+	holder       string // a shared claim token met pending, for the refusal
 }
 
 var batchPool = sync.Pool{New: func() any { return new(batch) }}
@@ -249,7 +252,7 @@ type localTier interface {
 
 // sharedTier is what a batch needs of redistier.Tier.
 type sharedTier interface {
-	Claim(ctx context.Context, token string, ds []digest.Digest, answers []redistier.Answer, again bool) error
+	Claim(ctx context.Context, token string, ds []digest.Digest, answers []redistier.Answer, look bool) (holder string, err error)
 	Commit(ctx context.Context, token string, ds []digest.Digest) error
 	Release(ctx context.Context, token string, ds []digest.Digest) error
 }
@@ -262,14 +265,23 @@ var errSharedTier = errors.New("dedup: shared tier unavailable; retry later")
 // tier for the local wins. A key held by a committed claim becomes a
 // duplicate; one held by a pending claim is left for later, held by this
 // batch in neither tier. On error the batch is to be refused; the round
-// still holds what it claimed. again: the batch claims records it waited for.
-func (e *engine) claim(ctx context.Context, b *batch, idx []int32, again bool) error {
+// still holds what it claimed. look: the batch claims records it waited
+// for; looks claim locally one at a time (a look is then all or nothing
+// against the others), and in the shared tier in a fixed order (see
+// redistier's Claim), so that contending looks end by design.
+func (e *engine) claim(ctx context.Context, b *batch, idx []int32, look bool) error {
 	if len(idx) == 0 {
 		return nil
 	}
 	ds := b.digests(idx)
 	b.results = resize(b.results, len(ds))
+	if look {
+		e.looks.Lock()
+	}
 	e.local.ClaimBatch(ds, b.token, b.now, b.results)
+	if look {
+		e.looks.Unlock()
+	}
 	won := b.won[:0]
 	for j, res := range b.results {
 		i := idx[j]
@@ -291,7 +303,10 @@ func (e *engine) claim(ctx context.Context, b *batch, idx []int32, again bool) e
 	}
 	ds = b.digests(won)
 	b.answers = resize(b.answers, len(ds))
-	err := e.tier.Claim(ctx, b.redisToken, ds, b.answers, again)
+	holder, err := e.tier.Claim(ctx, b.redisToken, ds, b.answers, look)
+	if holder != "" {
+		b.holder = holder
+	}
 	if err != nil {
 		e.tierError.log(b.now, err, zap.String("on_error", string(e.redisPolicy)))
 		if e.redisPolicy == ErrorRefuse || ctx.Err() != nil {
@@ -410,6 +425,10 @@ func (a *applier) unit(attrs pcommon.Map) bool {
 // copy of data that never arrived.
 func (e *engine) finish(ctx context.Context, b *batch, err error) error {
 	if err != nil {
+		if b.redisToken != "" && strings.Contains(err.Error(), tokenName(b.redisToken)) {
+			e.stacked.log(b.now, err, zap.String("key_prefix", e.keyPrefix))
+			e.tel.stacked.Add(ctx, 1, e.tel.baseOpt)
+		}
 		if n := e.release(ctx, b, true); n > 0 {
 			e.tel.released.Add(ctx, int64(n), e.tel.baseOpt)
 		}
@@ -465,6 +484,19 @@ func (e *engine) release(ctx context.Context, b *batch, wake bool) int {
 // could lose it: the sender retries instead.
 var errInFlight = errors.New("dedup: a record of this batch is still being delivered by another batch; retry later")
 
+// refusal is errInFlight naming the shared claim the batch last met
+// pending. A dedup processor before this one that finds its own claim named
+// in the refusal knows that the two share one key space (finish).
+func (b *batch) refusal() error {
+	if b.holder == "" {
+		return errInFlight
+	}
+	return fmt.Errorf("%w (held by claim %s)", errInFlight, tokenName(b.holder))
+}
+
+// tokenName is how a refusal names a shared claim token.
+func tokenName(token string) string { return hex.EncodeToString([]byte(token)) }
+
 // maxPause bounds the pause between two looks. Nothing wakes a batch when
 // another collector's claims settle, so the pause is how late it may see
 // them settle: short next to export times, while a look costs a round trip.
@@ -476,7 +508,7 @@ const maxPause = 16 * time.Millisecond
 func (e *engine) await(ctx context.Context, b *batch) error {
 	w := e.beginWait()
 	for {
-		if err := w.pause(ctx, b.now, errInFlight, zap.Int("records", len(b.later))); err != nil {
+		if err := w.pause(ctx, b.now, b.refusal(), zap.Int("records", len(b.later))); err != nil {
 			return err
 		}
 		look := b.later
@@ -529,6 +561,7 @@ func (b *batch) secondCall() {
 // keeping its arrays unless they grew large.
 func (e *engine) end(ctx context.Context, b *batch) {
 	e.release(ctx, b, true)
+	e.flying.Add(-1)
 	const maxRetained = 64 << 10
 	nb := batch{}
 	if max(cap(b.verdicts), cap(b.keys), cap(b.seen)) <= maxRetained {
@@ -568,9 +601,7 @@ func (w *wait) pause(ctx context.Context, now int64, refused error, fields ...za
 		w.record(ctx, waitRefused)
 		return refused
 	}
-	// Up to a millisecond more, so that batches waiting for the same
-	// records do not look in lockstep.
-	err := w.e.clock.Wait(ctx, settled, w.d+time.Duration(rand.Int64N(int64(time.Millisecond))))
+	err := w.e.clock.Wait(ctx, settled, w.d)
 	w.d = min(2*w.d, maxPause)
 	return err
 }

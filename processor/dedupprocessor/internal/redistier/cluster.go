@@ -285,6 +285,13 @@ func (x *clusterExec) refresh() {
 	}
 }
 
+func (x *clusterExec) ping(ctx context.Context) {
+	_ = x.cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		_ = c.Ping(ctx).Err()
+		return nil
+	})
+}
+
 func (x *clusterExec) breakers() []NodeBreaker {
 	x.mu.Lock()
 	out := make([]NodeBreaker, 0, len(x.nodes))
