@@ -135,8 +135,20 @@ func (w *writer) signal() {
 func (w *writer) run(t *Tier) {
 	clk := t.opts.Clock
 	next := time.Duration(0)
+	pinged := clk.Now()
 	for clk.Wait(t.bg, w.wake, next) == nil {
-		next = w.round(t, t.bg, clk.Now())
+		now := clk.Now()
+		next = w.round(t, t.bg, now)
+		if every := t.renewEvery(); now.Sub(pinged) >= every {
+			// A master that restarted or failed over is noticed on a new
+			// connection (servers): at least this often, however quiet.
+			if c := t.conn.Load(); c != nil {
+				ctx, cancel := context.WithTimeout(t.bg, t.opts.Timeout)
+				c.exec.ping(ctx)
+				cancel()
+			}
+			pinged = now
+		}
 	}
 	deadline := clk.Now().Add(t.drainFor())
 	for w.left() > 0 {
