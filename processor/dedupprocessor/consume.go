@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -274,7 +275,7 @@ func (e *engine) claim(ctx context.Context, b *batch, idx []int32, look bool) er
 		return nil
 	}
 	ds := b.digests(idx)
-	b.results = resize(b.results, len(ds))
+	b.results = slices.Grow(b.results[:0], len(ds))[:len(ds)]
 	if look {
 		e.looks.Lock()
 	}
@@ -302,7 +303,7 @@ func (e *engine) claim(ctx context.Context, b *batch, idx []int32, look bool) er
 		return nil
 	}
 	ds = b.digests(won)
-	b.answers = resize(b.answers, len(ds))
+	b.answers = slices.Grow(b.answers[:0], len(ds))[:len(ds)]
 	holder, err := e.tier.Claim(ctx, b.redisToken, ds, b.answers, look)
 	if holder != "" {
 		b.holder = holder
@@ -633,11 +634,4 @@ func (s *settledSignal) broadcast() {
 			close(*ch)
 		}
 	}
-}
-
-func resize[T any](s []T, n int) []T {
-	if cap(s) < n {
-		return make([]T, n)
-	}
-	return s[:n]
 }

@@ -405,7 +405,7 @@ func (box *ballotBox) fill(replica func(*ballot) digest.Digest) {
 		bl := &box.ballots[i]
 		box.es = append(box.es, redistier.Election{Key: bl.ref.Key, Replica: replica(bl)})
 	}
-	box.answers = resize(box.answers, len(box.es))
+	box.answers = slices.Grow(box.answers[:0], len(box.es))[:len(box.es)]
 }
 
 // replicaOf returns the replica of digest d, named if one of ballot i's

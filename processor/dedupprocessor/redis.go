@@ -31,11 +31,8 @@ func defaultKeyPrefix(id component.ID, cfg *Config) string {
 }
 
 // identityEncoding is the version of how records are encoded into digests,
-// part of the fingerprint: bump it whenever the encoding changes. 2: small
-// maps sorted, content identities open with a per-group digest. 3: a coarse
-// log timestamp adds the observed one; dropped counts, schema URLs and point
-// flags join when set.
-const identityEncoding = 3
+// part of the fingerprint: bump it whenever the encoding changes.
+const identityEncoding = 1
 
 // identityFingerprint hashes the settings that decide what a digest means:
 // a snapshot or a shared key made under other settings is not reused.
@@ -44,7 +41,7 @@ func identityFingerprint(cfg *Config) uint64 {
 	e.Uint(identityEncoding)
 	e.Int(int64(cfg.Window))
 	for _, list := range [][]string{
-		cfg.MetadataKeys,
+		cfg.MetadataKeys, cfg.AuthAttributes,
 		cfg.Logs.Key, cfg.Logs.Ignore, cfg.Logs.Conditions,
 		cfg.Traces.Key, cfg.Traces.Ignore, cfg.Traces.Conditions,
 		cfg.Metrics.Key, cfg.Metrics.Ignore, cfg.Metrics.Conditions,
@@ -55,12 +52,6 @@ func identityFingerprint(cfg *Config) uint64 {
 		}
 	}
 	e.String(string(cfg.OnMissingKey))
-	if len(cfg.AuthAttributes) > 0 { // only when set: fingerprints made without it stay valid
-		e.Uint(uint64(len(cfg.AuthAttributes)))
-		for _, s := range cfg.AuthAttributes {
-			e.String(s)
-		}
-	}
 	return e.Digest().Hi
 }
 

@@ -38,7 +38,7 @@ import (
 // Operation names and results passed to Options.Observe.
 const (
 	OpClaim   = "claim"
-	OpRecheck = "recheck" // a claim of records a batch waited for (Claim with again)
+	OpRecheck = "recheck" // a claim of records a batch waited for (Claim with look)
 	OpCommit  = "commit"
 	OpRelease = "release"
 	OpRenew   = "renew" // lease renewals of claims whose batches are downstream
@@ -333,7 +333,7 @@ func (t *Tier) Claim(ctx context.Context, token string, ds []digest.Digest, answ
 		return "", err
 	}
 	b := c.prepare(ds)
-	defer batchPool.Put(b)
+	defer groupingPool.Put(b)
 	if look {
 		b.sortGroups(ds)
 	}
@@ -491,7 +491,7 @@ func (t *Tier) finish(ctx context.Context, op, token string, ds []digest.Digest,
 		return err
 	}
 	b := c.prepare(ds)
-	defer batchPool.Put(b)
+	defer groupingPool.Put(b)
 	until := t.opts.Clock.Now().Add(t.opts.Lease)
 	ws := make([]write, 0, len(b.groups))
 	for _, g := range b.groups {
@@ -610,24 +610,24 @@ func resultOf(err error) string {
 	return ResultError
 }
 
-// batch is the digests of ds grouped by group, as indexes into ds.
-type batch struct {
+// grouping is the digests of ds grouped by group, as indexes into ds.
+type grouping struct {
 	order  []int32 // indexes of ds, grouped by group
 	bounds []int32 // order[bounds[g]:bounds[g+1]] belong to group g
 	next   []int32
 	groups []int // the groups with digests, ascending
 }
 
-var batchPool = sync.Pool{New: func() any { return new(batch) }}
+var groupingPool = sync.Pool{New: func() any { return new(grouping) }}
 
 // prepare groups the digests of ds by a counting sort, which keeps ds's
 // order within each group.
-func (c *conn) prepare(ds []digest.Digest) *batch {
-	b := batchPool.Get().(*batch)
+func (c *conn) prepare(ds []digest.Digest) *grouping {
+	b := groupingPool.Get().(*grouping)
 	ng := len(c.layout.groups)
-	b.bounds = resize(b.bounds, ng+1)
+	b.bounds = slices.Grow(b.bounds[:0], ng+1)[:ng+1]
 	clear(b.bounds)
-	b.next = resize(b.next, ng)
+	b.next = slices.Grow(b.next[:0], ng)[:ng]
 	for _, d := range ds {
 		b.bounds[c.layout.groupOf(d)+1]++
 	}
@@ -638,7 +638,7 @@ func (c *conn) prepare(ds []digest.Digest) *batch {
 		}
 		b.bounds[g] += b.bounds[g-1]
 	}
-	b.order = resize(b.order, len(ds))
+	b.order = slices.Grow(b.order[:0], len(ds))[:len(ds)]
 	next := b.next
 	copy(next, b.bounds[:ng])
 	for i, d := range ds {
@@ -651,7 +651,7 @@ func (c *conn) prepare(ds []digest.Digest) *batch {
 
 // sortGroups orders each group's digests by value: the order looks claim
 // in, the same in every collector.
-func (b *batch) sortGroups(ds []digest.Digest) {
+func (b *grouping) sortGroups(ds []digest.Digest) {
 	for _, g := range b.groups {
 		slices.SortFunc(b.order[b.bounds[g]:b.bounds[g+1]], func(i, j int32) int {
 			x, y := ds[i], ds[j]
@@ -663,17 +663,9 @@ func (b *batch) sortGroups(ds []digest.Digest) {
 	}
 }
 
-// resize returns s with length n, reusing its array if it is large enough.
-func resize[T any](s []T, n int) []T {
-	if cap(s) < n {
-		return make([]T, n)
-	}
-	return s[:n]
-}
-
 // claimCalls builds one claim script call per group and chunk of at most
 // maxKeysPerScript digests; look makes each stop at its first pending key.
-func (t *Tier) claimCalls(ctx context.Context, c *conn, b *batch, token string, ds []digest.Digest, look bool) []*call {
+func (t *Tier) claimCalls(ctx context.Context, c *conn, b *grouping, token string, ds []digest.Digest, look bool) []*call {
 	n := len(b.order)
 	l := &c.layout
 	// All keys are substrings of one string, and arguments point at them:
