@@ -287,7 +287,9 @@ func (x *clusterExec) refresh() {
 
 func (x *clusterExec) ping(ctx context.Context) {
 	_ = x.cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
-		_ = c.Ping(ctx).Err()
+		if x.breaker(c.Options().Addr).State() == breaker.Closed {
+			_ = c.Ping(ctx).Err()
+		}
 		return nil
 	})
 }

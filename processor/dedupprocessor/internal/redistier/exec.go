@@ -71,7 +71,11 @@ func (x *singleExec) breakers() []NodeBreaker {
 
 func (x *singleExec) close() error { return x.client.Close() }
 
-func (x *singleExec) ping(ctx context.Context) { _ = x.client.Ping(ctx).Err() }
+func (x *singleExec) ping(ctx context.Context) {
+	if x.br.State() == breaker.Closed {
+		_ = x.client.Ping(ctx).Err()
+	}
+}
 
 // failureOutcome is the breaker outcome of a failed call: a caller that
 // gave up says nothing about Redis.

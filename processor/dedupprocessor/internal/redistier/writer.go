@@ -139,7 +139,7 @@ func (w *writer) run(t *Tier) {
 	for clk.Wait(t.bg, w.wake, next) == nil {
 		now := clk.Now()
 		next = w.round(t, t.bg, now)
-		if every := t.renewEvery(); now.Sub(pinged) >= every {
+		if now.Sub(pinged) >= max(t.renewEvery(), time.Second) {
 			// A master that restarted or failed over is noticed on a new
 			// connection (servers): at least this often, however quiet.
 			if c := t.conn.Load(); c != nil {
