@@ -38,14 +38,25 @@ import (
 // which drops the first call's records as copies; a request is acknowledged
 // only when both calls succeeded.
 
-// adapter is a signal's side of the batch. settle is told how the first
-// call ended (nil: accepted), or why the batch was refused before it.
+// adapter is a signal's side of the batch.
 type adapter[T any] interface {
 	identify(ctx context.Context, b *batch, enc *identity.Encoder, data T)
 	apply(b *batch, data T)
 	clone(data T) T
 	send(ctx context.Context, data T) error
-	settle(ctx context.Context, err error)
+}
+
+// firstCallSettler is an adapter with a stage of its own that settles
+// with the batch's first call (replica election): it is told how the call
+// ended (nil: accepted), or why the batch was refused before it.
+type firstCallSettler interface {
+	firstCallSettled(ctx context.Context, err error)
+}
+
+func firstCallSettled[T any](ctx context.Context, s adapter[T], err error) {
+	if fs, ok := s.(firstCallSettler); ok {
+		fs.firstCallSettled(ctx, err)
+	}
 }
 
 // consume is ConsumeLogs, ConsumeTraces and ConsumeMetrics.
@@ -62,8 +73,8 @@ func consume[T any](ctx context.Context, e *engine, s adapter[T], data T, items 
 
 	b.firstCopies(e.cfg.Action)
 	if err := e.claim(ctx, b, b.firsts, false); err != nil {
-		e.release(ctx, b, true)
-		s.settle(ctx, err)
+		e.settle(ctx, b, roundReleased, true)
+		firstCallSettled(ctx, s, err)
 		return err
 	}
 	b.countUnique(b.firsts)
@@ -71,8 +82,8 @@ func consume[T any](ctx context.Context, e *engine, s adapter[T], data T, items 
 	if len(b.later) > 0 && b.kept > 0 {
 		later = s.clone(data) // the first call changes data
 	}
-	err := e.finish(ctx, b, deliver(ctx, s, b, data, change))
-	s.settle(ctx, err)
+	err := deliver(ctx, e, b, s, data, change)
+	firstCallSettled(ctx, s, err)
 	if err != nil || len(b.later) == 0 {
 		return err
 	}
@@ -80,7 +91,7 @@ func consume[T any](ctx context.Context, e *engine, s adapter[T], data T, items 
 		return err
 	}
 	b.secondCall()
-	return e.finish(ctx, b, deliver(ctx, s, b, later, e.needsApply(b)))
+	return deliver(ctx, e, b, s, later, e.needsApply(b))
 }
 
 // verdict is what a call to the next consumer does with one record.
@@ -112,13 +123,13 @@ type batch struct {
 	alters   bool // the adapter changes kept records (replica labels)
 
 	// A round is one claim of the batch's digests under tokens of its own,
-	// ended by a commit or a release.
+	// settled by a commit or a release.
 	token      uint64          // local claim token
 	redisToken string          // shared claim token; "" without a shared tier
 	held       []digest.Digest // claimed in the local cache
 	shared     []digest.Digest // claimed in the shared tier, or maybe (unknown answer)
 	unchecked  int             // delivered on the local claim's word (on_error: pass)
-	open       bool            // neither committed nor released yet
+	round      roundState
 
 	// scratch
 	won     []int32
@@ -153,7 +164,7 @@ func (e *engine) beginRound(b *batch) {
 	if e.tier != nil {
 		b.redisToken = redistier.NewToken(b.token)
 	}
-	b.held, b.shared, b.unchecked, b.open = b.held[:0], b.shared[:0], 0, true
+	b.held, b.shared, b.unchecked, b.round = b.held[:0], b.shared[:0], 0, roundOpen
 }
 
 // nextToken returns a token larger than every one before and at least the
@@ -364,15 +375,18 @@ func (b *batch) countUnique(idx []int32) {
 
 // Deliver.
 
-// deliver applies the verdicts if they change data and sends what is kept.
-func deliver[T any](ctx context.Context, s adapter[T], b *batch, data T, change bool) error {
-	if b.kept == 0 {
-		return nil // a call left with nothing is not made, and data is left as it came
+// deliver applies the verdicts if they change data, sends what is kept
+// (a call left with nothing is not made, and data is left as it came) and
+// settles the round on the answer.
+func deliver[T any](ctx context.Context, e *engine, b *batch, s adapter[T], data T, change bool) error {
+	var err error
+	if b.kept > 0 {
+		if change {
+			s.apply(b, data)
+		}
+		err = s.send(ctx, data)
 	}
-	if change {
-		s.apply(b, data)
-	}
-	return s.send(ctx, data)
+	return e.settleCall(ctx, b, err)
 }
 
 // needsApply says whether the verdicts change the batch, and counts the
@@ -419,63 +433,72 @@ func (a *applier) unit(attrs pcommon.Map) bool {
 	return false
 }
 
-// Commit or release, and record.
+// Settle: commit or release, and record.
 
-// finish commits the round if the next consumer accepted the call, else
-// releases it so that the sender's retry is delivered, not dropped as a
-// copy of data that never arrived.
-func (e *engine) finish(ctx context.Context, b *batch, err error) error {
-	if err != nil {
-		if b.redisToken != "" && strings.Contains(err.Error(), tokenName(b.redisToken)) {
-			e.stacked.log(b.now, err, zap.String("key_prefix", e.keyPrefix))
-			e.tel.stacked.Add(ctx, 1, e.tel.baseOpt)
-		}
-		if n := e.release(ctx, b, true); n > 0 {
-			e.tel.released.Add(ctx, int64(n), e.tel.baseOpt)
-		}
-		return err
+// roundState is where a round of claims stands.
+type roundState uint8
+
+const (
+	roundOpen      roundState = iota // claimed, pending: its call is not answered yet
+	roundCommitted                   // its call was accepted: the claims hold for the window
+	roundReleased                    // its call was refused, or the batch gave it up
+)
+
+// settleCall settles the round on its call's answer: committed if the next
+// consumer accepted it, else released so that the sender's retry is
+// delivered, not dropped as a copy of data that never arrived. A refusal
+// that names this round's own shared claim means a dedup processor after
+// this one shares its key space.
+func (e *engine) settleCall(ctx context.Context, b *batch, err error) error {
+	if err == nil {
+		e.settle(ctx, b, roundCommitted, true)
+		e.tel.recordCall(ctx, b)
+		return nil
 	}
-	e.commit(ctx, b)
-	e.tel.recordCall(ctx, b)
-	return nil
+	if b.redisToken != "" && strings.Contains(err.Error(), tokenName(b.redisToken)) {
+		e.stacked.log(b.now, err, zap.String("key_prefix", e.keyPrefix))
+		e.tel.stacked.Add(ctx, 1, e.tel.baseOpt)
+	}
+	if n := e.settle(ctx, b, roundReleased, true); n > 0 {
+		e.tel.released.Add(ctx, int64(n), e.tel.baseOpt)
+	}
+	return err
 }
 
-// commit commits the round's claims: at once locally, in the background in
-// the shared tier, where they stay pending, so safe, until it lands.
-func (e *engine) commit(ctx context.Context, b *batch) {
-	if !b.open {
-		return
-	}
-	b.open = false
-	e.local.End(b.token)
-	e.ended.broadcast()
-	if e.tier != nil {
-		if err := e.tier.Commit(context.WithoutCancel(ctx), b.redisToken, b.shared); err != nil {
-			e.tierError.log(b.now, err, zap.String("op", redistier.OpCommit))
-		}
-	}
-}
-
-// release releases the round's claims in both tiers, then, if wake, wakes
-// the waiting batches; it returns how many records the round had claimed.
-func (e *engine) release(ctx context.Context, b *batch, wake bool) int {
+// settle moves an open round to state: committed (at once locally, in the
+// background in the shared tier, where the claims stay pending, so safe,
+// until the commit reaches Redis) or released (in both tiers at once). With
+// wake it wakes the batches waiting for the round's records. It returns how
+// many records a release gave up.
+func (e *engine) settle(ctx context.Context, b *batch, state roundState, wake bool) (released int) {
 	if wake {
-		defer e.ended.broadcast()
+		defer e.settled.broadcast()
 	}
-	if !b.open {
+	if b.round != roundOpen {
 		return 0
 	}
-	b.open = false
-	e.local.ReleaseBatch(b.held, b.token)
-	e.local.End(b.token)
-	n := len(b.held)
-	if e.tier != nil {
-		n = len(b.shared)
-		if err := e.tier.Release(context.WithoutCancel(ctx), b.redisToken, b.shared); err != nil {
-			e.tierError.log(b.now, err, zap.String("op", redistier.OpRelease))
+	b.round = state
+	ctx = context.WithoutCancel(ctx)
+	switch state {
+	case roundCommitted:
+		e.local.End(b.token)
+		if e.tier != nil {
+			if err := e.tier.Commit(ctx, b.redisToken, b.shared); err != nil {
+				e.tierError.log(b.now, err, zap.String("op", redistier.OpCommit))
+			}
+		}
+	case roundReleased:
+		e.local.ReleaseBatch(b.held, b.token)
+		e.local.End(b.token)
+		released = len(b.held)
+		if e.tier != nil {
+			released = len(b.shared)
+			if err := e.tier.Release(ctx, b.redisToken, b.shared); err != nil {
+				e.tierError.log(b.now, err, zap.String("op", redistier.OpRelease))
+			}
 		}
 	}
-	return n
+	return released
 }
 
 // Wait, holding only committed claims, then the second call.
@@ -487,7 +510,7 @@ var errInFlight = errors.New("dedup: a record of this batch is still being deliv
 
 // refusal is errInFlight naming the shared claim the batch last met
 // pending. A dedup processor before this one that finds its own claim named
-// in the refusal knows that the two share one key space (finish).
+// in the refusal knows that the two share one key space (settleCall).
 func (b *batch) refusal() error {
 	if b.holder == "" {
 		return errInFlight
@@ -519,7 +542,7 @@ func (e *engine) await(ctx context.Context, b *batch) error {
 		}
 		e.beginRound(b)
 		if err := e.claim(ctx, b, look, true); err != nil {
-			e.release(ctx, b, true)
+			e.settle(ctx, b, roundReleased, true)
 			return err
 		}
 		if len(b.later) == 0 {
@@ -530,7 +553,7 @@ func (e *engine) await(ctx context.Context, b *batch) error {
 		}
 		// Waking others here would let two batches waiting for the same
 		// records wake each other without end.
-		e.release(ctx, b, false)
+		e.settle(ctx, b, roundReleased, false)
 		b.later = b.later[:0]
 		for _, i := range look {
 			if v := b.verdicts[b.keys[i].at]; v == verdictKeep || v == verdictLater {
@@ -561,7 +584,7 @@ func (b *batch) secondCall() {
 // end releases what the batch still holds and returns it to the pool,
 // keeping its arrays unless they grew large.
 func (e *engine) end(ctx context.Context, b *batch) {
-	e.release(ctx, b, true)
+	e.settle(ctx, b, roundReleased, true)
 	e.flying.Add(-1)
 	const maxRetained = 64 << 10
 	nb := batch{}
@@ -596,7 +619,7 @@ func (e *engine) beginWait() *wait {
 // pending_wait, it logs (at now, with fields) and records the refusal and
 // returns refused.
 func (w *wait) pause(ctx context.Context, now int64, refused error, fields ...zap.Field) error {
-	settled := w.e.ended.channel()
+	settled := w.e.settled.channel()
 	if w.e.clock.Now().Add(w.d).After(w.deadline) {
 		w.e.refused.log(now, refused, fields...)
 		w.record(ctx, waitRefused)

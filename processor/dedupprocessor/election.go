@@ -428,7 +428,7 @@ func (e *elector) settle(ctx context.Context, eng *engine, box *ballotBox, err e
 	}
 	e.commit(ctx, eng, box)
 	eng.tel.recordElections(ctx, box)
-	eng.ended.broadcast()
+	eng.settled.broadcast()
 }
 
 // release gives up the batch's elections and refreshes, and with wake
@@ -436,7 +436,7 @@ func (e *elector) settle(ctx context.Context, eng *engine, box *ballotBox, err e
 func (e *elector) release(ctx context.Context, eng *engine, box *ballotBox, wake bool) {
 	e.releaseShared(ctx, eng, box, e.releaseLocal(box, false))
 	if wake {
-		eng.ended.broadcast()
+		eng.settled.broadcast()
 	}
 }
 

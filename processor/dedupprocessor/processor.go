@@ -31,7 +31,7 @@ type engine struct {
 	looks     sync.Mutex   // one look claims locally at a time
 	flying    atomic.Int64 // batches in flight
 	clock     clock.Clock
-	ended     settledSignal // a round ended: committed or released
+	settled   settledSignal // a round or an election settled: committed or released
 
 	tier        sharedTier      // nil: local only
 	redis       *redistier.Tier // the tier, when it is Redis
@@ -105,8 +105,8 @@ func (e *engine) drain(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
 	for e.flying.Load() > 0 {
-		ended := e.ended.channel()
-		if e.flying.Load() == 0 || e.clock.Wait(ctx, ended, maxPause) != nil {
+		settled := e.settled.channel()
+		if e.flying.Load() == 0 || e.clock.Wait(ctx, settled, maxPause) != nil {
 			return
 		}
 	}
