@@ -2,9 +2,11 @@ package dedupprocessor
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
-	"math/rand/v2"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,14 +38,25 @@ import (
 // which drops the first call's records as copies; a request is acknowledged
 // only when both calls succeeded.
 
-// adapter is a signal's side of the batch. settle is told how the first
-// call ended (nil: accepted), or why the batch was refused before it.
+// adapter is a signal's side of the batch.
 type adapter[T any] interface {
 	identify(ctx context.Context, b *batch, enc *identity.Encoder, data T)
 	apply(b *batch, data T)
 	clone(data T) T
 	send(ctx context.Context, data T) error
-	settle(ctx context.Context, err error)
+}
+
+// firstCallSettler is an adapter with a stage of its own that settles
+// with the batch's first call (replica election): it is told how the call
+// ended (nil: accepted), or why the batch was refused before it.
+type firstCallSettler interface {
+	firstCallSettled(ctx context.Context, err error)
+}
+
+func firstCallSettled[T any](ctx context.Context, s adapter[T], err error) {
+	if fs, ok := s.(firstCallSettler); ok {
+		fs.firstCallSettled(ctx, err)
+	}
 }
 
 // consume is ConsumeLogs, ConsumeTraces and ConsumeMetrics.
@@ -51,6 +64,7 @@ func consume[T any](ctx context.Context, e *engine, s adapter[T], data T, items 
 	if items == 0 {
 		return s.send(ctx, data) // nothing to deduplicate
 	}
+	e.flying.Add(1)
 	b := e.begin(items)
 	defer e.end(ctx, b)
 	enc := encoderPool.Get().(*identity.Encoder)
@@ -59,8 +73,8 @@ func consume[T any](ctx context.Context, e *engine, s adapter[T], data T, items 
 
 	b.firstCopies(e.cfg.Action)
 	if err := e.claim(ctx, b, b.firsts, false); err != nil {
-		e.release(ctx, b, true)
-		s.settle(ctx, err)
+		e.settle(ctx, b, roundReleased, true)
+		firstCallSettled(ctx, s, err)
 		return err
 	}
 	b.countUnique(b.firsts)
@@ -68,8 +82,8 @@ func consume[T any](ctx context.Context, e *engine, s adapter[T], data T, items 
 	if len(b.later) > 0 && b.kept > 0 {
 		later = s.clone(data) // the first call changes data
 	}
-	err := e.finish(ctx, b, deliver(ctx, s, b, data, change))
-	s.settle(ctx, err)
+	err := deliver(ctx, e, b, s, data, change)
+	firstCallSettled(ctx, s, err)
 	if err != nil || len(b.later) == 0 {
 		return err
 	}
@@ -77,7 +91,7 @@ func consume[T any](ctx context.Context, e *engine, s adapter[T], data T, items 
 		return err
 	}
 	b.secondCall()
-	return e.finish(ctx, b, deliver(ctx, s, b, later, e.needsApply(b)))
+	return deliver(ctx, e, b, s, later, e.needsApply(b))
 }
 
 // verdict is what a call to the next consumer does with one record.
@@ -109,13 +123,13 @@ type batch struct {
 	alters   bool // the adapter changes kept records (replica labels)
 
 	// A round is one claim of the batch's digests under tokens of its own,
-	// ended by a commit or a release.
+	// settled by a commit or a release.
 	token      uint64          // local claim token
 	redisToken string          // shared claim token; "" without a shared tier
 	held       []digest.Digest // claimed in the local cache
 	shared     []digest.Digest // claimed in the shared tier, or maybe (unknown answer)
 	unchecked  int             // delivered on the local claim's word (on_error: pass)
-	open       bool            // neither committed nor released yet
+	round      roundState
 
 	// scratch
 	won     []int32
@@ -124,7 +138,8 @@ type batch struct {
 	answers []redistier.Answer
 	seen    []int32
 
-	unidentified bool // the request lacks the auth_attributes identity
+	unidentified bool   // the request lacks the auth_attributes identity
+	holder       string // a shared claim token met pending, for the refusal
 }
 
 var batchPool = sync.Pool{New: func() any { return new(batch) }}
@@ -149,7 +164,7 @@ func (e *engine) beginRound(b *batch) {
 	if e.tier != nil {
 		b.redisToken = redistier.NewToken(b.token)
 	}
-	b.held, b.shared, b.unchecked, b.open = b.held[:0], b.shared[:0], 0, true
+	b.held, b.shared, b.unchecked, b.round = b.held[:0], b.shared[:0], 0, roundOpen
 }
 
 // nextToken returns a token larger than every one before and at least the
@@ -249,7 +264,7 @@ type localTier interface {
 
 // sharedTier is what a batch needs of redistier.Tier.
 type sharedTier interface {
-	Claim(ctx context.Context, token string, ds []digest.Digest, answers []redistier.Answer, again bool) error
+	Claim(ctx context.Context, token string, ds []digest.Digest, answers []redistier.Answer, look bool) (holder string, err error)
 	Commit(ctx context.Context, token string, ds []digest.Digest) error
 	Release(ctx context.Context, token string, ds []digest.Digest) error
 }
@@ -262,14 +277,23 @@ var errSharedTier = errors.New("dedup: shared tier unavailable; retry later")
 // tier for the local wins. A key held by a committed claim becomes a
 // duplicate; one held by a pending claim is left for later, held by this
 // batch in neither tier. On error the batch is to be refused; the round
-// still holds what it claimed. again: the batch claims records it waited for.
-func (e *engine) claim(ctx context.Context, b *batch, idx []int32, again bool) error {
+// still holds what it claimed. look: the batch claims records it waited
+// for; looks claim locally one at a time (a look is then all or nothing
+// against the others), and in the shared tier in a fixed order (see
+// redistier's Claim), so that contending looks end by design.
+func (e *engine) claim(ctx context.Context, b *batch, idx []int32, look bool) error {
 	if len(idx) == 0 {
 		return nil
 	}
 	ds := b.digests(idx)
-	b.results = resize(b.results, len(ds))
+	b.results = slices.Grow(b.results[:0], len(ds))[:len(ds)]
+	if look {
+		e.looks.Lock()
+	}
 	e.local.ClaimBatch(ds, b.token, b.now, b.results)
+	if look {
+		e.looks.Unlock()
+	}
 	won := b.won[:0]
 	for j, res := range b.results {
 		i := idx[j]
@@ -290,8 +314,11 @@ func (e *engine) claim(ctx context.Context, b *batch, idx []int32, again bool) e
 		return nil
 	}
 	ds = b.digests(won)
-	b.answers = resize(b.answers, len(ds))
-	err := e.tier.Claim(ctx, b.redisToken, ds, b.answers, again)
+	b.answers = slices.Grow(b.answers[:0], len(ds))[:len(ds)]
+	holder, err := e.tier.Claim(ctx, b.redisToken, ds, b.answers, look)
+	if holder != "" {
+		b.holder = holder
+	}
 	if err != nil {
 		e.tierError.log(b.now, err, zap.String("on_error", string(e.redisPolicy)))
 		if e.redisPolicy == ErrorRefuse || ctx.Err() != nil {
@@ -348,15 +375,18 @@ func (b *batch) countUnique(idx []int32) {
 
 // Deliver.
 
-// deliver applies the verdicts if they change data and sends what is kept.
-func deliver[T any](ctx context.Context, s adapter[T], b *batch, data T, change bool) error {
-	if b.kept == 0 {
-		return nil // a call left with nothing is not made, and data is left as it came
+// deliver applies the verdicts if they change data, sends what is kept
+// (a call left with nothing is not made, and data is left as it came) and
+// settles the round on the answer.
+func deliver[T any](ctx context.Context, e *engine, b *batch, s adapter[T], data T, change bool) error {
+	var err error
+	if b.kept > 0 {
+		if change {
+			s.apply(b, data)
+		}
+		err = s.send(ctx, data)
 	}
-	if change {
-		s.apply(b, data)
-	}
-	return s.send(ctx, data)
+	return e.settleCall(ctx, b, err)
 }
 
 // needsApply says whether the verdicts change the batch, and counts the
@@ -403,59 +433,72 @@ func (a *applier) unit(attrs pcommon.Map) bool {
 	return false
 }
 
-// Commit or release, and record.
+// Settle: commit or release, and record.
 
-// finish commits the round if the next consumer accepted the call, else
-// releases it so that the sender's retry is delivered, not dropped as a
-// copy of data that never arrived.
-func (e *engine) finish(ctx context.Context, b *batch, err error) error {
-	if err != nil {
-		if n := e.release(ctx, b, true); n > 0 {
-			e.tel.released.Add(ctx, int64(n), e.tel.baseOpt)
-		}
-		return err
+// roundState is where a round of claims stands.
+type roundState uint8
+
+const (
+	roundOpen      roundState = iota // claimed, pending: its call is not answered yet
+	roundCommitted                   // its call was accepted: the claims hold for the window
+	roundReleased                    // its call was refused, or the batch gave it up
+)
+
+// settleCall settles the round on its call's answer: committed if the next
+// consumer accepted it, else released so that the sender's retry is
+// delivered, not dropped as a copy of data that never arrived. A refusal
+// that names this round's own shared claim means a dedup processor after
+// this one shares its key space.
+func (e *engine) settleCall(ctx context.Context, b *batch, err error) error {
+	if err == nil {
+		e.settle(ctx, b, roundCommitted, true)
+		e.tel.recordCall(ctx, b)
+		return nil
 	}
-	e.commit(ctx, b)
-	e.tel.recordCall(ctx, b)
-	return nil
+	if b.redisToken != "" && strings.Contains(err.Error(), tokenName(b.redisToken)) {
+		e.stacked.log(b.now, err, zap.String("key_prefix", e.keyPrefix))
+		e.tel.stacked.Add(ctx, 1, e.tel.baseOpt)
+	}
+	if n := e.settle(ctx, b, roundReleased, true); n > 0 {
+		e.tel.released.Add(ctx, int64(n), e.tel.baseOpt)
+	}
+	return err
 }
 
-// commit commits the round's claims: at once locally, in the background in
-// the shared tier, where they stay pending, so safe, until it lands.
-func (e *engine) commit(ctx context.Context, b *batch) {
-	if !b.open {
-		return
-	}
-	b.open = false
-	e.local.End(b.token)
-	e.ended.broadcast()
-	if e.tier != nil {
-		if err := e.tier.Commit(context.WithoutCancel(ctx), b.redisToken, b.shared); err != nil {
-			e.tierError.log(b.now, err, zap.String("op", redistier.OpCommit))
-		}
-	}
-}
-
-// release releases the round's claims in both tiers, then, if wake, wakes
-// the waiting batches; it returns how many records the round had claimed.
-func (e *engine) release(ctx context.Context, b *batch, wake bool) int {
+// settle moves an open round to state: committed (at once locally, in the
+// background in the shared tier, where the claims stay pending, so safe,
+// until the commit reaches Redis) or released (in both tiers at once). With
+// wake it wakes the batches waiting for the round's records. It returns how
+// many records a release gave up.
+func (e *engine) settle(ctx context.Context, b *batch, state roundState, wake bool) (released int) {
 	if wake {
-		defer e.ended.broadcast()
+		defer e.settled.broadcast()
 	}
-	if !b.open {
+	if b.round != roundOpen {
 		return 0
 	}
-	b.open = false
-	e.local.ReleaseBatch(b.held, b.token)
-	e.local.End(b.token)
-	n := len(b.held)
-	if e.tier != nil {
-		n = len(b.shared)
-		if err := e.tier.Release(context.WithoutCancel(ctx), b.redisToken, b.shared); err != nil {
-			e.tierError.log(b.now, err, zap.String("op", redistier.OpRelease))
+	b.round = state
+	ctx = context.WithoutCancel(ctx)
+	switch state {
+	case roundCommitted:
+		e.local.End(b.token)
+		if e.tier != nil {
+			if err := e.tier.Commit(ctx, b.redisToken, b.shared); err != nil {
+				e.tierError.log(b.now, err, zap.String("op", redistier.OpCommit))
+			}
+		}
+	case roundReleased:
+		e.local.ReleaseBatch(b.held, b.token)
+		e.local.End(b.token)
+		released = len(b.held)
+		if e.tier != nil {
+			released = len(b.shared)
+			if err := e.tier.Release(ctx, b.redisToken, b.shared); err != nil {
+				e.tierError.log(b.now, err, zap.String("op", redistier.OpRelease))
+			}
 		}
 	}
-	return n
+	return released
 }
 
 // Wait, holding only committed claims, then the second call.
@@ -464,6 +507,19 @@ func (e *engine) release(ctx context.Context, b *batch, wake bool) int {
 // after pending_wait. That batch may never deliver it, so dropping the copy
 // could lose it: the sender retries instead.
 var errInFlight = errors.New("dedup: a record of this batch is still being delivered by another batch; retry later")
+
+// refusal is errInFlight naming the shared claim the batch last met
+// pending. A dedup processor before this one that finds its own claim named
+// in the refusal knows that the two share one key space (settleCall).
+func (b *batch) refusal() error {
+	if b.holder == "" {
+		return errInFlight
+	}
+	return fmt.Errorf("%w (held by claim %s)", errInFlight, tokenName(b.holder))
+}
+
+// tokenName is how a refusal names a shared claim token.
+func tokenName(token string) string { return hex.EncodeToString([]byte(token)) }
 
 // maxPause bounds the pause between two looks. Nothing wakes a batch when
 // another collector's claims settle, so the pause is how late it may see
@@ -476,7 +532,7 @@ const maxPause = 16 * time.Millisecond
 func (e *engine) await(ctx context.Context, b *batch) error {
 	w := e.beginWait()
 	for {
-		if err := w.pause(ctx, b.now, errInFlight, zap.Int("records", len(b.later))); err != nil {
+		if err := w.pause(ctx, b.now, b.refusal(), zap.Int("records", len(b.later))); err != nil {
 			return err
 		}
 		look := b.later
@@ -486,7 +542,7 @@ func (e *engine) await(ctx context.Context, b *batch) error {
 		}
 		e.beginRound(b)
 		if err := e.claim(ctx, b, look, true); err != nil {
-			e.release(ctx, b, true)
+			e.settle(ctx, b, roundReleased, true)
 			return err
 		}
 		if len(b.later) == 0 {
@@ -497,7 +553,7 @@ func (e *engine) await(ctx context.Context, b *batch) error {
 		}
 		// Waking others here would let two batches waiting for the same
 		// records wake each other without end.
-		e.release(ctx, b, false)
+		e.settle(ctx, b, roundReleased, false)
 		b.later = b.later[:0]
 		for _, i := range look {
 			if v := b.verdicts[b.keys[i].at]; v == verdictKeep || v == verdictLater {
@@ -528,7 +584,8 @@ func (b *batch) secondCall() {
 // end releases what the batch still holds and returns it to the pool,
 // keeping its arrays unless they grew large.
 func (e *engine) end(ctx context.Context, b *batch) {
-	e.release(ctx, b, true)
+	e.settle(ctx, b, roundReleased, true)
+	e.flying.Add(-1)
 	const maxRetained = 64 << 10
 	nb := batch{}
 	if max(cap(b.verdicts), cap(b.keys), cap(b.seen)) <= maxRetained {
@@ -562,15 +619,13 @@ func (e *engine) beginWait() *wait {
 // pending_wait, it logs (at now, with fields) and records the refusal and
 // returns refused.
 func (w *wait) pause(ctx context.Context, now int64, refused error, fields ...zap.Field) error {
-	settled := w.e.ended.channel()
+	settled := w.e.settled.channel()
 	if w.e.clock.Now().Add(w.d).After(w.deadline) {
 		w.e.refused.log(now, refused, fields...)
 		w.record(ctx, waitRefused)
 		return refused
 	}
-	// Up to a millisecond more, so that batches waiting for the same
-	// records do not look in lockstep.
-	err := w.e.clock.Wait(ctx, settled, w.d+time.Duration(rand.Int64N(int64(time.Millisecond))))
+	err := w.e.clock.Wait(ctx, settled, w.d)
 	w.d = min(2*w.d, maxPause)
 	return err
 }
@@ -602,11 +657,4 @@ func (s *settledSignal) broadcast() {
 			close(*ch)
 		}
 	}
-}
-
-func resize[T any](s []T, n int) []T {
-	if cap(s) < n {
-		return make([]T, n)
-	}
-	return s[:n]
 }

@@ -1,9 +1,11 @@
 package dedupprocessor
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -49,7 +51,7 @@ var electionReasonNames = [numElectionReasons]string{"new", "failover"}
 
 // electionTier is the part of redistier.Tier elections use.
 type electionTier interface {
-	Elect(ctx context.Context, token string, failover time.Duration, es []redistier.Election, answers []redistier.ElectionAnswer) error
+	Elect(ctx context.Context, token string, failover time.Duration, e redistier.Election) (redistier.ElectionAnswer, error)
 	CommitElected(ctx context.Context, token string, failover time.Duration, es []redistier.Election, answers []redistier.ElectionAnswer) error
 	ReleaseElections(ctx context.Context, token string, failover time.Duration, keys []digest.Digest) error
 }
@@ -86,6 +88,7 @@ type ballotBox struct {
 	redisToken string
 	tenant     election.Tenant
 	ballots    []ballot
+	order      []int32 // the ballots by election key: the order they are decided in
 	votes      []vote
 	points     []pointVote
 	lastVote   int32
@@ -108,20 +111,24 @@ type ballot struct {
 	candidate election.Replica // the cluster's first replica in the batch
 	state     ballotState
 	elected   digest.Digest
-	took      bool // the batch holds the election, pending
-	inRedis   bool // ... in the shared tier too
-	prev      digest.Digest
-	hasPrev   bool
-	refresh   bool // the batch carries the election's refresh
+	// inRedis: the batch may hold the election pending in the shared tier
+	// (taken, or asked and its answer lost): it is committed with the
+	// batch, or released.
+	inRedis bool
+	prev    digest.Digest
+	hasPrev bool
+	refresh bool // the batch carries the election's refresh
 }
 
+// ballotState is where a batch's ballot stands.
 type ballotState uint8
 
 const (
-	ballotOpen ballotState = iota
-	ballotElected
-	ballotOverLimit
-	ballotUnavailable // the shared tier failed under on_error: pass
+	ballotOpen        ballotState = iota // not decided yet
+	ballotElected                        // a committed election: elected is its replica
+	ballotTaken                          // taken for the candidate by this batch, pending until it settles
+	ballotOverLimit                      // the tenant's max_clusters was reached: undecided
+	ballotUnavailable                    // the shared tier failed (on_error: pass): undecided
 )
 
 type vote struct {
@@ -144,7 +151,7 @@ func (e *elector) put(box *ballotBox) {
 		box.points = nil
 	}
 	*box = ballotBox{
-		ballots: box.ballots[:0], votes: box.votes[:0], points: box.points[:0],
+		ballots: box.ballots[:0], order: box.order[:0], votes: box.votes[:0], points: box.points[:0],
 		asked: box.asked[:0], es: box.es[:0], answers: box.answers[:0],
 	}
 	e.boxes.Put(box)
@@ -281,47 +288,61 @@ func (e *elector) elect(ctx context.Context, eng *engine, md pmetric.Metrics) (*
 	for i := range box.votes {
 		vt := &box.votes[i]
 		bl := &box.ballots[vt.ballot]
-		if bl.state == ballotElected && !bl.took && !bl.refresh && vt.replica.Digest == bl.elected {
+		if bl.state == ballotElected && !bl.refresh && vt.replica.Digest == bl.elected {
 			bl.refresh = e.table.TakeRefresh(bl.ref, vt.replica, box.token, now)
 		}
 	}
 	return box, nil
 }
 
-// decide decides every ballot. Meeting another batch's pending election, it
-// gives up the elections it took and waits holding none, then looks again.
+// decide decides every ballot, one at a time in the order of their keys,
+// the same in every batch and collector. Meeting another batch's pending
+// election, it gives up the elections it took and waits holding none, then
+// looks again. Since a batch takes elections in key order and stops at the
+// first one pending elsewhere, of batches contending for the same
+// elections, the one that took the furthest is never stopped by another:
+// contention ends by this order, not by chance.
 func (e *elector) decide(ctx context.Context, eng *engine, box *ballotBox) error {
+	box.order = box.order[:0]
+	for i := range box.ballots {
+		box.order = append(box.order, int32(i))
+	}
+	slices.SortFunc(box.order, func(i, j int32) int {
+		x, y := box.ballots[i].ref.Key, box.ballots[j].ref.Key
+		if c := cmp.Compare(x.Hi, y.Hi); c != 0 {
+			return c
+		}
+		return cmp.Compare(x.Lo, y.Lo)
+	})
 	var w *wait
 	for {
 		pending := false
-		now := eng.now()
-		box.asked = box.asked[:0]
-		for i := range box.ballots {
+		for _, i := range box.order {
 			bl := &box.ballots[i]
 			if bl.state != ballotOpen {
 				continue
 			}
-			d := e.table.Decide(bl.ref, bl.candidate, box.token, now, eng.electTier == nil)
+			d := e.table.Decide(bl.ref, bl.candidate, box.token, eng.now(), eng.electTier == nil)
 			switch d.State {
 			case election.Elected:
 				bl.state, bl.elected = ballotElected, d.Replica
 			case election.Taken:
-				bl.state, bl.elected, bl.took = ballotElected, d.Replica, true
+				bl.state, bl.elected = ballotTaken, d.Replica
 			case election.OverLimit:
 				bl.state = ballotOverLimit
 			case election.Unknown:
-				box.asked = append(box.asked, int32(i))
+				p, err := e.ask(ctx, eng, box, i)
+				if err != nil {
+					e.release(ctx, eng, box, true)
+					return err
+				}
+				pending = p
 			default: // Pending
 				pending = true
 			}
-		}
-		if len(box.asked) > 0 {
-			p, err := e.ask(ctx, eng, box)
-			if err != nil {
-				e.release(ctx, eng, box, true)
-				return err
+			if pending {
+				break
 			}
-			pending = pending || p
 		}
 		if !pending {
 			if w != nil {
@@ -333,8 +354,8 @@ func (e *elector) decide(ctx context.Context, eng *engine, box *ballotBox) error
 		// elections would wake each other without end.
 		e.release(ctx, eng, box, false)
 		for i := range box.ballots {
-			if bl := &box.ballots[i]; bl.took {
-				bl.state, bl.took, bl.inRedis, bl.hasPrev = ballotOpen, false, false, false
+			if bl := &box.ballots[i]; bl.state == ballotTaken {
+				bl.state, bl.inRedis, bl.hasPrev = ballotOpen, false, false
 			}
 		}
 		if w == nil {
@@ -346,41 +367,35 @@ func (e *elector) decide(ctx context.Context, eng *engine, box *ballotBox) error
 	}
 }
 
-// ask asks the shared tier about the ballots in box.asked and reports
-// whether one is pending. Under on_error: pass, a failed call leaves them
-// undecided: a gateway deciding alone could elect another replica than its
-// peers, and each would drop the points the other keeps.
-func (e *elector) ask(ctx context.Context, eng *engine, box *ballotBox) (pending bool, err error) {
-	box.fill(func(bl *ballot) digest.Digest { return bl.candidate.Digest })
+// ask asks the shared tier about ballot i and reports whether another
+// batch holds it pending. An answer lost leaves the election possibly
+// taken under the batch's token: it is released with the batch. Under
+// on_error: pass the ballot is then undecided, since a gateway deciding
+// alone could elect another replica than its peers, and each would drop
+// the points the other keeps; under refuse the batch is refused.
+func (e *elector) ask(ctx context.Context, eng *engine, box *ballotBox, i int32) (pending bool, err error) {
+	bl := &box.ballots[i]
 	start := eng.now()
-	if err := eng.electTier.Elect(ctx, box.redisToken, e.failover, box.es, box.answers); err != nil {
+	a, err := eng.electTier.Elect(ctx, box.redisToken, e.failover, redistier.Election{Key: bl.ref.Key, Replica: bl.candidate.Digest})
+	switch a.State {
+	case redistier.ElectionUnknown:
+		bl.inRedis = true
 		eng.tierError.log(start, err, zap.String("on_error", string(eng.redisPolicy)))
 		if eng.redisPolicy == ErrorRefuse || ctx.Err() != nil {
-			for _, i := range box.asked {
-				box.ballots[i].took, box.ballots[i].inRedis = true, true // the answer may have been lost
-			}
 			return false, fmt.Errorf("%w: %w", errSharedTier, err)
 		}
-		for _, i := range box.asked {
-			box.ballots[i].state = ballotUnavailable
-		}
-		return false, nil
+		bl.state = ballotUnavailable
+	case redistier.ElectionLive:
+		e.table.Learn(bl.ref, box.replicaOf(i, a.Replica), a.Remaining, start)
+		bl.state, bl.elected = ballotElected, a.Replica
+	case redistier.ElectionTaken:
+		e.table.Hold(bl.ref, bl.candidate, box.token)
+		bl.state, bl.elected, bl.inRedis = ballotTaken, bl.candidate.Digest, true
+		bl.prev, bl.hasPrev = a.Replica, a.HasPrev
+	default: // pending
+		return true, nil
 	}
-	for k, i := range box.asked {
-		bl, a := &box.ballots[i], box.answers[k]
-		switch a.State {
-		case redistier.ElectionLive:
-			e.table.Learn(bl.ref, box.replicaOf(i, a.Replica), a.Remaining, start)
-			bl.state, bl.elected = ballotElected, a.Replica
-		case redistier.ElectionTaken:
-			e.table.Hold(bl.ref, bl.candidate, box.token)
-			bl.state, bl.elected, bl.took, bl.inRedis = ballotElected, bl.candidate.Digest, true, true
-			bl.prev, bl.hasPrev = a.Replica, a.HasPrev
-		default: // pending
-			pending = true
-		}
-	}
-	return pending, nil
+	return false, nil
 }
 
 // fill sets the shared tier's arguments for the ballots in box.asked.
@@ -390,7 +405,7 @@ func (box *ballotBox) fill(replica func(*ballot) digest.Digest) {
 		bl := &box.ballots[i]
 		box.es = append(box.es, redistier.Election{Key: bl.ref.Key, Replica: replica(bl)})
 	}
-	box.answers = resize(box.answers, len(box.es))
+	box.answers = slices.Grow(box.answers[:0], len(box.es))[:len(box.es)]
 }
 
 // replicaOf returns the replica of digest d, named if one of ballot i's
@@ -413,32 +428,45 @@ func (e *elector) settle(ctx context.Context, eng *engine, box *ballotBox, err e
 	}
 	e.commit(ctx, eng, box)
 	eng.tel.recordElections(ctx, box)
-	eng.ended.broadcast()
+	eng.settled.broadcast()
 }
 
 // release gives up the batch's elections and refreshes, and with wake
 // wakes the batches waiting for them.
 func (e *elector) release(ctx context.Context, eng *engine, box *ballotBox, wake bool) {
-	if keys := e.releaseLocal(box); len(keys) > 0 {
-		if err := eng.electTier.ReleaseElections(context.WithoutCancel(ctx), box.redisToken, e.failover, keys); err != nil {
-			eng.tierError.log(eng.now(), err, zap.String("op", redistier.OpRelease))
-		}
-	}
+	e.releaseShared(ctx, eng, box, e.releaseLocal(box, false))
 	if wake {
-		eng.ended.broadcast()
+		eng.settled.broadcast()
+	}
+}
+
+// releaseShared releases keys in the shared tier: the writer retries what
+// fails while the lease lasts.
+func (e *elector) releaseShared(ctx context.Context, eng *engine, box *ballotBox, keys []digest.Digest) {
+	if len(keys) == 0 {
+		return
+	}
+	if err := eng.electTier.ReleaseElections(context.WithoutCancel(ctx), box.redisToken, e.failover, keys); err != nil {
+		eng.tierError.log(eng.now(), err, zap.String("op", redistier.OpRelease))
 	}
 }
 
 // releaseLocal gives up the batch's elections and refreshes in the table
-// and returns the keys of the elections it also holds in the shared tier.
-func (e *elector) releaseLocal(box *ballotBox) (keys []digest.Digest) {
+// and returns the keys of the elections it may hold in the shared tier;
+// with undecidedOnly, only those of undecided ballots (the others are
+// being committed).
+func (e *elector) releaseLocal(box *ballotBox, undecidedOnly bool) (keys []digest.Digest) {
 	for i := range box.ballots {
 		bl := &box.ballots[i]
-		if bl.took || bl.refresh {
+		if undecidedOnly && bl.state != ballotUnavailable {
+			continue
+		}
+		if bl.state == ballotTaken || bl.refresh {
 			e.table.Release(bl.ref, box.token)
 		}
 		if bl.inRedis {
 			keys = append(keys, bl.ref.Key)
+			bl.inRedis = false
 		}
 		bl.refresh = false
 	}
@@ -446,11 +474,15 @@ func (e *elector) releaseLocal(box *ballotBox) (keys []digest.Digest) {
 }
 
 // commit commits the batch's elections and refreshes: with a shared tier,
-// in one round trip, whose answers the table then follows.
+// in one round trip, whose answers the table then follows; the elections
+// it may hold undecided (an answer lost) are released.
 func (e *elector) commit(ctx context.Context, eng *engine, box *ballotBox) {
+	if eng.electTier != nil {
+		e.releaseShared(ctx, eng, box, e.releaseLocal(box, true))
+	}
 	box.asked = box.asked[:0]
 	for i := range box.ballots {
-		if bl := &box.ballots[i]; bl.took || bl.refresh {
+		if bl := &box.ballots[i]; bl.state == ballotTaken || bl.refresh {
 			box.asked = append(box.asked, int32(i))
 		}
 	}
@@ -469,7 +501,7 @@ func (e *elector) commit(ctx context.Context, eng *engine, box *ballotBox) {
 		// elections (were the commit lost, this collector would elect
 		// another replica than its peers): the next batch asks Redis.
 		eng.tierError.log(start, err, zap.String("op", redistier.OpCommit))
-		e.releaseLocal(box)
+		e.releaseLocal(box, false)
 		return
 	}
 	for k, i := range box.asked {
@@ -523,7 +555,7 @@ func (e *elector) admit(box *ballotBox, b *batch, idx int, action Action) bool {
 // replica, and whether its replica label is its resource's.
 func (box *ballotBox) elected(idx int) (elected, resource bool) {
 	vt, bl := box.voteAt(idx)
-	return vt != nil && bl.state == ballotElected && vt.replica.Digest == bl.elected, box.points[idx].resource
+	return vt != nil && (bl.state == ballotElected || bl.state == ballotTaken) && vt.replica.Digest == bl.elected, box.points[idx].resource
 }
 
 // voteAt returns the vote of the point at verdict index idx and its

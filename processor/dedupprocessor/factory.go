@@ -66,12 +66,26 @@ type built struct {
 }
 
 func (b *built) add(set processor.Settings, cfg *Config, signal string) error {
-	if !cfg.Redis.HasValue() {
+	r := cfg.Redis.Get()
+	if r == nil {
 		return nil
 	}
 	if _, dup := b.tiered.LoadOrStore(keySpace{id: set.ID, signal: signal}, true); dup {
 		return fmt.Errorf("dedup: processor %q is in two %s pipelines and has a shared tier (redis): both would claim the same keys and each pipeline would drop the records the other delivered; give each pipeline its own dedup processor ID (e.g. %s/a and %s/b)",
 			set.ID, signal, set.ID.Type(), set.ID.Type())
 	}
+	if r.KeyPrefix == "" {
+		return nil // derived from the ID: apart from every other ID's
+	}
+	if other, dup := b.tiered.LoadOrStore(prefixSpace{prefix: r.KeyPrefix, signal: signal}, set.ID); dup {
+		return fmt.Errorf("dedup: processors %q and %q both set redis.key_prefix %q in %s pipelines: they would claim the same keys, and a batch of one would wait for the other's claims or drop the records it delivered; give each its own redis.key_prefix",
+			other, set.ID, r.KeyPrefix, signal)
+	}
 	return nil
+}
+
+// prefixSpace is the key space of an explicit redis.key_prefix in one
+// signal's pipelines.
+type prefixSpace struct {
+	prefix, signal string
 }

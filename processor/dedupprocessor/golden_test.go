@@ -16,7 +16,7 @@ import (
 )
 
 // TestIdentityEncodingIsPinned pins the digests of a few records under
-// identity encoding version 3 (identityEncoding). Snapshots and the shared
+// identity encoding version 1 (identityEncoding). Snapshots and the shared
 // tier's keys outlive a build: a change to the encoder that alters a digest
 // must bump identityEncoding, and this test says when one does.
 func TestIdentityEncodingIsPinned(t *testing.T) {

@@ -163,7 +163,7 @@ func (c metricsCall) send(ctx context.Context, md pmetric.Metrics) error {
 	return c.p.next.ConsumeMetrics(ctx, md)
 }
 
-func (c metricsCall) settle(ctx context.Context, err error) {
+func (c metricsCall) firstCallSettled(ctx context.Context, err error) {
 	if c.box != nil {
 		c.p.elect.settle(ctx, c.p.engine, c.box, err)
 	}

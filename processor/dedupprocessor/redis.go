@@ -31,11 +31,8 @@ func defaultKeyPrefix(id component.ID, cfg *Config) string {
 }
 
 // identityEncoding is the version of how records are encoded into digests,
-// part of the fingerprint: bump it whenever the encoding changes. 2: small
-// maps sorted, content identities open with a per-group digest. 3: a coarse
-// log timestamp adds the observed one; dropped counts, schema URLs and point
-// flags join when set.
-const identityEncoding = 3
+// part of the fingerprint: bump it whenever the encoding changes.
+const identityEncoding = 1
 
 // identityFingerprint hashes the settings that decide what a digest means:
 // a snapshot or a shared key made under other settings is not reused.
@@ -44,7 +41,7 @@ func identityFingerprint(cfg *Config) uint64 {
 	e.Uint(identityEncoding)
 	e.Int(int64(cfg.Window))
 	for _, list := range [][]string{
-		cfg.MetadataKeys,
+		cfg.MetadataKeys, cfg.AuthAttributes,
 		cfg.Logs.Key, cfg.Logs.Ignore, cfg.Logs.Conditions,
 		cfg.Traces.Key, cfg.Traces.Ignore, cfg.Traces.Conditions,
 		cfg.Metrics.Key, cfg.Metrics.Ignore, cfg.Metrics.Conditions,
@@ -55,12 +52,6 @@ func identityFingerprint(cfg *Config) uint64 {
 		}
 	}
 	e.String(string(cfg.OnMissingKey))
-	if len(cfg.AuthAttributes) > 0 { // only when set: fingerprints made without it stay valid
-		e.Uint(uint64(len(cfg.AuthAttributes)))
-		for _, s := range cfg.AuthAttributes {
-			e.String(s)
-		}
-	}
 	return e.Digest().Hi
 }
 
@@ -118,6 +109,7 @@ func (e *engine) startTier(ctx context.Context, host component.Host) error {
 		OnWriteError: func(err error) {
 			e.tierError.log(e.now(), err, zap.String("op", "write"))
 		},
+		OnNewServer: e.newServer,
 	})
 	redisLog.Do(func() {
 		redis.SetLogger(zapRedisLogger{logger: e.logger.With(zap.String("client", "go-redis"))})
@@ -126,7 +118,7 @@ func (e *engine) startTier(ctx context.Context, host component.Host) error {
 		_ = tier.Close()
 		return fmt.Errorf("dedup: %w", err)
 	}
-	e.tier, e.redis = tier, tier
+	e.tier, e.redis, e.keyPrefix = tier, tier, prefix
 	if e.elect != nil {
 		e.electTier = tier
 	}
@@ -158,13 +150,27 @@ func (e *engine) topologyFound(host component.Host, r *RedisConfig) func(redisti
 	}
 }
 
+// stopTier closes the shared tier: it sends the writes left within a
+// bound, and counts and logs those that do not land; calls made after it
+// fail, and follow on_error.
 func (e *engine) stopTier() error {
 	if e.redis == nil {
 		return nil
 	}
-	err := e.redis.Close()
-	e.tier, e.redis, e.electTier = nil, nil, nil
-	return err
+	return e.redis.Close()
+}
+
+// newServer is the tier's Options.OnNewServer: a Redis master restarted or
+// failed over, and may have lost the elections this collector cached.
+// Until a batch asks Redis again, the cache could keep one replica elected
+// here while another collector elects the other, and each would drop the
+// points the other keeps.
+func (e *engine) newServer(runID string) {
+	e.logger.Warn("dedup: shared tier: a Redis server not seen before answers (a restart or a failover): what it had may be lost; cached replica elections are asked again",
+		zap.String("run_id", runID))
+	if e.elect != nil {
+		e.elect.table.ForgetCommitted()
+	}
 }
 
 // observeRedis is the tier's Options.Observe.

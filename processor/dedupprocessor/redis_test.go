@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
+	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/faultproxy"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/identity"
@@ -446,7 +447,7 @@ func TestCopyOfARecordPendingTooLongIsRefused(t *testing.T) {
 		ds = append(ds, k.d)
 	}
 	lp.end(context.Background(), b)
-	if err := owner.Claim(context.Background(), redistier.NewToken(1), ds, make([]redistier.Answer, len(ds)), false); err != nil {
+	if _, err := owner.Claim(context.Background(), redistier.NewToken(1), ds, make([]redistier.Answer, len(ds)), false); err != nil {
 		t.Fatal(err)
 	}
 	owner.Close() // dies: its claim is renewed no more
@@ -495,27 +496,52 @@ func TestBatchLargerThanTheCacheLosesNothing(t *testing.T) {
 	}
 }
 
-// TestLostClaimAnswerIsReleased: a claim whose reply is lost (Redis too slow
-// for the timeout) may have been made all the same. Under on_error: refuse
-// the batch is refused, and its claim is released by compare-and-delete
-// once Redis answers again, so the sender's retry is delivered at once
-// instead of waiting out the lease.
+// TestLostClaimAnswerIsReleased: a claim whose replies are lost (the
+// connection cut after the script ran, on both of go-redis's tries) may
+// have been made all the same. Under on_error: refuse the batch is refused,
+// and its claim is released by compare-and-delete, so the sender's retry is
+// delivered at once instead of waiting out the lease.
 func TestLostClaimAnswerIsReleased(t *testing.T) {
 	srv := redistest.Standalone(t)
-	cfg := redisConfig([]string{srv.Addr()}, ErrorRefuse)
-	cfg.Redis.Get().Timeout = 200 * time.Millisecond
+	proxy := faultproxy.New(t, srv.Addr())
+	cfg := redisConfig([]string{proxy.Addr()}, ErrorRefuse)
 	cfg.Window = 2 * time.Hour
 	cfg.Redis.Get().Lease = time.Hour // only a release can free the claim in time
 	sink := new(consumertest.LogsSink)
 	h := newHarness(t, cfg, sink)
-	srv.Pause()
+	cut := proxy.Add(&faultproxy.Rule{Match: faultproxy.Script(redistier.ScriptHash(redistier.ScriptClaim)), Fault: faultproxy.CutAfter(), Times: 2})
 	err := h.consume(events(1, 2))
-	srv.Resume() // the paused claim script runs now, its reply unread
 	if !errors.Is(err, errSharedTier) {
-		t.Fatalf("claim against a paused Redis: %v, want the retryable shared-tier error", err)
+		t.Fatalf("claim whose replies were lost: %v, want the retryable shared-tier error", err)
+	}
+	if cut.Fired() != 2 || proxy.ScriptAnswered(redistier.ScriptHash(redistier.ScriptClaim)) != 2 {
+		t.Fatalf("claims cut %d, run %d; want both tries run and cut", cut.Fired(), proxy.ScriptAnswered(redistier.ScriptHash(redistier.ScriptClaim)))
 	}
 	if err := h.consume(events(1, 2)); err != nil {
 		t.Fatalf("the retry: %v", err)
 	}
 	assertBodies(t, sink, "secret body 1", "secret body 2")
+}
+
+// TestSlowClaimAnswerIsAskedAgain: a claim whose reply comes after the
+// timeout is asked again (same token, twice the time), so a Redis that is
+// up but slow costs latency, not a pass under on_error: pass.
+func TestSlowClaimAnswerIsAskedAgain(t *testing.T) {
+	srv := redistest.Standalone(t)
+	proxy := faultproxy.New(t, srv.Addr())
+	cfg := redisConfig([]string{proxy.Addr()}, ErrorPass)
+	cfg.Redis.Get().Timeout = 200 * time.Millisecond
+	sink := new(consumertest.LogsSink)
+	h := newHarness(t, cfg, sink)
+	proxy.Add(&faultproxy.Rule{Match: faultproxy.Script(redistier.ScriptHash(redistier.ScriptClaim)), Fault: faultproxy.DelayReply(300 * time.Millisecond), Times: 1})
+	if err := h.consume(events(1, 2)); err != nil {
+		t.Fatal(err)
+	}
+	assertBodies(t, sink, "secret body 1", "secret body 2")
+	if got := h.metric("otelcol_processor_dedup_redis_unchecked"); got != 0 {
+		t.Fatalf("%d records delivered unchecked, want 0: the claim was asked again", got)
+	}
+	if to, ok := h.redisRequests("claim", "timeout"), h.redisRequests("claim", "ok"); to != 1 || ok != 1 {
+		t.Fatalf("claims: %d timed out, %d ok; want 1 and 1", to, ok)
+	}
 }

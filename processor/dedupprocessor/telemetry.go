@@ -52,6 +52,7 @@ type telemetry struct {
 	records    metric.Int64Counter
 	duplicates metric.Int64Counter
 	released   metric.Int64Counter
+	stacked    metric.Int64Counter
 	waits      metric.Float64Histogram
 	waitOpts   [numWaitResults]metric.RecordOption
 
@@ -124,6 +125,8 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, signal strin
 		"Data points replica election did not decide, by reason: missing_label (no cluster or replica label), cluster_limit (the tenant's max_clusters was reached), unavailable (the shared tier failed under on_error: pass); they go on to the identity dedup.")
 	t.released = counter("otelcol_processor_dedup_released", "{keys}",
 		"Keys released because the next consumer refused the batch that claimed them.")
+	t.stacked = counter("otelcol_processor_dedup_stacked_stages", "{batches}",
+		"Batches the next consumer refused because a dedup processor after this one waited for this batch's own claims: two dedup stages share one key space in Redis and stall each other.")
 	t.waits = seconds("otelcol_processor_dedup_wait_duration",
 		"Seconds a batch waited for other batches' pending claims on its records, by how the wait ended: settled (the batch went on), refused (returned to the sender for retry after pending_wait).",
 		0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)

@@ -304,6 +304,20 @@ func (t *Table) Forget(ref Ref) {
 	}
 }
 
+// ForgetCommitted drops every committed election: the next batch of each
+// cluster asks the shared tier again. Pending ones stay with their batches.
+func (t *Table) ForgetCommitted() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for tenant, clusters := range t.tenants {
+		for k, en := range clusters {
+			if en.holder == 0 {
+				t.remove(tenant, clusters, k)
+			}
+		}
+	}
+}
+
 // Each calls fn, under the table's lock, for every live committed election
 // whose replica's name is known.
 func (t *Table) Each(now int64, fn func(cluster, replica string)) {

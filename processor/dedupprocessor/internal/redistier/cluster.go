@@ -285,6 +285,15 @@ func (x *clusterExec) refresh() {
 	}
 }
 
+func (x *clusterExec) ping(ctx context.Context) {
+	_ = x.cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		if x.breaker(c.Options().Addr).State() == breaker.Closed {
+			_ = c.Ping(ctx).Err()
+		}
+		return nil
+	})
+}
+
 func (x *clusterExec) breakers() []NodeBreaker {
 	x.mu.Lock()
 	out := make([]NodeBreaker, 0, len(x.nodes))

@@ -57,6 +57,39 @@ func TestCluster(t *testing.T) {
 			t.Errorf("keys under spread: = %d digest + %d status, want %d + %d", digestKeys, statusKeys, len(ds), clusterTags)
 		}
 	})
+
+	// A claim's groups are renewed each on its own: one whose status key
+	// is gone (its master lost it) is reported lost once and no longer
+	// renewed, while the claim's other groups stay renewed.
+	t.Run("renewed group by group", func(t *testing.T) {
+		ctx := context.Background()
+		var obs observations
+		const lease = 900 * time.Millisecond
+		tr := newTier(t, Options{Endpoints: cl.Addrs(), KeyPrefix: "renew:", Window: testWindow, Lease: lease, Timeout: 300 * time.Millisecond, Observe: obs.observe})
+		ds := digests(t, "", 200)
+		tok := testToken()
+		answers := make([]Answer, len(ds))
+		if _, err := tr.Claim(ctx, tok, ds, answers, false); err != nil {
+			t.Fatal(err)
+		}
+		gone := tr.lay().statusKey(tr.lay().groupOf(ds[0]), tok)
+		if err := cc.Del(ctx, gone).Err(); err != nil {
+			t.Fatal(err)
+		}
+		// Three renewal rounds: past the lease of a claim left unrenewed.
+		testkit.WaitFor(t, "three renewal rounds", 10*time.Second, func() bool { return obs.count("renew/ok") >= 3 })
+		if n := obs.count("renew/lost"); n != 1 {
+			t.Fatalf("renewals lost = %d, want 1 (the group whose status key is gone)", n)
+		}
+		for _, d := range ds {
+			g := tr.lay().groupOf(d)
+			key := tr.lay().statusKey(g, tok)
+			if want, got := map[bool]string{true: "", false: "p"}[key == gone], cc.Get(ctx, key).Val(); got != want {
+				t.Fatalf("group %d's status key holds %q, want %q", g, got, want)
+			}
+		}
+		commit(t, tr, tok, ds...)
+	})
 }
 
 // servedBy returns, for each digest, the address of the master that serves
@@ -104,11 +137,13 @@ func TestClusterNodeHangs(t *testing.T) {
 	hung, _ := cl.MasterOf(0)
 	hung.Pause()
 	defer hung.Resume()
-	for round, want := range []string{"claim/timeout", "claim/timeout", "claim/skipped", "claim/skipped"} {
+	// The first claim asks the hung master again, with twice the time,
+	// until its breaker opens; later claims skip it at once.
+	for round, want := range [][]string{{"claim/timeout", "claim/timeout", "claim/skipped"}, {"claim/skipped"}, {"claim/skipped"}} {
 		ds := digests(t, fmt.Sprint("round", round), 300)
 		node := servedBy(t, tr, cl, ds)
 		answers := make([]Answer, len(ds))
-		err := tr.Claim(ctx, testToken(), ds, answers, false)
+		_, err := tr.Claim(ctx, testToken(), ds, answers, false)
 		if err == nil || !strings.Contains(err.Error(), "node "+hung.Addr()+": ") {
 			t.Fatalf("round %d: claim: %v, want a failure of node %s", round, err, hung.Addr())
 		}
@@ -117,7 +152,7 @@ func TestClusterNodeHangs(t *testing.T) {
 				t.Fatalf("round %d: digest %d on %s answered %v, want %v", round, i, node[i], a, wantA)
 			}
 		}
-		wantObserved(t, &obs, want)
+		wantObserved(t, &obs, want...)
 	}
 	if s, ok := breakerOf(tr, hung.Addr()); !ok || s != breaker.Open {
 		t.Fatalf("hung master's breaker: %v (known %v), want open; all: %v", s, ok, tr.Breakers())
@@ -159,7 +194,7 @@ func TestClusterMasterDies(t *testing.T) {
 		}
 		ds := digests(t, fmt.Sprint("round", round), 120)
 		answers := make([]Answer, len(ds))
-		err := tr.Claim(ctx, testToken(), ds, answers, false)
+		_, err := tr.Claim(ctx, testToken(), ds, answers, false)
 		healthy = err == nil
 		for i, a := range answers {
 			if a != Unavailable {

@@ -143,7 +143,7 @@ func TestDiscoverLater(t *testing.T) {
 		}
 		ds := digests(t, "", 3)
 		answers := []Answer{Claimed, Claimed, Claimed}
-		err := tr.Claim(context.Background(), testToken(), ds, answers, false)
+		_, err := tr.Claim(context.Background(), testToken(), ds, answers, false)
 		if err == nil || !strings.HasPrefix(err.Error(), "dedup: redis claim: topology not known: no endpoint answered: "+srv.Addr()+": ") {
 			t.Fatalf("claim with the topology unknown: %v", err)
 		}
@@ -189,7 +189,7 @@ func TestDiscoverLater(t *testing.T) {
 		if len(got) != 1 || got[0] != want {
 			t.Fatalf("reported %q, want [%q]", got, want)
 		}
-		err := tr.Claim(context.Background(), testToken(), digests(t, "", 1), make([]Answer, 1), false)
+		_, err := tr.Claim(context.Background(), testToken(), digests(t, "", 1), make([]Answer, 1), false)
 		if err == nil || err.Error() != "dedup: redis claim: topology not known: "+want[1:] {
 			t.Fatalf("claim: %v", err)
 		}

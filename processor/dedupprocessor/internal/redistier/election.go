@@ -3,6 +3,7 @@ package redistier
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -35,11 +36,14 @@ type ElectionState uint8
 // The states: ElectionLive, Replica elected for Remaining more;
 // ElectionTaken, pending under the call's token (Replica is the one whose
 // expired election it replaces, if HasPrev); ElectionPending, pending under
-// another token (Replica is its candidate).
+// another token (Replica is its candidate); ElectionUnknown, the call
+// failed: the election may be pending under the call's token, so release
+// it.
 const (
 	ElectionLive ElectionState = iota
 	ElectionTaken
 	ElectionPending
+	ElectionUnknown
 )
 
 // Election is one election a batch asks about or confirms.
@@ -56,45 +60,62 @@ type ElectionAnswer struct {
 	Remaining time.Duration
 }
 
-// Elect answers, in answers[i] for es[i] (answers needs len(es) elements),
-// which replica is elected, in one round trip (one per node in a Cluster).
-// Where none is live or pending, it takes the election for the candidate,
-// pending under token (unique to the batch: NewToken) for the lease, until
-// CommitElected or ReleaseElections. Retrying with the same token is safe.
-func (t *Tier) Elect(ctx context.Context, token string, failover time.Duration, es []Election, answers []ElectionAnswer) error {
-	return t.elections(ctx, OpElect, token, failover, es, answers)
+// Elect answers which replica of e's cluster is elected, in one round trip.
+// Where none is live or pending, it takes the election for e.Replica,
+// pending under token (unique to the batch: NewToken), its lease renewed in
+// the background until CommitElected or ReleaseElections. Retrying with the
+// same token is safe; once the token's release has landed, Elect takes
+// nothing. A batch asks one election at a time, in the order of their keys
+// (see Claim's look for why that ends contention).
+func (t *Tier) Elect(ctx context.Context, token string, failover time.Duration, e Election) (ElectionAnswer, error) {
+	c, err := t.connected(OpElect)
+	if err != nil {
+		return ElectionAnswer{State: ElectionUnknown}, err
+	}
+	key := t.electionKey(e.Key)
+	rep := e.Replica.Bytes()
+	fo := strconv.FormatInt(failover.Milliseconds(), 10)
+	cl := &call{op: OpElect, route: key,
+		cmd: redis.NewCmd(ctx, "evalsha", electScript.Hash(), 2, key, t.electionMarker(e.Key, token), string(rep[:]), token, t.leaseArg, fo)}
+	if err := t.patiently(ctx, c, []*call{cl}); err != nil {
+		return ElectionAnswer{State: ElectionUnknown}, err
+	}
+	a, err := electionAnswer(cl.cmd)
+	if err != nil {
+		return ElectionAnswer{State: ElectionUnknown}, fmt.Errorf("dedup: redis elect: %w", err)
+	}
+	if a.State == ElectionTaken {
+		t.w.hold(token, []string{key}, true, t.opts.Clock.Now())
+	}
+	return a, nil
 }
 
 // CommitElected confirms the elections es, whose batch was delivered: it
 // commits token's pending ones, refreshes committed ones of the same
 // replica, and takes free ones committed, each answering ElectionLive for
 // the failover timeout. Elections held otherwise are answered as by Elect.
+// On an error the answers are left zero, and the writer sends the
+// confirmations again until they land or the lease ends.
 func (t *Tier) CommitElected(ctx context.Context, token string, failover time.Duration, es []Election, answers []ElectionAnswer) error {
-	return t.elections(ctx, OpCommit, token, failover, es, answers)
-}
-
-// elections runs Elect (op OpElect) or CommitElected (OpCommit); on an
-// error, answers are left zero.
-func (t *Tier) elections(ctx context.Context, op, token string, failover time.Duration, es []Election, answers []ElectionAnswer) error {
+	t.w.drop(token)
 	answers = answers[:len(es)]
 	clear(answers)
 	if len(es) == 0 {
 		return nil
 	}
-	c, err := t.connected(op)
+	c, err := t.connected(OpCommit)
 	if err != nil {
+		t.lost(OpCommit, err)
 		return err
 	}
 	ws := make([]write, len(es))
 	for i, el := range es {
-		ws[i] = write{op: op, token: token, election: &electionWrite{key: el.Key, replica: el.Replica, failover: failover}}
+		ws[i] = write{op: OpCommit, token: token, election: &electionWrite{key: el.Key, replica: el.Replica, failover: failover}}
 	}
-	calls := t.writeCalls(ctx, c, op, ws)
-	if err := t.run(ctx, c, op, calls); err != nil {
-		if op == OpCommit {
-			// The batch was delivered: the other collectors must learn it.
-			t.retry(t.readWrites(op, ws, calls))
-		}
+	calls := t.writeCalls(ctx, c, ws)
+	if err := t.run(ctx, c, calls, t.opts.Timeout); err != nil {
+		// The batch was delivered: the other collectors must learn it.
+		t.retry(t.readWrites(ws, calls))
 		return err
 	}
 	for i, cl := range calls {
@@ -109,13 +130,17 @@ func (t *Tier) elections(ctx context.Context, op, token string, failover time.Du
 }
 
 // ReleaseElections gives up the elections of keys that token holds pending,
-// restoring those they replaced. It is idempotent.
+// restoring those they replaced, and leaves a marker for the lease so that
+// an Elect of token arriving late takes nothing. It is idempotent; what
+// fails is sent again by the writer while the lease lasts.
 func (t *Tier) ReleaseElections(ctx context.Context, token string, failover time.Duration, keys []digest.Digest) error {
+	t.w.drop(token)
 	if len(keys) == 0 {
 		return nil
 	}
 	c, err := t.connected(OpRelease)
 	if err != nil {
+		t.lost(OpRelease, err)
 		return err
 	}
 	ws := make([]write, len(keys))
@@ -124,13 +149,19 @@ func (t *Tier) ReleaseElections(ctx context.Context, token string, failover time
 	}
 	// One left behind would stall its cluster everywhere for the lease:
 	// the writer retries it.
-	failed, err := t.send(ctx, c, OpRelease, ws)
+	failed, err := t.send(ctx, c, ws)
 	t.retry(failed)
 	return err
 }
 
 func (t *Tier) electionKey(k digest.Digest) string {
 	return t.opts.KeyPrefix + "elect:{" + k.String() + "}"
+}
+
+// electionMarker is the key a release of token leaves for the election k:
+// in the election key's slot.
+func (t *Tier) electionMarker(k digest.Digest, token string) string {
+	return t.electionKey(k) + "r" + token
 }
 
 // electionAnswer decodes the election scripts' reply: {state, replica,
@@ -146,7 +177,7 @@ func electionAnswer(c *redis.Cmd) (ElectionAnswer, error) {
 	state, ok1 := vals[0].(int64)
 	rep, ok2 := vals[1].(string)
 	ms, ok3 := vals[2].(int64)
-	if !ok1 || !ok2 || !ok3 || state < 0 || state > 2 || (len(rep) != 0 && len(rep) != digest.Size) {
+	if !ok1 || !ok2 || !ok3 || state < 0 || state > 3 || (len(rep) != 0 && len(rep) != digest.Size) {
 		return ElectionAnswer{}, fmt.Errorf("election script answered %v", vals)
 	}
 	a := ElectionAnswer{State: ElectionState(state), Remaining: time.Duration(ms) * time.Millisecond}
@@ -170,11 +201,13 @@ local function parse(v)
 end
 `
 
-// electScript: ARGV replica, token, lease ms, failover ms. Answers {0,
-// replica, remaining ms} for a live committed election; {1, previous replica
-// or "", 0} when the token holds it (taken now, or by an earlier try of the
-// same call); {2, candidate, 0} for another token's pending election.
+// electScript: KEYS[2] the token's release marker; ARGV replica, token,
+// lease ms, failover ms. Answers {0, replica, remaining ms} for a live
+// committed election; {1, previous replica or "", 0} when the token holds it
+// (taken now, or by an earlier try of the same call); {2, candidate, 0} for
+// another token's pending election; {3, "", 0} if the token was released.
 var electScript = newScript(electionLib + `
+if redis.call('EXISTS', KEYS[2]) == 1 then return {3, '', 0} end
 local rep, tok, lease, failover = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local t = now()
 local v = redis.call('GET', KEYS[1])
@@ -216,11 +249,13 @@ redis.call('SET', KEYS[1], 'c' .. rep .. tok .. t, 'PX', 2 * failover)
 return {0, rep, failover}
 `)
 
-// releaseElectionScript: ARGV token, failover ms. Gives up the token's
-// pending election, restoring the committed value it replaced for the rest
-// of its time, if any is left. Answers 1 if it gave one up, else 0.
+// releaseElectionScript: KEYS[2] the token's release marker; ARGV token,
+// failover ms, lease ms. Leaves the marker for the lease and gives up the
+// token's pending election, restoring the committed value it replaced for
+// the rest of its time, if any is left. Answers 1 if it gave one up, else 0.
 var releaseElectionScript = newScript(electionLib + `
 local tok, failover = ARGV[1], tonumber(ARGV[2])
+redis.call('SET', KEYS[2], '1', 'PX', ARGV[3])
 local v = redis.call('GET', KEYS[1])
 if not v then return 0 end
 local state, r, owner = parse(v)

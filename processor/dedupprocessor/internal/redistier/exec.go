@@ -12,6 +12,7 @@ import (
 
 // call is one command of an operation, with an outcome of its own.
 type call struct {
+	op       string // the operation it belongs to, for Options.Observe
 	cmd      *redis.Cmd
 	route    string // the key the command is routed by
 	group    int
@@ -24,6 +25,7 @@ type call struct {
 // executor sends calls to Redis and sets each call's err.
 type executor interface {
 	exec(ctx context.Context, calls []*call)
+	ping(ctx context.Context) // every master once, errors ignored
 	breakers() []NodeBreaker
 	close() error
 }
@@ -68,6 +70,12 @@ func (x *singleExec) breakers() []NodeBreaker {
 }
 
 func (x *singleExec) close() error { return x.client.Close() }
+
+func (x *singleExec) ping(ctx context.Context) {
+	if x.br.State() == breaker.Closed {
+		_ = x.client.Ping(ctx).Err()
+	}
+}
 
 // failureOutcome is the breaker outcome of a failed call: a caller that
 // gave up says nothing about Redis.

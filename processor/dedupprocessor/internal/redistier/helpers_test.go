@@ -83,7 +83,7 @@ func claim(t testing.TB, tr *Tier, token string, ds ...digest.Digest) []bool {
 // not ask for.
 func (tr *Tier) claimBools(ctx context.Context, token string, ds []digest.Digest, claimed []bool) error {
 	answers := make([]Answer, len(claimed))
-	err := tr.Claim(ctx, token, ds, answers, false)
+	_, err := tr.Claim(ctx, token, ds, answers, false)
 	tr.w.drop(token)
 	for i, a := range answers {
 		claimed[i] = a == Claimed
@@ -130,6 +130,19 @@ func (o *observations) observe(op, result string, _ time.Duration) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.got = append(o.got, op+"/"+result)
+}
+
+// count returns how many times what (op/result) was observed.
+func (o *observations) count(what string) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	n := 0
+	for _, g := range o.got {
+		if g == what {
+			n++
+		}
+	}
+	return n
 }
 
 func (o *observations) take() []string {
@@ -209,4 +222,17 @@ func apart(tr *Tier, ds []digest.Digest) (digest.Digest, digest.Digest) {
 		}
 	}
 	return ds[0], ds[1]
+}
+
+// electAll asks each election of es in turn, as a batch does, and sets
+// answers[i] for es[i].
+func electAll(ctx context.Context, tr *Tier, token string, failover time.Duration, es []Election, answers []ElectionAnswer) error {
+	for i, e := range es {
+		a, err := tr.Elect(ctx, token, failover, e)
+		answers[i] = a
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }

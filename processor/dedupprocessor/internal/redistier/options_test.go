@@ -16,7 +16,7 @@ func TestUnstartedTierFailsCalls(t *testing.T) {
 		t.Fatalf("lease %s ms, window %s ms", tr.leaseArg, tr.winArg)
 	}
 	// Nothing to do: no round trip, no error.
-	if err := tr.Claim(context.Background(), "tok", nil, nil, false); err != nil {
+	if _, err := tr.Claim(context.Background(), "tok", nil, nil, false); err != nil {
 		t.Fatal(err)
 	}
 	if err := tr.Commit(context.Background(), "tok", nil); err != nil {
@@ -27,7 +27,7 @@ func TestUnstartedTierFailsCalls(t *testing.T) {
 	}
 	ds := digests(t, "", 2)
 	answers := []Answer{Claimed, Claimed}
-	err := tr.Claim(context.Background(), "tok", ds, answers, false)
+	_, err := tr.Claim(context.Background(), "tok", ds, answers, false)
 	if err == nil || err.Error() != "dedup: redis claim: topology not known: the tier has not been started" {
 		t.Fatalf("Claim before Start: %v", err)
 	}

@@ -5,6 +5,27 @@ import "github.com/redis/go-redis/v9"
 // scriptSources maps each script's hash to its source, for withSource.
 var scriptSources = map[string]string{}
 
+// Script names, for ScriptHash.
+const (
+	ScriptClaim           = "claim"
+	ScriptCommit          = "commit"
+	ScriptRelease         = "release"
+	ScriptRenew           = "renew"
+	ScriptElect           = "elect"
+	ScriptConfirm         = "confirm"
+	ScriptReleaseElection = "release-election"
+)
+
+// ScriptHash returns the SHA1 of a script by name: what a test that injects
+// faults into the tier's traffic matches its calls by.
+func ScriptHash(name string) string {
+	return map[string]string{
+		ScriptClaim: claimScript.Hash(), ScriptCommit: commitScript.Hash(), ScriptRelease: releaseScript.Hash(),
+		ScriptRenew: renewScript.Hash(), ScriptElect: electScript.Hash(), ScriptConfirm: confirmScript.Hash(),
+		ScriptReleaseElection: releaseElectionScript.Hash(),
+	}[name]
+}
+
 func newScript(src string) *redis.Script {
 	s := redis.NewScript(src)
 	scriptSources[s.Hash()] = src
@@ -13,35 +34,46 @@ func newScript(src string) *redis.Script {
 
 // Each script works on the keys of one group (one Cluster slot), so it runs
 // atomically on one node. KEYS[1] is the claim's status key, KEYS[2..] are
-// digest keys.
+// digest keys. A status key holds "p" while its claim is pending, "c" once
+// committed, and "r" for a lease after its release: the release's marker, so
+// that a claim of that token arriving late (delayed on the network past its
+// caller's timeout) claims nothing.
 
 // claimScript claims every free digest key: absent, holding this token (a
 // retry whose reply was lost), or holding a token whose status key is gone
-// (lease ran out, or released). It returns the number of keys if it claimed
-// them all, else one byte per key: '1' claimed, '0' held by a committed
-// claim, '2' held by a pending one. Digest keys get the window as TTL; the
-// status key, created pending if anything was claimed, gets the lease.
-// Redis does not expire keys while a script runs. SET NX GET costs the
-// server less than SET NX, whose status reply Lua turns into a table.
+// (lease ran out) or released. It returns the number of keys if it claimed
+// them all, else one byte per key, '1' claimed, '0' held by a committed
+// claim, '2' held by a pending one, '3' not tried, followed by the token of
+// the first pending claim met; or "r" if this token was released. Digest
+// keys get the window as TTL; the status key, created pending if anything
+// was claimed, gets the lease. With ARGV[5] = "1" (a batch looking again at
+// records it waited for) it stops at the first pending key, so that a look
+// never holds a key past one another claim holds. Redis does not expire
+// keys while a script runs. SET NX GET costs the server less than SET NX,
+// whose status reply Lua turns into a table.
 //
-// ARGV: token, lease ms, window ms, status key prefix of the group.
+// ARGV: token, lease ms, window ms, status key prefix of the group, stop.
 var claimScript = newScript(`
-local tok, window, sp = ARGV[1], ARGV[3], ARGV[4]
-local out, live, any = nil, {}, false
+if redis.call('GET', KEYS[1]) == 'r' then return 'r' end
+local tok, window, sp, stop = ARGV[1], ARGV[3], ARGV[4], ARGV[5] == '1'
+local out, live, any, blocker = nil, {}, false, ''
 for i = 2, #KEYS do
   local won, held = true, '0'
   local owner = redis.call('SET', KEYS[i], tok, 'NX', 'GET', 'PX', window)
   if owner and owner ~= tok then
     local state = live[owner]
     if state == nil then
-      state = redis.call('GET', sp .. owner)
+      state = redis.call('GET', sp .. owner) or false
       live[owner] = state
     end
-    if not state then
+    if not state or state == 'r' then
       redis.call('SET', KEYS[i], tok, 'PX', window)
     else
       won = false
-      if state == 'p' then held = '2' end
+      if state == 'p' then
+        held = '2'
+        if blocker == '' then blocker = owner end
+      end
     end
   end
   if won then
@@ -51,14 +83,19 @@ for i = 2, #KEYS do
     for j = 1, i - 2 do out[j] = '1' end
   end
   if out then out[i - 1] = won and '1' or held end
+  if stop and held == '2' and not won then
+    for j = i, #KEYS - 1 do out[j] = '3' end
+    break
+  end
 end
 if any then redis.call('SET', KEYS[1], 'p', 'NX', 'PX', ARGV[2]) end
-if out then return table.concat(out) end
+if out then return table.concat(out) .. blocker end
 return #KEYS - 1
 `)
 
-// releaseScript deletes the status key and the digest keys that still hold
-// the token. ARGV: token.
+// releaseScript deletes the digest keys that still hold the token and
+// leaves the release's marker in the status key for the lease. It answers
+// how many digest keys it deleted. ARGV: token, lease ms.
 var releaseScript = newScript(`
 local tok, n = ARGV[1], 0
 for i = 2, #KEYS do
@@ -67,7 +104,7 @@ for i = 2, #KEYS do
     n = n + 1
   end
 end
-redis.call('DEL', KEYS[1])
+redis.call('SET', KEYS[1], 'r', 'PX', ARGV[2])
 return n
 `)
 
@@ -84,10 +121,13 @@ if s == 'c' then return 1 end
 return 0
 `)
 
-// renewScript extends a pending claim's lease. It answers 1 if the claim
-// was pending, 0 if it had ended. ARGV: lease ms.
+// renewScript extends the lease of a pending claim (KEYS[1] its status
+// key, ARGV[2] empty) or of an election pending under the token ARGV[2]
+// (KEYS[1] its key; see electionLib for the value). It answers 1 if it was
+// pending, 0 if it had ended. ARGV: lease ms, token.
 var renewScript = newScript(`
-if redis.call('GET', KEYS[1]) == 'p' then
+local v = redis.call('GET', KEYS[1])
+if v == 'p' or (ARGV[2] ~= '' and v and string.sub(v, 1, 1) == 'p' and string.sub(v, 18, 33) == ARGV[2]) then
   redis.call('PEXPIRE', KEYS[1], ARGV[1])
   return 1
 end

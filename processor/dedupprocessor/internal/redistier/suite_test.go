@@ -74,7 +74,7 @@ func runContractSuite(t *testing.T, tg suiteTarget) {
 				if tok == "tok-p" {
 					part = ds[100:200]
 				}
-				if err := tr.Claim(ctx, tok, part, got, false); err != nil {
+				if _, err := tr.Claim(ctx, tok, part, got, false); err != nil {
 					t.Fatal(err)
 				}
 				for i, a := range got[:100] {
@@ -85,11 +85,11 @@ func runContractSuite(t *testing.T, tg suiteTarget) {
 			}
 			commit(t, tr, "tok-a", ds[:100]...)
 			// 100 delivered, 100 pending under tok-p, 100 free.
-			if err := tr.Claim(ctx, "tok-b", ds, got, false); err != nil {
+			if _, err := tr.Claim(ctx, "tok-b", ds, got, false); err != nil {
 				t.Fatal(err)
 			}
 			again := make([]Answer, len(ds))
-			if err := tr.Claim(ctx, "tok-b", ds, again, false); err != nil { // tok-b's own: Claimed again
+			if _, err := tr.Claim(ctx, "tok-b", ds, again, false); err != nil { // tok-b's own: Claimed again
 				t.Fatal(err)
 			}
 			for i, a := range got {
@@ -100,7 +100,7 @@ func runContractSuite(t *testing.T, tg suiteTarget) {
 			}
 			// tok-p's delivery failed: its keys are free for the retry.
 			release(t, tr, "tok-p", ds[100:200]...)
-			if err := tr.Claim(ctx, "tok-c", ds[:200], got, false); err != nil {
+			if _, err := tr.Claim(ctx, "tok-c", ds[:200], got, false); err != nil {
 				t.Fatal(err)
 			}
 			for i, a := range got[:200] {
@@ -261,7 +261,7 @@ func runContractSuite(t *testing.T, tg suiteTarget) {
 			ds := digests(t, "", 2)
 			tok := testToken()
 			answers := make([]Answer, len(ds))
-			if err := tr.Claim(ctx, tok, ds, answers, false); err != nil || answers[0] != Claimed || answers[1] != Claimed {
+			if _, err := tr.Claim(ctx, tok, ds, answers, false); err != nil || answers[0] != Claimed || answers[1] != Claimed {
 				t.Fatalf("Claim: %v, %v", answers, err)
 			}
 			time.Sleep(3 * testLease) // an export far longer than the lease
@@ -297,7 +297,9 @@ func runContractSuite(t *testing.T, tg suiteTarget) {
 			wantMissing(t, tg.store, tr.lay().digestKey(ds[0]))
 			wantValue(t, tg.store, tr.lay().digestKey(ds[1]), tokB)
 			wantMissing(t, tg.store, tr.lay().digestKey(ds[2]))
-			wantMissing(t, tg.store, tr.lay().statusKey(tr.lay().groupOf(ds[0]), tokA))
+			// The status key is the release's marker for the lease.
+			wantValue(t, tg.store, tr.lay().statusKey(tr.lay().groupOf(ds[0]), tokA), "r")
+			wantPTTL(t, tg.store, tr.lay().statusKey(tr.lay().groupOf(ds[0]), tokA), 0, testLease)
 			release(t, tr, tokA, ds...) // idempotent
 
 			wantClaimed(t, claim(t, tr, testToken(), ds...), true, false, true)
@@ -315,8 +317,18 @@ func runContractSuite(t *testing.T, tg suiteTarget) {
 				}
 			}
 			release(t, tr, tok, ds...)
-			if keys := tg.store.scanAll(t, "free:*"); len(keys) != 0 {
-				t.Fatalf("%d keys left after release: %q", len(keys), keys)
+			// Only the release's markers are left, one per group.
+			keys := tg.store.scanAll(t, "free:*")
+			groups := map[int]bool{}
+			for _, d := range ds {
+				g := tr.lay().groupOf(d)
+				groups[g] = true
+				if v := keys[tr.lay().statusKey(g, tok)]; v != "r" {
+					t.Fatalf("group %d's status key holds %q after release, want r", g, v)
+				}
+			}
+			if len(keys) != len(groups) {
+				t.Fatalf("%d keys left after release: %q; want the %d markers only", len(keys), keys, len(groups))
 			}
 			got = claim(t, tr, testToken(), ds...)
 			for i, ok := range got {
@@ -363,8 +375,8 @@ func runContractSuite(t *testing.T, tg suiteTarget) {
 	})
 
 	// Every key any subtest left must follow the layout: a known prefix, the
-	// hash tag in a Cluster, then 16 digest bytes holding a 16-character token, or
-	// "claim:" and a token holding "p" or "c", or the same + "w" holding "1".
+	// hash tag in a Cluster, then 16 digest bytes holding a token, or
+	// "claim:" and a token holding "p", "c" or "r".
 	all := tg.store.scanAll(t, "*")
 	if len(all) == 0 {
 		t.Fatal("no keys on the server after the suite")
@@ -391,9 +403,8 @@ func runContractSuite(t *testing.T, tg suiteTarget) {
 		}
 		switch {
 		case strings.HasPrefix(rest, "claim:"):
-			// A status key, or a waiting mark: the status key + "w".
-			if v != "p" && v != "c" && (v != "1" || !strings.HasSuffix(rest, "w")) {
-				t.Errorf("status key %q holds %q, want p or c (or a waiting mark: 1)", k, v)
+			if v != "p" && v != "c" && v != "r" {
+				t.Errorf("status key %q holds %q, want p, c or r", k, v)
 			}
 		case len(rest) == digest.Size:
 			if len(v) == 0 {

@@ -13,6 +13,7 @@
 package redistier
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/tls"
@@ -37,7 +38,7 @@ import (
 // Operation names and results passed to Options.Observe.
 const (
 	OpClaim   = "claim"
-	OpRecheck = "recheck" // a claim of records a batch waited for (Claim with again)
+	OpRecheck = "recheck" // a claim of records a batch waited for (Claim with look)
 	OpCommit  = "commit"
 	OpRelease = "release"
 	OpRenew   = "renew" // lease renewals of claims whose batches are downstream
@@ -80,6 +81,12 @@ type Options struct {
 	// more with ResultLost and no duration per claim lost. It is called
 	// synchronously and concurrently, and must be cheap.
 	Observe func(op, result string, d time.Duration)
+	// OnNewServer, if set, is called when a Redis server the tier has not
+	// seen before answers after the tier connected: a master restarted, or
+	// a replica promoted. Either may have lost the last writes, or all of
+	// them: what the caller cached of Redis should be asked again. Called
+	// from go-redis's connection setup; it must be quick.
+	OnNewServer func(runID string)
 	// OnTopology, if set, is called when a tier whose endpoints did not
 	// answer at Start learns what they are: the mode, or the error that
 	// says why it cannot work with them (the tier then keeps failing calls
@@ -103,12 +110,14 @@ type Tier struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	closed sync.Once
+	shut   atomic.Bool // Close was called: calls fail
 }
 
 type conn struct {
 	mode   Mode
 	layout layout
 	exec   executor
+	srv    *servers
 }
 
 // New returns a Tier that has not asked Redis anything yet. The options are
@@ -130,7 +139,7 @@ func New(opts Options) *Tier {
 		opts:     opts,
 		leaseArg: strconv.FormatInt(opts.Lease.Milliseconds(), 10),
 		winArg:   strconv.FormatInt(opts.Window.Milliseconds(), 10),
-		w:        writer{live: map[string]*liveClaim{}, wake: make(chan struct{}, 1)},
+		w:        writer{live: map[string][]*renewal{}, wake: make(chan struct{}, 1)},
 	}
 	t.bg, t.cancel = context.WithCancel(context.Background())
 	notStarted := errors.New("the tier has not been started")
@@ -192,15 +201,17 @@ func (t *Tier) connect(mode Mode) {
 		// go-redis appends the Cluster nodes it learns to Addrs in place:
 		// give it a slice of its own (tiers of one configuration share
 		// Endpoints).
-		Addrs:                 slices.Clip(slices.Clone(o.Endpoints)),
-		MasterName:            o.MasterName,
-		Username:              o.Username,
-		Password:              o.Password,
-		DB:                    o.DB,
-		TLSConfig:             o.TLS,
-		DialTimeout:           o.Timeout,
-		ReadTimeout:           o.Timeout,
-		WriteTimeout:          o.Timeout,
+		Addrs:       slices.Clip(slices.Clone(o.Endpoints)),
+		MasterName:  o.MasterName,
+		Username:    o.Username,
+		Password:    o.Password,
+		DB:          o.DB,
+		TLSConfig:   o.TLS,
+		DialTimeout: o.Timeout,
+		// Each call's context bounds it: Timeout for a try, longer for a
+		// retry (patiently).
+		ReadTimeout:           max(o.Timeout, t.renewEvery()),
+		WriteTimeout:          max(o.Timeout, t.renewEvery()),
 		PoolTimeout:           o.Timeout,
 		ContextTimeoutEnabled: true,
 		// One retry on a broken connection; every call is idempotent for
@@ -212,7 +223,8 @@ func (t *Tier) connect(mode Mode) {
 		// failover client has them off).
 		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
 	}
-	c := &conn{mode: mode, layout: newLayout(o.KeyPrefix, 0)}
+	c := &conn{mode: mode, layout: newLayout(o.KeyPrefix, 0), srv: &servers{seen: map[string]bool{}, fn: o.OnNewServer}}
+	u.OnConnect = c.srv.onConnect
 	switch mode {
 	case ModeCluster:
 		co := u.Cluster()
@@ -224,6 +236,9 @@ func (t *Tier) connect(mode Mode) {
 	default:
 		c.exec = &singleExec{client: redis.NewClient(u.Simple()), name: o.Endpoints[0], br: breaker.New(o.Breaker)}
 	}
+	ctx, cancel := context.WithTimeout(t.bg, o.Timeout)
+	c.srv.baseline(ctx, c.exec)
+	cancel()
 	t.conn.Store(c)
 }
 
@@ -235,11 +250,14 @@ func (t *Tier) Mode() Mode {
 	return ""
 }
 
-// Close tries once more what the writer still holds, within the timeout,
-// then stops the tier's goroutines and closes its connections.
+// Close stops the tier: from now on calls fail, the renewals stop, and the
+// writes left (commits, releases, retries) are sent until they land or
+// drainFor has passed; those that do not are reported lost. Then it closes
+// the connections. Call it once the batches using the tier have ended.
 func (t *Tier) Close() error {
 	var err error
 	t.closed.Do(func() {
+		t.shut.Store(true)
 		t.w.close()
 		t.cancel()
 		t.wg.Wait()
@@ -290,82 +308,156 @@ const (
 // elements; token must be unique to the claim (NewToken). The new claim is
 // pending, its lease renewed in the background, and must end with Commit or
 // Release whatever the answers. A failed group's digests answer Unavailable
-// and the error says why. Retrying with the same token is safe. again
-// reports the call as OpRecheck.
-func (t *Tier) Claim(ctx context.Context, token string, ds []digest.Digest, answers []Answer, again bool) error {
+// and the error says why; a call that timed out is sent again (see
+// patiently). Retrying with the same token is safe. It returns the token of
+// a pending claim that holds one of ds, if it met one.
+//
+// With look (a batch claiming records it waited for, OpRecheck), the
+// digests are claimed one script call at a time in the order of (group,
+// digest), and the claim stops at the first digest another claim holds
+// pending: the digests after it answer Pending, untried. A look then holds
+// no digest ordered after one that another look holds, so of looks that
+// contend, the one furthest along is never stopped by another and wins.
+func (t *Tier) Claim(ctx context.Context, token string, ds []digest.Digest, answers []Answer, look bool) (holder string, err error) {
 	op := OpClaim
-	if again {
+	if look {
 		op = OpRecheck
 	}
 	answers = answers[:len(ds)]
 	clear(answers) // Unavailable
 	if len(ds) == 0 {
-		return nil
+		return "", nil
 	}
 	c, err := t.connected(op)
 	if err != nil {
-		return err
+		return "", err
 	}
 	b := c.prepare(ds)
-	defer batchPool.Put(b)
-	calls := t.claimCalls(ctx, c, b, token, ds)
-	err = t.run(ctx, c, op, calls)
-	held := b.groups[:0]
-	for _, cl := range calls {
-		if cl.err == nil {
-			if perr := readClaim(cl, answers); perr != nil {
-				// The group stays Unavailable.
-				err = errors.Join(err, fmt.Errorf("dedup: redis %s: %w", op, perr))
+	defer groupingPool.Put(b)
+	if look {
+		b.sortGroups(ds)
+	}
+	calls := t.claimCalls(ctx, c, b, token, ds, look)
+	if look {
+		for i, cl := range calls {
+			err = errors.Join(err, t.patiently(ctx, c, calls[i:i+1]))
+			if cl.err == nil && pendingIn(cl) {
+				for _, rest := range calls[i+1:] {
+					for _, k := range rest.idx {
+						answers[k] = Pending
+					}
+				}
+				calls = calls[:i+1]
+				break
 			}
 		}
-		if cl.err != nil || anyClaimed(cl, answers) {
-			if len(held) == 0 || held[len(held)-1] != cl.group {
-				held = append(held, cl.group)
+	} else {
+		err = t.patiently(ctx, c, calls)
+	}
+	var held []string
+	for _, cl := range calls {
+		if cl.err != nil {
+			continue
+		}
+		owner, perr := readClaim(cl, answers)
+		if perr != nil {
+			// The group stays Unavailable.
+			err = errors.Join(err, fmt.Errorf("dedup: redis %s: %w", op, perr))
+			continue
+		}
+		if holder == "" {
+			holder = owner
+		}
+		if anyClaimed(cl, answers) {
+			if key := c.layout.statusKey(cl.group, token); len(held) == 0 || held[len(held)-1] != key {
+				held = append(held, key)
 			}
 		}
 	}
-	t.w.hold(token, held, t.opts.Clock.Now())
-	return err
+	t.w.hold(token, held, false, t.opts.Clock.Now())
+	return holder, err
+}
+
+// pendingIn reports whether a claim call's reply has a pending digest.
+func pendingIn(cl *call) bool {
+	v, ok := cl.cmd.Val().(string)
+	if !ok || len(v) < len(cl.idx) {
+		return false
+	}
+	return strings.ContainsAny(v[:len(cl.idx)], "23")
+}
+
+// patiently runs calls within the timeout, then sends again, with twice the
+// time each try, the calls that timed out, while their node's breaker lets
+// them and a third of the lease has not passed: a Redis that answers late,
+// because it or this host is short of CPU or the call is large, costs
+// latency, not an answer. Every call it retries is idempotent for its
+// token.
+func (t *Tier) patiently(ctx context.Context, c *conn, calls []*call) error {
+	start := t.opts.Clock.Now()
+	timeout := t.opts.Timeout
+	_ = t.run(ctx, c, calls, timeout)
+	for ctx.Err() == nil {
+		var again []*call
+		for _, cl := range calls {
+			if cl.err != nil && isTimeout(cl.err) {
+				again = append(again, cl)
+			}
+		}
+		timeout *= 2
+		if len(again) == 0 || t.opts.Clock.Now().Add(timeout).Sub(start) > t.renewEvery() {
+			break
+		}
+		for _, cl := range again {
+			cl.cmd, cl.err = redis.NewCmd(ctx, cl.cmd.Args()...), nil
+		}
+		_ = t.run(ctx, c, again, timeout)
+	}
+	return t.failure("", calls)
 }
 
 // anyClaimed reports whether the call claimed any of its digests.
 func anyClaimed(cl *call, answers []Answer) bool {
 	for _, i := range cl.idx {
-		if answers[i] != Held && answers[i] != Pending {
+		if answers[i] == Claimed {
 			return true
 		}
 	}
 	return false
 }
 
-// readClaim sets the answers of one claim script call from its reply.
-func readClaim(cl *call, answers []Answer) error {
+// readClaim sets the answers of one claim script call from its reply and
+// returns the token of the pending claim it met first, if any.
+func readClaim(cl *call, answers []Answer) (owner string, err error) {
 	switch v := cl.cmd.Val().(type) {
 	case int64: // all claimed
 		if v != int64(len(cl.idx)) {
-			return fmt.Errorf("claim script claimed %d of %d digests", v, len(cl.idx))
+			return "", fmt.Errorf("claim script claimed %d of %d digests", v, len(cl.idx))
 		}
 		for _, i := range cl.idx {
 			answers[i] = Claimed
 		}
-		return nil
+		return "", nil
 	case string:
-		if len(v) != len(cl.idx) {
-			return fmt.Errorf("claim script answered %d results for %d digests", len(v), len(cl.idx))
+		if v == "r" {
+			return "", errors.New("the claim's token was released before the claim arrived")
+		}
+		if len(v) < len(cl.idx) {
+			return "", fmt.Errorf("claim script answered %d results for %d digests", len(v), len(cl.idx))
 		}
 		for j, i := range cl.idx {
 			switch v[j] {
 			case '1':
 				answers[i] = Claimed
-			case '2':
+			case '2', '3':
 				answers[i] = Pending
 			default:
 				answers[i] = Held
 			}
 		}
-		return nil
+		return v[len(cl.idx):], nil
 	default:
-		return fmt.Errorf("claim script answered %T", v)
+		return "", fmt.Errorf("claim script answered %T", v)
 	}
 }
 
@@ -395,10 +487,11 @@ func (t *Tier) finish(ctx context.Context, op, token string, ds []digest.Digest,
 	}
 	c, err := t.connected(op)
 	if err != nil {
+		t.lost(op, err)
 		return err
 	}
 	b := c.prepare(ds)
-	defer batchPool.Put(b)
+	defer groupingPool.Put(b)
 	until := t.opts.Clock.Now().Add(t.opts.Lease)
 	ws := make([]write, 0, len(b.groups))
 	for _, g := range b.groups {
@@ -414,14 +507,21 @@ func (t *Tier) finish(ctx context.Context, op, token string, ds []digest.Digest,
 	if queue && t.w.enqueue(ws) {
 		return nil
 	}
-	failed, err := t.send(ctx, c, op, ws)
+	failed, err := t.send(ctx, c, ws)
 	t.retry(failed)
 	return err
 }
 
+// errClosed fails the calls made after Close.
+var errClosed = errors.New("the tier is shut down")
+
 // connected returns the tier's connection, or an error while the topology is
-// unknown.
+// unknown or once the tier is closed.
 func (t *Tier) connected(op string) (*conn, error) {
+	if t.shut.Load() {
+		t.opts.Observe(op, ResultError, 0)
+		return nil, fmt.Errorf("dedup: redis %s: %w", op, errClosed)
+	}
 	if c := t.conn.Load(); c != nil {
 		return c, nil
 	}
@@ -429,44 +529,70 @@ func (t *Tier) connected(op string) (*conn, error) {
 	return nil, fmt.Errorf("dedup: redis %s: topology not known: %w", op, *t.unknown.Load())
 }
 
-// run sends calls within the timeout, reports the operation to Observe, and
-// returns an error naming how many groups failed and the first failure.
-func (t *Tier) run(ctx context.Context, c *conn, op string, calls []*call) error {
+// run sends calls within timeout, reports each operation among them to
+// Observe (the worst result of its calls), and returns an error naming how
+// many calls failed and the first failure.
+func (t *Tier) run(ctx context.Context, c *conn, calls []*call, timeout time.Duration) error {
 	start := t.opts.Clock.Now()
-	cctx, cancel := context.WithTimeout(ctx, t.opts.Timeout)
+	cctx, cancel := context.WithTimeout(ctx, timeout)
 	c.exec.exec(cctx, calls)
 	cancel()
 	d := t.opts.Clock.Now().Sub(start)
-	result, sent := ResultOK, false
+	type report struct {
+		op, result string
+		sent       bool
+	}
+	var ops []report
+	for _, cl := range calls {
+		k := slices.IndexFunc(ops, func(r report) bool { return r.op == cl.op })
+		if k < 0 {
+			ops = append(ops, report{op: cl.op, result: ResultOK})
+			k = len(ops) - 1
+		}
+		r := ResultOK
+		if cl.err != nil {
+			r = resultOf(cl.err)
+		}
+		ops[k].sent = ops[k].sent || r != ResultSkipped
+		if slices.Index(severity, r) > slices.Index(severity, ops[k].result) {
+			ops[k].result = r
+		}
+	}
+	for _, r := range ops {
+		if r.sent {
+			t.opts.Observe(r.op, r.result, d)
+		} else {
+			t.opts.Observe(r.op, r.result, 0)
+		}
+	}
+	return t.failure("", calls)
+}
+
+// failure returns an error naming how many of calls failed and the first
+// failure, or nil; op names the operation if the calls do not.
+func (t *Tier) failure(op string, calls []*call) error {
 	var first *call
 	failed := 0
 	for _, cl := range calls {
-		r := ResultOK
 		if cl.err != nil {
 			failed++
 			if first == nil {
 				first = cl
 			}
-			r = resultOf(cl.err)
-		}
-		sent = sent || r != ResultSkipped
-		if slices.Index(severity, r) > slices.Index(severity, result) {
-			result = r
 		}
 	}
-	if !sent {
-		d = 0
-	}
-	t.opts.Observe(op, result, d)
 	if first == nil {
 		return nil
+	}
+	if first.op != "" {
+		op = first.op
 	}
 	err := first.err
 	if first.node != "" {
 		err = fmt.Errorf("node %s: %w", first.node, err)
 	}
 	if len(calls) > 1 {
-		return fmt.Errorf("dedup: redis %s: %d of %d groups failed, first: %w", op, failed, len(calls), err)
+		return fmt.Errorf("dedup: redis %s: %d of %d calls failed, first: %w", op, failed, len(calls), err)
 	}
 	return fmt.Errorf("dedup: redis %s: %w", op, err)
 }
@@ -484,24 +610,24 @@ func resultOf(err error) string {
 	return ResultError
 }
 
-// batch is the digests of ds grouped by group, as indexes into ds.
-type batch struct {
+// grouping is the digests of ds grouped by group, as indexes into ds.
+type grouping struct {
 	order  []int32 // indexes of ds, grouped by group
 	bounds []int32 // order[bounds[g]:bounds[g+1]] belong to group g
 	next   []int32
 	groups []int // the groups with digests, ascending
 }
 
-var batchPool = sync.Pool{New: func() any { return new(batch) }}
+var groupingPool = sync.Pool{New: func() any { return new(grouping) }}
 
 // prepare groups the digests of ds by a counting sort, which keeps ds's
 // order within each group.
-func (c *conn) prepare(ds []digest.Digest) *batch {
-	b := batchPool.Get().(*batch)
+func (c *conn) prepare(ds []digest.Digest) *grouping {
+	b := groupingPool.Get().(*grouping)
 	ng := len(c.layout.groups)
-	b.bounds = resize(b.bounds, ng+1)
+	b.bounds = slices.Grow(b.bounds[:0], ng+1)[:ng+1]
 	clear(b.bounds)
-	b.next = resize(b.next, ng)
+	b.next = slices.Grow(b.next[:0], ng)[:ng]
 	for _, d := range ds {
 		b.bounds[c.layout.groupOf(d)+1]++
 	}
@@ -512,7 +638,7 @@ func (c *conn) prepare(ds []digest.Digest) *batch {
 		}
 		b.bounds[g] += b.bounds[g-1]
 	}
-	b.order = resize(b.order, len(ds))
+	b.order = slices.Grow(b.order[:0], len(ds))[:len(ds)]
 	next := b.next
 	copy(next, b.bounds[:ng])
 	for i, d := range ds {
@@ -523,17 +649,23 @@ func (c *conn) prepare(ds []digest.Digest) *batch {
 	return b
 }
 
-// resize returns s with length n, reusing its array if it is large enough.
-func resize[T any](s []T, n int) []T {
-	if cap(s) < n {
-		return make([]T, n)
+// sortGroups orders each group's digests by value: the order looks claim
+// in, the same in every collector.
+func (b *grouping) sortGroups(ds []digest.Digest) {
+	for _, g := range b.groups {
+		slices.SortFunc(b.order[b.bounds[g]:b.bounds[g+1]], func(i, j int32) int {
+			x, y := ds[i], ds[j]
+			if c := cmp.Compare(x.Hi, y.Hi); c != 0 {
+				return c
+			}
+			return cmp.Compare(x.Lo, y.Lo)
+		})
 	}
-	return s[:n]
 }
 
 // claimCalls builds one claim script call per group and chunk of at most
-// maxKeysPerScript digests.
-func (t *Tier) claimCalls(ctx context.Context, c *conn, b *batch, token string, ds []digest.Digest) []*call {
+// maxKeysPerScript digests; look makes each stop at its first pending key.
+func (t *Tier) claimCalls(ctx context.Context, c *conn, b *grouping, token string, ds []digest.Digest, look bool) []*call {
 	n := len(b.order)
 	l := &c.layout
 	// All keys are substrings of one string, and arguments point at them:
@@ -560,11 +692,19 @@ func (t *Tier) claimCalls(ctx context.Context, c *conn, b *batch, token string, 
 		m := int(b.bounds[g+1] - b.bounds[g])
 		chunks += (m + maxKeysPerScript - 1) / maxKeysPerScript
 	}
+	stop := &stopNever
+	if look {
+		stop = &stopAtPending
+	}
 	// Per chunk: evalsha, sha, numkeys, status key, keys..., ARGV.
-	args := make([]any, 0, n+chunks*8)
+	args := make([]any, 0, n+chunks*9)
 	calls := make([]call, chunks)
 	out := make([]*call, 0, chunks)
 	tok := &token
+	op := OpClaim
+	if look {
+		op = OpRecheck
+	}
 	for _, g := range b.groups {
 		lo, hi := int(b.bounds[g]), int(b.bounds[g+1])
 		for lo < hi {
@@ -575,9 +715,10 @@ func (t *Tier) claimCalls(ctx context.Context, c *conn, b *batch, token string, 
 			for k := lo; k < end; k++ {
 				args = append(args, &keys[k])
 			}
-			args = append(args, tok, &t.leaseArg, &t.winArg, &l.groups[g].statusPrefix)
+			args = append(args, tok, &t.leaseArg, &t.winArg, &l.groups[g].statusPrefix, stop)
 			cl := &calls[len(out)]
 			*cl = call{
+				op:    op,
 				cmd:   redis.NewCmd(ctx, args[start:len(args):len(args)]...),
 				route: status,
 				group: g,
@@ -589,3 +730,6 @@ func (t *Tier) claimCalls(ctx context.Context, c *conn, b *batch, token string, 
 	}
 	return out
 }
+
+// The claim script's last argument: stop at the first pending key or not.
+var stopNever, stopAtPending = "0", "1"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -13,13 +14,16 @@ import (
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
 )
 
-// The writer is the tier's background goroutine for claims. Each round
-// sends the queued commits together (one round trip, one per master in a
-// Cluster), renews each third of the lease the claims whose batches are
-// downstream (so the lease bounds only how long a dead collector's claims
-// stand in the way), and sends again, with a growing pause, the writes that
-// failed, until they land or their claim's lease has ended (Redis has then
-// freed the claim). Claims lost on the way are reported as ResultLost.
+// The writer is the tier's background goroutine. Each round renews the
+// pending claims and elections whose batches are downstream, once a third
+// of the lease has passed since their last renewal landed (so the lease
+// bounds only how long a dead collector's claims stand in the way), sends
+// the queued commits together, and sends again, with a growing pause, the
+// writes that failed, until they land or their claim's lease has ended
+// (Redis has then freed the claim). All of a round's calls go out in one
+// round trip (one per master in a Cluster), renewals first. A renewal that
+// fails is tried again after retryFirst, while the lease lasts. Claims lost
+// on the way are reported as ResultLost.
 //
 // The queue holds at most maxQueued writes; a batch that finds it full
 // sends its own write and waits for it, so a Redis that cannot keep up
@@ -30,10 +34,10 @@ const (
 	retryMost  = time.Second
 )
 
-// write is one group's commit or release of one claim, or the lookup,
-// confirmation or release of one election.
+// write is one group's commit or release of one claim, or the confirmation
+// or release of one election.
 type write struct {
-	op       string // OpCommit or OpRelease; OpElect for an election only
+	op       string // OpCommit or OpRelease
 	token    string
 	group    int
 	ds       []digest.Digest // a release's digests
@@ -48,35 +52,60 @@ type electionWrite struct {
 	failover     time.Duration
 }
 
+// renewal is one pending claim's group, or one pending election, whose
+// batch is downstream.
+type renewal struct {
+	key      string    // the group's status key, or the election's key
+	election bool      // the key is an election's, pending under the token
+	landed   time.Time // when the lease was last set: the claim, or a renewal sent then that landed
+	retry    time.Time // a renewal that failed is tried again from then
+}
+
 type writer struct {
 	mu     sync.Mutex
 	queue  []write
 	retry  []write
-	live   map[string]*liveClaim // claims whose batches are downstream
+	live   map[string][]*renewal // by token
 	closed bool
 	wake   chan struct{}
 }
 
-type liveClaim struct {
-	groups  []int
-	renewed time.Time
-}
-
-// hold starts renewing the lease of token's claim in groups, from now.
-func (w *writer) hold(token string, groups []int, now time.Time) {
-	if len(groups) == 0 {
+// hold starts renewing, for token, the pending claims or elections of keys
+// (election says which), whose leases were set at now.
+func (w *writer) hold(token string, keys []string, election bool, now time.Time) {
+	if len(keys) == 0 {
 		return
 	}
 	w.mu.Lock()
-	w.live[token] = &liveClaim{groups: append([]int(nil), groups...), renewed: now}
+	for _, k := range keys {
+		w.live[token] = append(w.live[token], &renewal{key: k, election: election, landed: now})
+	}
 	w.mu.Unlock()
 }
 
-// drop stops renewing token's claim.
+// drop stops renewing token's claims and elections.
 func (w *writer) drop(token string) {
 	w.mu.Lock()
 	delete(w.live, token)
 	w.mu.Unlock()
+}
+
+// forget stops renewing one key of token: its claim or election ended.
+// It reports whether the key was still being renewed.
+func (w *writer) forget(token string, r *renewal) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	rs := w.live[token]
+	i := slices.Index(rs, r)
+	if i < 0 {
+		return false
+	}
+	if rs = slices.Delete(rs, i, i+1); len(rs) == 0 {
+		delete(w.live, token)
+	} else {
+		w.live[token] = rs
+	}
+	return true
 }
 
 // enqueue queues ws unless the queue is full or closed, and reports whether
@@ -100,32 +129,62 @@ func (w *writer) signal() {
 	}
 }
 
-func (w *writer) close() {
-	w.mu.Lock()
-	w.closed = true
-	w.mu.Unlock()
-}
-
 // run is the writer's loop: a round when writes are queued, when a retry
-// is due, and each third of the lease.
+// or a renewal is due. Once the tier closes, it sends what is left until it
+// lands or drainFor has passed, and reports the rest lost.
 func (w *writer) run(t *Tier) {
 	clk := t.opts.Clock
-	every := max(t.opts.Lease/3, time.Millisecond)
-	next := every
-	for {
-		if clk.Wait(t.bg, w.wake, next) != nil {
-			// Close: what is left goes out once more, past the background
-			// context.
-			w.round(t, context.Background(), clk.Now(), every, true)
-			return
+	next := time.Duration(0)
+	pinged := clk.Now()
+	for clk.Wait(t.bg, w.wake, next) == nil {
+		now := clk.Now()
+		next = w.round(t, t.bg, now)
+		if now.Sub(pinged) >= max(t.renewEvery(), time.Second) {
+			// A master that restarted or failed over is noticed on a new
+			// connection (servers): at least this often, however quiet.
+			if c := t.conn.Load(); c != nil {
+				ctx, cancel := context.WithTimeout(t.bg, t.opts.Timeout)
+				c.exec.ping(ctx)
+				cancel()
+			}
+			pinged = now
 		}
-		next = w.round(t, t.bg, clk.Now(), every, false)
+	}
+	deadline := clk.Now().Add(t.drainFor())
+	for w.left() > 0 {
+		now := clk.Now()
+		if !now.Before(deadline) {
+			break
+		}
+		w.round(t, context.Background(), now)
+		if w.left() > 0 {
+			_ = clk.Wait(context.Background(), nil, min(retryFirst, deadline.Sub(now)))
+		}
+	}
+	w.mu.Lock()
+	left := append(w.queue, w.retry...)
+	w.queue, w.retry = nil, nil
+	w.mu.Unlock()
+	for _, wr := range left {
+		t.lost(wr.op, fmt.Errorf("dedup: redis %s: shut down before it landed", wr.op))
 	}
 }
 
-// round sends the queued writes and the retries and renewals that are due,
-// and returns when the next round is due at the latest.
-func (w *writer) round(t *Tier, ctx context.Context, now time.Time, every time.Duration, last bool) time.Duration {
+// drainFor bounds the writer's work after Close: two tries of each write.
+func (t *Tier) drainFor() time.Duration { return 2*t.opts.Timeout + retryFirst }
+
+// left returns how many writes wait to be sent.
+func (w *writer) left() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.queue) + len(w.retry)
+}
+
+// round sends the due renewals, the queued writes and the due retries, and
+// returns when the next round is due. Once closed, it renews nothing and
+// every retry is due.
+func (w *writer) round(t *Tier, ctx context.Context, now time.Time) time.Duration {
+	every := t.renewEvery()
 	w.mu.Lock()
 	ws := w.queue
 	w.queue = nil
@@ -135,70 +194,98 @@ func (w *writer) round(t *Tier, ctx context.Context, now time.Time, every time.D
 		switch {
 		case !now.Before(r.until):
 			expired = append(expired, r)
-		case last || !now.Before(r.next):
+		case w.closed || !now.Before(r.next):
 			ws = append(ws, r)
 		default:
 			keep = append(keep, r)
 		}
 	}
 	w.retry = keep
-	var renew []string
-	var groups [][]int
-	if !last {
-		for tok, lc := range w.live {
-			if now.Sub(lc.renewed) >= every {
-				lc.renewed = now
-				renew, groups = append(renew, tok), append(groups, lc.groups)
+	type due struct {
+		token string
+		r     *renewal
+	}
+	var renew []due
+	if !w.closed {
+		for tok, rs := range w.live {
+			for _, r := range rs {
+				if !now.Before(r.landed.Add(every)) && !now.Before(r.retry) {
+					renew = append(renew, due{tok, r})
+				}
 			}
 		}
 	}
 	w.mu.Unlock()
 	t.unsent(expired)
+	if len(ws) == 0 && len(renew) == 0 {
+		return w.nextRound(now, every)
+	}
 
 	c := t.conn.Load() // not nil if there are writes or claims: they follow a connection
-	var retry []write
-	for _, op := range []string{OpCommit, OpRelease} {
-		var sent []write
-		for _, wr := range ws {
-			if wr.op == op {
-				sent = append(sent, wr)
+	calls := make([]*call, 0, len(renew)+len(ws))
+	for _, d := range renew {
+		calls = append(calls, t.renewCall(ctx, d.token, d.r))
+	}
+	calls = append(calls, t.writeCalls(ctx, c, ws)...)
+	t.writeError(t.run(ctx, c, calls, t.opts.Timeout))
+
+	for i, d := range renew {
+		switch n, err := calls[i].cmd.Int64(); {
+		case err == nil && n == 1:
+			w.mu.Lock()
+			d.r.landed, d.r.retry = now, time.Time{}
+			w.mu.Unlock()
+		case err == nil:
+			if w.forget(d.token, d.r) {
+				t.lost(OpRenew, errors.New("dedup: redis renew: the claim of a batch still downstream had ended (its lease ran out): copies of its records may be delivered meanwhile"))
 			}
-		}
-		if len(sent) > 0 {
-			failed, err := t.send(ctx, c, op, sent)
-			t.writeError(err)
-			retry = append(retry, failed...)
+		case !now.Before(d.r.landed.Add(t.opts.Lease)):
+			if w.forget(d.token, d.r) {
+				t.lost(OpRenew, fmt.Errorf("dedup: redis renew: not renewed before the lease ended: %w", err))
+			}
+		default:
+			w.mu.Lock()
+			d.r.retry = now.Add(retryFirst)
+			w.mu.Unlock()
 		}
 	}
-	if len(renew) > 0 {
-		t.renew(ctx, c, renew, groups)
-	}
-	ws = retry
-	if last {
-		for _, wr := range ws {
-			t.lost(wr.op, fmt.Errorf("dedup: redis %s: shut down before it landed", wr.op))
-		}
-		return every
-	}
-	next := every
-	expired = expired[:0]
+	failed := t.readWrites(ws, calls[len(renew):])
 	w.mu.Lock()
-	for _, wr := range ws {
-		if !now.Before(wr.until) {
-			expired = append(expired, wr)
-			continue
-		}
+	for _, wr := range failed {
 		wr.pause = min(max(2*wr.pause, retryFirst), retryMost)
 		wr.next = now.Add(wr.pause)
 		w.retry = append(w.retry, wr)
 	}
-	for _, r := range w.retry {
-		next = min(next, max(r.next.Sub(now), time.Millisecond))
-	}
 	w.mu.Unlock()
-	t.unsent(expired)
-	return next
+	return w.nextRound(now, every)
 }
+
+// nextRound returns how long until a retry or a renewal is due.
+func (w *writer) nextRound(now time.Time, every time.Duration) time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	next := every
+	for _, r := range w.retry {
+		next = min(next, r.next.Sub(now))
+	}
+	for _, rs := range w.live {
+		for _, r := range rs {
+			next = min(next, max(r.landed.Add(every).Sub(now), r.retry.Sub(now)))
+		}
+	}
+	return max(next, time.Millisecond)
+}
+
+// close stops the queue and the renewals; the writer then drains.
+func (w *writer) close() {
+	w.mu.Lock()
+	w.closed = true
+	w.mu.Unlock()
+}
+
+// renewEvery is how often a pending lease is renewed: a third of it, so
+// that a renewal that fails can be tried again before the lease ends.
+func (t *Tier) renewEvery() time.Duration { return max(t.opts.Lease/3, time.Millisecond) }
 
 // unsent reports the writes whose claim's lease ended before they landed.
 func (t *Tier) unsent(ws []write) {
@@ -207,15 +294,15 @@ func (t *Tier) unsent(ws []write) {
 	}
 }
 
-// send sends one op's writes and returns those that failed, and the
-// round's error.
-func (t *Tier) send(ctx context.Context, c *conn, op string, ws []write) ([]write, error) {
-	calls := t.writeCalls(ctx, c, op, ws)
-	err := t.run(ctx, c, op, calls)
-	return t.readWrites(op, ws, calls), err
+// send sends writes now and returns those that failed, and the error.
+func (t *Tier) send(ctx context.Context, c *conn, ws []write) ([]write, error) {
+	calls := t.writeCalls(ctx, c, ws)
+	err := t.run(ctx, c, calls, t.opts.Timeout)
+	return t.readWrites(ws, calls), err
 }
 
-// retry hands writes that failed outside a round to the writer.
+// retry hands writes that failed outside a round to the writer; once the
+// tier is closed, they are lost.
 func (t *Tier) retry(failed []write) {
 	if len(failed) == 0 {
 		return
@@ -229,6 +316,13 @@ func (t *Tier) retry(failed []write) {
 		wr.pause, wr.next = retryFirst, now.Add(retryFirst)
 	}
 	t.w.mu.Lock()
+	if t.w.closed {
+		t.w.mu.Unlock()
+		for _, wr := range failed {
+			t.lost(wr.op, fmt.Errorf("dedup: redis %s: failed after the tier was shut down", wr.op))
+		}
+		return
+	}
 	t.w.retry = append(t.w.retry, failed...)
 	t.w.mu.Unlock()
 	t.w.signal()
@@ -240,7 +334,16 @@ func (t *Tier) writeError(err error) {
 	}
 }
 
-func (t *Tier) writeCalls(ctx context.Context, c *conn, op string, ws []write) []*call {
+// renewCall is the renewal of one pending claim group or election.
+func (t *Tier) renewCall(ctx context.Context, token string, r *renewal) *call {
+	tok := ""
+	if r.election {
+		tok = token
+	}
+	return &call{op: OpRenew, cmd: redis.NewCmd(ctx, "evalsha", renewScript.Hash(), 1, r.key, t.leaseArg, tok), route: r.key}
+}
+
+func (t *Tier) writeCalls(ctx context.Context, c *conn, ws []write) []*call {
 	calls := make([]*call, len(ws))
 	for i, wr := range ws {
 		if el := wr.election; el != nil {
@@ -248,78 +351,47 @@ func (t *Tier) writeCalls(ctx context.Context, c *conn, op string, ws []write) [
 			rep := el.replica.Bytes()
 			fo := strconv.FormatInt(el.failover.Milliseconds(), 10)
 			var args []any
-			switch op {
-			case OpElect:
-				args = []any{"evalsha", electScript.Hash(), 1, key, string(rep[:]), wr.token, t.leaseArg, fo}
-			case OpCommit:
+			if wr.op == OpCommit {
 				args = []any{"evalsha", confirmScript.Hash(), 1, key, string(rep[:]), wr.token, fo}
-			default:
-				args = []any{"evalsha", releaseElectionScript.Hash(), 1, key, wr.token, fo}
+			} else {
+				args = []any{"evalsha", releaseElectionScript.Hash(), 2, key, t.electionMarker(el.key, wr.token), wr.token, fo, t.leaseArg}
 			}
-			calls[i] = &call{cmd: redis.NewCmd(ctx, args...), route: key}
+			calls[i] = &call{op: wr.op, cmd: redis.NewCmd(ctx, args...), route: key}
 			continue
 		}
 		status := c.layout.statusKey(wr.group, wr.token)
-		if op == OpCommit {
-			calls[i] = &call{cmd: redis.NewCmd(ctx, "evalsha", commitScript.Hash(), 1, status, t.winArg), route: status, group: wr.group}
+		if wr.op == OpCommit {
+			calls[i] = &call{op: OpCommit, cmd: redis.NewCmd(ctx, "evalsha", commitScript.Hash(), 1, status, t.winArg), route: status, group: wr.group}
 			continue
 		}
-		args := make([]any, 0, 5+len(wr.ds))
+		args := make([]any, 0, 6+len(wr.ds))
 		args = append(args, "evalsha", releaseScript.Hash(), 1+len(wr.ds), status)
 		for _, d := range wr.ds {
 			b := d.Bytes()
 			args = append(args, c.layout.groups[wr.group].prefix+string(b[:]))
 		}
-		args = append(args, wr.token)
-		calls[i] = &call{cmd: redis.NewCmd(ctx, args...), route: status, group: wr.group}
+		args = append(args, wr.token, t.leaseArg)
+		calls[i] = &call{op: OpRelease, cmd: redis.NewCmd(ctx, args...), route: status, group: wr.group}
 	}
 	return calls
 }
 
 // readWrites reports the commits that found their claim ended and returns
 // the writes whose call failed.
-func (t *Tier) readWrites(op string, ws []write, calls []*call) []write {
+func (t *Tier) readWrites(ws []write, calls []*call) []write {
 	var retry []write
 	for i, cl := range calls {
 		if cl.err != nil {
 			retry = append(retry, ws[i])
 			continue
 		}
-		if op == OpCommit && ws[i].election == nil {
+		if ws[i].op == OpCommit && ws[i].election == nil {
 			if n, _ := cl.cmd.Int64(); n == 0 {
 				t.lost(OpCommit, errors.New("dedup: redis commit: the claim had ended before its commit (its lease ran out): copies of its records may be delivered again"))
 			}
 		}
 	}
 	return retry
-}
-
-// renew extends the leases of the claims of tokens, in their groups.
-func (t *Tier) renew(ctx context.Context, c *conn, tokens []string, groups [][]int) {
-	var calls []*call
-	var owner []string
-	for i, tok := range tokens {
-		for _, g := range groups[i] {
-			status := c.layout.statusKey(g, tok)
-			calls = append(calls, &call{cmd: redis.NewCmd(ctx, "evalsha", renewScript.Hash(), 1, status, t.leaseArg), route: status, group: g})
-			owner = append(owner, tok)
-		}
-	}
-	t.writeError(t.run(ctx, c, OpRenew, calls))
-	for i, cl := range calls {
-		if cl.err != nil {
-			continue // renewed at the next round, if the lease allows
-		}
-		if n, _ := cl.cmd.Int64(); n == 0 {
-			t.w.mu.Lock()
-			_, stillLive := t.w.live[owner[i]]
-			delete(t.w.live, owner[i])
-			t.w.mu.Unlock()
-			if stillLive {
-				t.lost(OpRenew, errors.New("dedup: redis renew: the claim of a batch still downstream had ended (its lease ran out): copies of its records may be delivered meanwhile"))
-			}
-		}
-	}
 }
 
 // lost reports a claim the tier could not keep.
