@@ -685,7 +685,7 @@ func (r *faultRun) faultsOn(c *collector) string {
 // run made the claims and commits the faults aim at.
 func (r *faultRun) checkCensus(v *faultViolations) {
 	if n := r.census["script"]; n > 0 {
-		v.add("tier commands of an unknown shape", "%d scripts tierOp cannot tell: update tierOp to the scripts' keys and arguments", n)
+		v.add("scripts the tier does not have", "%d: update tierOps to the tier's scripts", n)
 	}
 	for _, op := range []string{"claim", "commit"} {
 		if r.census[op] == 0 {

@@ -14,51 +14,33 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/faultproxy"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/redistier"
 )
 
-// tierOp names what a command of the shared tier does, told from its shape
-// (the keys and arguments of the scripts in internal/redistier): "claim"
-// (a claim or recheck), "commit", "renew", "release", "elect", "confirm",
-// "unelect"; "script" for a script of another shape, "" for any other
-// command (connection set-up, CLUSTER SLOTS, ...). The scripts' hashes are
-// not exported, so shapes it is; the census fails the run when a script
-// comes it cannot tell, so a new shape is noticed.
-func tierOp(c faultproxy.Command, lease, window string) string {
-	if n := c.Name(); n != "EVALSHA" && n != "EVAL" {
-		return ""
-	}
-	if len(c.Args) < 4 {
-		return "script"
-	}
-	nkeys, err := strconv.Atoi(c.Args[2])
-	if err != nil || nkeys < 1 || 3+nkeys > len(c.Args) {
-		return "script"
-	}
-	keys, argv := c.Args[3:3+nkeys], c.Args[3+nkeys:]
-	switch {
-	case strings.Contains(keys[0], "elect:{"):
-		switch len(argv) {
-		case 4:
-			return "elect"
-		case 3:
-			return "confirm"
-		case 2:
-			return "unelect"
-		}
-	case nkeys >= 2 && len(argv) == 4:
-		return "claim"
-	case nkeys == 1 && len(argv) == 1 && argv[0] == window:
-		return "commit"
-	case nkeys == 1 && len(argv) == 1 && argv[0] == lease:
-		return "renew"
-	case nkeys >= 2 && len(argv) == 1:
-		return "release"
-	}
-	return "script"
+// tierOps names the tier's scripts by their SHA1.
+var tierOps = map[string]string{
+	redistier.ScriptHash(redistier.ScriptClaim):           "claim", // claims and rechecks
+	redistier.ScriptHash(redistier.ScriptCommit):          "commit",
+	redistier.ScriptHash(redistier.ScriptRelease):         "release",
+	redistier.ScriptHash(redistier.ScriptRenew):           "renew", // of claims and elections
+	redistier.ScriptHash(redistier.ScriptElect):           "elect",
+	redistier.ScriptHash(redistier.ScriptConfirm):         "confirm",
+	redistier.ScriptHash(redistier.ScriptReleaseElection): "unelect",
 }
 
+// tierOp names what a command of the shared tier does: the op of its
+// script, "script" for a script the tier does not have (the census fails
+// the run then), "" for any other command (connection set-up, pings,
+// CLUSTER SLOTS, ...).
 func (r *faultRun) tierOp(c faultproxy.Command) string {
-	return tierOp(c, strconv.FormatInt(faultLease.Milliseconds(), 10), strconv.FormatInt((10*time.Minute).Milliseconds(), 10))
+	sha := c.Script()
+	if sha == "" {
+		return ""
+	}
+	if op, ok := tierOps[sha]; ok && len(c.Args) >= 4 {
+		return op
+	}
+	return "script"
 }
 
 // watch adds the census to a proxy: a rule that never fires and counts the
