@@ -207,9 +207,13 @@ func (r *faultRun) checkProbes(v *faultViolations) {
 		if p.f.op == "elect" {
 			what = "an election"
 		}
+		lasted := "still pending three leases later"
+		if !p.until.IsZero() {
+			lasted = "pending until " + r.rel(p.until)
+		}
 		v.add(what+" whose answer was lost or late stayed pending after its request was answered",
-			"%s (%s) sent at %s; every request in flight at its collector answered by %s; at %s its key %s was still pending",
-			p.f.ep.kind, p.f.ep.detail, r.rel(p.f.at), r.rel(p.answered), r.rel(p.at), readableKey(p.f.key))
+			"%s (%s) sent at %s; every request in flight at its collector answered by %s; at %s its key %s was still pending (%s)",
+			p.f.ep.kind, p.f.ep.detail, r.rel(p.f.at), r.rel(p.answered), r.rel(p.at), readableKey(p.f.key), lasted)
 	}
 }
 
@@ -713,8 +717,8 @@ func (r *faultRun) summary(s faultStalls, cp faultCopies) string {
 	fmt.Fprintf(&b, "  stalls %d, longest %v (%s)\n", s.count, s.longest.Round(time.Millisecond), s.what)
 	fmt.Fprintf(&b, "  tier commands %v\n", r.census)
 	for _, c := range r.collectors {
-		fmt.Fprintf(&b, "  collector %d (slot %d, up %s-%s): unchecked %d, lost %d, released %d\n", c.id, c.slot, r.rel(c.started), r.rel(c.downAt),
-			c.unchecked(), c.lost(), c.counter("otelcol_processor_dedup_released"))
+		fmt.Fprintf(&b, "  collector %d (slot %d, up %s-%s): unchecked %d, lost %d, released %d; redis requests %s\n", c.id, c.slot, r.rel(c.started), r.rel(c.downAt),
+			c.unchecked(), c.lost(), c.counter("otelcol_processor_dedup_released"), c.requests())
 	}
 	return b.String()
 }

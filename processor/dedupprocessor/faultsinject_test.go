@@ -76,11 +76,26 @@ type taintKey struct {
 // firing records a command that fault episode ep hit.
 func firing(ep *faultEpisode, cmd faultproxy.Command, op string, down bool) faultFiring {
 	f := faultFiring{ep: ep, at: time.Now(), op: op, key: cmd.Args[3], down: down}
-	if op == "claim" {
-		n, _ := strconv.Atoi(cmd.Args[2]) // tierOp checked it
+	n, _ := strconv.Atoi(cmd.Args[2])
+	switch argv := cmd.Args[min(3+n, len(cmd.Args)):]; {
+	case op == "claim":
 		f.keys = slices.Clone(cmd.Args[4 : 3+n])
+	case op == "elect" && len(argv) >= 2: // ARGV: replica, token, ...
+		f.token = argv[1]
 	}
 	return f
+}
+
+// pendingFor reports whether a claim's status key or an election's value
+// is pending, for the election under the token of f: a batch's claim has
+// a status key of its own, while the next batch of a cluster may hold its
+// election pending rightly. An election's value is "p", the replica's 16
+// bytes, the token's 16 bytes, and more.
+func pendingFor(f faultFiring, v string) bool {
+	if !strings.HasPrefix(v, "p") {
+		return false
+	}
+	return f.op != "elect" || len(v) >= 33 && v[17:33] == f.token
 }
 
 func (r *faultRun) addRule(p *faultproxy.Proxy, rule *faultproxy.Rule) {
@@ -112,12 +127,13 @@ const faultBreakerCooldown = 5*time.Second + faultTimeout
 
 // faultFiring is one command a fault hit.
 type faultFiring struct {
-	ep   *faultEpisode
-	at   time.Time
-	op   string
-	key  string   // a script's first key: a claim's status key, an election's key
-	keys []string // a claim's digest keys
-	down bool     // the command failed (timed out, was cut, or landed late); else it was only slow
+	ep    *faultEpisode
+	at    time.Time
+	op    string
+	key   string   // a script's first key: a claim's status key, an election's key
+	keys  []string // a claim's digest keys
+	token string   // an election's token
+	down  bool     // the command failed (timed out, was cut, or landed late); else it was only slow
 }
 
 // faultProbe is what Redis held under the key of a claim or election
@@ -126,8 +142,9 @@ type faultFiring struct {
 type faultProbe struct {
 	f        faultFiring
 	answered time.Time // when the last request in flight at its collector was
-	at       time.Time // when it was last read
+	at       time.Time // when it was read for the verdict
 	pending  bool
+	until    time.Time // how long it then stayed pending (zero: past three leases)
 }
 
 func (r *faultRun) episode(ep *faultEpisode) *faultEpisode {
@@ -215,11 +232,23 @@ func (r *faultRun) probe(fired <-chan faultFiring, late time.Duration) {
 			r.t.Errorf("probe of %s: %v", readableKey(f.key), err)
 			return
 		}
-		p.at, p.pending = time.Now(), strings.HasPrefix(v, "p")
-		if !p.pending || p.at.Sub(p.answered) > faultCommitSlack {
-			break
+		pending, now := pendingFor(f, v), time.Now()
+		switch {
+		case !p.pending && !pending: // settled in time
+			p.at = now
+		case !p.pending && now.Sub(p.answered) <= faultCommitSlack:
+			time.Sleep(10 * time.Millisecond) // polling Redis
+			continue
+		case !p.pending: // the verdict; then, for its message, how long it lasts
+			p.at, p.pending = now, true
+			continue
+		case pending && now.Sub(p.answered) < 3*faultLease:
+			time.Sleep(10 * time.Millisecond)
+			continue
+		case !pending:
+			p.until = now
 		}
-		time.Sleep(10 * time.Millisecond) // polling Redis
+		break
 	}
 	r.mu.Lock()
 	r.probes = append(r.probes, p)
@@ -454,7 +483,9 @@ func (r *faultRun) apply(f plannedFault, wg *sync.WaitGroup) {
 		r.hit(p, r.episode(ep), []string{"renew"}, faultproxy.DropReply(), true, times(1), fired)
 		r.hit(p, ep, []string{"commit"}, faultproxy.DropReply(), true, after(fired))
 	case "renewals-blocked": // for longer than the lease
-		ep.leases = true
+		// Every renewal failing in a row may open the breaker, which then
+		// skips the claims too.
+		ep.leases, ep.breaker = true, true
 		window(faultLease*3/2 + time.Duration(rng.Int64N(int64(faultLease/2))))
 		r.hit(p, r.episode(ep), []string{"renew"}, faultproxy.CutBefore(), true, while(rng, 1, stop))
 	case "master-replies-dropped":

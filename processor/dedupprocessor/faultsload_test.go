@@ -650,6 +650,23 @@ func (c *collector) unchecked() int64 {
 	return c.counter("otelcol_processor_dedup_redis_unchecked")
 }
 
+// requests lists c's round trips to Redis that did not succeed, by op and
+// result.
+func (c *collector) requests() string {
+	var out []string
+	for _, op := range []string{"claim", "recheck", "commit", "release", "renew", "elect"} {
+		for _, res := range []string{"error", "timeout", "skipped", "lost"} {
+			if n := c.h.redisRequests(op, res); n > 0 {
+				out = append(out, fmt.Sprintf("%s/%s %d", op, res, n))
+			}
+		}
+	}
+	if len(out) == 0 {
+		return "all ok"
+	}
+	return strings.Join(out, ", ")
+}
+
 // undecided returns the points c left undecided because Redis failed.
 func (c *collector) undecided() int64 {
 	if c.h.signal != "metrics" {
