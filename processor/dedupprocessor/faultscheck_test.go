@@ -173,13 +173,38 @@ func (r *faultRun) checkAcknowledged(v *faultViolations) {
 			if delivered[r.pointOf(id)] {
 				continue
 			}
-			if r.signal == "metrics" && r.electionsSplit(a.start.Add(-faultLease-faultTol), a.end) != "" {
+			// A scrape's point is dropped by one replica's copy on the word
+			// of the other's election: both copies' tries tell.
+			tries := r.triesOf(a.req)
+			last := tries[0].end
+			for _, t := range tries {
+				if t.end.After(last) {
+					last = t.end
+				}
+			}
+			if r.signal == "metrics" && r.electionsSplit(tries[0].start.Add(-faultLease-faultTol), last) != "" {
 				continue
 			}
+			var what []string
+			for _, t := range tries {
+				what = append(what, fmt.Sprintf("%s %s-%s: %v", t, r.rel(t.start), r.rel(t.end), t.err))
+			}
 			v.add("an acknowledged record was never delivered",
-				"record %d: %s acknowledged at %s", id, a, r.rel(a.end))
+				"record %d: %s acknowledged at %s; the request's tries: %s", id, a, r.rel(a.end), strings.Join(what, "; "))
 		}
 	}
+}
+
+// triesOf returns the tries of every copy of req, by start.
+func (r *faultRun) triesOf(req *faultRequest) []*faultAttempt {
+	var tries []*faultAttempt
+	for _, a := range r.attempts {
+		if a.req == req {
+			tries = append(tries, a)
+		}
+	}
+	slices.SortFunc(tries, func(a, b *faultAttempt) int { return a.start.Compare(b.start) })
+	return tries
 }
 
 // electionsSplit describes a fault between from and to after which
@@ -384,7 +409,7 @@ type faultCopies struct {
 // and the metric of that cause counted it.
 func (r *faultRun) checkCopies(v *faultViolations) faultCopies {
 	cp := faultCopies{byCause: map[string]int{}}
-	var onlyUnchecked []string
+	var onlyUnchecked, either []string
 	lostClaims := map[*collector]map[*faultAttempt]bool{}
 	for id, ds := range r.delivered() {
 		for k := 1; k < len(ds); k++ {
@@ -398,12 +423,15 @@ func (r *faultRun) checkCopies(v *faultViolations) faultCopies {
 				continue
 			}
 			cp.byCause[causes[0]]++
+			unchecked, lost := slices.Contains(causes, "unchecked"), slices.Contains(causes, "lease-ran-out") || slices.Contains(causes, "shutdown-in-flight")
+			what := fmt.Sprintf("record %d: %s (export %s), again by %s (export %s)", id, x.a, r.rel(x.start), y.a, r.rel(y.start))
 			switch {
 			case slices.Contains(causes, "redis-data-lost"), slices.Contains(causes, "collector-killed"):
 				// Listed, and nothing alive can count them.
-			case slices.Contains(causes, "unchecked"):
-				onlyUnchecked = append(onlyUnchecked, fmt.Sprintf("record %d: %s (export %s), again by %s (export %s)",
-					id, x.a, r.rel(x.start), y.a, r.rel(y.start)))
+			case unchecked && lost: // counted by one counter or the other
+				either = append(either, what)
+			case unchecked:
+				onlyUnchecked = append(onlyUnchecked, what)
 			default: // a lost claim, or one a shutdown left behind
 				if lostClaims[x.c] == nil {
 					lostClaims[x.c] = map[*faultAttempt]bool{}
@@ -423,6 +451,20 @@ func (r *faultRun) checkCopies(v *faultViolations) faultCopies {
 		v.add("copies delivered unchecked that the unchecked counter did not count",
 			"%d copies explained only by Redis failing under on_error: pass; otelcol_processor_dedup_redis_unchecked counted %d records; the copies:\n    %s",
 			len(onlyUnchecked), unchecked, strings.Join(onlyUnchecked, "\n    "))
+	}
+	spare := unchecked - int64(len(onlyUnchecked))
+	for c, claims := range lostClaims {
+		spare += max(0, c.lost()-int64(len(claims)))
+	}
+	for _, c := range r.collectors {
+		if lostClaims[c] == nil {
+			spare += c.lost()
+		}
+	}
+	if len(either) > 0 && int64(len(either)) > spare {
+		v.add("copies that neither the unchecked nor the lost counter counted",
+			"%d copies explained by Redis failing under on_error: pass or by lost claims; the counters had room for %d; the copies:\n    %s",
+			len(either), spare, strings.Join(either, "\n    "))
 	}
 	for c, claims := range lostClaims {
 		if n := c.lost(); int64(len(claims)) > n {
@@ -599,6 +641,9 @@ func (r *faultRun) copyCauses(id int, x, y *faultExport) []string {
 			break
 		}
 	}
+	if r.renewalsLost(x.c, x.start, earliest(x.end.Add(faultCommitSlack), y.start)) != "" {
+		causes = append(causes, "lease-ran-out")
+	}
 	if !x.c.died && !x.c.downAt.IsZero() && between(x.c.downAt, x.start.Add(-faultTol), earliest(x.end.Add(faultCommitSlack), y.start)) {
 		causes = append(causes, "shutdown-in-flight")
 	}
@@ -638,11 +683,13 @@ func (r *faultRun) checkCounters(v *faultViolations) {
 		if end.IsZero() {
 			end = time.Now()
 		}
-		if n := c.unchecked(); n > 0 && (r.policy == ErrorRefuse || r.downOn(c, nil, c.started, end) == "") {
+		// A tier closed under a batch (shutdown) fails its calls too.
+		down := r.downOn(c, nil, c.started, end) != "" || !c.downAt.IsZero()
+		if n := c.unchecked(); n > 0 && (r.policy == ErrorRefuse || !down) {
 			v.add("records delivered unchecked with no fault on the way to Redis",
 				"collector %d counted %d under on_error: %s", c.id, n, r.policy)
 		}
-		if n := c.undecided(); n > 0 && (r.policy == ErrorRefuse || r.downOn(c, nil, c.started, end) == "") {
+		if n := c.undecided(); n > 0 && (r.policy == ErrorRefuse || !down) {
 			v.add("points left undecided with no fault on the way to Redis",
 				"collector %d counted %d under on_error: %s", c.id, n, r.policy)
 		}
@@ -652,6 +699,22 @@ func (r *faultRun) checkCounters(v *faultViolations) {
 				c.id, n, c.h.redisRequests("commit", "lost"), c.h.redisRequests("renew", "lost"), c.h.redisRequests("release", "lost"), r.faultsOn(c))
 		}
 	}
+}
+
+// renewalsLost describes two renewals of c lost within a lease, between
+// from and to: with a lease of three timeouts, a claim outlives it then.
+func (r *faultRun) renewalsLost(c *collector, from, to time.Time) string {
+	var last time.Time
+	for _, f := range r.firings {
+		if !f.down || f.op != "renew" || !f.ep.covers(c) || !between(f.at, from.Add(-faultLease), to) {
+			continue
+		}
+		if !last.IsZero() && f.at.Sub(last) <= faultLease && f.at.Sub(last) > faultTol {
+			return fmt.Sprintf("renewals lost at %s and %s", r.rel(last), r.rel(f.at))
+		}
+		last = f.at
+	}
+	return ""
 }
 
 // leaseCause describes a fault that may make c's claims outlive their
@@ -664,6 +727,9 @@ func (r *faultRun) leaseCause(c *collector, end time.Time) string {
 		if (ep.leases || ep.dataLoss) && ep.covers(c) || ep.collector == c {
 			return ep.kind
 		}
+	}
+	if why := r.renewalsLost(c, c.started, end); why != "" {
+		return why
 	}
 	if r.policy == ErrorPass {
 		return r.downOn(c, claimOps, c.started, end)
