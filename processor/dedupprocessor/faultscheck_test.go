@@ -410,6 +410,7 @@ type faultCopies struct {
 func (r *faultRun) checkCopies(v *faultViolations) faultCopies {
 	cp := faultCopies{byCause: map[string]int{}}
 	var onlyUnchecked, either []string
+	eitherClaims := map[*faultAttempt]bool{} // lost counts claims, unchecked records
 	lostClaims := map[*collector]map[*faultAttempt]bool{}
 	for id, ds := range r.delivered() {
 		for k := 1; k < len(ds); k++ {
@@ -430,6 +431,7 @@ func (r *faultRun) checkCopies(v *faultViolations) faultCopies {
 				// Listed, and nothing alive can count them.
 			case unchecked && lost: // counted by one counter or the other
 				either = append(either, what)
+				eitherClaims[x.a] = true
 			case unchecked:
 				onlyUnchecked = append(onlyUnchecked, what)
 			default: // a lost claim, or one a shutdown left behind
@@ -461,10 +463,10 @@ func (r *faultRun) checkCopies(v *faultViolations) faultCopies {
 			spare += c.lost()
 		}
 	}
-	if len(either) > 0 && int64(len(either)) > spare {
+	if len(eitherClaims) > 0 && int64(len(eitherClaims)) > spare {
 		v.add("copies that neither the unchecked nor the lost counter counted",
-			"%d copies explained by Redis failing under on_error: pass or by lost claims; the counters had room for %d; the copies:\n    %s",
-			len(either), spare, strings.Join(either, "\n    "))
+			"%d copies, of the claims of %d requests, explained by Redis failing under on_error: pass or by lost claims; the counters had room for %d; the copies:\n    %s",
+			len(either), len(eitherClaims), spare, strings.Join(either, "\n    "))
 	}
 	for c, claims := range lostClaims {
 		if n := c.lost(); int64(len(claims)) > n {
