@@ -40,7 +40,7 @@ const (
 	faultTimeout     = 300 * time.Millisecond
 	faultLease       = 3 * faultTimeout
 	faultPendingWait = 300 * time.Millisecond
-	faultSendFor     = 5 * time.Second  // new requests start for this long
+	faultSendFor     = 4 * time.Second  // new requests start for this long
 	faultGiveUp      = 25 * time.Second // a sender stops retrying a request this long after its first try
 	faultHang        = faultGiveUp + 30*time.Second
 	faultCollectors  = 3
