@@ -15,6 +15,8 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 	"go.uber.org/zap"
+
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/clock"
 )
 
 // Action says what happens to a duplicate.
@@ -72,6 +74,9 @@ type Config struct {
 	Metrics MetricsConfig `mapstructure:"metrics"`
 	// Redis is the optional shared tier; absent means local only.
 	Redis configoptional.Optional[RedisConfig] `mapstructure:"redis"`
+
+	// clock is the processor's clock; nil is the wall clock. Tests set it.
+	clock clock.Clock
 
 	// prevent unkeyed literal initialization
 	_ struct{}

@@ -63,13 +63,13 @@ func newElectHarness(t *testing.T, cfg *Config, next consumer.Metrics, clk *cloc
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("config: %v", err)
 	}
+	if clk != nil {
+		cfg.clock = clk
+	}
 	p, h := signalHarness(t, "metrics", func(set processor.Settings) (processor.Metrics, error) {
 		return NewFactory().CreateMetrics(context.Background(), set, cfg, next)
 	})
 	mp := p.(*metricsProcessor)
-	if clk != nil {
-		mp.engine.clock = clk
-	}
 	if err := p.Start(context.Background(), nil); err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
 
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/election"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/redistier"
 )
 
@@ -66,6 +67,7 @@ type telemetry struct {
 	unidentified   metric.Int64Counter
 	redisOpts      map[string]redisOpts // by "op/result"
 	breakers       atomic.Pointer[func() []redistier.NodeBreaker]
+	electionTable  atomic.Pointer[election.Table] // for the elected replicas' gauge
 	base           []attribute.KeyValue
 
 	elections     metric.Int64Counter
@@ -152,7 +154,11 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, signal strin
 	errs = errors.Join(errs, err)
 	observed := []metric.Observable{entries, evictions, breaker}
 	var elected metric.Int64ObservableGauge
-	if e.elect != nil {
+	election := e.cfg.Metrics.ReplicaElection.Get()
+	if signal != "metrics" {
+		election = nil
+	}
+	if election != nil {
 		elected, err = meter.Int64ObservableGauge("otelcol_processor_dedup_elected_replica",
 			metric.WithDescription("The replica elected for each cluster, as a series per cluster and replica label value; the value is the number of tenants whose cluster of that name elected that replica."),
 			metric.WithUnit("{clusters}"))
@@ -172,15 +178,15 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, signal strin
 		}
 	}
 	t.registration, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		o.ObserveInt64(entries, int64(e.cache.Len(e.now())), t.baseOpt)
-		o.ObserveInt64(evictions, e.cache.Evictions(), t.baseOpt)
+		o.ObserveInt64(entries, int64(e.local.Len(e.now())), t.baseOpt)
+		o.ObserveInt64(evictions, e.local.Evictions(), t.baseOpt)
 		if breakers := t.breakers.Load(); breakers != nil {
 			for _, nb := range (*breakers)() {
 				o.ObserveInt64(breaker, int64(nb.State), t.with(attribute.String("node", nb.Node)))
 			}
 		}
-		if e.elect != nil {
-			t.observeElected(o, elected, e)
+		if table := t.electionTable.Load(); table != nil {
+			t.observeElected(o, elected, table, election.MaxClusters, e.now())
 		}
 		return nil
 	}, observed...)
@@ -236,13 +242,12 @@ func addEach(ctx context.Context, c metric.Int64Counter, counts []int64, opts []
 	}
 }
 
-// observeElected reports the live elections of e, at most max_clusters
+// observeElected reports the live elections of table, at most maxSeries
 // series.
-func (t *telemetry) observeElected(o metric.Observer, gauge metric.Int64ObservableGauge, e *engine) {
+func (t *telemetry) observeElected(o metric.Observer, gauge metric.Int64ObservableGauge, table *election.Table, maxSeries int, now int64) {
 	type pair struct{ cluster, replica string }
-	maxSeries := e.cfg.Metrics.ReplicaElection.Get().MaxClusters
 	counts := map[pair]int64{}
-	e.elect.table.Each(e.now(), func(cluster, replica string) {
+	table.Each(now, func(cluster, replica string) {
 		p := pair{cluster, replica}
 		if _, ok := counts[p]; ok || len(counts) < maxSeries {
 			counts[p]++
