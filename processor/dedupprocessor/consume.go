@@ -118,9 +118,9 @@ type batch struct {
 	firsts   []int32   // indexes into keys: the first copy of each digest
 	later    []int32   // indexes into keys: left for the second call
 	outcomes [numOutcomes]int64
-	tiers    [numTiers]int64
-	kept     int  // records the current call keeps (needsApply)
-	alters   bool // the adapter changes kept records (replica labels)
+	caught   [numCaughtBy]int64 // duplicates, by what caught them
+	kept     int                // records the current call keeps (needsApply)
+	alters   bool               // the adapter changes kept records (replica labels)
 
 	// A round is one claim of the batch's digests under tokens of its own,
 	// settled by a commit or a release.
@@ -203,14 +203,14 @@ func (b *batch) missing(policy MissingKeyPolicy) {
 }
 
 // duplicate adds a record found a duplicate before any claim (election).
-func (b *batch) duplicate(tr tier, action Action) {
+func (b *batch) duplicate(by caughtBy, action Action) {
 	b.verdicts = append(b.verdicts, verdictKeep)
-	b.copyOf(len(b.verdicts)-1, tr, action)
+	b.copyOf(len(b.verdicts)-1, by, action)
 }
 
 // copyOf makes the record at index at a duplicate caught by tier tr.
-func (b *batch) copyOf(at int, tr tier, action Action) {
-	b.tiers[tr]++
+func (b *batch) copyOf(at int, by caughtBy, action Action) {
+	b.caught[by]++
 	b.outcomes[outcomeDuplicate]++
 	b.verdicts[at] = verdictDrop
 	if action == ActionMark {
@@ -244,7 +244,7 @@ func (b *batch) firstCopies(action Action) {
 				break
 			}
 			if b.keys[j-1].d == k.d {
-				b.copyOf(int(k.at), tierBatch, action)
+				b.copyOf(int(k.at), byBatch, action)
 				break
 			}
 		}
@@ -290,7 +290,7 @@ func (e *engine) claim(ctx context.Context, b *batch, idx []int32, look bool) er
 		case localcache.Pending:
 			b.deferKey(i)
 		default: // Held; HeldBySelf cannot happen: digests are distinct
-			b.copyOf(int(b.keys[i].at), tierLocal, e.cfg.Action)
+			b.copyOf(int(b.keys[i].at), byLocal, e.cfg.Action)
 		}
 	}
 	b.won = won
@@ -323,7 +323,7 @@ func (e *engine) claim(ctx context.Context, b *batch, idx []int32, look bool) er
 			b.unchecked++
 		case redistier.Held:
 			e.local.Disown(ds[j], b.token) // delivered elsewhere: committed here too
-			b.copyOf(int(b.keys[i].at), tierRedis, e.cfg.Action)
+			b.copyOf(int(b.keys[i].at), byRedis, e.cfg.Action)
 		default: // Pending
 			e.local.ReleaseBatch(ds[j:j+1], b.token)
 			b.deferKey(i)

@@ -556,7 +556,7 @@ func (box *ballotBox) admit(b *batch, idx int, action Action) bool {
 	case vt.replica.Digest == bl.elected:
 		b.alters = b.alters || box.strip
 	default:
-		b.duplicate(tierElection, action)
+		b.duplicate(byElection, action)
 		return false
 	}
 	return true

@@ -32,18 +32,19 @@ const (
 
 var outcomeNames = [numOutcomes]string{"unique", "duplicate", "missing_key", "skipped", "key_error"}
 
-// tier is where a duplicate was caught; the duplicates counter's attribute.
-type tier int
+// caughtBy is what caught a duplicate: the duplicates counter's tier
+// attribute.
+type caughtBy int
 
 const (
-	tierBatch tier = iota
-	tierLocal
-	tierRedis
-	tierElection // a data point of a replica that is not its cluster's elected one
-	numTiers
+	byBatch caughtBy = iota
+	byLocal
+	byRedis
+	byElection // a data point of a replica that is not its cluster's elected one
+	numCaughtBy
 )
 
-var tierNames = [numTiers]string{"batch", "local", "redis", "election"}
+var caughtByNames = [numCaughtBy]string{"batch", "local", "redis", "election"}
 
 // telemetry holds one processor instance's instruments. Every series carries
 // the component ID and signal as attributes of its own: the collector gives a
@@ -58,7 +59,7 @@ type telemetry struct {
 	waitOpts   [numWaitResults]metric.RecordOption
 
 	outcomeOpts [numOutcomes]metric.AddOption
-	tierOpts    [numTiers]metric.AddOption
+	caughtOpts  [numCaughtBy]metric.AddOption
 	baseOpt     metric.MeasurementOption
 
 	redisRequests  metric.Int64Counter
@@ -104,7 +105,7 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, signal strin
 	labelled(t, t.electionOpts[:], "reason", electionReasonNames[:])
 	labelled(t, t.undecidedOpts[:], "reason", undecidedNames[:])
 	labelled(t, t.outcomeOpts[:], "outcome", outcomeNames[:])
-	labelled(t, t.tierOpts[:], "tier", tierNames[:])
+	labelled(t, t.caughtOpts[:], "tier", caughtByNames[:])
 	labelled(t, t.waitOpts[:], "result", waitResultNames[:])
 	var errs error
 	counter := func(name, unit, desc string) metric.Int64Counter {
@@ -120,7 +121,7 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, signal strin
 	t.records = counter("otelcol_processor_dedup_records", "{records}",
 		"Records the dedup processor saw, by outcome: unique, duplicate, missing_key, skipped, key_error.")
 	t.duplicates = counter("otelcol_processor_dedup_duplicates", "{records}",
-		"Duplicate records, by the tier that caught them: batch, local, redis, election (a data point of a replica that is not its cluster's elected one).")
+		"Duplicate records, by what caught them (label tier): batch (a copy earlier in the same batch), local (the local cache), redis (the shared tier), election (a data point of a replica that is not its cluster's elected one).")
 	t.elections = counter("otelcol_processor_dedup_elections", "{elections}",
 		"Replicas elected for a cluster by a delivered batch, by reason: new (no other replica held the cluster), failover (took over from another replica whose election had expired).")
 	t.undecided = counter("otelcol_processor_dedup_election_undecided", "{records}",
@@ -219,11 +220,11 @@ func (t *telemetry) recordCall(ctx context.Context, b *batch) {
 		t.unidentified.Add(ctx, n, t.baseOpt)
 	}
 	addEach(ctx, t.records, b.outcomes[:], t.outcomeOpts[:])
-	addEach(ctx, t.duplicates, b.tiers[:], t.tierOpts[:])
+	addEach(ctx, t.duplicates, b.caught[:], t.caughtOpts[:])
 	if n := b.unchecked; n > 0 {
 		t.redisUnchecked.Add(ctx, int64(n), t.baseOpt)
 	}
-	b.outcomes, b.tiers, b.unchecked = [numOutcomes]int64{}, [numTiers]int64{}, 0
+	b.outcomes, b.caught, b.unchecked = [numOutcomes]int64{}, [numCaughtBy]int64{}, 0
 }
 
 // recordElections adds the counts of a batch whose first call was accepted.
