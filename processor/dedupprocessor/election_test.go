@@ -597,7 +597,7 @@ func TestElectionSharedTier(t *testing.T) {
 					})
 				}
 				wg.Wait()
-				time.Sleep(update / 2)
+				time.Sleep(update / 2) // scrapes come at their own pace: time passing is the point
 			}
 			if t.Failed() {
 				return
@@ -611,7 +611,7 @@ func TestElectionSharedTier(t *testing.T) {
 				if hs[0].elections("failover")+hs[1].elections("failover") == 1 {
 					break
 				}
-				time.Sleep(update)
+				time.Sleep(update) // a scrapes at its own pace while the failover timeout runs
 			}
 			hs[(s+1)%2].mustSend(scrape("c1", "b", s+1, 3, onResource)) // b is back: too late
 
