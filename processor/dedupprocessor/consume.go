@@ -37,6 +37,16 @@ import (
 // obey the same rule. After pending_wait the request is refused for retry,
 // which drops the first call's records as copies; a request is acknowledged
 // only when both calls succeeded.
+//
+// Contending looks end by design: looks claim in one global order (locally
+// one look at a time, in Redis by group and digest) and stop at the first
+// record another claim holds, so of looks that want the same records, the
+// one that got furthest is never stopped by another. A pending claim lives
+// while its batch is downstream (the tier renews its lease), so the lease
+// bounds only how long a dead collector's claims stand in the way. A release
+// leaves a marker for its token for the lease, which the same token's claim
+// refuses: a claim delayed on the network past its caller's timeout cannot
+// land after the release meant to undo it and stall the sender's retry.
 
 // adapter is a signal's side of the batch.
 type adapter[T any] interface {
