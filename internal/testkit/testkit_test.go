@@ -60,6 +60,13 @@ func TestWaitFor(t *testing.T) {
 	if took := time.Since(start); !r.fatal || len(r.errors) != 1 || r.errors[0] != "never: not after 50ms" || took < 50*time.Millisecond || took > 5*time.Second {
 		t.Fatalf("fatal %v, errors %q after %v; want one fatal \"never: not after 50ms\" after 50ms", r.fatal, r.errors, took)
 	}
+
+	r = run(func(tb testing.TB) {
+		WaitFor(tb, "never", time.Millisecond, func() bool { return false }, func() string { return "saw 2" })
+	})
+	if !r.fatal || len(r.errors) != 1 || r.errors[0] != "never (saw 2): not after 1ms" {
+		t.Fatalf("with a detail: fatal %v, errors %q", r.fatal, r.errors)
+	}
 }
 
 func TestClock(t *testing.T) {
