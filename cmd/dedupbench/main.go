@@ -43,8 +43,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/otelcol-dedup/otelcol-dedup/cmd/dedupload/loadgen"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/bench"
+	"github.com/otelcol-dedup/otelcol-dedup/internal/loadgen"
 )
 
 // The targets (BENCHMARKS.md#targets).

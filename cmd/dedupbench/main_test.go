@@ -12,9 +12,9 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/otelcol-dedup/otelcol-dedup/cmd/dedupload/loadgen"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/bench"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/e2e"
+	"github.com/otelcol-dedup/otelcol-dedup/internal/loadgen"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

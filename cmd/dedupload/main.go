@@ -23,7 +23,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/otelcol-dedup/otelcol-dedup/cmd/dedupload/loadgen"
+	"github.com/otelcol-dedup/otelcol-dedup/internal/loadgen"
 )
 
 // Exit statuses.

@@ -5,7 +5,7 @@ package e2e
 // SIGKILL with a batch in flight), graceful shutdown with a batch in flight,
 // unusable snapshots and storage files on disk, and secrets kept out of the
 // collector's logs and printed config. Senders retry like OTLP exporters
-// (cmd/dedupload/loadgen). RELIABILITY.md has the table of faults and the
+// (internal/loadgen). RELIABILITY.md has the table of faults and the
 // numbers these tests measured.
 
 import (
@@ -28,7 +28,7 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/plog"
 
-	"github.com/otelcol-dedup/otelcol-dedup/cmd/dedupload/loadgen"
+	"github.com/otelcol-dedup/otelcol-dedup/internal/loadgen"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
 )
