@@ -6,10 +6,16 @@ import (
 	"math"
 	"math/bits"
 	"math/rand/v2"
+	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/collector/pdata/plog"
+
+	"github.com/otelcol-dedup/otelcol-dedup/internal/otlp"
 )
 
 // Summary is what a run delivered. Its JSON form is dedupload's summary line.
@@ -75,19 +81,32 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	if err != nil {
 		return Summary{}, err
 	}
-	exp, err := newExporter(cfg)
-	if err != nil {
-		return Summary{}, err
+	var clients []*otlp.Client
+	defer func() {
+		for _, c := range clients {
+			_ = c.Close()
+		}
+	}()
+	for _, ep := range strings.Split(cfg.Endpoint, ",") {
+		c, err := otlp.NewClient(cfg.Protocol, strings.TrimSpace(ep))
+		if err != nil {
+			return Summary{}, err
+		}
+		c.Gzip = cfg.Compression == "gzip"
+		c.Header = http.Header{}
+		for k, v := range cfg.Headers {
+			c.Header.Set(k, v)
+		}
+		clients = append(clients, c)
 	}
-	defer exp.close()
 
 	r := &runner{
-		cfg:  cfg,
-		gen:  gen,
-		exp:  exp,
-		ctx:  ctx,
-		stop: make(chan struct{}),
-		seen: make([]uint64, (gen.Uniques()+63)/64),
+		cfg:     cfg,
+		gen:     gen,
+		clients: clients,
+		ctx:     ctx,
+		stop:    make(chan struct{}),
+		seen:    make([]uint64, (gen.Uniques()+63)/64),
 	}
 	if cfg.Rate > 0 {
 		r.pace = &pacer{per: float64(time.Second) / cfg.Rate}
@@ -131,12 +150,12 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 }
 
 type runner struct {
-	cfg  Config
-	gen  *Generator
-	exp  exporter
-	ctx  context.Context // ends the run and cuts requests in flight
-	stop chan struct{}   // ends the run: no new request, no retry
-	pace *pacer
+	cfg     Config
+	gen     *Generator
+	clients []*otlp.Client  // one per endpoint: each request goes to all
+	ctx     context.Context // ends the run and cuts requests in flight
+	stop    chan struct{}   // ends the run: no new request, no retry
+	pace    *pacer
 
 	seen []uint64 // bitset of acknowledged identities
 
@@ -197,28 +216,22 @@ func (r *runner) sender(s int) {
 func (r *runner) send(b *Batch, rng *rand.Rand) {
 	n := int64(len(b.Truth))
 	r.requests.Add(1)
-	req, err := r.exp.prepare(b.Logs)
-	if err != nil {
-		r.fail(n, err)
-		return
-	}
 	first := time.Now()
 	interval := r.cfg.Retry.InitialInterval
 	for {
 		actx, cancel := context.WithTimeout(r.ctx, r.cfg.Timeout)
-		rejected, err := r.exp.export(actx, req)
+		rejected, err := r.export(actx, b.Logs)
 		cancel()
 		if err == nil {
 			r.ack(b, rejected, time.Since(first))
 			return
 		}
-		e := classify(err)
-		if !e.retryable || r.cfg.Retry.Disabled || r.ctx.Err() != nil {
+		retry, throttle := otlp.Retryable(err)
+		if !retry || r.cfg.Retry.Disabled || r.ctx.Err() != nil {
 			r.fail(n, err)
 			return
 		}
-		delay := jitter(interval, r.cfg.Retry.RandomizationFactor, rng)
-		delay = max(delay, e.throttle)
+		delay := max(jitter(interval, r.cfg.Retry.RandomizationFactor, rng), throttle)
 		interval = min(time.Duration(float64(interval)*r.cfg.Retry.Multiplier), r.cfg.Retry.MaxInterval)
 		if limit := r.cfg.Retry.MaxElapsedTime; limit > 0 && time.Since(first)+delay > limit {
 			r.fail(n, err)
@@ -230,6 +243,25 @@ func (r *runner) send(b *Batch, rng *rand.Rand) {
 		}
 		r.retries.Add(1)
 	}
+}
+
+// export sends a request to every endpoint at the same moment, so that
+// copies race across a fleet: an attempt succeeds when every endpoint
+// accepted it, and a retry goes to all of them again.
+func (r *runner) export(ctx context.Context, ld plog.Logs) (int64, error) {
+	rejected := make([]int64, len(r.clients))
+	errs := make([]error, len(r.clients))
+	var wg sync.WaitGroup
+	for i, c := range r.clients {
+		wg.Go(func() { rejected[i], errs[i] = c.ExportLogs(ctx, ld) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return 0, err
+		}
+	}
+	return slices.Max(rejected), nil
 }
 
 func jitter(d time.Duration, factor float64, rng *rand.Rand) time.Duration {
