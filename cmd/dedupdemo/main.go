@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/otelcol-dedup/otelcol-dedup/internal/e2e"
+	"github.com/otelcol-dedup/otelcol-dedup/internal/otlp"
 )
 
 func main() {
@@ -71,7 +72,7 @@ func run(bin, config, data string) (err error) {
 		return fmt.Errorf("%s: %w", data, err)
 	}
 
-	sink, err := e2e.NewSink()
+	sink, err := otlp.NewSink()
 	if err != nil {
 		return err
 	}
@@ -128,10 +129,13 @@ func run(bin, config, data string) (err error) {
 	fmt.Printf("started %s (pid %d) with %s: OTLP gRPC %s, OTLP/HTTP %s, metrics %s, exporting to a sink at %s\n",
 		bin, col.PID, config, e2e.Addr(ports.OTLPGRPC), e2e.Addr(ports.OTLPHTTP), ports.MetricsURL(), sink.GRPCEndpoint())
 
-	sender := e2e.NewHTTPSender(ports.OTLPHTTPURL())
+	sender, err := otlp.NewClient(otlp.HTTP, ports.OTLPHTTPURL())
+	if err != nil {
+		return err
+	}
 	defer sender.Close()
 	for i, req := range sample.requests {
-		if err := sender.Post(ctx, "/v1/logs", "application/json", req.raw); err != nil {
+		if err := sender.SendLogs(ctx, req.logs); err != nil {
 			return fmt.Errorf("request %d of %s: %w", i+1, data, err)
 		}
 	}

@@ -158,7 +158,7 @@ func fillSampleRecord(rng *rand.Rand, n int, r sampleRecord) {
 
 // sampleRequestData is one line of the sample file.
 type sampleRequestData struct {
-	raw     []byte // the line, sent as is
+	logs    plog.Logs
 	records int
 }
 
@@ -191,7 +191,7 @@ func readSample(r io.Reader) (*sampleStats, error) {
 			return nil, fmt.Errorf("line %d: %w", line, err)
 		}
 		req := len(st.requests)
-		st.requests = append(st.requests, sampleRequestData{raw: bytes.Clone(raw), records: ld.LogRecordCount()})
+		st.requests = append(st.requests, sampleRequestData{logs: ld, records: ld.LogRecordCount()})
 		st.records += ld.LogRecordCount()
 		forEachIdentity(ld, func(id string) {
 			last, dup := seen[id]

@@ -4,12 +4,17 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
+
+	"go.opentelemetry.io/collector/pdata/plog"
 
 	"github.com/otelcol-dedup/otelcol-dedup/internal/e2e"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/loadgen"
+	"github.com/otelcol-dedup/otelcol-dedup/internal/otlp"
 )
 
 // The pipelines an end-to-end run compares: the same binary, receiver and
@@ -132,11 +137,27 @@ func (r Run) Exact(records int64) error {
 // collector runs with the pprof extension and writes its CPU profile there.
 func RunCollector(ctx context.Context, binary, dir, mode string, redis *RedisServer, load loadgen.Config, compression, profile string) (Run, error) {
 	run := Run{Mode: mode}
-	sink, err := NewSink()
+	sink, err := otlp.NewSink()
 	if err != nil {
 		return run, err
 	}
 	defer sink.Close()
+	// The load's event.id attribute is the same in every copy of a record:
+	// the distinct ones are the identities delivered.
+	var mu sync.Mutex
+	ids := map[string]struct{}{}
+	sink.OnLogs = func(ld plog.Logs, _ http.Header) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, rl := range ld.ResourceLogs().All() {
+			for _, sl := range rl.ScopeLogs().All() {
+				for _, lr := range sl.LogRecords().All() {
+					v, _ := lr.Attributes().Get("event.id")
+					ids[v.Str()] = struct{}{}
+				}
+			}
+		}
+	}
 	ports, err := e2e.FreePorts()
 	if err != nil {
 		return run, err
@@ -145,7 +166,7 @@ func RunCollector(ctx context.Context, binary, dir, mode string, redis *RedisSer
 	if redis != nil {
 		redisAddr = redis.Addr
 	}
-	cfg, err := CollectorConfig(mode, ports, sink.Endpoint(), compression, redisAddr, profile)
+	cfg, err := CollectorConfig(mode, ports, sink.GRPCEndpoint(), compression, redisAddr, profile)
 	if err != nil {
 		return run, err
 	}
@@ -188,7 +209,9 @@ func RunCollector(ctx context.Context, binary, dir, mode string, redis *RedisSer
 	if mode != ModePassThrough {
 		want = run.Load.Unique
 	}
-	sink.WaitFor(want, 60*time.Second)
+	for deadline := time.Now().Add(time.Minute); int64(sink.LogRecordCount()) < want && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
 	cpuAfter, err := ReadProcCPU(c.PID)
 	if err != nil {
 		return run, err
@@ -206,7 +229,9 @@ func RunCollector(ctx context.Context, binary, dir, mode string, redis *RedisSer
 	if err := c.Stop(30 * time.Second); err != nil {
 		return run, fmt.Errorf("stop: %w (log: %s)", err, logf.Name())
 	}
-	run.Delivered, run.Distinct = sink.Counts()
+	mu.Lock()
+	run.Delivered, run.Distinct = int64(sink.LogRecordCount()), int64(len(ids))
+	mu.Unlock()
 	// After the stop: the processor sends a batch's commit after its
 	// request is answered, and flushes the last ones on shutdown.
 	if redis != nil {

@@ -15,10 +15,12 @@ import (
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/pdata/pmetric"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"gopkg.in/yaml.v3"
 
 	"github.com/otelcol-dedup/otelcol-dedup/internal/e2e"
+	"github.com/otelcol-dedup/otelcol-dedup/internal/otlp"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
 )
 
@@ -152,7 +154,7 @@ exporters:
 
 // runExample starts examples/file with the override, OTLP_BACKEND at the
 // sink (gRPC, or HTTP for otlp_http) and extra env.
-func runExample(t *testing.T, file string, sink *e2e.Sink, httpBackend bool, env ...string) *collector {
+func runExample(t *testing.T, file string, sink *otlp.Sink, httpBackend bool, env ...string) *collector {
 	t.Helper()
 	backend := sink.GRPCEndpoint()
 	if httpBackend {
@@ -250,7 +252,7 @@ func TestExampleMultiTenant(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return e2e.WithGRPCMetadata(ctx, append([]string{"authorization", "Bearer " + tok}, headers...)...)
+		return metadata.AppendToOutgoingContext(ctx, append([]string{"authorization", "Bearer " + tok}, headers...)...)
 	}
 	mustSend(t, "globex with acme's header", s.SendLogs(as("globex", "X-Scope-OrgID", "acme"), event("evt-1", "signup")))
 	for _, tenant := range []string{"acme", "acme"} {

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/otelcol-dedup/otelcol-dedup/internal/e2e"
+	"github.com/otelcol-dedup/otelcol-dedup/internal/otlp"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -242,9 +243,9 @@ func (c *collector) scrape() e2e.Scrape {
 	return sc
 }
 
-func (c *collector) grpcSender() *e2e.GRPCSender {
+func (c *collector) grpcSender() *otlp.Client {
 	c.t.Helper()
-	s, err := e2e.NewGRPCSender(e2e.Addr(c.ports.OTLPGRPC))
+	s, err := otlp.NewClient(otlp.GRPC, e2e.Addr(c.ports.OTLPGRPC))
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -253,9 +254,9 @@ func (c *collector) grpcSender() *e2e.GRPCSender {
 }
 
 // newSink starts an OTLP sink, closed when the test ends.
-func newSink(t *testing.T) *e2e.Sink {
+func newSink(t *testing.T) *otlp.Sink {
 	t.Helper()
-	s, err := e2e.NewSink()
+	s, err := otlp.NewSink()
 	if err != nil {
 		t.Fatal(err)
 	}

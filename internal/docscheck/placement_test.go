@@ -10,6 +10,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/otelcol-dedup/otelcol-dedup/internal/e2e"
+	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 )
 
 // TestPlacementAcknowledgedMeansDelivered holds README's "Where dedup goes
@@ -73,14 +74,10 @@ service:
 				t.Fatalf("first send: error %v, want an error: %v", err, tc.firstErr)
 			}
 			// The refusal happened (after the answer, when that came first).
-			if err := sink.WaitFor(ctx, func(s *e2e.Sink) bool { return s.Refused() == 1 }); err != nil {
-				t.Fatalf("the backend never saw the first export: %v", err)
-			}
+			testkit.WaitFor(t, "the first export refused at the backend", opTimeout, func() bool { return sink.Refused() == 1 })
 			mustSend(t, "resend", s.SendLogs(ctx, logBatch("payment accepted", "payment settled")))
 			if tc.landed > 0 {
-				if err := sink.WaitFor(ctx, func(s *e2e.Sink) bool { return float64(s.LogRecordCount()) >= tc.landed }); err != nil {
-					t.Fatalf("delivered %d records, want %g: %v", sink.LogRecordCount(), tc.landed, err)
-				}
+				testkit.WaitFor(t, fmt.Sprintf("%g records delivered", tc.landed), opTimeout, func() bool { return float64(sink.LogRecordCount()) >= tc.landed })
 			}
 			sc := c.scrape()
 			c.stop() // drains the queue or the batch: nothing more can land
@@ -208,9 +205,7 @@ service:
 	sink.Hold()
 	held := make(chan error, 1)
 	go func() { held <- s.SendLogs(ctx, logBatch("payment accepted")) }()
-	if err := sink.WaitFor(ctx, func(s *e2e.Sink) bool { return s.Holding() == 1 }); err != nil {
-		t.Fatalf("the first export never reached the backend: %v", err)
-	}
+	testkit.WaitFor(t, "the first export held at the backend", opTimeout, func() bool { return sink.Holding() == 1 })
 	if err := s.SendLogs(ctx, logBatch("payment settled")); err == nil {
 		t.Fatal("a request the full queue refused was acknowledged")
 	}

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 )
 
 // agentBinary returns otelcol-agent, built on first use (see
@@ -93,13 +95,9 @@ func TestAckedAgentRetries(t *testing.T) {
 		agent := startAgent(t, agentExporter("otlp_grpc/gateway", Addr(gw.ports.OTLPGRPC)))
 		gw.sink.Hold()
 		sent := relSendAsync(agent, req)
-		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-		defer cancel()
 		// Two attempts given up at the backend; the next one, 100 ms later,
 		// finds it answering.
-		if err := gw.sink.WaitFor(ctx, func(s *Sink) bool { return s.Refused() >= 2 }); err != nil {
-			t.Fatalf("the backend saw %d abandoned exports, waiting for 2: %v", gw.sink.Refused(), err)
-		}
+		testkit.WaitFor(t, "2 exports abandoned at the backend", opTimeout, func() bool { return gw.sink.Refused() >= 2 })
 		gw.sink.Unhold()
 		if err := <-sent; err != nil {
 			t.Fatalf("the agent's sender: %v, want delivered", err)
@@ -125,9 +123,7 @@ func TestAckedAgentRetries(t *testing.T) {
 			sent := relSendAsync(agent, req)
 			ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 			defer cancel()
-			if err := gw.sink.WaitFor(ctx, func(s *Sink) bool { return s.Holding() == 1 }); err != nil {
-				t.Fatalf("the gateway's export never reached the backend: %v", err)
-			}
+			testkit.WaitFor(t, "the gateway's export held at the backend", opTimeout, func() bool { return gw.sink.Holding() == 1 })
 			// The original and two retries, each on a connection of its own,
 			// and no answer to the agent's sender before the original's
 			// export is decided.

@@ -13,6 +13,7 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/plog"
 
+	"github.com/otelcol-dedup/otelcol-dedup/internal/otlp"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
 )
 
@@ -44,7 +45,7 @@ func TestRedisReplicaEndpointRefusesToStart(t *testing.T) {
 func startFails(t *testing.T, yamls ...string) string {
 	t.Helper()
 	binary := collectorBinary(t)
-	sink, err := NewSink()
+	sink, err := otlp.NewSink()
 	if err != nil {
 		t.Fatal(err)
 	}

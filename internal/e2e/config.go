@@ -3,6 +3,8 @@ package e2e
 import (
 	"encoding/json"
 	"os"
+
+	"github.com/otelcol-dedup/otelcol-dedup/internal/otlp"
 )
 
 // Names of the sink exporters BaseConfig defines; a pipeline uses one of them.
@@ -26,7 +28,7 @@ const (
 //
 // It defines no pipeline. JSON is YAML, so the result can be written to a
 // .yaml file as is.
-func BaseConfig(ports Ports, sink *Sink) ([]byte, error) {
+func BaseConfig(ports Ports, sink *otlp.Sink) ([]byte, error) {
 	noRetry := map[string]any{
 		"retry_on_failure": map[string]any{"enabled": false},
 		"sending_queue":    map[string]any{"enabled": false},

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/otelcol-dedup/otelcol-dedup/internal/otlp"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
 )
 
@@ -187,7 +188,7 @@ type testPoint struct {
 
 // testPoints returns the ha_test_value points the sinks received, in
 // timestamp order, staleness markers left out.
-func testPoints(sinks ...*Sink) []testPoint {
+func testPoints(sinks ...*otlp.Sink) []testPoint {
 	var out []testPoint
 	for _, s := range sinks {
 		for _, md := range s.Metrics() {
@@ -226,7 +227,7 @@ func testPoints(sinks ...*Sink) []testPoint {
 }
 
 // waitPoints waits, bounded, until cond holds for the sinks' points.
-func waitPoints(t *testing.T, what string, within time.Duration, cond func([]testPoint) bool, sinks ...*Sink) []testPoint {
+func waitPoints(t *testing.T, what string, within time.Duration, cond func([]testPoint) bool, sinks ...*otlp.Sink) []testPoint {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for {
@@ -271,7 +272,7 @@ func countAgent(pts []testPoint, agent int) int {
 // continuing the series within the failover timeout; never both.
 func runAgentsFailover(t *testing.T, gateways []*running) {
 	tg := newTarget(t)
-	sinks := make([]*Sink, len(gateways))
+	sinks := make([]*otlp.Sink, len(gateways))
 	for i, g := range gateways {
 		sinks[i] = g.sink
 	}
@@ -440,7 +441,7 @@ func TestElectionRefusedBatchDoesNotElect(t *testing.T) {
 				mustSend(t, "b", b.SendMetrics(ctx, generated(electionReplicaB, s)))
 			}
 			scs := make([]Scrape, len(gs))
-			sinks := make([]*Sink, len(gs))
+			sinks := make([]*otlp.Sink, len(gs))
 			for i, g := range gs {
 				scs[i], sinks[i] = g.scrape(), g.sink
 			}

@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.uber.org/goleak"
 
+	"github.com/otelcol-dedup/otelcol-dedup/internal/otlp"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 )
 
@@ -54,14 +55,14 @@ type running struct {
 	t     *testing.T
 	col   *Collector
 	ports Ports
-	sink  *Sink
+	sink  *otlp.Sink
 	log   string // path of the collector's stdout and stderr
 
 	// abandoned: a start that lost a port race and was retried; its
 	// exit status and output are not the test's concern.
 	abandoned bool
 
-	httpSenders []*HTTPSender // closed (idle connections) before stop
+	httpSenders []*otlp.Client // closed (idle connections) before stop
 }
 
 // startCollector starts the binary with, in this order of precedence
@@ -75,7 +76,7 @@ type running struct {
 func startCollector(t *testing.T, shipped []string, yamls ...string) *running {
 	t.Helper()
 	binary := collectorBinary(t)
-	sink, err := NewSink()
+	sink, err := otlp.NewSink()
 	if err != nil {
 		t.Fatalf("sink: %v", err)
 	}
@@ -224,9 +225,9 @@ func waitScrape(t *testing.T, r *running, cond func(Scrape) bool) Scrape {
 	}
 }
 
-func (r *running) grpcSender() *GRPCSender {
+func (r *running) grpcSender() *otlp.Client {
 	r.t.Helper()
-	s, err := NewGRPCSender(Addr(r.ports.OTLPGRPC))
+	s, err := otlp.NewClient(otlp.GRPC, Addr(r.ports.OTLPGRPC))
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -234,9 +235,13 @@ func (r *running) grpcSender() *GRPCSender {
 	return s
 }
 
-func (r *running) httpSender() *HTTPSender {
-	s := NewHTTPSender(r.ports.OTLPHTTPURL())
-	r.t.Cleanup(s.Close)
+func (r *running) httpSender() *otlp.Client {
+	r.t.Helper()
+	s, err := otlp.NewClient(otlp.HTTP, r.ports.OTLPHTTPURL())
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(func() { _ = s.Close() })
 	r.httpSenders = append(r.httpSenders, s)
 	return s
 }
@@ -315,7 +320,7 @@ func span(lo, hi int) []int {
 
 // delivered returns every record the sink accepted, marshaled, with how many
 // times each one arrived.
-func delivered(sink *Sink) (map[string]int, int) {
+func delivered(sink *otlp.Sink) (map[string]int, int) {
 	m := plog.ProtoMarshaler{}
 	counts := map[string]int{}
 	total := 0
@@ -347,14 +352,14 @@ func (c *corpus) recordKey(i int) string {
 
 // wantEachOnce checks the sink holds exactly the corpus records at indices,
 // each exactly once, and nothing else.
-func wantEachOnce(t *testing.T, sink *Sink, c *corpus, indices []int) {
+func wantEachOnce(t *testing.T, sink *otlp.Sink, c *corpus, indices []int) {
 	t.Helper()
 	wantEach(t, sink, c, indices, 1)
 }
 
 // wantEach checks that the sink holds exactly the records of indices, each
 // delivered times times.
-func wantEach(t *testing.T, sink *Sink, c *corpus, indices []int, times int) {
+func wantEach(t *testing.T, sink *otlp.Sink, c *corpus, indices []int, times int) {
 	t.Helper()
 	counts, _ := delivered(sink)
 	want := make([]string, len(indices))

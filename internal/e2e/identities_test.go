@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pmetric"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 
+	"github.com/otelcol-dedup/otelcol-dedup/internal/otlp"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
 )
 
@@ -142,7 +143,7 @@ func TestReceiverPayloadsThroughTheBinary(t *testing.T) {
 // each pipeline catches the retries on its own.
 func TestTwoPipelinesOneRedis(t *testing.T) {
 	srv := redistest.Standalone(t)
-	second, err := NewSink()
+	second, err := otlp.NewSink()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +176,7 @@ service:
 			t.Fatal(err)
 		}
 	}
-	for name, s := range map[string]*Sink{"a": r.sink, "b": second} {
+	for name, s := range map[string]*otlp.Sink{"a": r.sink, "b": second} {
 		if n := s.LogRecordCount(); n != 100 {
 			t.Errorf("backend %s received %d records, want 100", name, n)
 		}
@@ -199,7 +200,7 @@ service:
 // the config.
 func TestOneDedupIDInTwoPipelinesWithRedisRefusesToStart(t *testing.T) {
 	srv := redistest.Standalone(t)
-	sink, err := NewSink()
+	sink, err := otlp.NewSink()
 	if err != nil {
 		t.Fatal(err)
 	}

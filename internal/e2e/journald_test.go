@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/otelcol-dedup/otelcol-dedup/internal/otlp"
 )
 
 // EnvJournalRemote names the systemd-journal-remote the tests write journal
@@ -181,7 +183,7 @@ type journaldRecord struct {
 	timeUS          int64
 }
 
-func journaldRecords(t *testing.T, s *Sink) []journaldRecord {
+func journaldRecords(t *testing.T, s *otlp.Sink) []journaldRecord {
 	t.Helper()
 	var recs []journaldRecord
 	for _, ld := range s.Logs() {

@@ -20,6 +20,8 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/plog"
 
+	"github.com/otelcol-dedup/otelcol-dedup/internal/otlp"
+	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
 )
 
@@ -189,7 +191,7 @@ func groupCaughtUp(ctx context.Context, cl *kgo.Client) (bool, string, error) {
 
 // waitCommitted waits until the sink holds as many records as Redis holds
 // digest keys whose claim is committed, twice in a row 100 ms apart.
-func waitCommitted(t *testing.T, ctx context.Context, rdb *redistest.Server, sink *Sink) {
+func waitCommitted(t *testing.T, ctx context.Context, rdb *redistest.Server, sink *otlp.Sink) {
 	t.Helper()
 	for stable := 0; stable < 2; {
 		entries := dumpRedis(t, []*redistest.Server{rdb})
@@ -219,7 +221,7 @@ func waitCommitted(t *testing.T, ctx context.Context, rdb *redistest.Server, sin
 }
 
 // sinkBodies counts the bodies of the records the sinks hold.
-func sinkBodies(sinks ...*Sink) (map[string]int, int) {
+func sinkBodies(sinks ...*otlp.Sink) (map[string]int, int) {
 	got := map[string]int{}
 	total := 0
 	for _, s := range sinks {
@@ -265,13 +267,9 @@ func TestKafkaReplays(t *testing.T) {
 			// A: commits nothing (an hour between commits), killed mid
 			// stream while an export is in flight.
 			a := kafkaGateway(t, broker, encoding, rdb.Addr(), "{enable: true, interval: 1h}")
-			if err := a.sink.WaitFor(ctx, func(s *Sink) bool { return s.LogRecordCount() >= n/8 }); err != nil {
-				t.Fatalf("gateway A delivered %d messages, waiting for %d: %v", a.sink.LogRecordCount(), n/8, err)
-			}
+			testkit.WaitFor(t, "gateway A delivered n/8 messages", 2*time.Minute, func() bool { return a.sink.LogRecordCount() >= n/8 })
 			a.sink.Hold()
-			if err := a.sink.WaitFor(ctx, func(s *Sink) bool { return s.Holding() > 0 }); err != nil {
-				t.Fatalf("no export of gateway A reached the held sink: %v", err)
-			}
+			testkit.WaitFor(t, "an export of gateway A held at the sink", 2*time.Minute, func() bool { return a.sink.Holding() > 0 })
 			// The claims of what A delivered are committed in Redis after
 			// the sink's answer: kill A once they all are, and A stopped
 			// delivering (its held export blocks its poll loop). A kill
@@ -289,16 +287,12 @@ func TestKafkaReplays(t *testing.T) {
 			// The stream goes on while B replays from the start.
 			b := kafkaGateway(t, broker, encoding, rdb.Addr(), "{enable: true, interval: 1s}")
 			produce(t, cl, encoding, n/2, n, produced)
-			if err := b.sink.WaitFor(ctx, func(s *Sink) bool { return s.LogRecordCount() >= n/8 }); err != nil {
-				t.Fatalf("gateway B delivered %d messages, waiting for %d: %v", b.sink.LogRecordCount(), n/8, err)
-			}
+			testkit.WaitFor(t, "gateway B delivered n/8 messages", 2*time.Minute, func() bool { return b.sink.LogRecordCount() >= n/8 })
 			// C joins mid stream while B's exports are held: the group
 			// rebalances, and the receiver cancels B's exports of the
 			// partitions it loses, which the sink has not accepted.
 			b.sink.Hold()
-			if err := b.sink.WaitFor(ctx, func(s *Sink) bool { return s.Holding() > 0 }); err != nil {
-				t.Fatalf("no export of gateway B reached the held sink: %v", err)
-			}
+			testkit.WaitFor(t, "an export of gateway B held at the sink", 2*time.Minute, func() bool { return b.sink.Holding() > 0 })
 			c := kafkaGateway(t, broker, encoding, rdb.Addr(), "{enable: true, interval: 1s}")
 			waitScrape(t, c, func(sc Scrape) bool { return sc.Sum(metricRecords, sigLabels("dedup/kafka", "logs")) > 0 })
 			b.sink.Unhold()

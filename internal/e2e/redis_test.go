@@ -19,6 +19,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/otelcol-dedup/otelcol-dedup/internal/otlp"
+	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
 )
 
@@ -425,7 +427,7 @@ func sendUntilAccepted(ctx context.Context, send func() error) (int, error) {
 // isRetryable reports whether an OTLP sender retries err: the retryable gRPC
 // codes and HTTP statuses of the OTLP specification.
 func isRetryable(err error) bool {
-	var httpErr *HTTPStatusError
+	var httpErr *otlp.HTTPError
 	if errors.As(err, &httpErr) {
 		switch httpErr.StatusCode {
 		case 429, 502, 503, 504:
@@ -668,9 +670,7 @@ func TestRedisCollectorDiesMidBatch(t *testing.T) {
 	a.sink.Hold()
 	errA := make(chan error, 1)
 	go func() { errA <- sendA.SendLogs(ctx, req) }()
-	if err := a.sink.WaitFor(ctx, func(s *Sink) bool { return s.Holding() == 1 }); err != nil {
-		t.Fatalf("collector A's export never reached its sink: %v", err)
-	}
+	testkit.WaitFor(t, "collector A's export held at its sink", opTimeout, func() bool { return a.sink.Holding() == 1 })
 	pending := 0
 	for _, e := range dumpRedis(t, []*redistest.Server{srv}) {
 		if e.value == "p" {
@@ -796,9 +796,7 @@ func TestRedisFleetRetryToPeerAfterFailedDelivery(t *testing.T) {
 	a.sink.Hold()
 	errA := make(chan error, 1)
 	go func() { errA <- sendA.SendLogs(ctx, req) }()
-	if err := a.sink.WaitFor(ctx, func(s *Sink) bool { return s.Holding() == 1 }); err != nil {
-		t.Fatalf("collector A's export never reached its sink: %v", err)
-	}
+	testkit.WaitFor(t, "collector A's export held at its sink", opTimeout, func() bool { return a.sink.Holding() == 1 })
 	// A copy (another agent of an HA pair, say) reaches B meanwhile; wait
 	// (bounded) until B has asked Redis about it.
 	copyDone := make(chan error, 1)

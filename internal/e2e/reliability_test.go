@@ -29,6 +29,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/plog"
 
 	"github.com/otelcol-dedup/otelcol-dedup/internal/loadgen"
+	"github.com/otelcol-dedup/otelcol-dedup/internal/otlp"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
 )
@@ -51,7 +52,7 @@ const (
 type relHarness struct {
 	t      *testing.T
 	binary string
-	sink   *Sink
+	sink   *otlp.Sink
 	ports  Ports
 	store  string // file_storage directory
 	dir    string // configs and logs
@@ -61,7 +62,7 @@ type relHarness struct {
 func newRelHarness(t *testing.T) *relHarness {
 	t.Helper()
 	binary := collectorBinary(t)
-	sink, err := NewSink()
+	sink, err := otlp.NewSink()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,7 +258,7 @@ func relStreamIDs(t *testing.T, cfg loadgen.Config) []string {
 }
 
 // eventIDs counts the records the sink accepted by event.id.
-func relEventIDs(s *Sink) (map[string]int, int) {
+func relEventIDs(s *otlp.Sink) (map[string]int, int) {
 	counts := map[string]int{}
 	total := 0
 	for _, ld := range s.Logs() {
@@ -371,11 +372,7 @@ func TestReliabilitySIGKILLMidStream(t *testing.T) {
 		defer cancel()
 		sumB, loadErr = loadgen.Run(ctx, b)
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-	defer cancel()
-	if err := h.sink.WaitFor(ctx, func(s *Sink) bool { return s.LogRecordCount() >= len(idsA)+5_000 }); err != nil {
-		t.Fatalf("sink has %d records, waiting for %d: %v", h.sink.LogRecordCount(), len(idsA)+5_000, err)
-	}
+	testkit.WaitFor(t, "5,000 records of B at the sink", opTimeout, func() bool { return h.sink.LogRecordCount() >= len(idsA)+5_000 })
 	c2.kill()
 	killedAt := time.Now()
 	time.Sleep(300 * time.Millisecond) // requests the sink was still reading
@@ -486,13 +483,9 @@ func relSendAsync(r *running, ld plog.Logs) <-chan error {
 	return done
 }
 
-func relWaitHolding(t *testing.T, s *Sink, n int) {
+func relWaitHolding(t *testing.T, s *otlp.Sink, n int) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-	defer cancel()
-	if err := s.WaitFor(ctx, func(s *Sink) bool { return s.Holding() >= n }); err != nil {
-		t.Fatalf("%d requests held at the sink, waiting for %d: %v", s.Holding(), n, err)
-	}
+	testkit.WaitFor(t, fmt.Sprintf("%d requests held at the sink", n), opTimeout, func() bool { return s.Holding() >= n })
 }
 
 // TestReliabilityGracefulShutdownInFlight: SIGTERM while a batch is in the
@@ -573,7 +566,7 @@ func TestReliabilityGracefulShutdownInFlight(t *testing.T) {
 // up, as they do once the sink's server sees their collector's connection
 // close: releasing the hold earlier could still record a request whose
 // sender was already told it failed.
-func relWaitAbandoned(t *testing.T, sink *Sink) {
+func relWaitAbandoned(t *testing.T, sink *otlp.Sink) {
 	t.Helper()
 	testkit.WaitFor(t, "the requests of a stopped collector released by the sink", opTimeout, func() bool { return sink.Holding() == 0 })
 }
@@ -859,7 +852,7 @@ service:
 		if err != nil {
 			t.Fatal(err)
 		}
-		sink, err := NewSink()
+		sink, err := otlp.NewSink()
 		if err != nil {
 			t.Fatal(err)
 		}
