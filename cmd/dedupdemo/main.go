@@ -77,42 +77,28 @@ func run(bin, config, data string) (err error) {
 		return err
 	}
 	defer sink.Close()
-	ports, err := e2e.FreePorts()
-	if err != nil {
-		return err
-	}
 	dir, err := os.MkdirTemp("", "dedupdemo-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	base, err := e2e.BaseConfig(ports, sink)
-	if err != nil {
-		return err
-	}
-	basePath := filepath.Join(dir, "ports-and-sink.yaml")
+	// The config's own pipeline, with listeners of the demo's and the sink
+	// as its exporter.
+	basePath := filepath.Join(dir, "listeners-and-sink.yaml")
 	pipelinePath := filepath.Join(dir, "export-to-sink.yaml")
-	if err := e2e.WriteFile(basePath, base); err != nil {
+	if err := e2e.WriteConfig(basePath, e2e.Config("detailed", sink, e2e.Ports{})); err != nil {
 		return err
 	}
-	// Everything else in the pipeline is the config's own.
-	if err := e2e.WriteFile(pipelinePath, []byte("service:\n  pipelines:\n    logs:\n      exporters: ["+e2e.SinkGRPCExporter+"]\n")); err != nil {
+	if err := os.WriteFile(pipelinePath, []byte("service:\n  pipelines:\n    logs:\n      exporters: ["+e2e.SinkGRPCExporter+"]\n"), 0o600); err != nil {
 		return err
 	}
 	logPath := filepath.Join(dir, "collector.log")
-	logFile, err := e2e.LogFile(logPath)
-	if err != nil {
-		return err
-	}
-	defer logFile.Close()
-
-	col, err := e2e.StartCollector(bin, logFile, config, basePath, pipelinePath)
-	if err != nil {
-		return fmt.Errorf("%w (run make build first)", err)
-	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	col, err := e2e.Start(ctx, bin, logPath, nil, config, basePath, pipelinePath)
 	stopped := false
 	defer func() {
-		if !stopped {
+		if col != nil && !stopped {
 			_ = col.Stop(10 * time.Second)
 		}
 		if err != nil {
@@ -121,13 +107,12 @@ func run(bin, config, data string) (err error) {
 			}
 		}
 	}()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	if err := col.WaitHealthy(ctx, ports.HealthURL()); err != nil {
-		return err
+	if err != nil {
+		return fmt.Errorf("%w (run make build first)", err)
 	}
+	ports := col.Ports
 	fmt.Printf("started %s (pid %d) with %s: OTLP gRPC %s, OTLP/HTTP %s, metrics %s, exporting to a sink at %s\n",
-		bin, col.PID, config, e2e.Addr(ports.OTLPGRPC), e2e.Addr(ports.OTLPHTTP), ports.MetricsURL(), sink.GRPCEndpoint())
+		bin, col.PID, config, ports.OTLPGRPC, ports.OTLPHTTP, ports.MetricsURL(), sink.GRPCEndpoint())
 
 	sender, err := otlp.NewClient(otlp.HTTP, ports.OTLPHTTPURL())
 	if err != nil {

@@ -6,17 +6,16 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/otelcol-dedup/otelcol-dedup/internal/e2e"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/loadgen"
 )
 
 func TestCollectorConfig(t *testing.T) {
-	ports := e2e.Ports{Health: 1, OTLPGRPC: 2, OTLPHTTP: 3, Metrics: 4}
 	for mode, want := range map[string][]string{ModePassThrough: {}, ModeLocal: {"dedup"}, ModeRedis: {"dedup"}} {
-		b, err := CollectorConfig(mode, ports, "127.0.0.1:9", "gzip", "127.0.0.1:6379", "")
+		m, err := CollectorConfig(mode, "127.0.0.1:9", "gzip", "127.0.0.1:6379", "")
 		if err != nil {
 			t.Fatalf("%s: %v", mode, err)
 		}
+		b, _ := json.Marshal(m)
 		var cfg struct {
 			Extensions map[string]any
 			Processors map[string]map[string]any
@@ -41,14 +40,15 @@ func TestCollectorConfig(t *testing.T) {
 			t.Errorf("%s without a profile: extensions %v", mode, cfg.Service.Extensions)
 		}
 	}
-	b, err := CollectorConfig(ModeLocal, ports, "127.0.0.1:9", "none", "", "/tmp/cpu.pprof")
-	if err != nil || !strings.Contains(string(b), `"save_to_file": "/tmp/cpu.pprof"`) || !strings.Contains(string(b), `"compression": "none"`) {
+	m, err := CollectorConfig(ModeLocal, "127.0.0.1:9", "none", "", "/tmp/cpu.pprof")
+	b, _ := json.Marshal(m)
+	if err != nil || !strings.Contains(string(b), `"save_to_file":"/tmp/cpu.pprof"`) || !strings.Contains(string(b), `"compression":"none"`) {
 		t.Errorf("with a profile: %v\n%s", err, b)
 	}
-	if _, err := CollectorConfig(ModeRedis, ports, "127.0.0.1:9", "gzip", "", ""); err == nil {
+	if _, err := CollectorConfig(ModeRedis, "127.0.0.1:9", "gzip", "", ""); err == nil {
 		t.Error("redis mode without an address: no error")
 	}
-	if _, err := CollectorConfig("batch", ports, "127.0.0.1:9", "gzip", "", ""); err == nil {
+	if _, err := CollectorConfig("batch", "127.0.0.1:9", "gzip", "", ""); err == nil {
 		t.Error("unknown mode: no error")
 	}
 }

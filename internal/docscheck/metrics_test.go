@@ -230,15 +230,8 @@ var exactNames = map[string]string{
 func TestDeployQueriesMatchExportedSeries(t *testing.T) {
 	srv := redistest.Standalone(t)
 	sink := newSink(t)
-	c := startCollector(t, nil, func(p e2e.Ports) []string {
-		base, err := e2e.BaseConfig(p, sink)
-		if err != nil {
-			t.Fatal(err)
-		}
-		// The default level (normal), not BaseConfig's detailed: what users
-		// who set nothing get.
-		return []string{string(base), pipelinesYAML(srv.Addr()), "service::telemetry::metrics::level: normal\n"}
-	})
+	// The default level (normal): what users who set nothing get.
+	c := startCollector(t, nil, nil, configYAML(t, e2e.Config("normal", sink, e2e.Ports{})), pipelinesYAML(srv.Addr()))
 	sc := exercise(t, c, sink)
 	wantSeries(t, sc, exactNames)
 
@@ -354,7 +347,7 @@ func TestSeriesNamesByReader(t *testing.T) {
 		}
 	}
 
-	reader := func(port int, flags string) string {
+	reader := func(flags string) string {
 		return fmt.Sprintf(`
 service:
   telemetry:
@@ -363,9 +356,9 @@ service:
         - pull:
             exporter:
               prometheus:
-                host: 127.0.0.1
-                port: %d
-%s`, port, flags)
+                host: %s
+                port: 0
+%s`, e2e.MetricsHost, flags)
 	}
 	cases := []struct {
 		name   string
@@ -382,13 +375,7 @@ service:
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			sink := newSink(t)
-			c := startCollector(t, nil, func(p e2e.Ports) []string {
-				base, err := e2e.BaseConfig(p, sink)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return []string{string(base), pipelinesYAML(srv.Addr()), reader(p.Metrics, tc.flags)}
-			})
+			c := startCollector(t, nil, nil, configYAML(t, e2e.Config("detailed", sink, e2e.Ports{})), pipelinesYAML(srv.Addr()), reader(tc.flags))
 			// A fresh Redis key space for each collector: the keys of the
 			// previous case would make this one's copies tier=redis.
 			flushRedis(t, srv)
@@ -411,8 +398,7 @@ service:
 		}
 		l.Close()
 		sink := newSink(t)
-		c := startCollector(t, nil, func(p e2e.Ports) []string {
-			return []string{fmt.Sprintf(`
+		c := startCollector(t, nil, nil, fmt.Sprintf(`
 extensions:
   health_check: {endpoint: %q}
 receivers:
@@ -427,9 +413,8 @@ exporters:
     sending_queue: {enabled: false}
 service:
   extensions: [health_check]
-`, e2e.Addr(p.Health), e2e.Addr(p.OTLPGRPC), e2e.SinkGRPCExporter, sink.GRPCEndpoint()), pipelinesYAML(srv.Addr())}
-		})
-		c.ports.Metrics = 8888
+`, e2e.ListenHealth, e2e.ListenOTLPGRPC, e2e.SinkGRPCExporter, sink.GRPCEndpoint()), pipelinesYAML(srv.Addr()))
+		c.ports.Metrics = "127.0.0.1:8888"
 		flushRedis(t, srv)
 		sc := exercise(t, c, sink)
 		wantSeries(t, sc, exactNames)

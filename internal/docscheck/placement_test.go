@@ -43,8 +43,7 @@ func TestPlacementAcknowledgedMeansDelivered(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sink := newSink(t)
-			c := startCollector(t, nil, func(p e2e.Ports) []string {
-				return []string{fmt.Sprintf(`
+			c := startCollector(t, nil, nil, fmt.Sprintf(`
 extensions:
   health_check: {endpoint: %q}
 receivers:
@@ -64,8 +63,7 @@ service:
   extensions: [health_check]
   pipelines:
     logs: {receivers: [otlp], processors: %s, exporters: [otlp_grpc]}
-%s`, e2e.Addr(p.Health), e2e.Addr(p.OTLPGRPC), sink.GRPCEndpoint(), tc.queue, tc.processors, telemetryYAML(p.Metrics))}
-			})
+%s`, e2e.ListenHealth, e2e.ListenOTLPGRPC, sink.GRPCEndpoint(), tc.queue, tc.processors, telemetryYAML()))
 			s := c.grpcSender()
 			ctx := ctxT(t)
 			sink.FailNext(1)
@@ -185,8 +183,7 @@ func isDedup(id string) bool { return id == "dedup" || strings.HasPrefix(id, "de
 // is back is delivered, not dropped as a copy of data that never arrived.
 func TestExampleQueueFullIsNotAcknowledged(t *testing.T) {
 	sink := newSink(t)
-	c := startCollector(t, []string{"OTLP_BACKEND=" + sink.GRPCEndpoint()}, func(p e2e.Ports) []string {
-		return []string{fmt.Sprintf(`
+	c := startCollector(t, []string{"OTLP_BACKEND=" + sink.GRPCEndpoint()}, []string{filepath.Join(root(t), "examples", "gateway.yaml")}, fmt.Sprintf(`
 extensions:
   health_check: {endpoint: %q}
 receivers:
@@ -198,8 +195,7 @@ exporters:
   otlp_grpc:
     sending_queue: {queue_size: 1, num_consumers: 1}
 service:
-%s`, e2e.Addr(p.Health), e2e.Addr(p.OTLPGRPC), e2e.Addr(p.OTLPHTTP), telemetryYAML(p.Metrics))}
-	}, filepath.Join(root(t), "examples", "gateway.yaml"))
+%s`, e2e.ListenHealth, e2e.ListenOTLPGRPC, e2e.ListenOTLPHTTP, telemetryYAML()))
 	s := c.grpcSender()
 	ctx := ctxT(t)
 	sink.Hold()

@@ -212,7 +212,7 @@ func TestAuthenticatedWithoutPartition(t *testing.T) {
 // TestAuthAttributesWithoutAuthenticator: auth_attributes on a collector
 // that runs no authenticator is refused at start, with the fix.
 func TestAuthAttributesWithoutAuthenticator(t *testing.T) {
-	out := startFails(t, `
+	out, _ := startFails(t, `
 processors:
   dedup:
     auth_attributes: [subject]

@@ -1,11 +1,12 @@
 // Package e2e runs the otelcol-dedup distribution the way users do: it builds
-// the binary with ocb, starts it on free loopback ports, sends OTLP over the
-// network, receives what it exports in a sink it runs itself, and reads its
+// the binary with ocb, starts it with its listeners on port 0 of loopback
+// addresses and reads back the ports they got, sends OTLP over the network,
+// receives what it exports in a sink (package otlp), and reads its
 // Prometheus metrics endpoint.
 //
 // The harness (this package's non-test files) is shared by the end-to-end
-// tests beside it and by cmd/dedupdemo. Every process it starts is stopped by
-// PID and every socket it opens is on 127.0.0.1.
+// tests beside it, internal/docscheck's tests, dedupload's demo and the
+// benchmark driver. Every process it starts is stopped by PID.
 package e2e
 
 import (

@@ -6,8 +6,6 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -99,7 +97,7 @@ func newTarget(t *testing.T) *target {
 // agentYAML is an agent scraping tg as replica of electionCluster (Prometheus
 // external labels, which the receiver puts on every point) and exporting
 // OTLP to gateway.
-func agentYAML(tg *target, replica, gateway string, health int) string {
+func agentYAML(tg *target, replica, gateway string) string {
 	return fmt.Sprintf(`
 extensions:
   health_check: {endpoint: %q}
@@ -127,54 +125,15 @@ service:
     metrics:
       receivers: [prometheus]
       exporters: [otlp_grpc]
-`, Addr(health), testScrapeEvery, testScrapeEvery, electionCluster, replica, replica,
+`, ListenHealth, testScrapeEvery, testScrapeEvery, electionCluster, replica, replica,
 		strings.TrimPrefix(tg.srv.URL, "http://"), gateway)
 }
 
-// startScraper starts one Prometheus-scraping agent; it is stopped by PID when the test ends.
+// startScraper starts one Prometheus-scraping agent; it is stopped by PID
+// when the test ends.
 func startScraper(t *testing.T, tg *target, replica, gateway string) *Collector {
 	t.Helper()
-	start := time.Now()
-	bin, err := AgentDistribution(os.Stderr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d := time.Since(start); d > time.Second {
-		t.Logf("built the test agent in %s", d.Round(100*time.Millisecond))
-	}
-	dir := t.TempDir()
-	ports, err := FreePorts()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := filepath.Join(dir, "agent.yaml")
-	if err := WriteFile(cfg, []byte(agentYAML(tg, replica, gateway, ports.Health))); err != nil {
-		t.Fatal(err)
-	}
-	logPath := filepath.Join(dir, "agent.log")
-	logFile, err := LogFile(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	col, err := StartCollector(bin, logFile, cfg)
-	if err != nil {
-		logFile.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = col.Stop(stopGrace)
-		logFile.Close()
-		if t.Failed() {
-			b, _ := os.ReadFile(logPath)
-			t.Logf("agent %s (pid %d) output, last lines:\n%s", replica, col.PID, tail(b, 40))
-		}
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
-	defer cancel()
-	if err := col.WaitHealthy(ctx, ports.HealthURL()); err != nil {
-		t.Fatal(err)
-	}
-	return col
+	return startProcess(t, agentBinary(t), map[string]any{}, nil, []string{agentYAML(tg, replica, gateway)}).col
 }
 
 // testPoint is one delivered ha_test_value point.
@@ -277,8 +236,8 @@ func runAgentsFailover(t *testing.T, gateways []*running) {
 		sinks[i] = g.sink
 	}
 	agents := map[int]*Collector{
-		1: startScraper(t, tg, electionReplicaA, Addr(gateways[0].ports.OTLPGRPC)),
-		2: startScraper(t, tg, electionReplicaB, Addr(gateways[len(gateways)-1].ports.OTLPGRPC)),
+		1: startScraper(t, tg, electionReplicaA, gateways[0].ports.OTLPGRPC),
+		2: startScraper(t, tg, electionReplicaB, gateways[len(gateways)-1].ports.OTLPGRPC),
 	}
 	// Both agents scrape and send; one is elected.
 	pts := waitPoints(t, "10 points delivered", 30*time.Second, func(p []testPoint) bool { return len(p) >= 10 }, sinks...)

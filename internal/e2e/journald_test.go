@@ -228,11 +228,11 @@ func TestJournaldRereads(t *testing.T) {
 
 	recipe := startCollector(t, nil, journaldRecipe)
 	dflt := startCollector(t, nil, journaldDefault)
-	agentYAML := journaldAgent(dir, Addr(recipe.ports.OTLPGRPC), Addr(dflt.ports.OTLPGRPC))
+	agentYAML := journaldAgent(dir, recipe.ports.OTLPGRPC, dflt.ports.OTLPGRPC)
 	labels := sigLabels("dedup/journald", "logs")
 	seen := func(name string, r *running, n int) {
 		t.Helper()
-		sc := waitScrape(t, r, func(sc Scrape) bool { return sc.Sum(metricRecords, labels) >= float64(n) })
+		sc := waitScrape(t, r, name+" gateway saw every record", func(sc Scrape) bool { return sc.Sum(metricRecords, labels) >= float64(n) })
 		if got := sc.Sum(metricRecords, labels); got < float64(n) {
 			t.Fatalf("%s gateway: saw %g records, waiting for %d; its sink holds %d", name, got, n, r.sink.LogRecordCount())
 		}

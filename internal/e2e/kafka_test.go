@@ -294,7 +294,9 @@ func TestKafkaReplays(t *testing.T) {
 			b.sink.Hold()
 			testkit.WaitFor(t, "an export of gateway B held at the sink", 2*time.Minute, func() bool { return b.sink.Holding() > 0 })
 			c := kafkaGateway(t, broker, encoding, rdb.Addr(), "{enable: true, interval: 1s}")
-			waitScrape(t, c, func(sc Scrape) bool { return sc.Sum(metricRecords, sigLabels("dedup/kafka", "logs")) > 0 })
+			testkit.WaitFor(t, "gateway C consuming", 2*time.Minute, func() bool {
+				return c.scrape().Sum(metricRecords, sigLabels("dedup/kafka", "logs")) > 0
+			})
 			b.sink.Unhold()
 
 			var state string

@@ -53,25 +53,13 @@ type relHarness struct {
 	t      *testing.T
 	binary string
 	sink   *otlp.Sink
-	ports  Ports
+	ports  Ports  // the first collector's; the later ones listen there again
 	store  string // file_storage directory
-	dir    string // configs and logs
-	n      int    // collectors started
 }
 
 func newRelHarness(t *testing.T) *relHarness {
 	t.Helper()
-	binary := collectorBinary(t)
-	sink, err := otlp.NewSink()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sink.Close() })
-	ports, err := FreePorts()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &relHarness{t: t, binary: binary, sink: sink, ports: ports, store: t.TempDir(), dir: t.TempDir()}
+	return &relHarness{t: t, binary: collectorBinary(t), sink: newSink(t), store: t.TempDir()}
 }
 
 // relPipeline is the logs pipeline otlp -> dedup (content identity, the
@@ -100,78 +88,35 @@ service:
 const relExportTimeout = 2 * time.Second
 
 // relCollector is one collector run of a relHarness.
-type relCollector struct {
-	*running
-	killed bool
-}
+type relCollector struct{ *running }
 
 // start starts a collector with relPipeline(extra) and waits until it is
-// healthy.
+// ready.
 func (h *relHarness) start(extra string) *relCollector {
 	h.t.Helper()
 	rc, err := h.launch(extra)
 	if err != nil {
+		rc.dumpLog()
 		h.t.Fatal(err)
 	}
 	return rc
 }
 
-// launch starts a collector and waits for it to be healthy or to exit; the
+// launch starts a collector and waits until it is ready or exited; the
 // error says which. It is stopped by PID in the test's cleanup.
 func (h *relHarness) launch(extra string) (*relCollector, error) {
-	t := h.t
-	t.Helper()
-	h.n++
-	base, err := BaseConfig(h.ports, h.sink)
-	if err != nil {
-		t.Fatal(err)
+	h.t.Helper()
+	r, err := launch(h.t, h.binary, Config("detailed", h.sink, h.ports), nil, []string{h.relPipeline(extra)})
+	if err == nil && h.ports == (Ports{}) {
+		h.ports = r.ports
 	}
-	basePath := filepath.Join(h.dir, fmt.Sprintf("base%d.yaml", h.n))
-	testPath := filepath.Join(h.dir, fmt.Sprintf("test%d.yaml", h.n))
-	if err := WriteFile(basePath, base); err != nil {
-		t.Fatal(err)
-	}
-	if err := WriteFile(testPath, []byte(h.relPipeline(extra))); err != nil {
-		t.Fatal(err)
-	}
-	logPath := filepath.Join(h.dir, fmt.Sprintf("collector%d.log", h.n))
-	logFile, err := LogFile(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	col, err := StartCollector(h.binary, logFile, basePath, testPath)
-	if err != nil {
-		logFile.Close()
-		t.Fatal(err)
-	}
-	rc := &relCollector{running: &running{t: t, col: col, ports: h.ports, sink: h.sink, log: logPath}}
-	t.Cleanup(func() {
-		if err := col.Stop(stopGrace); err != nil && !rc.killed {
-			t.Errorf("stop: %v", err)
-		}
-		logFile.Close()
-		if t.Failed() {
-			rc.dumpLog()
-		}
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
-	defer cancel()
-	return rc, col.WaitHealthy(ctx, h.ports.HealthURL())
+	r.sink = h.sink
+	return &relCollector{r}, err
 }
 
 // kill sends SIGKILL to the collector's PID, as a crash or the OOM killer
 // would, and waits for it to exit.
-func (rc *relCollector) kill() {
-	rc.killed = true
-	if err := syscall.Kill(rc.col.PID, syscall.SIGKILL); err != nil {
-		rc.t.Fatalf("SIGKILL pid %d: %v", rc.col.PID, err)
-	}
-	select {
-	case <-rc.col.Exited():
-	case <-time.After(stopGrace):
-		rc.t.Fatalf("pid %d still running %s after SIGKILL", rc.col.PID, stopGrace)
-	}
-}
+func (rc *relCollector) kill() { rc.col.Kill() }
 
 // logLines returns the JSON fields of every line of the collector's output
 // whose message is msg (the console encoder: tab-separated, fields last).
@@ -218,7 +163,7 @@ func (rc *relCollector) restoredKeys() int {
 // like an exporter (100 ms first backoff, up to 60 s).
 func (h *relHarness) load(seed uint64, records int64, extra func(*loadgen.Config)) loadgen.Config {
 	cfg := loadgen.Config{
-		Endpoint: Addr(h.ports.OTLPGRPC), Protocol: loadgen.GRPC,
+		Endpoint: h.ports.OTLPGRPC, Protocol: loadgen.GRPC,
 		Records: records, Duplicates: 0.2, Batch: 250, Senders: 4, Seed: seed,
 		Retry: loadgen.RetryConfig{InitialInterval: 100 * time.Millisecond, MaxInterval: time.Second, MaxElapsedTime: time.Minute},
 	}
@@ -758,9 +703,7 @@ func TestReliabilityUnusableSnapshotOnDisk(t *testing.T) {
 		if err == nil {
 			t.Fatal("the collector started on a truncated storage file")
 		}
-		<-rc.col.Exited()
-		rc.killed = true
-		b, _ := os.ReadFile(rc.log)
+		b := rc.output()
 		first := "?"
 		for _, line := range strings.Split(string(b), "\n") {
 			if strings.Contains(line, "SIGBUS") || strings.HasPrefix(line, "Error:") || strings.HasPrefix(line, "panic") {
@@ -848,24 +791,11 @@ service:
 
 	t.Run("print-config", func(t *testing.T) {
 		dir := t.TempDir()
-		ports, err := FreePorts()
-		if err != nil {
-			t.Fatal(err)
-		}
-		sink, err := otlp.NewSink()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer sink.Close()
-		base, err := BaseConfig(ports, sink)
-		if err != nil {
-			t.Fatal(err)
-		}
 		basePath, testPath := filepath.Join(dir, "base.yaml"), filepath.Join(dir, "test.yaml")
-		if err := WriteFile(basePath, base); err != nil {
+		if err := WriteConfig(basePath, Config("detailed", newSink(t), Ports{})); err != nil {
 			t.Fatal(err)
 		}
-		if err := WriteFile(testPath, []byte(pipeline(password))); err != nil {
+		if err := os.WriteFile(testPath, []byte(pipeline(password)), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		bin := collectorBinary(t)
@@ -893,7 +823,7 @@ service:
 		// An invalid config with a password: the error names the bad field,
 		// not the secret.
 		bad := strings.Replace(pipeline(password), "timeout: 500ms", "timeout: 0s", 1)
-		if err := WriteFile(testPath, []byte(bad)); err != nil {
+		if err := os.WriteFile(testPath, []byte(bad), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		out, err := exec.Command(bin, "validate", "--config", basePath, "--config", testPath).CombinedOutput()

@@ -55,7 +55,7 @@ exporters:
 		r.sink.Unhold()
 		testkit.WaitFor(t, "2n records at the backend", opTimeout, func() bool { return r.sink.LogRecordCount() == 2*n })
 		// dedup settles each batch once exporterhelper answers it.
-		sc := waitScrape(t, r, func(sc Scrape) bool {
+		sc := waitScrape(t, r, "the merged export settled", func(sc Scrape) bool {
 			return sc.Sum(metricRecords, l()) == 2*n || sc.Sum(metricReleased, l()) > 0
 		})
 		wantMetric(t, sc, metricReleased, l(), 0)
@@ -88,7 +88,7 @@ exporters:
 		wantGaveUp(t, "sender", <-done)
 		testkit.WaitFor(t, "1 export abandoned at the backend", opTimeout, func() bool { return r.sink.Refused() == 1 })
 		r.sink.Unhold()
-		sc := waitScrape(t, r, func(sc Scrape) bool { return sc.Sum(metricReleased, l()) > 0 })
+		sc := waitScrape(t, r, "keys released", func(sc Scrape) bool { return sc.Sum(metricReleased, l()) > 0 })
 		wantMetric(t, sc, metricReleased, l(), n)
 		wantMetric(t, sc, metricRecords, l(), 0)
 
