@@ -43,7 +43,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/otelcol-dedup/otelcol-dedup/internal/bench"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/loadgen"
 )
 
@@ -101,10 +100,10 @@ func main() {
 type results struct {
 	Date, Source, Machine, Go, Redis, Load string
 	Records                                int64
-	GoBench                                []bench.GoBench
-	Runs                                   map[int][]bench.Run // by duplicate %: rounds of Modes in order
-	Ceiling                                []bench.Ceiling
-	Profiles                               []bench.Run
+	GoBench                                []GoBench
+	Runs                                   map[int][]Run // by duplicate %: rounds of Modes in order
+	Ceiling                                []Ceiling
+	Profiles                               []Run
 	Errors                                 map[string]string
 }
 
@@ -128,16 +127,16 @@ func run(ctx context.Context, o options) error {
 		phases[p] = true
 	}
 
-	m, err := bench.ReadMachine()
+	m, err := ReadMachine()
 	if err != nil {
 		return err
 	}
 	res := &results{Date: time.Now().UTC().Format(time.RFC3339), Source: source(ctx), Go: runtime.Version(), Redis: redisVersion(o.redisServer),
 		Machine: fmt.Sprintf("%s, %d cores, %.1f GiB", m.CPUModel, m.Cores, float64(m.MemBytes)/(1<<30)),
-		Records: o.records, Runs: map[int][]bench.Run{}, Errors: map[string]string{}}
+		Records: o.records, Runs: map[int][]Run{}, Errors: map[string]string{}}
 	logf("dedupbench: %s; %s; %s; %s; %s", res.Date, res.Source, res.Machine, res.Go, res.Redis)
-	load, quiet, err := bench.WaitForQuiet(o.loadMax, o.loadWait, 15*time.Second, bench.ReadLoadAvg, time.Sleep,
-		func(l bench.LoadAvg, waited time.Duration) {
+	load, quiet, err := WaitForQuiet(o.loadMax, o.loadWait, 15*time.Second, ReadLoadAvg, time.Sleep,
+		func(l LoadAvg, waited time.Duration) {
 			logf("load %s (1-min >= %.2f): waiting (%s of at most %s)", l, o.loadMax, waited.Round(time.Second), o.loadWait)
 		})
 	if err != nil {
@@ -163,7 +162,7 @@ func run(ctx context.Context, o options) error {
 	}
 	phase("gotest", func() error { return goTest(ctx, o, res, w) })
 	if phases["e2e"] || phases["profile"] {
-		redis, err := bench.StartRedis(o.redisServer)
+		redis, err := StartRedis(o.redisServer)
 		if err != nil {
 			return err
 		}
@@ -174,7 +173,7 @@ func run(ctx context.Context, o options) error {
 	}
 
 	table := fmt.Sprintf("`make bench` of %s, %s, on %s; %s; %s; load %s; %s records per end-to-end run, exporter compression %s.\n\n%s\n%s\n",
-		res.Date, res.Source, res.Machine, res.Go, res.Redis, res.Load, bench.Rate(float64(o.records)), o.compression, bench.FormatTable(targetRows(res)), bench.Summary(targetRows(res)))
+		res.Date, res.Source, res.Machine, res.Go, res.Redis, res.Load, Rate(float64(o.records)), o.compression, FormatTable(targetRows(res)), Summary(targetRows(res)))
 	logf("\n%s", table)
 	if err := os.WriteFile(filepath.Join(o.out, "table.md"), []byte(table), 0o644); err != nil {
 		return err
@@ -208,7 +207,7 @@ func goTest(ctx context.Context, o options, res *results, w io.Writer) error {
 	if err := os.WriteFile(path, raw.Bytes(), 0o644); err != nil {
 		return err
 	}
-	rs, err := bench.ParseGoBench(bytes.NewReader(raw.Bytes()))
+	rs, err := ParseGoBench(bytes.NewReader(raw.Bytes()))
 	if err != nil {
 		return err
 	}
@@ -230,34 +229,34 @@ func loadConfig(records int64, dupPct int) loadgen.Config {
 
 // measure runs one mode, emptying the Redis server first, and checks what
 // was delivered.
-func measure(ctx context.Context, o options, redis *bench.RedisServer, mode string, dupPct int, profile string) (bench.Run, error) {
+func measure(ctx context.Context, o options, redis *RedisServer, mode string, dupPct int, profile string) (Run, error) {
 	if err := redis.FlushAll(ctx); err != nil {
-		return bench.Run{}, err
+		return Run{}, err
 	}
-	var tier *bench.RedisServer
-	if mode == bench.ModeRedis {
+	var tier *RedisServer
+	if mode == ModeRedis {
 		tier = redis
 	}
-	r, err := bench.RunCollector(ctx, o.bin, o.out, mode, tier, loadConfig(o.records, dupPct), o.compression, profile)
+	r, err := RunCollector(ctx, o.bin, o.out, mode, tier, loadConfig(o.records, dupPct), o.compression, profile)
 	if err != nil {
 		return r, fmt.Errorf("%s, %d%% copies: %w", mode, dupPct, err)
 	}
 	return r, r.Exact(o.records)
 }
 
-func describe(r bench.Run, dupPct int) string {
+func describe(r Run, dupPct int) string {
 	return fmt.Sprintf("%-12s %2d%% copies: %.2f µs CPU/record, peak RSS %s, %s records/s, latency p50 %.2f ms p99 %.2f ms; "+
 		"delivered %d (distinct %d), dropped %d; redis CPU %.2f µs/record, %d round trips, %d commands",
-		r.Mode, dupPct, r.CPUPerRecord()*1e6, bench.MiB(r.PeakRSS), bench.Rate(r.Load.RecordsPerSecond), r.Load.LatencyP50*1e3,
+		r.Mode, dupPct, r.CPUPerRecord()*1e6, MiB(r.PeakRSS), Rate(r.Load.RecordsPerSecond), r.Load.LatencyP50*1e3,
 		r.Load.LatencyP99*1e3, r.Delivered, r.Distinct, r.Dropped, r.Redis.CPUSeconds*1e6/float64(r.Load.Sent), r.RoundTrips, r.Redis.Calls)
 }
 
 // endToEnd runs the rounds: each the three modes in turn at each duplicate
 // share, then redis-benchmark on the same server.
-func endToEnd(ctx context.Context, o options, res *results, redis *bench.RedisServer, logf func(string, ...any)) error {
+func endToEnd(ctx context.Context, o options, res *results, redis *RedisServer, logf func(string, ...any)) error {
 	for rep := range o.reps {
 		for _, dup := range dupPcts {
-			for _, mode := range bench.Modes {
+			for _, mode := range Modes {
 				r, err := measure(ctx, o, redis, mode, dup, "")
 				if err != nil {
 					return err
@@ -269,28 +268,28 @@ func endToEnd(ctx context.Context, o options, res *results, redis *bench.RedisSe
 		if err := redis.FlushAll(ctx); err != nil {
 			return err
 		}
-		c, err := bench.RunRedisBenchmark(ctx, o.redisBenchmark, redis, senders, batch, int(o.records))
+		c, err := RunRedisBenchmark(ctx, o.redisBenchmark, redis, senders, batch, int(o.records))
 		if err != nil {
 			return err
 		}
 		res.Ceiling = append(res.Ceiling, c)
 		logf("round %d: %s %s: %s ops/s, redis CPU %.3f µs/op", rep+1, o.redisBenchmark,
-			shellJoin(bench.RedisBenchmarkArgs(redis.Port, senders, batch, int(o.records))), bench.Rate(c.OpsPerSecond), c.CPUPerOp()*1e6)
+			shellJoin(RedisBenchmarkArgs(redis.Port, senders, batch, int(o.records))), Rate(c.OpsPerSecond), c.CPUPerOp()*1e6)
 	}
 	return nil
 }
 
 // profiles runs each mode once more at each duplicate share with its CPU
 // profile written, and tables what differs.
-func profiles(ctx context.Context, o options, res *results, redis *bench.RedisServer, logf func(string, ...any)) error {
+func profiles(ctx context.Context, o options, res *results, redis *RedisServer, logf func(string, ...any)) error {
 	doc := fmt.Sprintf("CPU profiles of the collector (pprof extension, start to shutdown) under the same load: %s OTLP logs, "+
 		"batches of %d, %d senders, exported over OTLP (compression %s); %s, %s. The functions whose CPU per record received "+
 		"differs most from the pass-through's; the profiles are profile-<mode>-<copies>.pprof.\n",
-		bench.Rate(float64(o.records)), batch, senders, o.compression, res.Date, res.Machine)
+		Rate(float64(o.records)), batch, senders, o.compression, res.Date, res.Machine)
 	for _, dup := range dupPcts {
-		var tops []map[string]bench.FuncCPU
+		var tops []map[string]FuncCPU
 		var records []int64
-		for _, mode := range bench.Modes {
+		for _, mode := range Modes {
 			path, err := filepath.Abs(filepath.Join(o.out, fmt.Sprintf("profile-%s-%d.pprof", mode, dup)))
 			if err != nil {
 				return err
@@ -308,7 +307,7 @@ func profiles(ctx context.Context, o options, res *results, redis *bench.RedisSe
 			if err := os.WriteFile(strings.TrimSuffix(path, ".pprof")+".top.txt", out, 0o644); err != nil {
 				return err
 			}
-			top, err := bench.ParsePprofTop(bytes.NewReader(out))
+			top, err := ParsePprofTop(bytes.NewReader(out))
 			if err != nil {
 				return err
 			}
@@ -316,7 +315,7 @@ func profiles(ctx context.Context, o options, res *results, redis *bench.RedisSe
 			records = append(records, r.Load.Sent)
 		}
 		doc += fmt.Sprintf("\n### %d%% copies\n\n%s\n%s", dup,
-			bench.ProfileDiff(bench.Modes, tops, records, 20, false), bench.ProfileDiff(bench.Modes, tops, records, 20, true))
+			ProfileDiff(Modes, tops, records, 20, false), ProfileDiff(Modes, tops, records, 20, true))
 	}
 	logf("\n%s", doc)
 	return os.WriteFile(filepath.Join(o.out, "profile.md"), []byte(doc), 0o644)
@@ -324,11 +323,11 @@ func profiles(ctx context.Context, o options, res *results, redis *bench.RedisSe
 
 // ratios are, for each round, a mode's figure over its round's
 // pass-through's.
-func ratios(runs []bench.Run, mode string, fig func(bench.Run) float64) []float64 {
+func ratios(runs []Run, mode string, fig func(Run) float64) []float64 {
 	var out []float64
 	var pass float64
 	for _, r := range runs {
-		if r.Mode == bench.ModePassThrough {
+		if r.Mode == ModePassThrough {
 			pass = fig(r)
 		} else if r.Mode == mode && pass > 0 {
 			out = append(out, fig(r)/pass)
@@ -337,135 +336,135 @@ func ratios(runs []bench.Run, mode string, fig func(bench.Run) float64) []float6
 	return out
 }
 
-func median(runs []bench.Run, mode string, fig func(bench.Run) float64) (float64, bool) {
+func median(runs []Run, mode string, fig func(Run) float64) (float64, bool) {
 	var vs []float64
 	for _, r := range runs {
 		if r.Mode == mode {
 			vs = append(vs, fig(r))
 		}
 	}
-	return bench.Median(vs)
+	return Median(vs)
 }
 
-func cpu(r bench.Run) float64 { return r.CPUPerRecord() }
+func cpu(r Run) float64 { return r.CPUPerRecord() }
 
 // targetRows builds the table; a figure not measured says which phase
 // failed or did not run.
-func targetRows(res *results) []bench.Row {
-	var rows []bench.Row
-	missing := func(target, fig, goal, phase string) bench.Row {
+func targetRows(res *results) []Row {
+	var rows []Row
+	missing := func(target, fig, goal, phase string) Row {
 		why := "phase " + phase + " not run"
 		if e, ok := res.Errors[phase]; ok {
 			why = "phase " + phase + " failed: " + strings.SplitN(e, "\n", 2)[0]
 		}
-		return bench.Row{Target: target, Figure: fig, Measured: why, Goal: goal, Verdict: bench.Failed}
+		return Row{Target: target, Figure: fig, Measured: why, Goal: goal, Verdict: Failed}
 	}
-	ratioRow := func(target, mode string, dup int, fig string, bound float64, goal string) bench.Row {
+	ratioRow := func(target, mode string, dup int, fig string, bound float64, goal string) Row {
 		rs := ratios(res.Runs[dup], mode, cpu)
-		mr, ok := bench.Median(rs)
+		mr, ok := Median(rs)
 		m, _ := median(res.Runs[dup], mode, cpu)
-		p, _ := median(res.Runs[dup], bench.ModePassThrough, cpu)
+		p, _ := median(res.Runs[dup], ModePassThrough, cpu)
 		if !ok {
 			return missing(target, fig, goal, "e2e")
 		}
-		return bench.Row{Target: target, Figure: fmt.Sprintf("%s; median of %d paired runs", fig, len(rs)),
-			Measured: fmt.Sprintf("%.2fx (%.2f µs / %.2f µs)", mr, m*1e6, p*1e6), Goal: goal, Verdict: bench.Check(mr <= bound)}
+		return Row{Target: target, Figure: fmt.Sprintf("%s; median of %d paired runs", fig, len(rs)),
+			Measured: fmt.Sprintf("%.2fx (%.2f µs / %.2f µs)", mr, m*1e6, p*1e6), Goal: goal, Verdict: Check(mr <= bound)}
 	}
 	rows = append(rows,
-		ratioRow("1", bench.ModeLocal, 30, "collector CPU per record, local tier / pass-through, 30% copies", targetLocal30, "<= 1.00x"),
-		ratioRow("1", bench.ModeLocal, 30, "the same, stretch goal", targetLocal30Sweet, "<= 0.90x"),
-		ratioRow("2", bench.ModeLocal, 0, "collector CPU per record, local tier / pass-through, 0% copies", targetLocal0, "<= 1.08x"),
-		ratioRow("3", bench.ModeRedis, 30, "collector CPU per record, Redis tier / pass-through, 30% copies", targetRedis30, "<= 1.20x"))
+		ratioRow("1", ModeLocal, 30, "collector CPU per record, local tier / pass-through, 30% copies", targetLocal30, "<= 1.00x"),
+		ratioRow("1", ModeLocal, 30, "the same, stretch goal", targetLocal30Sweet, "<= 0.90x"),
+		ratioRow("2", ModeLocal, 0, "collector CPU per record, local tier / pass-through, 0% copies", targetLocal0, "<= 1.08x"),
+		ratioRow("3", ModeRedis, 30, "collector CPU per record, Redis tier / pass-through, 30% copies", targetRedis30, "<= 1.20x"))
 
 	for _, key := range []string{"content", "event.id"} {
 		name := fmt.Sprintf(consumeName, key)
 		fig := fmt.Sprintf("BenchmarkConsumeLogs, empty cache, key %s, batch 1000, 30%% copies, 1 core", key)
-		ns, n, ok := bench.MedianOf(res.GoBench, name, "ns/record")
-		allocs, _, _ := bench.MedianOf(res.GoBench, name, "allocs/op")
+		ns, n, ok := MedianOf(res.GoBench, name, "ns/record")
+		allocs, _, _ := MedianOf(res.GoBench, name, "allocs/op")
 		if !ok {
 			rows = append(rows, missing("4", fig, "<= 150 ns/record, 0 allocs/record", "gotest"))
 			continue
 		}
-		rows = append(rows, bench.Row{Target: "4", Figure: fmt.Sprintf("%s; median of %d", fig, n),
+		rows = append(rows, Row{Target: "4", Figure: fmt.Sprintf("%s; median of %d", fig, n),
 			Measured: fmt.Sprintf("%.0f ns/record, %.3f allocs/record", ns, allocs/batch),
-			Goal:     "<= 150 ns/record, 0 allocs/record", Verdict: bench.Check(ns <= targetNsPerRecord && allocs/batch < targetAllocs)})
+			Goal:     "<= 150 ns/record, 0 allocs/record", Verdict: Check(ns <= targetNsPerRecord && allocs/batch < targetAllocs)})
 	}
 
 	// Every record of the 0% runs is a key in the window.
 	figRSS := "peak RSS, local tier over the pass-through, per key in the window (0% copies: every record a key)"
 	if over, ok := rssPerKey(res.Runs[0]); ok {
-		rows = append(rows, bench.Row{Target: "5", Figure: figRSS, Measured: fmt.Sprintf("%.0f bytes/key", over),
-			Goal: "<= 64 bytes/key", Verdict: bench.Check(over <= targetBytesPerKey)})
+		rows = append(rows, Row{Target: "5", Figure: figRSS, Measured: fmt.Sprintf("%.0f bytes/key", over),
+			Goal: "<= 64 bytes/key", Verdict: Check(over <= targetBytesPerKey)})
 	} else {
 		rows = append(rows, missing("5", figRSS, "<= 64 bytes/key", "e2e"))
 	}
-	if mb, _, ok := bench.MedianOf(res.GoBench, "BenchmarkMemoryPerKey", "bytes/key"); ok {
-		rows = append(rows, bench.Row{Target: "5", Figure: "local cache heap per key at 10^6 keys (BenchmarkMemoryPerKey)",
-			Measured: fmt.Sprintf("%.1f bytes/key", mb), Verdict: bench.Info})
+	if mb, _, ok := MedianOf(res.GoBench, "BenchmarkMemoryPerKey", "bytes/key"); ok {
+		rows = append(rows, Row{Target: "5", Figure: "local cache heap per key at 10^6 keys (BenchmarkMemoryPerKey)",
+			Measured: fmt.Sprintf("%.1f bytes/key", mb), Verdict: Info})
 	}
 	return append(rows, redisRows(res)...)
 }
 
 // rssPerKey is the median over rounds of (local peak RSS - pass-through
 // peak RSS) / keys.
-func rssPerKey(runs []bench.Run) (float64, bool) {
+func rssPerKey(runs []Run) (float64, bool) {
 	var vs []float64
-	var pass bench.Run
+	var pass Run
 	for _, r := range runs {
 		switch r.Mode {
-		case bench.ModePassThrough:
+		case ModePassThrough:
 			pass = r
-		case bench.ModeLocal:
+		case ModeLocal:
 			if pass.Load.Unique > 0 {
 				vs = append(vs, float64(r.PeakRSS-pass.PeakRSS)/float64(r.Load.Unique))
 			}
 		}
 	}
-	return bench.Median(vs)
+	return Median(vs)
 }
 
 // redisRows are what the shared tier costs, beside what these cores allow.
-func redisRows(res *results) []bench.Row {
+func redisRows(res *results) []Row {
 	runs := res.Runs[30]
-	redisCPU, ok := median(runs, bench.ModeRedis, func(r bench.Run) float64 { return r.Redis.CPUSeconds / float64(r.Load.Sent) })
+	redisCPU, ok := median(runs, ModeRedis, func(r Run) float64 { return r.Redis.CPUSeconds / float64(r.Load.Sent) })
 	if !ok {
 		return nil
 	}
-	collector, _ := median(runs, bench.ModeRedis, cpu)
-	pass, _ := median(runs, bench.ModePassThrough, cpu)
-	lat := func(q func(bench.Run) float64) string {
+	collector, _ := median(runs, ModeRedis, cpu)
+	pass, _ := median(runs, ModePassThrough, cpu)
+	lat := func(q func(Run) float64) string {
 		var parts []string
-		for _, mode := range []string{bench.ModeLocal, bench.ModeRedis} {
+		for _, mode := range []string{ModeLocal, ModeRedis} {
 			m, _ := median(runs, mode, q)
-			p, _ := median(runs, bench.ModePassThrough, q)
+			p, _ := median(runs, ModePassThrough, q)
 			parts = append(parts, fmt.Sprintf("%s %+.2f ms", mode, (m-p)*1e3))
 		}
 		return strings.Join(parts, ", ")
 	}
-	trips, _ := median(runs, bench.ModeRedis, func(r bench.Run) float64 { return float64(r.RoundTrips) / float64(r.Load.Requests) })
-	calls, _ := median(runs, bench.ModeRedis, func(r bench.Run) float64 { return float64(r.Redis.Calls) / float64(r.Load.Requests) })
-	rows := []bench.Row{
+	trips, _ := median(runs, ModeRedis, func(r Run) float64 { return float64(r.RoundTrips) / float64(r.Load.Requests) })
+	calls, _ := median(runs, ModeRedis, func(r Run) float64 { return float64(r.Redis.Calls) / float64(r.Load.Requests) })
+	rows := []Row{
 		{Target: "R", Figure: "Redis tier, 30% copies: collector CPU per record; Redis CPU per record (INFO cpu)",
-			Measured: fmt.Sprintf("%.2f µs (pass-through %.2f µs); Redis %.2f µs", collector*1e6, pass*1e6, redisCPU*1e6), Verdict: bench.Info},
+			Measured: fmt.Sprintf("%.2f µs (pass-through %.2f µs); Redis %.2f µs", collector*1e6, pass*1e6, redisCPU*1e6), Verdict: Info},
 		{Target: "R", Figure: "latency added per request over the pass-through, p50 (load tool, request to acknowledgement)",
-			Measured: lat(func(r bench.Run) float64 { return r.Load.LatencyP50 }), Verdict: bench.Info},
+			Measured: lat(func(r Run) float64 { return r.Load.LatencyP50 }), Verdict: Info},
 		{Target: "R", Figure: "latency added per request over the pass-through, p99",
-			Measured: lat(func(r bench.Run) float64 { return r.Load.LatencyP99 }), Verdict: bench.Info},
+			Measured: lat(func(r Run) float64 { return r.Load.LatencyP99 }), Verdict: Info},
 		{Target: "R", Figure: "round trips to Redis per request of 1000 records (otelcol_processor_dedup_redis_requests); Redis commands per request (INFO commandstats, scripts' own commands included)",
-			Measured: fmt.Sprintf("%.2f; %.2f", trips, calls), Verdict: bench.Info},
+			Measured: fmt.Sprintf("%.2f; %.2f", trips, calls), Verdict: Info},
 	}
 	var perOp, ops []float64
 	for _, c := range res.Ceiling {
 		perOp = append(perOp, c.CPUPerOp())
 		ops = append(ops, c.OpsPerSecond)
 	}
-	if p, ok := bench.Median(perOp); ok {
-		o, _ := bench.Median(ops)
+	if p, ok := Median(perOp); ok {
+		o, _ := Median(ops)
 		unique := 1 - float64(dupPcts[0])/100
-		rows = append(rows, bench.Row{Target: "R",
+		rows = append(rows, Row{Target: "R",
 			Figure: fmt.Sprintf("ceiling: redis-benchmark SET NX PX, -c %d -P %d, Redis CPU per op; the records/s one Redis core allows at that cost per unique record vs at the tier's", senders, batch),
-			Measured: fmt.Sprintf("%.2f µs/op (%s ops/s); %s vs %s records/s", p*1e6, bench.Rate(o),
-				bench.Rate(1/(p*unique)), bench.Rate(1/redisCPU)), Verdict: bench.Info})
+			Measured: fmt.Sprintf("%.2f µs/op (%s ops/s); %s vs %s records/s", p*1e6, Rate(o),
+				Rate(1/(p*unique)), Rate(1/redisCPU)), Verdict: Info})
 	}
 	return rows
 }
