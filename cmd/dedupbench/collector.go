@@ -13,6 +13,7 @@ import (
 	"github.com/otelcol-dedup/otelcol-dedup/internal/e2e"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/loadgen"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/otlp"
+	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
 )
 
 // The pipelines an end-to-end run compares: the same binary, receiver and
@@ -120,7 +121,7 @@ func (r Run) Exact(records int64) error {
 // collector: the returned Run is checked with Exact after the stop, so a
 // record the collector sends late counts too. With a profile path the
 // collector runs with the pprof extension and writes its CPU profile there.
-func RunCollector(ctx context.Context, binary, dir, mode string, redis *RedisServer, load loadgen.Config, compression, profile string) (Run, error) {
+func RunCollector(ctx context.Context, binary, dir, mode string, redis *redistest.Server, load loadgen.Config, compression, profile string) (Run, error) {
 	run := Run{Mode: mode}
 	sink, err := otlp.NewSink()
 	if err != nil {
@@ -145,7 +146,7 @@ func RunCollector(ctx context.Context, binary, dir, mode string, redis *RedisSer
 	}
 	redisAddr := ""
 	if redis != nil {
-		redisAddr = redis.Addr
+		redisAddr = redis.Addr()
 	}
 	cfg, err := CollectorConfig(mode, sink.GRPCEndpoint(), compression, redisAddr, profile)
 	if err != nil {
@@ -166,7 +167,7 @@ func RunCollector(ctx context.Context, binary, dir, mode string, redis *RedisSer
 
 	var redisBefore RedisCounts
 	if redis != nil {
-		if redisBefore, err = redis.Counts(ctx); err != nil {
+		if redisBefore, err = redisCounts(ctx, redis); err != nil {
 			return run, err
 		}
 	}
@@ -208,7 +209,7 @@ func RunCollector(ctx context.Context, binary, dir, mode string, redis *RedisSer
 	// After the stop: the processor sends a batch's commit after its
 	// request is answered, and flushes the last ones on shutdown.
 	if redis != nil {
-		after, err := redis.Counts(ctx)
+		after, err := redisCounts(ctx, redis)
 		if err != nil {
 			return run, err
 		}

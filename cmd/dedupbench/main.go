@@ -44,6 +44,7 @@ import (
 	"time"
 
 	"github.com/otelcol-dedup/otelcol-dedup/internal/loadgen"
+	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
 )
 
 // The targets (BENCHMARKS.md#targets).
@@ -67,7 +68,7 @@ var dupPcts = []int{30, 0}
 
 type options struct {
 	bin, out, phases, compression string
-	redisServer, redisBenchmark   string
+	redisBenchmark                string
 	count, reps                   int
 	records                       int64
 	loadMax                       float64
@@ -85,7 +86,6 @@ func main() {
 	flag.Float64Var(&o.loadMax, "load-max", 1.0, "wait for the 1-minute load average to drop below this before measuring")
 	flag.DurationVar(&o.loadWait, "load-wait", 10*time.Minute, "the longest wait for -load-max; then measure anyway and say so")
 	flag.StringVar(&o.compression, "compression", "gzip", "the collector's OTLP exporter compression: gzip (its default) or none")
-	flag.StringVar(&o.redisServer, "redis-server", "redis-server", "redis-server binary")
 	flag.StringVar(&o.redisBenchmark, "redis-benchmark", "redis-benchmark", "redis-benchmark binary")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -131,7 +131,7 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	res := &results{Date: time.Now().UTC().Format(time.RFC3339), Source: source(ctx), Go: runtime.Version(), Redis: redisVersion(o.redisServer),
+	res := &results{Date: time.Now().UTC().Format(time.RFC3339), Source: source(ctx), Go: runtime.Version(), Redis: redisVersion(),
 		Machine: fmt.Sprintf("%s, %d cores, %.1f GiB", m.CPUModel, m.Cores, float64(m.MemBytes)/(1<<30)),
 		Records: o.records, Runs: map[int][]Run{}, Errors: map[string]string{}}
 	logf("dedupbench: %s; %s; %s; %s; %s", res.Date, res.Source, res.Machine, res.Go, res.Redis)
@@ -162,12 +162,13 @@ func run(ctx context.Context, o options) error {
 	}
 	phase("gotest", func() error { return goTest(ctx, o, res, w) })
 	if phases["e2e"] || phases["profile"] {
-		redis, err := StartRedis(o.redisServer)
+		h := &harness{}
+		defer h.close()
+		redis, err := startRedis(h)
 		if err != nil {
 			return err
 		}
-		defer redis.Stop()
-		logf("%s on %s (pid %d)", res.Redis, redis.Addr, redis.PID())
+		logf("%s on %s", res.Redis, redis.Addr())
 		phase("e2e", func() error { return endToEnd(ctx, o, res, redis, logf) })
 		phase("profile", func() error { return profiles(ctx, o, res, redis, logf) })
 	}
@@ -229,11 +230,11 @@ func loadConfig(records int64, dupPct int) loadgen.Config {
 
 // measure runs one mode, emptying the Redis server first, and checks what
 // was delivered.
-func measure(ctx context.Context, o options, redis *RedisServer, mode string, dupPct int, profile string) (Run, error) {
-	if err := redis.FlushAll(ctx); err != nil {
+func measure(ctx context.Context, o options, redis *redistest.Server, mode string, dupPct int, profile string) (Run, error) {
+	if err := flushRedis(ctx, redis); err != nil {
 		return Run{}, err
 	}
-	var tier *RedisServer
+	var tier *redistest.Server
 	if mode == ModeRedis {
 		tier = redis
 	}
@@ -253,7 +254,7 @@ func describe(r Run, dupPct int) string {
 
 // endToEnd runs the rounds: each the three modes in turn at each duplicate
 // share, then redis-benchmark on the same server.
-func endToEnd(ctx context.Context, o options, res *results, redis *RedisServer, logf func(string, ...any)) error {
+func endToEnd(ctx context.Context, o options, res *results, redis *redistest.Server, logf func(string, ...any)) error {
 	for rep := range o.reps {
 		for _, dup := range dupPcts {
 			for _, mode := range Modes {
@@ -265,23 +266,23 @@ func endToEnd(ctx context.Context, o options, res *results, redis *RedisServer, 
 				logf("round %d: %s", rep+1, describe(r, dup))
 			}
 		}
-		if err := redis.FlushAll(ctx); err != nil {
+		if err := flushRedis(ctx, redis); err != nil {
 			return err
 		}
-		c, err := RunRedisBenchmark(ctx, o.redisBenchmark, redis, senders, batch, int(o.records))
+		c, err := runRedisBenchmark(ctx, o.redisBenchmark, redis, senders, batch, int(o.records))
 		if err != nil {
 			return err
 		}
 		res.Ceiling = append(res.Ceiling, c)
 		logf("round %d: %s %s: %s ops/s, redis CPU %.3f µs/op", rep+1, o.redisBenchmark,
-			shellJoin(RedisBenchmarkArgs(redis.Port, senders, batch, int(o.records))), Rate(c.OpsPerSecond), c.CPUPerOp()*1e6)
+			shellJoin(RedisBenchmarkArgs(redis.Port(), senders, batch, int(o.records))), Rate(c.OpsPerSecond), c.CPUPerOp()*1e6)
 	}
 	return nil
 }
 
 // profiles runs each mode once more at each duplicate share with its CPU
 // profile written, and tables what differs.
-func profiles(ctx context.Context, o options, res *results, redis *RedisServer, logf func(string, ...any)) error {
+func profiles(ctx context.Context, o options, res *results, redis *redistest.Server, logf func(string, ...any)) error {
 	doc := fmt.Sprintf("CPU profiles of the collector (pprof extension, start to shutdown) under the same load: %s OTLP logs, "+
 		"batches of %d, %d senders, exported over OTLP (compression %s); %s, %s. The functions whose CPU per record received "+
 		"differs most from the pass-through's; the profiles are profile-<mode>-<copies>.pprof.\n",
@@ -490,8 +491,8 @@ func source(ctx context.Context) string {
 	return "commit " + strings.TrimSpace(string(out))
 }
 
-func redisVersion(bin string) string {
-	out, err := exec.Command(bin, "--version").Output()
+func redisVersion() string {
+	out, err := exec.Command("redis-server", "--version").Output()
 	if err != nil {
 		return "redis-server: " + err.Error()
 	}

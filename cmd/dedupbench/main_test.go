@@ -107,7 +107,7 @@ func TestRunEndToEnd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	o := options{bin: bin, out: dir, phases: "e2e,profile", compression: "gzip",
-		redisServer: "redis-server", redisBenchmark: "redis-benchmark", reps: 1, records: 5000, loadMax: 100}
+		redisBenchmark: "redis-benchmark", reps: 1, records: 5000, loadMax: 100}
 	if err := run(ctx, o); err != nil {
 		t.Fatal(err)
 	}
