@@ -168,6 +168,9 @@ func TestMetrics(t *testing.T) {
 		{"wait{p=a,result=settled}", HistogramCount(t, reader, "wait", a, settled), 2},
 		{"wait{p=a}", HistogramCount(t, reader, "wait", a), 0},
 		{"wait{result=settled,...}", HistogramCountAll(t, reader, "wait", settled), 3},
+		{"records{p=a,...}", uint64(SumInt64(collect(t, reader), "records", a)), 7},
+		{"records{result=settled,...}", uint64(SumInt64(collect(t, reader), "records", settled)), 4},
+		{"held{...}", uint64(SumInt64(collect(t, reader), "held")), 9},
 		{"wait{...}", HistogramCountAll(t, reader, "wait"), 4},
 	} {
 		if c.got != c.want {
