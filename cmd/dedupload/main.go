@@ -86,6 +86,11 @@ func run(ctx context.Context, args []string, stop <-chan struct{}, stdout, stder
 		startTime    = fs.String("start-time", "", "base of the record timestamps: RFC 3339, or now (default "+loadgen.DefaultStartTime.Format(time.RFC3339)+", so a seed alone fixes the stream)")
 		progress     = fs.String("progress", "auto", "progress bar on stderr: auto (when stderr is a terminal), always, never")
 		ignoreErrors = fs.Bool("ignore-errors", false, "exit 0 even if requests failed")
+		demo         = fs.Bool("demo", false, "instead: run -bin on -config, send it the sample -data, check what it delivers and counts against the sample (make demo)")
+		bin          = fs.String("bin", "bin/otelcol-dedup", "with -demo: the otelcol-dedup binary (make build)")
+		config       = fs.String("config", "testdata/default.yaml", "with -demo: the collector config to demonstrate")
+		data         = fs.String("data", "testdata/demo-logs.json", "with -demo: OTLP/JSON logs to send, one request per line")
+		generate     = fs.String("generate", "", "with -demo: write the demo sample to this file instead, and exit")
 	)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `Usage: dedupload [flags]
@@ -115,6 +120,19 @@ Flags:
 		return exitUsage
 	}
 
+	if *demo {
+		var err error
+		if *generate != "" {
+			err = writeSample(*generate)
+		} else {
+			err = runDemo(*bin, *config, *data, stdout)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "dedupload -demo: FAIL: %v\n", err)
+			return exitErrors
+		}
+		return exitOK
+	}
 	hdrs, err := loadgen.ParseHeaders(*headers)
 	if err != nil {
 		return usageError(stderr, err)
