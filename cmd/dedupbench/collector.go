@@ -123,6 +123,10 @@ func (r Run) Exact(records int64) error {
 // collector runs with the pprof extension and writes its CPU profile there.
 func RunCollector(ctx context.Context, binary, dir, mode string, redis *redistest.Server, load loadgen.Config, compression, profile string) (Run, error) {
 	run := Run{Mode: mode}
+	h, err := thisHost()
+	if err != nil {
+		return run, err
+	}
 	sink, err := otlp.NewSink()
 	if err != nil {
 		return run, err
@@ -152,11 +156,10 @@ func RunCollector(ctx context.Context, binary, dir, mode string, redis *redistes
 	if err != nil {
 		return run, err
 	}
-	path := filepath.Join(dir, "collector-"+mode+".yaml")
+	path, logPath := filepath.Join(dir, "collector-"+mode+".yaml"), filepath.Join(dir, "collector-"+mode+".log")
 	if err := e2e.WriteConfig(path, cfg); err != nil {
 		return run, err
 	}
-	logPath := filepath.Join(dir, "collector-"+mode+".log")
 	sctx, cancel := context.WithTimeout(ctx, time.Minute)
 	c, err := e2e.Start(sctx, binary, logPath, nil, path)
 	cancel()
@@ -171,7 +174,7 @@ func RunCollector(ctx context.Context, binary, dir, mode string, redis *redistes
 			return run, err
 		}
 	}
-	cpuBefore, err := ReadProcCPU(c.PID)
+	cpuBefore, err := h.procCPU(c.PID)
 	if err != nil {
 		return run, err
 	}
@@ -186,12 +189,12 @@ func RunCollector(ctx context.Context, binary, dir, mode string, redis *redistes
 	for deadline := time.Now().Add(time.Minute); int64(sink.LogRecordCount()) < want && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond)
 	}
-	cpuAfter, err := ReadProcCPU(c.PID)
+	cpuAfter, err := h.procCPU(c.PID)
 	if err != nil {
 		return run, err
 	}
 	run.CPUSeconds = (cpuAfter - cpuBefore).Seconds()
-	if run.PeakRSS, err = ReadPeakRSS(c.PID); err != nil {
+	if run.PeakRSS, _, err = h.rss(c.PID); err != nil {
 		return run, err
 	}
 	sc, err := e2e.ScrapeMetrics(ctx, c.Ports.MetricsURL())

@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/procfs"
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/confmap"
 	"go.opentelemetry.io/collector/consumer"
@@ -253,16 +252,13 @@ func heapInUse() uint64 {
 	return ms.HeapInuse
 }
 
-// selfRSS reads this process's peak (VmHWM) and current (VmRSS) resident
-// set, in bytes; 0 where there is no /proc.
+// selfRSS is this process's peak and current resident set; 0 where there
+// is no /proc.
 func selfRSS() (peak, now uint64) {
-	p, err := procfs.Self()
+	h, err := thisHost()
 	if err != nil {
 		return 0, 0
 	}
-	st, err := p.NewStatus()
-	if err != nil {
-		return 0, 0
-	}
-	return st.VmHWM, st.VmRSS
+	p, n, _ := h.rss(os.Getpid())
+	return uint64(p), uint64(n)
 }

@@ -10,49 +10,36 @@ import (
 	"strings"
 )
 
-// GoBench is one result line of `go test -bench` output.
+// GoBench is one result line of `go test -bench` output: the benchmark's
+// name as printed and its metrics by unit ("ns/op", "B/op", "allocs/op" and
+// every b.ReportMetric unit: "ns/record", "bytes/key", ...).
 type GoBench struct {
-	Pkg        string // from the preceding "pkg:" line
-	Name       string // as printed, with the -GOMAXPROCS suffix if any
-	Iterations int64
-	// Metrics by unit: "ns/op", "B/op", "allocs/op" and every
-	// b.ReportMetric unit ("ns/record", "bytes/key", ...).
+	Name    string
 	Metrics map[string]float64
 }
 
 // ParseGoBench reads `go test -bench` output (several packages and -count
 // repetitions welcome) and returns its result lines in order. Other lines
-// (goos:, PASS, ok, logs) are skipped; a result line that does not parse is
-// an error.
+// are skipped; a result line whose value does not parse is an error.
 func ParseGoBench(r io.Reader) ([]GoBench, error) {
 	var out []GoBench
-	pkg := ""
 	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for n := 1; sc.Scan(); n++ {
-		line := sc.Text()
-		if p, ok := strings.CutPrefix(line, "pkg: "); ok {
-			pkg = strings.TrimSpace(p)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		// A benchmark's own log lines start with its name too; a result has
+		// the iteration count second and value/unit pairs after it.
+		f := strings.Fields(sc.Text())
+		if len(f) < 4 || len(f)%2 != 0 || !strings.HasPrefix(f[0], "Benchmark") {
 			continue
 		}
-		if !strings.HasPrefix(line, "Benchmark") {
+		if _, err := strconv.ParseInt(f[1], 10, 64); err != nil {
 			continue
 		}
-		f := strings.Fields(line)
-		// A benchmark's own log lines also start with its name; a result
-		// has the iteration count second and value/unit pairs after it.
-		if len(f) < 4 || len(f)%2 != 0 {
-			continue
-		}
-		iters, err := strconv.ParseInt(f[1], 10, 64)
-		if err != nil {
-			continue
-		}
-		b := GoBench{Pkg: pkg, Name: f[0], Iterations: iters, Metrics: map[string]float64{}}
-		for i := 2; i+1 < len(f); i += 2 {
+		b := GoBench{Name: f[0], Metrics: map[string]float64{}}
+		for i := 2; i < len(f); i += 2 {
 			v, err := strconv.ParseFloat(f[i], 64)
 			if err != nil {
-				return nil, fmt.Errorf("line %d: value %q of %s: %w", n, f[i], f[i+1], err)
+				return nil, fmt.Errorf("%q: value %q of %s: %w", sc.Text(), f[i], f[i+1], err)
 			}
 			b.Metrics[f[i+1]] = v
 		}
@@ -61,24 +48,20 @@ func ParseGoBench(r io.Reader) ([]GoBench, error) {
 	return out, sc.Err()
 }
 
+// procsSuffix is the -GOMAXPROCS suffix go test adds when GOMAXPROCS > 1.
 var procsSuffix = regexp.MustCompile(`-\d+$`)
 
-// BaseName drops the -GOMAXPROCS suffix go test adds when GOMAXPROCS > 1.
-func BaseName(name string) string { return procsSuffix.ReplaceAllString(name, "") }
-
-// Values returns the unit's values of every result named name (with or
-// without the -GOMAXPROCS suffix), in order.
-func Values(rs []GoBench, name, unit string) []float64 {
+// MedianOf is the median of the unit's values of every result named name
+// (with or without the -GOMAXPROCS suffix) and how many there are.
+func MedianOf(rs []GoBench, name, unit string) (float64, int, bool) {
 	var vs []float64
 	for _, r := range rs {
-		if r.Name != name && BaseName(r.Name) != name {
-			continue
-		}
-		if v, ok := r.Metrics[unit]; ok {
+		if v, ok := r.Metrics[unit]; ok && (r.Name == name || procsSuffix.ReplaceAllString(r.Name, "") == name) {
 			vs = append(vs, v)
 		}
 	}
-	return vs
+	m, ok := Median(vs)
+	return m, len(vs), ok
 }
 
 // Median is the median of vs (the mean of the middle two for an even
@@ -88,17 +71,6 @@ func Median(vs []float64) (m float64, ok bool) {
 	if len(vs) == 0 {
 		return 0, false
 	}
-	s := slices.Clone(vs)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2], true
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2, true
-}
-
-// MedianOf is Median(Values(rs, name, unit)).
-func MedianOf(rs []GoBench, name, unit string) (float64, int, bool) {
-	vs := Values(rs, name, unit)
-	m, ok := Median(vs)
-	return m, len(vs), ok
+	s := slices.Sorted(slices.Values(vs))
+	return (s[(len(s)-1)/2] + s[len(s)/2]) / 2, true
 }
