@@ -3,6 +3,7 @@ package loadgen
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"math/bits"
 	"math/rand/v2"
@@ -20,45 +21,32 @@ import (
 
 // Summary is what a run delivered. Its JSON form is dedupload's summary line.
 type Summary struct {
-	// Sent is the records acknowledged by the endpoint.
-	Sent int64 `json:"sent"`
-	// Unique is the distinct identities among the acknowledged records.
-	Unique int64 `json:"unique"`
+	Sent   int64 `json:"sent"`   // records acknowledged by the endpoint
+	Unique int64 `json:"unique"` // distinct identities among them
 	// Duplicates is Sent - Unique: the acknowledged records a dedup must
-	// drop. It is round(records*duplicates) when everything was
-	// acknowledged.
+	// drop, round(records*duplicates) when everything was acknowledged.
 	Duplicates int64 `json:"duplicates"`
-	// Requests is the requests (batches) sent, each counted once however
-	// often it was retried.
-	Requests int64 `json:"requests"`
-	// Retries is the re-sends: the endpoint saw Requests+Retries attempts.
-	Retries int64 `json:"retries"`
-	// Errors is the requests that finally failed: a non-retryable error,
-	// retries exhausted or stopped, or a partial success.
-	Errors int64 `json:"errors"`
-	// FailedRecords is the records of those requests that were not
-	// acknowledged.
-	FailedRecords int64 `json:"failed_records"`
-	// Seconds is the run's wall time.
-	Seconds float64 `json:"seconds"`
-	// RecordsPerSecond is Sent / Seconds.
-	RecordsPerSecond float64 `json:"records_per_second"`
-	// Seed is the generator's seed: the same seed, the same stream.
-	Seed uint64 `json:"seed"`
+	Requests   int64 `json:"requests"` // each counted once however often it was retried
+	Retries    int64 `json:"retries"`  // re-sends: the endpoint saw Requests+Retries attempts
+	// Errors is the requests that finally failed (a non-retryable error,
+	// retries exhausted or stopped, a partial success), FailedRecords their
+	// records that were not acknowledged.
+	Errors           int64   `json:"errors"`
+	FailedRecords    int64   `json:"failed_records"`
+	Seconds          float64 `json:"seconds"`
+	RecordsPerSecond float64 `json:"records_per_second"` // Sent / Seconds
+	Seed             uint64  `json:"seed"`
 	// Ground truth of the acknowledged copies, by where their original was
 	// generated: the same request, an earlier request of the same sender,
-	// a request of another sender. They add up to Duplicates when
-	// everything was acknowledged.
+	// a request of another sender.
 	CopiesInBatch     int64 `json:"copies_in_batch"`
 	CopiesSameSender  int64 `json:"copies_same_sender"`
 	CopiesOtherSender int64 `json:"copies_other_sender"`
-	// LatencyP50 and LatencyP99 are the median and 99th percentile of the
-	// acknowledged requests' latencies, in seconds: from the first attempt
-	// to the acknowledgement, retries included.
+	// The median and 99th percentile of the acknowledged requests'
+	// latencies, in seconds: from the first attempt to the acknowledgement.
 	LatencyP50 float64 `json:"latency_p50_seconds"`
 	LatencyP99 float64 `json:"latency_p99_seconds"`
-	// LastError is the last failed attempt's error, if any.
-	LastError string `json:"last_error,omitempty"`
+	LastError  string  `json:"last_error,omitempty"`
 }
 
 // JSON is the summary as one line of JSON (no newline).
@@ -73,17 +61,14 @@ func (s Summary) JSON() string {
 // are then cut and counted as errors). Failed requests are counted in the
 // summary, not returned.
 func Run(ctx context.Context, cfg Config) (Summary, error) {
-	cfg = cfg.Defaults()
-	if err := cfg.Validate(); err != nil {
-		return Summary{}, err
-	}
 	gen, err := NewGenerator(cfg)
 	if err != nil {
 		return Summary{}, err
 	}
-	var clients []*otlp.Client
+	cfg = cfg.Defaults()
+	r := &runner{cfg: cfg, gen: gen, ctx: ctx, stop: make(chan struct{}), seen: make([]uint64, (gen.Uniques()+63)/64)}
 	defer func() {
-		for _, c := range clients {
+		for _, c := range r.clients {
 			_ = c.Close()
 		}
 	}()
@@ -92,50 +77,35 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 		if err != nil {
 			return Summary{}, err
 		}
-		c.Gzip = cfg.Compression == "gzip"
-		c.Header = http.Header{}
+		c.Gzip, c.Header = cfg.Compression == "gzip", http.Header{}
 		for k, v := range cfg.Headers {
 			c.Header.Set(k, v)
 		}
-		clients = append(clients, c)
-	}
-
-	r := &runner{
-		cfg:     cfg,
-		gen:     gen,
-		clients: clients,
-		ctx:     ctx,
-		stop:    make(chan struct{}),
-		seen:    make([]uint64, (gen.Uniques()+63)/64),
+		r.clients = append(r.clients, c)
 	}
 	if cfg.Rate > 0 {
 		r.pace = &pacer{per: float64(time.Second) / cfg.Rate}
 	}
 
 	start := time.Now()
-	// stop closes on ctx's end, Duration, or cfg.Stop; done ends the watcher.
-	done := make(chan struct{})
+	done := make(chan struct{}) // ends the watchers
 	var watch sync.WaitGroup
 	watch.Go(func() {
-		var timeout <-chan time.Time
 		if cfg.Duration > 0 {
-			t := time.NewTimer(cfg.Duration)
+			t := time.AfterFunc(cfg.Duration, func() { r.stopOnce.Do(func() { close(r.stop) }) })
 			defer t.Stop()
-			timeout = t.C
 		}
 		select {
 		case <-ctx.Done():
-		case <-timeout:
 		case <-cfg.Stop:
 		case <-done:
 			return
 		}
-		close(r.stop)
+		r.stopOnce.Do(func() { close(r.stop) })
 	})
 	if cfg.Progress != nil {
 		watch.Go(func() { r.progress(start, done) })
 	}
-
 	var senders sync.WaitGroup
 	for s := range cfg.Senders {
 		senders.Go(func() { r.sender(s) })
@@ -144,18 +114,17 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	elapsed := time.Since(start)
 	close(done)
 	watch.Wait()
-
-	sum := r.summary(elapsed)
-	return sum, ctx.Err()
+	return r.summary(elapsed), ctx.Err()
 }
 
 type runner struct {
-	cfg     Config
-	gen     *Generator
-	clients []*otlp.Client  // one per endpoint: each request goes to all
-	ctx     context.Context // ends the run and cuts requests in flight
-	stop    chan struct{}   // ends the run: no new request, no retry
-	pace    *pacer
+	cfg      Config
+	gen      *Generator
+	clients  []*otlp.Client  // one per endpoint: each request goes to all
+	ctx      context.Context // ends the run and cuts requests in flight
+	stop     chan struct{}   // ends the run: no new request, no retry
+	stopOnce sync.Once
+	pace     *pacer
 
 	seen []uint64 // bitset of acknowledged identities
 
@@ -167,32 +136,26 @@ type runner struct {
 	latencies []time.Duration // of acknowledged requests
 }
 
-// stopped reports whether the run was told to stop (the watcher closes
-// r.stop for all three reasons; the other two are checked here too, so that
-// a run told to stop before it started sends nothing).
+// stopped reports whether the run was told to stop (Stop and ctx are
+// checked too, so that a run told to stop before it started sends nothing).
 func (r *runner) stopped() bool {
 	select {
 	case <-r.stop:
-		return true
 	case <-r.cfg.Stop:
-		return true
 	case <-r.ctx.Done():
-		return true
 	default:
 		return false
 	}
+	return true
 }
 
 // sleep waits d, or less if the run stops; it reports whether it waited d.
 func (r *runner) sleep(d time.Duration) bool {
-	if d <= 0 {
-		return !r.stopped()
-	}
-	t := time.NewTimer(d)
+	t := time.NewTimer(max(d, 0))
 	defer t.Stop()
 	select {
 	case <-t.C:
-		return true
+		return !r.stopped()
 	case <-r.stop:
 		return false
 	}
@@ -202,10 +165,7 @@ func (r *runner) sleep(d time.Duration) bool {
 func (r *runner) sender(s int) {
 	rng := rand.New(rand.NewPCG(r.cfg.Seed, uint64(s)+1)) // backoff jitter
 	for b := int64(s); b < r.gen.Batches(); b += int64(r.cfg.Senders) {
-		if r.stopped() {
-			return
-		}
-		if r.pace != nil && !r.sleep(time.Until(r.pace.reserve(r.gen.BatchLen(b)))) {
+		if r.stopped() || r.pace != nil && !r.sleep(time.Until(r.pace.reserve(r.gen.BatchLen(b)))) {
 			return
 		}
 		r.send(r.gen.Batch(b), rng)
@@ -214,31 +174,27 @@ func (r *runner) sender(s int) {
 
 // send delivers one batch, retrying like an exporter.
 func (r *runner) send(b *Batch, rng *rand.Rand) {
-	n := int64(len(b.Truth))
 	r.requests.Add(1)
-	first := time.Now()
-	interval := r.cfg.Retry.InitialInterval
+	retry := r.cfg.Retry
+	first, interval := time.Now(), retry.InitialInterval
 	for {
-		actx, cancel := context.WithTimeout(r.ctx, r.cfg.Timeout)
-		rejected, err := r.export(actx, b.Logs)
+		ctx, cancel := context.WithTimeout(r.ctx, r.cfg.Timeout)
+		rejected, err := r.export(ctx, b.Logs)
 		cancel()
 		if err == nil {
 			r.ack(b, rejected, time.Since(first))
 			return
 		}
-		retry, throttle := otlp.Retryable(err)
-		if !retry || r.cfg.Retry.Disabled || r.ctx.Err() != nil {
-			r.fail(n, err)
-			return
+		again, throttle := otlp.Retryable(err)
+		delay := interval
+		if f := retry.RandomizationFactor; f > 0 {
+			delay = time.Duration(float64(interval) * (1 - f + rng.Float64()*2*f))
 		}
-		delay := max(jitter(interval, r.cfg.Retry.RandomizationFactor, rng), throttle)
-		interval = min(time.Duration(float64(interval)*r.cfg.Retry.Multiplier), r.cfg.Retry.MaxInterval)
-		if limit := r.cfg.Retry.MaxElapsedTime; limit > 0 && time.Since(first)+delay > limit {
-			r.fail(n, err)
-			return
-		}
-		if !r.sleep(delay) {
-			r.fail(n, err)
+		delay = max(delay, throttle)
+		interval = min(time.Duration(float64(interval)*retry.Multiplier), retry.MaxInterval)
+		if !again || retry.Disabled || r.ctx.Err() != nil ||
+			retry.MaxElapsedTime > 0 && time.Since(first)+delay > retry.MaxElapsedTime || !r.sleep(delay) {
+			r.fail(int64(len(b.Truth)), err.Error())
 			return
 		}
 		r.retries.Add(1)
@@ -264,65 +220,39 @@ func (r *runner) export(ctx context.Context, ld plog.Logs) (int64, error) {
 	return slices.Max(rejected), nil
 }
 
-func jitter(d time.Duration, factor float64, rng *rand.Rand) time.Duration {
-	if factor <= 0 {
-		return d
-	}
-	delta := factor * float64(d)
-	return time.Duration(float64(d) - delta + rng.Float64()*2*delta)
-}
-
 func (r *runner) ack(b *Batch, rejected int64, latency time.Duration) {
 	r.latMu.Lock()
 	r.latencies = append(r.latencies, latency)
 	r.latMu.Unlock()
-	n := int64(len(b.Truth))
-	rejected = min(max(rejected, 0), n)
 	for _, t := range b.Truth {
 		atomic.OrUint64(&r.seen[t.ID>>6], 1<<(t.ID&63))
 	}
-	r.sent.Add(n - rejected)
+	rejected = min(max(rejected, 0), int64(len(b.Truth)))
+	r.sent.Add(int64(len(b.Truth)) - rejected)
 	r.inBatch.Add(b.InBatch)
 	r.sameSender.Add(b.SameSender)
 	r.otherSender.Add(b.OtherSender)
 	if rejected > 0 {
 		// The response does not say which records were rejected: the
 		// identities above count the whole batch as delivered.
-		r.errors.Add(1)
-		r.failed.Add(rejected)
-		msg := "partial success: records rejected by the endpoint"
-		r.lastErr.Store(&msg)
+		r.fail(rejected, "partial success: records rejected by the endpoint")
 	}
 }
 
-func (r *runner) fail(n int64, err error) {
+func (r *runner) fail(records int64, msg string) {
 	r.errors.Add(1)
-	r.failed.Add(n)
-	msg := err.Error()
+	r.failed.Add(records)
 	r.lastErr.Store(&msg)
-}
-
-func (r *runner) unique() int64 {
-	var u int
-	for i := range r.seen {
-		u += bits.OnesCount64(atomic.LoadUint64(&r.seen[i]))
-	}
-	return int64(u)
 }
 
 func (r *runner) summary(elapsed time.Duration) Summary {
 	s := Summary{
-		Sent:              r.sent.Load(),
-		Unique:            r.unique(),
-		Requests:          r.requests.Load(),
-		Retries:           r.retries.Load(),
-		Errors:            r.errors.Load(),
-		FailedRecords:     r.failed.Load(),
-		Seconds:           elapsed.Seconds(),
-		Seed:              r.cfg.Seed,
-		CopiesInBatch:     r.inBatch.Load(),
-		CopiesSameSender:  r.sameSender.Load(),
-		CopiesOtherSender: r.otherSender.Load(),
+		Sent: r.sent.Load(), Requests: r.requests.Load(), Retries: r.retries.Load(), Errors: r.errors.Load(),
+		FailedRecords: r.failed.Load(), Seconds: elapsed.Seconds(), Seed: r.cfg.Seed,
+		CopiesInBatch: r.inBatch.Load(), CopiesSameSender: r.sameSender.Load(), CopiesOtherSender: r.otherSender.Load(),
+	}
+	for i := range r.seen {
+		s.Unique += int64(bits.OnesCount64(atomic.LoadUint64(&r.seen[i])))
 	}
 	s.Duplicates = max(s.Sent-s.Unique, 0)
 	if s.Seconds > 0 {
@@ -334,18 +264,13 @@ func (r *runner) summary(elapsed time.Duration) Summary {
 	r.latMu.Lock()
 	defer r.latMu.Unlock()
 	slices.Sort(r.latencies)
-	s.LatencyP50 = percentile(r.latencies, 0.50).Seconds()
-	s.LatencyP99 = percentile(r.latencies, 0.99).Seconds()
-	return s
-}
-
-// percentile is the nearest-rank percentile q of sorted ds; 0 if empty.
-func percentile(ds []time.Duration, q float64) time.Duration {
-	if len(ds) == 0 {
-		return 0
+	// Nearest-rank percentiles; 0 if nothing was acknowledged.
+	for q, out := range map[float64]*float64{0.50: &s.LatencyP50, 0.99: &s.LatencyP99} {
+		if n := len(r.latencies); n > 0 {
+			*out = r.latencies[min(max(int(math.Ceil(q*float64(n)))-1, 0), n-1)].Seconds()
+		}
 	}
-	i := int(math.Ceil(q*float64(len(ds)))) - 1
-	return ds[min(max(i, 0), len(ds)-1)]
+	return s
 }
 
 // pacer spreads records over time at a fixed rate for all senders: each
@@ -360,11 +285,59 @@ type pacer struct {
 func (p *pacer) reserve(n int) time.Time {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	now := time.Now()
-	if p.next.Before(now) {
+	if now := time.Now(); p.next.Before(now) {
 		p.next = now
 	}
 	at := p.next
-	p.next = p.next.Add(time.Duration(float64(n) * p.per))
+	p.next = at.Add(time.Duration(float64(n) * p.per))
 	return at
+}
+
+// progress redraws a one-line progress bar on cfg.Progress until done.
+func (r *runner) progress(start time.Time, done <-chan struct{}) {
+	w := r.cfg.Progress
+	t := time.NewTicker(r.cfg.ProgressInterval)
+	defer t.Stop()
+	lastSent, lastAt := int64(0), start
+	for now := start; ; {
+		sent := r.sent.Load()
+		rate := float64(sent-lastSent) / max(now.Sub(lastAt).Seconds(), 1e-9)
+		lastSent, lastAt = sent, now
+		fmt.Fprint(w, "\r"+ProgressLine(sent, r.gen.Records(), rate, r.retries.Load(), r.errors.Load(), now.Sub(start))+"\033[K")
+		select {
+		case <-done:
+			fmt.Fprint(w, "\r\033[K")
+			return
+		case now = <-t.C:
+		}
+	}
+}
+
+// ProgressLine renders one state of the progress bar.
+func ProgressLine(sent, total int64, rate float64, retries, errors int64, elapsed time.Duration) string {
+	const width = 30
+	frac := 0.0
+	if total > 0 {
+		frac = min(float64(sent)/float64(total), 1)
+	}
+	full := int(frac * width)
+	bar := strings.Repeat("=", full)
+	if full < width {
+		bar += ">" + strings.Repeat(" ", width-full-1)
+	}
+	return fmt.Sprintf("[%s] %3.0f%% %s/%s records  %s rec/s  retries %s  errors %s  %s",
+		bar, frac*100, Group(sent), Group(total), Group(int64(rate)), Group(retries), Group(errors),
+		elapsed.Truncate(100*time.Millisecond))
+}
+
+// Group writes n with thousands separators: 1234567 -> 1,234,567.
+func Group(n int64) string {
+	s := fmt.Sprint(max(n, -n))
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	if n < 0 {
+		return "-" + s
+	}
+	return s
 }
