@@ -18,6 +18,7 @@ import (
 
 	"github.com/otelcol-dedup/otelcol-dedup/internal/e2e"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/otlp"
+	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
 )
 
@@ -143,20 +144,18 @@ func exercise(t *testing.T, c *collector, sink *otlp.Sink) e2e.Scrape {
 	// A batch's commit reaches Redis after its sender was answered: wait
 	// for the two logs batches' commits (whatever the names' style) before
 	// the counts are read.
-	deadline := time.Now().Add(opTimeout)
-	for {
-		sc := c.scrape()
+	var sc e2e.Scrape
+	testkit.WaitFor(t, "the two logs batches' commits", opTimeout, func() bool {
+		sc = c.scrape()
 		commits := 0.0
 		for _, s := range sc {
 			if strings.Contains(s.Name, "redis_requests") && s.Labels["op"] == "commit" && s.Labels["otel_signal"] == "logs" {
 				commits += s.Value
 			}
 		}
-		if commits >= 2 || time.Now().After(deadline) {
-			return sc
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return commits >= 2
+	})
+	return sc
 }
 
 // wantSeries checks exact values of the processor's series after exercise.

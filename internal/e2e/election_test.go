@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/otelcol-dedup/otelcol-dedup/internal/otlp"
+	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
 )
 
@@ -188,17 +189,12 @@ func testPoints(sinks ...*otlp.Sink) []testPoint {
 // waitPoints waits, bounded, until cond holds for the sinks' points.
 func waitPoints(t *testing.T, what string, within time.Duration, cond func([]testPoint) bool, sinks ...*otlp.Sink) []testPoint {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		pts := testPoints(sinks...)
-		if cond(pts) {
-			return pts
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s; delivered %d points: %v", what, within, len(pts), summarize(pts))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	var pts []testPoint
+	testkit.WaitFor(t, what, within, func() bool {
+		pts = testPoints(sinks...)
+		return cond(pts)
+	}, func() string { return fmt.Sprintf("delivered %d points: %v", len(pts), summarize(pts)) })
+	return pts
 }
 
 // summarize renders points as runs of one agent: "a×12 b×30".

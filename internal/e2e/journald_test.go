@@ -17,9 +17,9 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/otelcol-dedup/otelcol-dedup/internal/otlp"
+	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 )
 
 // EnvJournalRemote names the systemd-journal-remote the tests write journal
@@ -157,23 +157,17 @@ func procStat(pid int) (comm string, state byte, ppid int, ok bool) {
 // bounded, until each has exited (gone, or a zombie left to its new parent).
 func killProcesses(t *testing.T, comm string, pids []int) {
 	t.Helper()
-	deadline := time.Now().Add(opTimeout)
 	for _, pid := range pids {
-		for {
+		testkit.WaitFor(t, fmt.Sprintf("process %d gone after SIGKILL", pid), opTimeout, func() bool {
 			name, state, _, ok := procStat(pid)
 			if !ok || state == 'Z' || name != comm {
-				break
+				return true
 			}
 			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-				t.Errorf("kill %d: %v", pid, err)
-				break
+				t.Fatalf("kill %d: %v", pid, err)
 			}
-			if time.Now().After(deadline) {
-				t.Errorf("process %d still running after SIGKILL", pid)
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+			return false
+		})
 	}
 }
 

@@ -190,10 +190,12 @@ func groupCaughtUp(ctx context.Context, cl *kgo.Client) (bool, string, error) {
 }
 
 // waitCommitted waits until the sink holds as many records as Redis holds
-// digest keys whose claim is committed, twice in a row 100 ms apart.
-func waitCommitted(t *testing.T, ctx context.Context, rdb *redistest.Server, sink *otlp.Sink) {
+// digest keys whose claim is committed, and both have held still for
+// 100 ms.
+func waitCommitted(t *testing.T, rdb *redistest.Server, sink *otlp.Sink) {
 	t.Helper()
-	for stable := 0; stable < 2; {
+	committed, since := -1, time.Now()
+	testkit.WaitFor(t, "Redis's committed keys matching the sink's records", 2*time.Minute, func() bool {
 		entries := dumpRedis(t, []*redistest.Server{rdb})
 		status := map[string]string{}
 		for _, e := range entries {
@@ -201,23 +203,19 @@ func waitCommitted(t *testing.T, ctx context.Context, rdb *redistest.Server, sin
 				status[m[1]+m[2][len("claim:"):]] = e.value
 			}
 		}
-		committed := 0
+		n := 0
 		for _, e := range entries {
 			if m := redisKeyRE.FindStringSubmatch(e.key); m != nil && len(m[2]) == 16 && status[m[1]+e.value] == "c" {
-				committed++
+				n++
 			}
 		}
-		if committed == sink.LogRecordCount() {
-			stable++
-		} else {
-			stable = 0
+		if n != sink.LogRecordCount() || n != committed {
+			committed, since = n, time.Now()
 		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("Redis holds %d committed keys, the sink %d records", committed, sink.LogRecordCount())
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+		return n == sink.LogRecordCount() && time.Since(since) >= 100*time.Millisecond
+	}, func() string {
+		return fmt.Sprintf("Redis holds %d committed keys, the sink %d records", committed, sink.LogRecordCount())
+	})
 }
 
 // sinkBodies counts the bodies of the records the sinks hold.
@@ -275,7 +273,7 @@ func TestKafkaReplays(t *testing.T) {
 			// delivering (its held export blocks its poll loop). A kill
 			// between the sink's answer and the commit lets that message
 			// through again once its lease ends (the README says so).
-			waitCommitted(t, ctx, rdb, a.sink)
+			waitCommitted(t, rdb, a.sink)
 			a.col.Kill()
 			relWaitAbandoned(t, a.sink)
 			a.sink.Unhold()
@@ -300,22 +298,17 @@ func TestKafkaReplays(t *testing.T) {
 			b.sink.Unhold()
 
 			var state string
-			for {
+			testkit.WaitFor(t, "the group caught up", 2*time.Minute, func() bool {
 				ok, s, err := groupCaughtUp(ctx, cl)
 				if err != nil {
 					t.Fatal(err)
 				}
 				state = s
-				if ok {
-					break
-				}
-				select {
-				case <-ctx.Done():
-					_, delivered := sinkBodies(a.sink, b.sink, c.sink)
-					t.Fatalf("the group never caught up: %s; %d of %d delivered", state, delivered, n)
-				case <-time.After(200 * time.Millisecond):
-				}
-			}
+				return ok
+			}, func() string {
+				_, delivered := sinkBodies(a.sink, b.sink, c.sink)
+				return fmt.Sprintf("%s; %d of %d delivered", state, delivered, n)
+			})
 
 			l := func(kv ...string) Labels { return sigLabels("dedup/kafka", "logs", kv...) }
 			scB, scC := b.scrape(), c.scrape()

@@ -572,7 +572,9 @@ func TestRedisPassWhenDown(t *testing.T) {
 		}
 		mustSend(t, fmt.Sprintf("batch %d", sent), senders[0].SendLogs(ctx, batch(sent)))
 		sent++
-		time.Sleep(200 * time.Millisecond) // the stream's pace while Redis restarts
+		// The stream's pace while Redis restarts, not a wait: the events of
+		// a stream arrive over time, a batch every 200 ms.
+		time.Sleep(200 * time.Millisecond)
 	}
 	if failed.Load() > 0 {
 		t.FailNow()
@@ -702,7 +704,14 @@ func TestRedisCollectorDiesMidBatch(t *testing.T) {
 			n, sc.Sum(metricDuplicates, sigLabels("dedup", "logs", "tier", "redis")))
 		// Diagnosis: only a retry after the lease, which no sender makes once
 		// accepted, would have saved them.
-		time.Sleep(2*time.Second + 200*time.Millisecond)
+		testkit.WaitFor(t, "A's pending claim gone with its lease", opTimeout, func() bool {
+			for _, e := range dumpRedis(t, []*redistest.Server{srv}) {
+				if e.value == "p" {
+					return false
+				}
+			}
+			return true
+		})
 		mustSend(t, "a further retry to B after the lease", sendB.SendLogs(ctx, req))
 		t.Logf("a further retry to B after A's lease ended: B delivered %d of the 10", b.sink.LogRecordCount())
 		return
@@ -804,11 +813,7 @@ func TestRedisFleetRetryToPeerAfterFailedDelivery(t *testing.T) {
 		_, err := sendUntilAccepted(ctx, func() error { return sendB2.SendLogs(ctx, req) })
 		copyDone <- err
 	}()
-	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if b.scrape().Sum(metricRedisRequests, Labels{"op": "claim"}) > 0 {
-			break
-		}
-	}
+	testkit.WaitFor(t, "B's claim in Redis", opTimeout, func() bool { return b.scrape().Sum(metricRedisRequests, Labels{"op": "claim"}) > 0 })
 	// A's export fails; A releases and passes the failure back, retryable.
 	a.sink.FailNext(1)
 	a.sink.Unhold()

@@ -92,9 +92,12 @@ type relCollector struct{ *running }
 
 // start starts a collector with relPipeline(extra) and waits until it is
 // ready.
-func (h *relHarness) start(extra string) *relCollector {
+func (h *relHarness) start(extra string) *relCollector { return h.startTo(h.sink, extra) }
+
+// startTo is start with the collector exporting to sink.
+func (h *relHarness) startTo(sink *otlp.Sink, extra string) *relCollector {
 	h.t.Helper()
-	rc, err := h.launch(extra)
+	rc, err := h.launch(sink, extra)
 	if err != nil {
 		rc.dumpLog()
 		h.t.Fatal(err)
@@ -104,13 +107,13 @@ func (h *relHarness) start(extra string) *relCollector {
 
 // launch starts a collector and waits until it is ready or exited; the
 // error says which. It is stopped by PID in the test's cleanup.
-func (h *relHarness) launch(extra string) (*relCollector, error) {
+func (h *relHarness) launch(sink *otlp.Sink, extra string) (*relCollector, error) {
 	h.t.Helper()
-	r, err := launch(h.t, h.binary, Config("detailed", h.sink, h.ports), nil, []string{h.relPipeline(extra)})
+	r, err := launch(h.t, h.binary, Config("detailed", sink, h.ports), nil, []string{h.relPipeline(extra)})
 	if err == nil && h.ports == (Ports{}) {
 		h.ports = r.ports
 	}
-	r.sink = h.sink
+	r.sink = sink
 	return &relCollector{r}, err
 }
 
@@ -202,11 +205,15 @@ func relStreamIDs(t *testing.T, cfg loadgen.Config) []string {
 	return ids
 }
 
-// eventIDs counts the records the sink accepted by event.id.
-func relEventIDs(s *otlp.Sink) (map[string]int, int) {
+// eventIDs counts the records the sinks accepted by event.id.
+func relEventIDs(sinks ...*otlp.Sink) (map[string]int, int) {
 	counts := map[string]int{}
 	total := 0
-	for _, ld := range s.Logs() {
+	var all []plog.Logs
+	for _, s := range sinks {
+		all = append(all, s.Logs()...)
+	}
+	for _, ld := range all {
 		for i := range ld.ResourceLogs().Len() {
 			sls := ld.ResourceLogs().At(i).ScopeLogs()
 			for j := range sls.Len() {
@@ -303,7 +310,11 @@ func TestReliabilitySIGKILLMidStream(t *testing.T) {
 	idsA := relStreamIDs(t, a)
 	c1.stop() // snapshot: stream A
 
-	c2 := h.start(extra)
+	// The killed collector exports to a sink of its own, so that what it
+	// delivered is known once everything has landed, whenever the requests
+	// it had in flight when it died arrive.
+	killedSink := newSink(t)
+	c2 := h.startTo(killedSink, extra)
 	if got := c2.restoredKeys(); got != len(idsA) {
 		t.Fatalf("restored keys=%d, want %d", got, len(idsA))
 	}
@@ -317,17 +328,9 @@ func TestReliabilitySIGKILLMidStream(t *testing.T) {
 		defer cancel()
 		sumB, loadErr = loadgen.Run(ctx, b)
 	})
-	testkit.WaitFor(t, "5,000 records of B at the sink", opTimeout, func() bool { return h.sink.LogRecordCount() >= len(idsA)+5_000 })
+	testkit.WaitFor(t, "5,000 records of B at the killed collector's sink", opTimeout, func() bool { return killedSink.LogRecordCount() >= 5_000 })
 	c2.kill()
 	killedAt := time.Now()
-	time.Sleep(300 * time.Millisecond) // requests the sink was still reading
-	atKill, _ := relEventIDs(h.sink)
-	var d2 []string // identities of B the killed collector delivered
-	for _, id := range idsB {
-		if atKill[id] > 0 {
-			d2 = append(d2, id)
-		}
-	}
 
 	c3 := h.start(extra)
 	restartedIn := time.Since(killedAt)
@@ -346,7 +349,14 @@ func TestReliabilitySIGKILLMidStream(t *testing.T) {
 	wantMetric(t, sc, metricRecords, dedupLabels("dedup", "outcome", "unique"), float64(len(idsB)))
 	c3.stop()
 
-	counts, total := relEventIDs(h.sink)
+	counts, total := relEventIDs(h.sink, killedSink)
+	byKilled, _ := relEventIDs(killedSink)
+	var d2 []string // identities of B the killed collector delivered
+	for _, id := range idsB {
+		if byKilled[id] > 0 {
+			d2 = append(d2, id)
+		}
+	}
 	recA, distinctA := relDeliveries(counts, idsA)
 	recB, distinctB := relDeliveries(counts, idsB)
 	if distinctA != len(idsA) || distinctB != len(idsB) {
@@ -383,7 +393,7 @@ func TestReliabilitySIGKILLShortSnapshotInterval(t *testing.T) {
 	a := h.load(21, 5_000, nil)
 	relRun(t, a)
 	idsA := relStreamIDs(t, a)
-	time.Sleep(1200 * time.Millisecond) // two periodic snapshots: A is in
+	h.waitSnapshot(time.Now()) // a periodic snapshot with all of A
 	b := h.load(22, 5_000, nil)
 	relRun(t, b) // every request acknowledged: nothing is in flight
 	idsB := relStreamIDs(t, b)
@@ -453,7 +463,8 @@ func TestReliabilityGracefulShutdownInFlight(t *testing.T) {
 	if err := syscall.Kill(c1.col.PID, syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond) // the collector shuts down with X still in its exporter
+	// The collector shuts down with X still in its exporter.
+	testkit.WaitFor(t, "the collector shutting down", opTimeout, func() bool { return bytes.Contains(c1.output(), []byte("Starting shutdown...")) })
 	h.sink.Unhold()
 	if err := <-xDone; err != nil {
 		t.Fatalf("X, in flight at SIGTERM: %v, want delivered", err)
@@ -530,7 +541,7 @@ func TestReliabilityCrashWithBatchInFlight(t *testing.T) {
 	h.sink.Hold()
 	done := relSendAsync(c1.running, z.batch(span(0, 10)...))
 	relWaitHolding(t, h.sink, 1)
-	time.Sleep(500 * time.Millisecond) // several periodic snapshots
+	h.waitSnapshot(time.Now()) // a periodic snapshot while the batch is in flight
 	c1.kill()
 	if err := <-done; err == nil {
 		t.Fatal("the sender was told a batch delivered that the killed collector never exported")
@@ -560,20 +571,41 @@ func TestReliabilityCrashWithBatchInFlight(t *testing.T) {
 // magic "OCDD" and version 1.
 func relSnapshotOffsets(t *testing.T, db []byte) []int {
 	t.Helper()
+	out := relFindSnapshots(db)
+	if len(out) == 0 {
+		t.Fatal("no snapshot in the storage file")
+	}
+	return out
+}
+
+func relFindSnapshots(db []byte) []int {
 	var out []int
 	pat := []byte{'O', 'C', 'D', 'D', 0, 1}
 	for i := 0; ; {
 		j := bytes.Index(db[i:], pat)
 		if j < 0 {
-			break
+			return out
 		}
 		out = append(out, i+j)
 		i += j + 1
 	}
-	if len(out) == 0 {
-		t.Fatal("no snapshot in the storage file")
-	}
-	return out
+}
+
+// waitSnapshot waits until the storage file holds a cache snapshot written
+// at or after t, by the WrittenAt of its header (unix ns at offset 14, see
+// internal/snapshot's layout): a periodic save that began after t, with
+// every key committed before t in it.
+func (h *relHarness) waitSnapshot(t time.Time) {
+	h.t.Helper()
+	testkit.WaitFor(h.t, "a cache snapshot written after "+t.Format(time.RFC3339Nano), opTimeout, func() bool {
+		db, _ := os.ReadFile(filepath.Join(h.store, relSnapshotFile))
+		for _, at := range relFindSnapshots(db) {
+			if at+22 <= len(db) && int64(binary.BigEndian.Uint64(db[at+14:])) >= t.UnixNano() {
+				return true
+			}
+		}
+		return false
+	})
 }
 
 // TestReliabilityUnusableSnapshotOnDisk: the snapshot inside file_storage's
@@ -699,7 +731,7 @@ func TestReliabilityUnusableSnapshotOnDisk(t *testing.T) {
 		if err := os.WriteFile(dbPath, good[:8192], 0o600); err != nil {
 			t.Fatal(err)
 		}
-		rc, err := h.launch(extra)
+		rc, err := h.launch(h.sink, extra)
 		if err == nil {
 			t.Fatal("the collector started on a truncated storage file")
 		}
