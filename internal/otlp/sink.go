@@ -46,23 +46,19 @@ type Sink struct {
 	httpSrv          *http.Server
 	served           sync.WaitGroup
 
-	mu           sync.Mutex
-	items        [3]int // log records, spans and data points accepted
-	requests     int
-	refused      int
-	refusedItems int
-	failNext     int
-	failCode     codes.Code
-	failStatus   int
-	failRand     *rand.Rand // not nil while FailRandomly is in force
-	failP        float64
-	reject       int64 // records each logs request's partial success rejects
-	latency      time.Duration
-	hold         chan struct{} // not nil while Hold is in force; closed by Unhold
-	holding      int           // requests waiting on hold
-	logs         []plog.Logs
-	traces       []ptrace.Traces
-	metrics      []pmetric.Metrics
+	mu                                       sync.Mutex
+	items                                    [3]int // log records, spans and data points accepted
+	requests, refused, refusedItems, holding int    // holding: requests waiting on hold
+	failNext, failStatus                     int
+	failCode                                 codes.Code
+	failRand                                 *rand.Rand // not nil while FailRandomly is in force
+	failP                                    float64
+	reject                                   int64 // records each logs request's partial success rejects
+	latency                                  time.Duration
+	hold                                     chan struct{} // not nil while Hold is in force; closed by Unhold
+	logs                                     []plog.Logs
+	traces                                   []ptrace.Traces
+	metrics                                  []pmetric.Metrics
 }
 
 // NewSink starts a sink on two loopback ports the kernel picks. Close it
@@ -107,18 +103,13 @@ func (s *Sink) Close() error {
 
 // FailNext makes the next n requests, of any signal and over either
 // protocol, fail (see FailWith). Refused requests are not recorded.
-func (s *Sink) FailNext(n int) {
-	s.mu.Lock()
-	s.failNext = n
-	s.mu.Unlock()
-}
+func (s *Sink) FailNext(n int) { set(s, &s.failNext, n) }
 
 // FailWith sets how a refused request fails: gRPC code, HTTP status
 // (default Unavailable and 503, which an exporter retries).
 func (s *Sink) FailWith(code codes.Code, httpStatus int) {
-	s.mu.Lock()
-	s.failCode, s.failStatus = code, httpStatus
-	s.mu.Unlock()
+	set(s, &s.failCode, code)
+	set(s, &s.failStatus, httpStatus)
 }
 
 // FailRandomly makes every request from now on fail, like FailNext, with
@@ -136,19 +127,11 @@ func (s *Sink) FailRandomly(p float64, seed uint64) {
 
 // RejectEach makes every accepted logs request answer a partial success
 // that rejects n of its records.
-func (s *Sink) RejectEach(n int64) {
-	s.mu.Lock()
-	s.reject = n
-	s.mu.Unlock()
-}
+func (s *Sink) RejectEach(n int64) { set(s, &s.reject, n) }
 
 // SetLatency makes every request from now on wait d before it is decided, as
 // a slow backend does; a request whose client gives up meanwhile is refused.
-func (s *Sink) SetLatency(d time.Duration) {
-	s.mu.Lock()
-	s.latency = d
-	s.mu.Unlock()
-}
+func (s *Sink) SetLatency(d time.Duration) { set(s, &s.latency, d) }
 
 // Hold makes every request from now on wait, before it is recorded, until
 // Unhold, the sink closes or the client gives up; an exporter sending to the
@@ -214,6 +197,12 @@ func locked[T any](s *Sink, f func() T) T {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return f()
+}
+
+func set[T any](s *Sink, field *T, v T) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	*field = v
 }
 
 // receive decides on a request of n items and, if the sink accepts it,
