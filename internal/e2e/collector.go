@@ -238,9 +238,6 @@ func (c *Collector) readPorts() error {
 	return nil
 }
 
-// Exited is closed once the process has exited.
-func (c *Collector) Exited() <-chan struct{} { return c.done }
-
 // Stop sends SIGTERM, waits up to grace for a clean shutdown (the collector
 // drains its pipelines on the way), then sends SIGKILL. It returns an error
 // if the process had to be killed or did not exit cleanly. Stop is

@@ -16,7 +16,7 @@ import (
 	"google.golang.org/grpc/metadata"
 )
 
-// sender is what GRPCSender and HTTPSender have in common.
+// sender is what the gRPC and HTTP clients do.
 type sender interface {
 	SendLogs(context.Context, plog.Logs) error
 	SendTraces(context.Context, ptrace.Traces) error
