@@ -90,12 +90,12 @@ run: build
 	./$(BIN) --config $(CONFIG)
 
 demo: build
-	$(GO) run ./cmd/dedupdemo -bin $(BIN) -config $(CONFIG) -data testdata/demo-logs.json
+	$(GO) run ./cmd/dedupload -demo -bin $(BIN) -config $(CONFIG) -data testdata/demo-logs.json
 
-# Regenerates the demo sample (deterministic; cmd/dedupdemo's tests check the
+# Regenerates the demo sample (deterministic; cmd/dedupload's tests check the
 # shipped file matches).
 demo-data:
-	$(GO) run ./cmd/dedupdemo -generate testdata/demo-logs.json
+	$(GO) run ./cmd/dedupload -demo -generate testdata/demo-logs.json
 
 # The end-to-end tests (internal/e2e) use the binaries built here
 # (OTELCOL_DEDUP_BIN, OTELCOL_AGENT_BIN); run alone with go test they build

@@ -15,10 +15,12 @@ import (
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/pdata/pmetric"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"gopkg.in/yaml.v3"
 
 	"github.com/otelcol-dedup/otelcol-dedup/internal/e2e"
+	"github.com/otelcol-dedup/otelcol-dedup/internal/otlp"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
 )
 
@@ -125,7 +127,7 @@ func TestValidateCatchesBadDedupConfig(t *testing.T) {
 // the receivers, health_check and metrics reader on p, every exporter the
 // example defines at the sink (env OTLP_BACKEND), without queue or retry so
 // that what the sink holds is final when a send returns.
-func exampleOverride(t *testing.T, file string, p e2e.Ports) string {
+func exampleOverride(t *testing.T, file string) string {
 	t.Helper()
 	var cfg struct {
 		Exporters map[string]any `yaml:"exporters"`
@@ -147,21 +149,19 @@ receivers:
       http: {endpoint: %q}
 exporters:
 %sservice:
-%s`, e2e.Addr(p.Health), e2e.Addr(p.OTLPGRPC), e2e.Addr(p.OTLPHTTP), ex.String(), telemetryYAML(p.Metrics))
+%s`, e2e.ListenHealth, e2e.ListenOTLPGRPC, e2e.ListenOTLPHTTP, ex.String(), telemetryYAML())
 }
 
 // runExample starts examples/file with the override, OTLP_BACKEND at the
 // sink (gRPC, or HTTP for otlp_http) and extra env.
-func runExample(t *testing.T, file string, sink *e2e.Sink, httpBackend bool, env ...string) *collector {
+func runExample(t *testing.T, file string, sink *otlp.Sink, httpBackend bool, env ...string) *collector {
 	t.Helper()
 	backend := sink.GRPCEndpoint()
 	if httpBackend {
 		backend = sink.HTTPEndpoint()
 	}
 	env = append([]string{"OTLP_BACKEND=" + backend}, env...)
-	return startCollector(t, env, func(p e2e.Ports) []string {
-		return []string{exampleOverride(t, file, p)}
-	}, filepath.Join(root(t), "examples", file))
+	return startCollector(t, env, []string{filepath.Join(root(t), "examples", file)}, exampleOverride(t, file))
 }
 
 func event(id, body string) plog.Logs {
@@ -250,7 +250,7 @@ func TestExampleMultiTenant(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return e2e.WithGRPCMetadata(ctx, append([]string{"authorization", "Bearer " + tok}, headers...)...)
+		return metadata.AppendToOutgoingContext(ctx, append([]string{"authorization", "Bearer " + tok}, headers...)...)
 	}
 	mustSend(t, "globex with acme's header", s.SendLogs(as("globex", "X-Scope-OrgID", "acme"), event("evt-1", "signup")))
 	for _, tenant := range []string{"acme", "acme"} {
@@ -288,9 +288,7 @@ func TestExampleHAMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	sink2 := newSink(t)
-	c2 := startCollector(t, []string{"OTLP_BACKEND=" + sink2.GRPCEndpoint()}, func(ports e2e.Ports) []string {
-		return []string{exampleOverride(t, "ha-metrics.yaml", ports)}
-	}, p)
+	c2 := startCollector(t, []string{"OTLP_BACKEND=" + sink2.GRPCEndpoint()}, []string{p}, exampleOverride(t, "ha-metrics.yaml"))
 	s2 := c2.grpcSender()
 	base := time.Date(2026, 11, 1, 12, 0, 30, 0, time.UTC) // on a 15 s boundary
 	mustSend(t, "replica a", s2.SendMetrics(ctx, gaugeBatch("a", base.Add(2*time.Second))))
@@ -469,12 +467,8 @@ func TestExampleTLSFilesReadAtStart(t *testing.T) {
 	if out, err := validate(t, cfg); err != nil {
 		t.Fatalf("validate with the certificates missing: %v\n%s", err, out)
 	}
-	ports, err := e2e.FreePorts()
-	if err != nil {
-		t.Fatal(err)
-	}
 	override := filepath.Join(dir, "override.yaml")
-	if err := os.WriteFile(override, []byte(exampleOverride(t, file, ports)), 0o644); err != nil {
+	if err := os.WriteFile(override, []byte(exampleOverride(t, file)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	out, err := runIn(t, startTimeout, root(t), nil, binary(t), "--config", cfg, "--config", override)

@@ -10,7 +10,10 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/plog"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"github.com/otelcol-dedup/otelcol-dedup/internal/otlp"
 )
 
 const tokenAudience = "otelcol-dedup"
@@ -63,7 +66,7 @@ func startIssuer(t *testing.T) *Issuer {
 type credential struct {
 	grpc logSender
 	ctx  context.Context
-	http *HTTPSender
+	http *otlp.Client
 }
 
 func (r *running) credential(t *testing.T, ctx context.Context, iss *Issuer, subject string, claims map[string]any, headers ...string) credential {
@@ -79,7 +82,7 @@ func (r *running) credential(t *testing.T, ctx context.Context, iss *Issuer, sub
 	}
 	return credential{
 		grpc: r.grpcSender(),
-		ctx:  WithGRPCMetadata(ctx, append([]string{"authorization", "Bearer " + tok}, headers...)...),
+		ctx:  metadata.AppendToOutgoingContext(ctx, append([]string{"authorization", "Bearer " + tok}, headers...)...),
 		http: h,
 	}
 }
@@ -136,11 +139,11 @@ func TestAuthenticatedTenants(t *testing.T) {
 	// No token: refused by the receiver's authenticator, never counted.
 	noToken := r.httpSender()
 	noToken.Header = http.Header{"X-Scope-OrgID": {"acme"}}
-	var se *HTTPStatusError
+	var se *otlp.HTTPError
 	if err := noToken.SendLogs(ctx, req()); !errors.As(err, &se) || se.StatusCode != http.StatusUnauthorized {
 		t.Errorf("HTTP without a token: %v, want status 401", err)
 	}
-	if err := r.grpcSender().SendLogs(WithGRPCMetadata(ctx, "X-Scope-OrgID", "acme"), req()); status.Code(err) != codes.Unauthenticated {
+	if err := r.grpcSender().SendLogs(metadata.AppendToOutgoingContext(ctx, "X-Scope-OrgID", "acme"), req()); status.Code(err) != codes.Unauthenticated {
 		t.Errorf("gRPC without a token: %v, want Unauthenticated", err)
 	}
 	wantCounts(t, r.scrape(), "dedup", "logs", dedupCounts{unique: 20, duplicate: 20, local: 20, entries: 20})
@@ -209,7 +212,7 @@ func TestAuthenticatedWithoutPartition(t *testing.T) {
 // TestAuthAttributesWithoutAuthenticator: auth_attributes on a collector
 // that runs no authenticator is refused at start, with the fix.
 func TestAuthAttributesWithoutAuthenticator(t *testing.T) {
-	out := startFails(t, `
+	out, _ := startFails(t, `
 processors:
   dedup:
     auth_attributes: [subject]
@@ -252,7 +255,7 @@ service:
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	s := r.grpcSender()
-	asAcme := WithGRPCMetadata(ctx, "X-Scope-OrgID", "acme")
+	asAcme := metadata.AppendToOutgoingContext(ctx, "X-Scope-OrgID", "acme")
 	forged := c.batch(span(0, 10)...)
 	for i := range 10 {
 		forged.ResourceLogs().At(0).ScopeLogs().At(0).LogRecords().At(i).Body().SetStr("forged")

@@ -60,6 +60,13 @@ func TestWaitFor(t *testing.T) {
 	if took := time.Since(start); !r.fatal || len(r.errors) != 1 || r.errors[0] != "never: not after 50ms" || took < 50*time.Millisecond || took > 5*time.Second {
 		t.Fatalf("fatal %v, errors %q after %v; want one fatal \"never: not after 50ms\" after 50ms", r.fatal, r.errors, took)
 	}
+
+	r = run(func(tb testing.TB) {
+		WaitFor(tb, "never", time.Millisecond, func() bool { return false }, func() string { return "saw 2" })
+	})
+	if !r.fatal || len(r.errors) != 1 || r.errors[0] != "never (saw 2): not after 1ms" {
+		t.Fatalf("with a detail: fatal %v, errors %q", r.fatal, r.errors)
+	}
 }
 
 func TestClock(t *testing.T) {
@@ -161,6 +168,9 @@ func TestMetrics(t *testing.T) {
 		{"wait{p=a,result=settled}", HistogramCount(t, reader, "wait", a, settled), 2},
 		{"wait{p=a}", HistogramCount(t, reader, "wait", a), 0},
 		{"wait{result=settled,...}", HistogramCountAll(t, reader, "wait", settled), 3},
+		{"records{p=a,...}", uint64(SumInt64(collect(t, reader), "records", a)), 7},
+		{"records{result=settled,...}", uint64(SumInt64(collect(t, reader), "records", settled)), 4},
+		{"held{...}", uint64(SumInt64(collect(t, reader), "held")), 9},
 		{"wait{...}", HistogramCountAll(t, reader, "wait"), 4},
 	} {
 		if c.got != c.want {

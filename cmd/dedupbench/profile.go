@@ -1,9 +1,11 @@
-package bench
+package main
 
 import (
 	"bufio"
+	"cmp"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -75,19 +77,7 @@ func ProfileDiff(modes []string, profiles []map[string]FuncCPU, records []int64,
 		}
 		return d
 	}
-	sorted := make([]string, 0, len(names))
-	for name := range names {
-		sorted = append(sorted, name)
-	}
-	slices.SortFunc(sorted, func(a, b string) int {
-		if da, db := diff(a), diff(b); da != db {
-			if da > db {
-				return -1
-			}
-			return 1
-		}
-		return strings.Compare(a, b)
-	})
+	sorted := slices.SortedFunc(maps.Keys(names), func(a, b string) int { return cmp.Or(cmp.Compare(diff(b), diff(a)), strings.Compare(a, b)) })
 	var b strings.Builder
 	kind := "flat"
 	if cum {

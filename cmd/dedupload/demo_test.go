@@ -5,11 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-
-	"go.uber.org/goleak"
 )
-
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 const samplePath = "../../testdata/demo-logs.json"
 
@@ -25,7 +21,7 @@ func TestSampleIsGenerated(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(got, want.Bytes()) {
-		t.Fatalf("%s differs from the generator's output; run: go run ./cmd/dedupdemo -generate testdata/demo-logs.json", filepath.Clean(samplePath))
+		t.Fatalf("%s differs from the generator's output; run: make demo-data", filepath.Clean(samplePath))
 	}
 }
 

@@ -1,15 +1,19 @@
-package bench
+package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"os"
+	"net/http"
 	"path/filepath"
+	"sync"
 	"time"
 
-	"github.com/otelcol-dedup/otelcol-dedup/cmd/dedupload/loadgen"
+	"go.opentelemetry.io/collector/pdata/plog"
+
 	"github.com/otelcol-dedup/otelcol-dedup/internal/e2e"
+	"github.com/otelcol-dedup/otelcol-dedup/internal/loadgen"
+	"github.com/otelcol-dedup/otelcol-dedup/internal/otlp"
+	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
 )
 
 // The pipelines an end-to-end run compares: the same binary, receiver and
@@ -24,14 +28,14 @@ const (
 // Modes are the pipelines in the order a round runs them.
 var Modes = []string{ModePassThrough, ModeLocal, ModeRedis}
 
-// CollectorConfig is the otelcol-dedup config of a mode: the OTLP/gRPC
-// receiver, the OTLP/gRPC exporter to sink with its defaults (a sending
-// queue) but compression (gzip or none), health_check, the collector's own metrics on ports.Metrics,
-// and dedup with its defaults (content identity, 10 m window, 10^6 cache
+// CollectorConfig is the otelcol-dedup config of a mode: e2e.Config's
+// listeners and telemetry (level normal), the OTLP/gRPC exporter to sink
+// with its defaults (a sending queue) but compression (gzip or none), and
+// dedup with its defaults (content identity, 10 m window, 10^6 cache
 // entries) plus, in ModeRedis, the shared tier at redisAddr. A profile path
 // adds the pprof extension, which writes the collector's CPU profile there
-// from start to shutdown. JSON is YAML.
-func CollectorConfig(mode string, ports e2e.Ports, sink, compression, redisAddr, profile string) ([]byte, error) {
+// from start to shutdown.
+func CollectorConfig(mode, sink, compression, redisAddr, profile string) (map[string]any, error) {
 	dedup := map[string]any{}
 	processors := []string{"dedup"}
 	switch mode {
@@ -46,34 +50,21 @@ func CollectorConfig(mode string, ports e2e.Ports, sink, compression, redisAddr,
 	default:
 		return nil, fmt.Errorf("unknown mode %q", mode)
 	}
-	extensions := map[string]any{"health_check": map[string]any{"endpoint": e2e.Addr(ports.Health)}}
+	cfg := e2e.Config("normal", nil, e2e.Ports{})
+	service := cfg["service"].(map[string]any)
 	if profile != "" {
-		// Port 0: the profile is what is wanted, not the endpoint, and a
-		// port picked here could be taken before the collector binds it.
-		extensions["pprof"] = map[string]any{"endpoint": "127.0.0.1:0", "save_to_file": profile}
+		// Port 0: the profile is what is wanted, not the endpoint.
+		cfg["extensions"].(map[string]any)["pprof"] = map[string]any{"endpoint": "127.0.0.1:0", "save_to_file": profile}
+		service["extensions"] = []string{"health_check", "pprof"}
 	}
-	names := make([]string, 0, len(extensions))
-	for name := range extensions {
-		names = append(names, name)
-	}
-	cfg := map[string]any{
-		"extensions": extensions,
-		"receivers": map[string]any{"otlp": map[string]any{"protocols": map[string]any{
-			"grpc": map[string]any{"endpoint": e2e.Addr(ports.OTLPGRPC)},
-		}}},
-		"processors": map[string]any{"dedup": dedup},
-		"exporters": map[string]any{"otlp_grpc": map[string]any{
-			"endpoint": sink, "tls": map[string]any{"insecure": true}, "compression": compression,
-		}},
-		"service": map[string]any{
-			"extensions": names,
-			"telemetry":  e2e.Telemetry("normal", ports.Metrics),
-			"pipelines": map[string]any{"logs": map[string]any{
-				"receivers": []string{"otlp"}, "processors": processors, "exporters": []string{"otlp_grpc"},
-			}},
-		},
-	}
-	return json.MarshalIndent(cfg, "", "  ")
+	cfg["processors"] = map[string]any{"dedup": dedup}
+	cfg["exporters"] = map[string]any{"otlp_grpc": map[string]any{
+		"endpoint": sink, "tls": map[string]any{"insecure": true}, "compression": compression,
+	}}
+	service["pipelines"] = map[string]any{"logs": map[string]any{
+		"receivers": []string{"otlp"}, "processors": processors, "exporters": []string{"otlp_grpc"},
+	}}
+	return cfg, nil
 }
 
 // Run is one end-to-end run of a mode.
@@ -130,57 +121,64 @@ func (r Run) Exact(records int64) error {
 // collector: the returned Run is checked with Exact after the stop, so a
 // record the collector sends late counts too. With a profile path the
 // collector runs with the pprof extension and writes its CPU profile there.
-func RunCollector(ctx context.Context, binary, dir, mode string, redis *RedisServer, load loadgen.Config, compression, profile string) (Run, error) {
+func RunCollector(ctx context.Context, binary, dir, mode string, redis *redistest.Server, load loadgen.Config, compression, profile string) (Run, error) {
 	run := Run{Mode: mode}
-	sink, err := NewSink()
+	h, err := thisHost()
+	if err != nil {
+		return run, err
+	}
+	sink, err := otlp.NewSink()
 	if err != nil {
 		return run, err
 	}
 	defer sink.Close()
-	ports, err := e2e.FreePorts()
-	if err != nil {
-		return run, err
+	// The load's event.id attribute is the same in every copy of a record:
+	// the distinct ones are the identities delivered.
+	var mu sync.Mutex
+	ids := map[string]struct{}{}
+	sink.OnLogs = func(ld plog.Logs, _ http.Header) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, rl := range ld.ResourceLogs().All() {
+			for _, sl := range rl.ScopeLogs().All() {
+				for _, lr := range sl.LogRecords().All() {
+					v, _ := lr.Attributes().Get("event.id")
+					ids[v.Str()] = struct{}{}
+				}
+			}
+		}
 	}
 	redisAddr := ""
 	if redis != nil {
-		redisAddr = redis.Addr
+		redisAddr = redis.Addr()
 	}
-	cfg, err := CollectorConfig(mode, ports, sink.Endpoint(), compression, redisAddr, profile)
+	cfg, err := CollectorConfig(mode, sink.GRPCEndpoint(), compression, redisAddr, profile)
 	if err != nil {
 		return run, err
 	}
-	path := filepath.Join(dir, "collector-"+mode+".yaml")
-	if err := os.WriteFile(path, cfg, 0o600); err != nil {
+	path, logPath := filepath.Join(dir, "collector-"+mode+".yaml"), filepath.Join(dir, "collector-"+mode+".log")
+	if err := e2e.WriteConfig(path, cfg); err != nil {
 		return run, err
 	}
-	logf, err := os.Create(filepath.Join(dir, "collector-"+mode+".log"))
-	if err != nil {
-		return run, err
-	}
-	defer logf.Close()
-	c, err := e2e.StartCollector(binary, logf, path)
-	if err != nil {
-		return run, err
-	}
-	defer func() { _ = c.Stop(10 * time.Second) }()
-	hctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	err = c.WaitHealthy(hctx, ports.HealthURL())
+	sctx, cancel := context.WithTimeout(ctx, time.Minute)
+	c, err := e2e.Start(sctx, binary, logPath, nil, path)
 	cancel()
 	if err != nil {
-		return run, fmt.Errorf("%w (log: %s)", err, logf.Name())
+		return run, fmt.Errorf("%w (log: %s)", err, logPath)
 	}
+	defer func() { _ = c.Stop(10 * time.Second) }()
 
 	var redisBefore RedisCounts
 	if redis != nil {
-		if redisBefore, err = redis.Counts(ctx); err != nil {
+		if redisBefore, err = redisCounts(ctx, redis); err != nil {
 			return run, err
 		}
 	}
-	cpuBefore, err := ReadProcCPU(c.PID)
+	cpuBefore, err := h.procCPU(c.PID)
 	if err != nil {
 		return run, err
 	}
-	load.Endpoint, load.Protocol = e2e.Addr(ports.OTLPGRPC), loadgen.GRPC
+	load.Endpoint, load.Protocol = c.Ports.OTLPGRPC, loadgen.GRPC
 	if run.Load, err = loadgen.Run(ctx, load); err != nil {
 		return run, err
 	}
@@ -188,29 +186,33 @@ func RunCollector(ctx context.Context, binary, dir, mode string, redis *RedisSer
 	if mode != ModePassThrough {
 		want = run.Load.Unique
 	}
-	sink.WaitFor(want, 60*time.Second)
-	cpuAfter, err := ReadProcCPU(c.PID)
+	for deadline := time.Now().Add(time.Minute); int64(sink.LogRecordCount()) < want && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	cpuAfter, err := h.procCPU(c.PID)
 	if err != nil {
 		return run, err
 	}
 	run.CPUSeconds = (cpuAfter - cpuBefore).Seconds()
-	if run.PeakRSS, err = ReadPeakRSS(c.PID); err != nil {
+	if run.PeakRSS, _, err = h.rss(c.PID); err != nil {
 		return run, err
 	}
-	sc, err := e2e.ScrapeMetrics(ctx, ports.MetricsURL())
+	sc, err := e2e.ScrapeMetrics(ctx, c.Ports.MetricsURL())
 	if err != nil {
 		return run, err
 	}
 	run.Dropped = int64(sc.Sum("otelcol_processor_dedup_records", e2e.Labels{"outcome": "duplicate"}))
 	run.RoundTrips = int64(sc.Sum("otelcol_processor_dedup_redis_requests", nil))
 	if err := c.Stop(30 * time.Second); err != nil {
-		return run, fmt.Errorf("stop: %w (log: %s)", err, logf.Name())
+		return run, fmt.Errorf("stop: %w (log: %s)", err, logPath)
 	}
-	run.Delivered, run.Distinct = sink.Counts()
+	mu.Lock()
+	run.Delivered, run.Distinct = int64(sink.LogRecordCount()), int64(len(ids))
+	mu.Unlock()
 	// After the stop: the processor sends a batch's commit after its
 	// request is answered, and flushes the last ones on shutdown.
 	if redis != nil {
-		after, err := redis.Counts(ctx)
+		after, err := redisCounts(ctx, redis)
 		if err != nil {
 			return run, err
 		}

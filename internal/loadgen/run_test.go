@@ -11,10 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"go.opentelemetry.io/collector/pdata/plog"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 var protocols = []string{GRPC, HTTP}
@@ -198,41 +196,11 @@ func TestRunGivesUpAfterMaxElapsed(t *testing.T) {
 	}
 }
 
-// A server that says how long to wait (gRPC RetryInfo, HTTP Retry-After)
-// is obeyed.
-func TestClassifyHonoursServerDelay(t *testing.T) {
-	st, err := status.New(codes.ResourceExhausted, "slow down").WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(3 * time.Second)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := classifyGRPC(st.Err())
-	if !e.retryable || e.throttle != 3*time.Second {
-		t.Errorf("RetryInfo: retryable %v throttle %v", e.retryable, e.throttle)
-	}
-	for c, want := range map[codes.Code]bool{
-		codes.Unavailable: true, codes.DeadlineExceeded: true, codes.ResourceExhausted: true, codes.Aborted: true,
-		codes.InvalidArgument: false, codes.Unauthenticated: false, codes.PermissionDenied: false, codes.Internal: false, codes.Unimplemented: false,
-	} {
-		if got := classifyGRPC(status.Error(c, "x")).retryable; got != want {
-			t.Errorf("%v retryable = %v, want %v", c, got, want)
-		}
-	}
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	for v, want := range map[string]time.Duration{
-		"": 0, "0": 0, "5": 5 * time.Second, "junk": 0,
-		now.Add(90 * time.Second).Format(http.TimeFormat): 90 * time.Second,
-	} {
-		if got := retryAfter(v, now); got != want {
-			t.Errorf("retryAfter(%q) = %v, want %v", v, got, want)
-		}
-	}
-}
-
 func TestRunCountsPartialSuccess(t *testing.T) {
 	for _, p := range protocols {
 		t.Run(p, func(t *testing.T) {
 			s := newSink(t)
-			s.rejectEach = 2
+			s.RejectEach(2)
 			sum := run(t, Config{Endpoint: s.endpoint(p), Protocol: p, Records: 1000, Duplicates: 0.2, Batch: 100, Senders: 2})
 			if sum.Requests != 10 || sum.Errors != 10 || sum.FailedRecords != 20 || sum.Sent != 980 || sum.Retries != 0 {
 				t.Errorf("requests %d errors %d failed %d sent %d retries %d", sum.Requests, sum.Errors, sum.FailedRecords, sum.Sent, sum.Retries)
@@ -274,7 +242,7 @@ func TestRunSendsHeaders(t *testing.T) {
 				t.Fatalf("sent %d, sink saw %d requests", sum.Sent, len(hs))
 			}
 			for _, h := range hs {
-				if h["x-scope-orgid"] != "tenant-a" || h["x-team"] != "blue" {
+				if h.Get("X-Scope-OrgID") != "tenant-a" || h.Get("X-Team") != "blue" {
 					t.Fatalf("request headers %v lack X-Scope-OrgID=tenant-a, x-team=blue", h)
 				}
 			}
@@ -422,7 +390,7 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
-func TestParseHeadersAndURL(t *testing.T) {
+func TestParseHeaders(t *testing.T) {
 	h, err := ParseHeaders(" X-Scope-OrgID=a , k=v=w")
 	if err != nil || h["X-Scope-OrgID"] != "a" || h["k"] != "v=w" || len(h) != 2 {
 		t.Errorf("ParseHeaders: %v %v", h, err)
@@ -432,19 +400,6 @@ func TestParseHeadersAndURL(t *testing.T) {
 			t.Errorf("ParseHeaders(%q) accepted", bad)
 		}
 	}
-	for in, want := range map[string]string{
-		"127.0.0.1:4318":                "http://127.0.0.1:4318/v1/logs",
-		"http://gw:4318/":               "http://gw:4318/v1/logs",
-		"https://gw.example:443":        "https://gw.example:443/v1/logs",
-		"http://gw:4318/custom/v1/logs": "http://gw:4318/custom/v1/logs",
-	} {
-		if got, err := logsURL(in); err != nil || got != want {
-			t.Errorf("logsURL(%q) = %q, %v; want %q", in, got, err, want)
-		}
-	}
-	if _, err := logsURL("ftp://x"); err == nil {
-		t.Error("logsURL accepted ftp")
-	}
 }
 
 // BenchmarkRun measures what the tool reaches against an in-process sink
@@ -453,7 +408,7 @@ func BenchmarkRun(b *testing.B) {
 	for _, p := range protocols {
 		b.Run(p, func(b *testing.B) {
 			s := newSink(b)
-			s.countOnly = true
+			s.OnLogs = func(plog.Logs, http.Header) {}
 			var sent int64
 			for b.Loop() {
 				sum, err := Run(context.Background(), Config{Endpoint: s.endpoint(p), Protocol: p,

@@ -1,12 +1,14 @@
-package bench
+package main
 
 import (
-	"math"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 )
 
 // sampleProc writes a proc file system of sample files: process 4242 (a
@@ -43,55 +45,28 @@ func sampleProc(t *testing.T) string {
 }
 
 func TestHostReadsSampleFiles(t *testing.T) {
-	h, err := NewHost(sampleProc(t))
+	h, err := newHost(sampleProc(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cpu, err := h.ProcCPU(4242); err != nil || cpu != 18010*time.Millisecond {
-		t.Errorf("ProcCPU(4242) = %v, %v; want 18.01s", cpu, err)
+	if cpu, err := h.procCPU(4242); err != nil || cpu != 18010*time.Millisecond {
+		t.Errorf("procCPU(4242) = %v, %v; want 18.01s", cpu, err)
 	}
-	if rss, err := h.PeakRSS(4242); err != nil || rss != 81236*1024 {
-		t.Errorf("PeakRSS(4242) = %d, %v; want %d", rss, err, 81236*1024)
+	if peak, now, err := h.rss(4242); err != nil || peak != 81236*1024 || now != 80012*1024 {
+		t.Errorf("rss(4242) = %d, %d, %v; want %d, %d", peak, now, err, 81236*1024, 80012*1024)
 	}
-	if _, err := h.PeakRSS(4343); err == nil {
-		t.Error("PeakRSS of a status without VmHWM: no error")
+	if _, _, err := h.rss(4343); err == nil {
+		t.Error("rss of a status without VmHWM: no error")
 	}
-	if _, err := h.ProcCPU(99999); err == nil {
-		t.Error("ProcCPU of a missing process: no error")
+	if _, err := h.procCPU(99999); err == nil {
+		t.Error("procCPU of a missing process: no error")
 	}
-	l, err := h.LoadAvg()
+	l, err := h.loadAvg()
 	if err != nil || l != (LoadAvg{0.42, 1.5, 3.75}) || l.String() != "0.42 1.50 3.75" {
-		t.Errorf("LoadAvg = %+v (%q), %v", l, l.String(), err)
+		t.Errorf("loadAvg = %+v (%q), %v", l, l.String(), err)
 	}
-	st, err := h.CPUStat()
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Seconds: ticks of 1/100 s, user..steal in Total, idle + iowait in Idle.
-	wantTotal := float64(650204+125888+445004+4459+4849+275) / 100
-	wantIdle := float64(445004+4459) / 100
-	if math.Abs(st.Total-wantTotal) > 1e-6 || math.Abs(st.Idle-wantIdle) > 1e-6 {
-		t.Errorf("CPUStat = %+v, want Total %v Idle %v", st, wantTotal, wantIdle)
-	}
-	m, err := h.Machine()
-	if err != nil || m != (Machine{CPUModel: "AMD EPYC 7B13", Cores: 2, MemBytes: 24608580 * 1024}) {
-		t.Errorf("Machine = %+v, %v", m, err)
-	}
-}
-
-func TestCPUStatBusy(t *testing.T) {
-	a := CPUStat{Total: 1000, Idle: 400}
-	// 9 s passed, 2 of them idle.
-	if got := (CPUStat{Total: 1009, Idle: 402}).Busy(a); math.Abs(got-7.0/9) > 1e-12 {
-		t.Fatalf("Busy = %v, want %v", got, 7.0/9)
-	}
-	if got := a.Busy(a); got != 0 {
-		t.Fatalf("Busy over no time = %v", got)
-	}
-	// Idle time that grew by more than the total (iowait stepping back)
-	// is an idle machine, not a negative load.
-	if got := (CPUStat{Total: 1009, Idle: 410}).Busy(a); got != 0 {
-		t.Fatalf("Busy with idle ahead of total = %v, want 0", got)
+	if m, err := h.machine(); err != nil || m != "AMD EPYC 7B13, 2 cores, 23.5 GiB" {
+		t.Errorf("machine = %q, %v", m, err)
 	}
 }
 
@@ -99,43 +74,40 @@ func TestCPUStatBusy(t *testing.T) {
 // grows while it computes, and its peak resident set covers memory it
 // touched.
 func TestThisHost(t *testing.T) {
-	pid := os.Getpid()
-	before, err := ReadProcCPU(pid)
+	h, err := thisHost()
 	if err != nil {
 		t.Fatal(err)
 	}
+	pid := os.Getpid()
+	before, err := h.procCPU(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// However busy the machine, computing uses CPU time: compute until the
+	// counter (in clock ticks) moves.
 	x := uint64(1)
-	for start := time.Now(); time.Since(start) < 100*time.Millisecond; {
-		for range 1000 {
+	testkit.WaitFor(t, "this process's CPU time growing while it computes", time.Minute, func() bool {
+		for range 1_000_000 {
 			x = x*6364136223846793005 + 1442695040888963407
 		}
-	}
-	after, err := ReadProcCPU(pid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if after <= before {
-		t.Errorf("CPU time %v after computing for 100 ms (x=%d), %v before", after, x, before)
-	}
+		after, err := h.procCPU(pid)
+		return err == nil && after > before
+	}, func() string { return fmt.Sprint(x) })
 	mem := make([]byte, 64<<20)
 	for i := range mem {
 		if i%4096 == 0 {
 			mem[i] = 1
 		}
 	}
-	rss, err := ReadPeakRSS(pid)
+	peak, _, err := h.rss(pid)
 	runtime.KeepAlive(mem)
-	if err != nil || rss < 64<<20 {
-		t.Errorf("peak RSS %d, %v after touching 64 MiB", rss, err)
+	if err != nil || peak < 64<<20 {
+		t.Errorf("peak RSS %d, %v after touching 64 MiB", peak, err)
 	}
-	m, err := ReadMachine()
-	if err != nil || m.Cores < runtime.NumCPU() || m.MemBytes < 64<<20 {
-		t.Errorf("ReadMachine = %+v, %v; want at least %d CPUs and 64 MiB", m, err, runtime.NumCPU())
-	}
-	if _, err := ReadLoadAvg(); err != nil {
+	if _, err := h.machine(); err != nil {
 		t.Error(err)
 	}
-	if _, err := ReadCPUStat(); err != nil {
+	if _, err := h.loadAvg(); err != nil {
 		t.Error(err)
 	}
 }
@@ -151,22 +123,23 @@ func TestWaitForQuiet(t *testing.T) {
 	}
 	var slept time.Duration
 	sleep := func(d time.Duration) { slept += d }
+	var logged int
+	log := func(LoadAvg, time.Duration) { logged++ }
 
 	// Quiet on the third reading: two sleeps.
-	l, quiet, err := WaitForQuiet(1.0, time.Minute, 15*time.Second, reads(2.5, 1.0, 0.7), sleep, nil)
+	l, quiet, err := waitForQuiet(1.0, time.Minute, 15*time.Second, reads(2.5, 1.0, 0.7), sleep, log)
 	if err != nil || !quiet || l.One != 0.7 || slept != 30*time.Second {
 		t.Fatalf("got %v %v %v after %v; want 0.7 quiet after 30s", l, quiet, err, slept)
 	}
 	// Never quiet: gives up after the bound with the last reading.
-	slept = 0
-	var logged int
-	l, quiet, err = WaitForQuiet(1.0, time.Minute, 15*time.Second, reads(3), sleep, func(LoadAvg, time.Duration) { logged++ })
+	slept, logged = 0, 0
+	l, quiet, err = waitForQuiet(1.0, time.Minute, 15*time.Second, reads(3), sleep, log)
 	if err != nil || quiet || l.One != 3 || slept != time.Minute || logged != 4 {
 		t.Fatalf("got %v %v %v after %v, %d logs; want 3, not quiet, after 1m, 4 logs", l, quiet, err, slept, logged)
 	}
 	// A zero bound reads once.
 	slept = 0
-	_, quiet, _ = WaitForQuiet(1.0, 0, 15*time.Second, reads(3), sleep, nil)
+	_, quiet, _ = waitForQuiet(1.0, 0, 15*time.Second, reads(3), sleep, log)
 	if quiet || slept != 0 {
 		t.Fatalf("zero wait: quiet %v, slept %v", quiet, slept)
 	}

@@ -1,4 +1,4 @@
-package bench
+package main
 
 import (
 	"slices"
@@ -39,31 +39,16 @@ func TestRedisBenchmarkArgs(t *testing.T) {
 
 const infoSample = "# CPU\r\nused_cpu_sys:1.250000\r\nused_cpu_user:3.500000\r\n\r\n# Commandstats\r\n" +
 	"cmdstat_evalsha:calls=1000,usec=2320000,usec_per_call=2320.00,rejected_calls=0,failed_calls=0\r\n" +
-	"cmdstat_set:calls=1002000,usec=1500000,usec_per_call=1.50,rejected_calls=0,failed_calls=0\r\n" +
-	"cmdstat_broken:usec=5\r\n"
+	"cmdstat_set:calls=1002000,usec=1500000,usec_per_call=1.50,rejected_calls=0,failed_calls=0\r\n"
 
-func TestParseRedisInfo(t *testing.T) {
-	info := ParseRedisInfo(infoSample)
-	cpu, err := RedisCPUSeconds(info)
-	if err != nil || cpu != 4.75 {
-		t.Fatalf("cpu = %v, %v; want 4.75", cpu, err)
+func TestParseRedisCounts(t *testing.T) {
+	c, err := ParseRedisCounts(infoSample)
+	if err != nil || c != (RedisCounts{CPUSeconds: 4.75, Calls: 1003000}) {
+		t.Fatalf("got %+v, %v; want 4.75 s and 1003000 calls", c, err)
 	}
-	calls, usec, err := CommandStat(info, "evalsha")
-	if err != nil || calls != 1000 || usec != 2320000 {
-		t.Fatalf("evalsha = %d, %d, %v", calls, usec, err)
-	}
-	calls, usec, err = CommandStat(info, "set")
-	if err != nil || calls != 1002000 || usec != 1500000 {
-		t.Fatalf("set = %d, %d, %v", calls, usec, err)
-	}
-	calls, usec, err = CommandStat(info, "eval")
-	if err != nil || calls != 0 || usec != 0 {
-		t.Fatalf("a command never called = %d, %d, %v", calls, usec, err)
-	}
-	if _, _, err := CommandStat(info, "broken"); err == nil {
-		t.Fatal("a stat without calls=: no error")
-	}
-	if _, err := RedisCPUSeconds(map[string]string{"used_cpu_sys": "1"}); err == nil {
-		t.Fatal("no used_cpu_user: no error")
+	for _, bad := range []string{"used_cpu_sys:1\r\n", infoSample + "cmdstat_broken:usec=5\r\n", "used_cpu_sys:x\r\nused_cpu_user:1\r\n"} {
+		if _, err := ParseRedisCounts(bad); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
 	}
 }

@@ -7,11 +7,8 @@ import (
 	"os"
 	"strconv"
 	"testing"
-
-	"go.uber.org/goleak"
+	"time"
 )
-
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // floodKeys is the size of the always-on flood: 10^7 keys through 10^6
 // entries, ten times the cache, so that nine in ten keys are evicted before
@@ -32,33 +29,28 @@ func floodKeys(t *testing.T) int64 {
 // unique, the cache ends full and not over its bound, every eviction (all
 // of them before the window ended) is counted exactly, and the Go heap the
 // processor holds stays within MaxHeapPerEntry bytes per cache entry (and,
-// without -race, the RSS within CheckRSS's bound).
+// without -race, the RSS within Check's bound).
 func TestFloodBoundedAndExact(t *testing.T) {
 	keys := floodKeys(t)
-	cfg := Config{Keys: keys, MaxEntries: int(keys / 10), Batch: 1000, Senders: 2}
-	res, err := Run(context.Background(), cfg)
+	res, err := Flood(context.Background(), FloodConfig{Keys: keys, MaxEntries: int(keys / 10), Batch: 1000, Window: time.Hour, Senders: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
 	b, _ := json.Marshal(res)
 	t.Logf("%s", b)
-	for _, p := range Check(res) {
+	for _, p := range res.Check(raceEnabled) {
 		t.Error(p)
-	}
-	if !raceEnabled {
-		for _, p := range CheckRSS(res) {
-			t.Error(p)
-		}
 	}
 }
 
-// TestRunPrintsJSONAndFailsOnViolation: the command's exit status and output.
-func TestRunPrintsJSONAndFailsOnViolation(t *testing.T) {
+// TestRunFloodPrintsJSONAndFailsOnViolation: -flood's exit status and
+// output.
+func TestRunFloodPrintsJSONAndFailsOnViolation(t *testing.T) {
 	var out, errOut bytes.Buffer
-	if code := run(context.Background(), []string{"-keys", "5000", "-max-entries", "1000", "-batch", "300"}, &out, &errOut); code != 0 {
+	if code := runFlood(context.Background(), FloodConfig{Keys: 5000, MaxEntries: 1000, Batch: 300, Window: time.Hour, Senders: 1}, &out, &errOut); code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut.String())
 	}
-	var res Result
+	var res FloodResult
 	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
 		t.Fatalf("output %q: %v", out.String(), err)
 	}
@@ -68,7 +60,7 @@ func TestRunPrintsJSONAndFailsOnViolation(t *testing.T) {
 	bad := res
 	bad.Delivered--
 	bad.Evictions++
-	if got := Check(bad); len(got) != 2 {
+	if got := bad.Check(true); len(got) != 2 {
 		t.Fatalf("Check found %q, want the delivered and evictions violations", got)
 	}
 }

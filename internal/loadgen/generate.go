@@ -1,6 +1,7 @@
 package loadgen
 
 import (
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"math/bits"
@@ -301,7 +302,7 @@ func (g *Generator) fill(lr plog.LogRecord, id, h uint64, replay bool, pos uint6
 
 	attrs := lr.Attributes()
 	attrs.EnsureCapacity(3)
-	attrs.PutStr("event.id", g.eventID(id))
+	attrs.PutStr("event.id", g.EventID(id))
 	attrs.PutInt("http.status_code", status)
 	b = append(buf[:0], "user-"...)
 	b = strconv.AppendUint(b, (h>>44)%100_000, 10)
@@ -310,39 +311,25 @@ func (g *Generator) fill(lr plog.LogRecord, id, h uint64, replay bool, pos uint6
 	if (h>>60)&1 == 0 { // half of the records belong to a trace
 		var tid pcommon.TraceID
 		var sid pcommon.SpanID
-		putUint64(tid[:8], mix64(h^1))
-		putUint64(tid[8:], mix64(h^2))
-		putUint64(sid[:], mix64(h^3))
+		binary.BigEndian.PutUint64(tid[:8], mix64(h^1))
+		binary.BigEndian.PutUint64(tid[8:], mix64(h^2))
+		binary.BigEndian.PutUint64(sid[:], mix64(h^3))
 		lr.SetTraceID(tid)
 		lr.SetSpanID(sid)
 		lr.SetFlags(plog.DefaultLogRecordFlags.WithIsSampled(true))
 	}
 }
 
-// eventID is a UUID-shaped string whose low 64 bits are a bijection of id
-// (mix64 is one): distinct identities never share an event.id.
-func (g *Generator) eventID(id uint64) string {
-	hi := mix64(g.seedHash ^ mix64(id))
-	hi = hi&^(0xf<<12) | 0x4<<12 // version 4 nibble
-	lo := mix64(id + g.seedHash)
+// EventID is the event.id attribute of the records with identity id: a
+// UUID-shaped string whose low 64 bits are a bijection of id (mix64 is one),
+// so that distinct identities never share an event.id.
+func (g *Generator) EventID(id uint64) string {
 	var raw [16]byte
-	putUint64(raw[:8], hi)
-	putUint64(raw[8:], lo)
-	var s [36]byte
-	hex.Encode(s[0:8], raw[0:4])
-	s[8] = '-'
-	hex.Encode(s[9:13], raw[4:6])
-	s[13] = '-'
-	hex.Encode(s[14:18], raw[6:8])
-	s[18] = '-'
-	hex.Encode(s[19:23], raw[8:10])
-	s[23] = '-'
-	hex.Encode(s[24:36], raw[10:16])
-	return string(s[:])
+	binary.BigEndian.PutUint64(raw[:8], mix64(g.seedHash^mix64(id))&^(0xf<<12)|0x4<<12) // version 4 nibble
+	binary.BigEndian.PutUint64(raw[8:], mix64(id+g.seedHash))
+	h := hex.EncodeToString(raw[:])
+	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
 }
-
-// EventID is the event.id attribute of the records with this identity.
-func (g *Generator) EventID(id uint64) string { return g.eventID(id) }
 
 func appendBody(b []byte, tmpl string, x, ms uint64) []byte {
 	args := [2]uint64{x, ms}
@@ -357,12 +344,6 @@ func appendBody(b []byte, tmpl string, x, ms uint64) []byte {
 		b = append(b, tmpl[i])
 	}
 	return b
-}
-
-func putUint64(b []byte, v uint64) {
-	_ = b[7]
-	b[0], b[1], b[2], b[3] = byte(v>>56), byte(v>>48), byte(v>>40), byte(v>>32)
-	b[4], b[5], b[6], b[7] = byte(v>>24), byte(v>>16), byte(v>>8), byte(v)
 }
 
 // mix64 is SplitMix64's finalizer: a bijection on uint64 that scatters bits.
