@@ -449,71 +449,124 @@ func TestExampleTraces(t *testing.T) {
 	}
 }
 
-// TestExampleTLSFilesReadAtStart: `validate` does not read certificate
-// files (redis-sentinel-tls.yaml validates on a machine without them, see
-// TestExamplesValidate); the processor reads them when it starts, and a
-// missing one fails the start with an error naming it.
-func TestExampleTLSFilesReadAtStart(t *testing.T) {
-	const file = "redis-sentinel-tls.yaml"
-	text := string(readFile(t, "examples/"+file))
-	missing := filepath.Join(t.TempDir(), "missing") + "/"
-	moved := strings.ReplaceAll(text, "/etc/otelcol/redis/", missing)
-	if moved == text {
-		t.Fatalf("examples/%s has no certificate under /etc/otelcol/redis/", file)
-	}
-	dir := t.TempDir()
-	cfg := filepath.Join(dir, file)
-	if err := os.WriteFile(cfg, []byte(moved), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := validate(t, cfg); err != nil {
-		t.Fatalf("validate with the certificates missing: %v\n%s", err, out)
-	}
-	ports, err := e2e.FreePorts()
-	if err != nil {
-		t.Fatal(err)
-	}
-	override := filepath.Join(dir, "override.yaml")
-	if err := os.WriteFile(override, []byte(exampleOverride(t, file, ports)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out, err := runIn(t, startTimeout, root(t), nil, binary(t), "--config", cfg, "--config", override)
+// TestValidateReadsTLSFiles: `validate` reads the certificate files of
+// redis.tls, as the start does: redis-sentinel-tls.yaml with REDIS_CA_FILE
+// naming a file that is not there is refused, the file named; with a CA
+// that is there, it passes.
+func TestValidateReadsTLSFiles(t *testing.T) {
+	cfg := filepath.Join(root(t), "examples", "redis-sentinel-tls.yaml")
+	missing := filepath.Join(t.TempDir(), "ca.pem")
+	out, err := validateIn(t, []string{"REDIS_CA_FILE=" + missing}, cfg)
 	if err == nil {
-		t.Fatalf("the collector ran to a clean exit without its certificates:\n%s", out)
+		t.Fatalf("validate accepted a CA file that is not there:\n%s", out)
 	}
-	if want := "dedup: redis.tls: "; !strings.Contains(out, want) || !strings.Contains(out, missing+"ca.pem") {
-		t.Errorf("start without certificates said:\n%s\nwant %q and the missing file %s", out, want, missing+"ca.pem")
+	if want := "redis.tls: failed to load TLS config: failed to load CA CertPool File: failed to load cert " + missing + ": open " + missing + ": no such file or directory"; !strings.Contains(out, want) {
+		t.Errorf("validate said:\n%s\nwant it to contain %q", out, want)
+	}
+	ca := filepath.Join(root(t), "processor", "dedupprocessor", "testdata", "tls", "ca.pem")
+	if out, err := validateIn(t, []string{"REDIS_CA_FILE=" + ca}, cfg); err != nil {
+		t.Errorf("validate with a CA file that is there: %v\n%s", err, out)
 	}
 }
 
-// TestValidateRefusesOneRedisIDInTwoPipelines: `validate` refuses what the
-// start refuses when the config alone decides it: one dedup ID with redis
-// in two pipelines of a signal, with the fix named.
-func TestValidateRefusesOneRedisIDInTwoPipelines(t *testing.T) {
-	p := filepath.Join(t.TempDir(), "two.yaml")
-	if err := os.WriteFile(p, []byte(`
+// twoPipelines is a config with one dedup processor, of settings dedup
+// (indented under it), in two logs pipelines, and extensions.
+func twoPipelines(dedup, extensions string) string {
+	return fmt.Sprintf(`
+extensions:
+%s
 receivers:
   otlp:
     protocols:
       grpc: {endpoint: 127.0.0.1:4317}
 processors:
   dedup:
-    redis: {endpoints: ["127.0.0.1:6379"]}
+%s
 exporters:
   debug: {}
   otlp_grpc: {endpoint: backend.example.internal:4317}
 service:
+  extensions: [file_storage]
   pipelines:
     logs/a: {receivers: [otlp], processors: [dedup], exporters: [debug]}
     logs/b: {receivers: [otlp], processors: [dedup], exporters: [otlp_grpc]}
-`), 0o644); err != nil {
-		t.Fatal(err)
+`, extensions, dedup)
+}
+
+// TestValidateRefusesOneIDInTwoPipelines: `validate` refuses what the
+// start refuses or degrades when the config alone decides it: one dedup ID
+// with redis, or with storage, in two pipelines of a signal, with the fix
+// named.
+func TestValidateRefusesOneIDInTwoPipelines(t *testing.T) {
+	const fix = `; give each pipeline its own dedup processor ID (e.g. dedup/a and dedup/b)`
+	storage := "  file_storage: {directory: " + t.TempDir() + "}"
+	for _, tt := range []struct{ name, dedup, want string }{
+		{"redis", `    redis: {endpoints: ["127.0.0.1:6379"]}`,
+			`dedup: processor "dedup" is in two logs pipelines and has a shared tier (redis): both would claim the same keys and each pipeline would drop the records the other delivered` + fix},
+		{"storage", `    storage: file_storage`,
+			`dedup: processor "dedup" is in two logs pipelines and has storage (file_storage): both would keep their cache in the same snapshot, and the second to start would run without persistence` + fix},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "two.yaml")
+			if err := os.WriteFile(p, []byte(twoPipelines(tt.dedup, storage)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			out, err := validate(t, p)
+			if err == nil {
+				t.Fatalf("validate accepted one dedup ID with %s in two logs pipelines:\n%s", tt.name, out)
+			}
+			if !strings.Contains(out, tt.want) {
+				t.Errorf("validate said:\n%s\nwant it to contain %q", out, tt.want)
+			}
+		})
 	}
-	out, err := validate(t, p)
-	if err == nil {
-		t.Fatalf("validate accepted one dedup ID with redis in two logs pipelines:\n%s", out)
-	}
-	if want := `give each pipeline its own dedup processor ID (e.g. dedup/a and dedup/b)`; !strings.Contains(out, want) {
-		t.Errorf("validate said:\n%s\nwant it to contain %q", out, want)
+}
+
+// TestValidateCannotSeeExtensions: the collector's `validate` builds the
+// pipelines without their extensions, so what the processor needs of an
+// extension is checked at start only, as the component README says next to
+// storage and auth_attributes: validate passes, the start fails with the
+// fix.
+func TestValidateCannotSeeExtensions(t *testing.T) {
+	for _, tt := range []struct{ name, dedup, want string }{
+		{"storage names no extension", `    storage: nosuch`,
+			`failed to start "dedup" processor: dedup: storage "nosuch": no such extension; configure it under extensions and list it in service.extensions`},
+		{"auth_attributes without an authenticator", `    auth_attributes: [subject]`,
+			`failed to start "dedup" processor: dedup: auth_attributes [subject] needs an authenticator, and the collector runs none`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ports, err := e2e.FreePorts()
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := fmt.Sprintf(`
+receivers:
+  otlp:
+    protocols:
+      grpc: {endpoint: %q}
+processors:
+  dedup:
+%s
+exporters:
+  debug: {}
+service:
+  pipelines:
+    logs: {receivers: [otlp], processors: [dedup], exporters: [debug]}
+%s`, e2e.Addr(ports.OTLPGRPC), tt.dedup, telemetryYAML(ports.Metrics))
+			p := filepath.Join(t.TempDir(), "config.yaml")
+			if err := os.WriteFile(p, []byte(cfg), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if out, err := validate(t, p); err != nil {
+				t.Fatalf("validate refused it (update the component README, which says validate cannot see it): %v\n%s", err, out)
+			}
+			out, err := runIn(t, startTimeout, root(t), nil, binary(t), "--config", p)
+			if err == nil {
+				t.Fatalf("the collector started and exited cleanly:\n%s", out)
+			}
+			if !strings.Contains(out, tt.want) {
+				t.Errorf("the start said:\n%s\nwant it to contain %q", out, tt.want)
+			}
+		})
 	}
 }

@@ -1,6 +1,7 @@
 package dedupprocessor
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -340,6 +341,14 @@ func (r *RedisConfig) validate(p *problems, window time.Duration) {
 	p.check(strings.ContainsAny(r.KeyPrefix, "{}"),
 		`redis.key_prefix must not contain "{" or "}": a hash tag in the prefix puts every key of a Redis Cluster into one slot and breaks the tier's own tags (CROSSSLOT), got %q`, r.KeyPrefix)
 	p.check(r.OnError != ErrorPass && r.OnError != ErrorRefuse, `redis.on_error must be "pass" or "refuse", got %q`, r.OnError)
+	// The certificate files are read here, so that `validate` refuses a
+	// missing or unreadable one as the start would; settings configtls's
+	// own Validate refuses are reported by it alone.
+	if tls := r.TLS.Get(); tls != nil && tls.Validate() == nil {
+		if _, err := tls.LoadTLSConfig(context.Background()); err != nil {
+			p.add("redis.tls: %v", err)
+		}
+	}
 }
 
 // nopTelemetry serves OTTL parsing in Validate.
