@@ -34,6 +34,7 @@ var exampleFiles = []string{
 	"redis-cluster.yaml",
 	"redis-sentinel-tls.yaml",
 	"shadow-mode.yaml",
+	"tenants-local.yaml",
 	"traces.yaml",
 }
 
@@ -262,6 +263,71 @@ func TestExampleMultiTenant(t *testing.T) {
 	c.stop()
 	if got := sink.LogRecordCount(); got != 2 {
 		t.Errorf("delivered %d records, want 2 (one per tenant)", got)
+	}
+}
+
+// TestExampleTenantsLocal runs examples/tenants-local.yaml the way its
+// header says, the issuer made by cmd/dedupissuer's code and the header's
+// curl commands run as printed (on the test's ports): the request without a
+// token is refused (401), and the counts read 2 unique (one per sender) and
+// 1 duplicate (acme's retry).
+func TestExampleTenantsLocal(t *testing.T) {
+	const file = "tenants-local.yaml"
+	iss, err := e2e.NewIssuer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(iss.Close)
+	env := []string{"OIDC_ISSUER_URL=" + iss.URL, "OIDC_AUDIENCE=otelcol-dedup"}
+	for _, sub := range []string{"acme", "globex"} {
+		tok, err := iss.Token("otelcol-dedup", sub, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		env = append(env, "TOKEN_"+strings.ToUpper(sub)+"="+tok)
+	}
+	c := startCollector(t, env, func(p e2e.Ports) []string {
+		return []string{fmt.Sprintf(`
+extensions:
+  health_check: {endpoint: %q}
+receivers:
+  otlp:
+    protocols:
+      grpc: {endpoint: %q}
+      http: {endpoint: %q}
+service:
+%s`, e2e.Addr(p.Health), e2e.Addr(p.OTLPGRPC), e2e.Addr(p.OTLPHTTP), telemetryYAML(p.Metrics))}
+	}, filepath.Join(root(t), "examples", file))
+
+	// The header's commands from `event=` to the metrics grep, on our ports.
+	var script []string
+	for _, line := range strings.Split(headerComment(string(readFile(t, "examples/"+file))), "\n") {
+		line = strings.TrimPrefix(line, "#   ")
+		if strings.HasPrefix(line, "event=") || len(script) > 0 {
+			script = append(script, line)
+		}
+		if strings.Contains(line, "otelcol_processor_dedup_records") {
+			break
+		}
+	}
+	if len(script) != 6 {
+		t.Fatalf("found %d lines of commands in the header, want 6:\n%s", len(script), strings.Join(script, "\n"))
+	}
+	cmds := strings.NewReplacer("127.0.0.1:4318", e2e.Addr(c.ports.OTLPHTTP), "127.0.0.1:8888", e2e.Addr(c.ports.Metrics)).Replace(strings.Join(script, "\n"))
+	out, err := run(t, root(t), env, "bash", "-euc", cmds)
+	if err != nil {
+		t.Fatalf("the header's commands: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "\n401\n") {
+		t.Errorf("no 401 for the request without a token:\n%s", out)
+	}
+	for _, want := range []string{
+		`otelcol_processor_dedup_records{otel_signal="logs",outcome="unique",processor="dedup"} 2`,
+		`otelcol_processor_dedup_records{otel_signal="logs",outcome="duplicate",processor="dedup"} 1`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the counts lack %s:\n%s", want, out)
+		}
 	}
 }
 
