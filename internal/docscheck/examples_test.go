@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/pdata/pmetric"
+	"go.opentelemetry.io/collector/pdata/ptrace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"gopkg.in/yaml.v3"
@@ -206,15 +207,22 @@ func TestExampleGateway(t *testing.T) {
 	}
 }
 
+// fleetACL is the Redis ACL user the headers of fleet-redis.yaml and
+// ha-election.yaml recommend, with their default user name and prefix.
+const fleetACL = "user fleet-a on >fleet-s3cret resetkeys ~fleet-a:* resetchannels -@all +@read +@write +@scripting +@connection +info +role +time"
+
 // TestExampleFleetRedis: two collectors with the same file and one Redis
 // deliver a record once, whichever instance each copy reaches.
 func TestExampleFleetRedis(t *testing.T) {
-	srv := redistest.Standalone(t, redistest.WithPassword("fleet-s3cret"))
+	srv := redistest.Standalone(t, redistest.WithConfig(fleetACL))
 	sink := newSink(t)
 	env := []string{"REDIS_ADDR=" + srv.Addr(), "REDIS_PASSWORD=fleet-s3cret"}
 	a := runExample(t, "fleet-redis.yaml", sink, false, env...)
 	b := runExample(t, "fleet-redis.yaml", sink, false, env...)
 	ctx := ctxT(t)
+	if want := strings.Replace(fleetACL, "fleet-s3cret", "PASSWORD", 1); !strings.Contains(string(readFile(t, "examples/fleet-redis.yaml")), want) {
+		t.Errorf("examples/fleet-redis.yaml's header does not show the ACL the test uses:\n%s", want)
+	}
 	mustSend(t, "to a", a.grpcSender().SendLogs(ctx, event("evt-1", "first attempt")))
 	// The retry reaches the other instance; a relay changed the body, the
 	// event id is the same.
@@ -399,11 +407,11 @@ func haScrape(replica string, s int) pmetric.Metrics {
 // replica a's scrapes reach one, replica b's the other. One replica (the
 // first to send) is delivered, without its replica label, by both.
 func TestExampleHAElection(t *testing.T) {
-	srv := redistest.Standalone(t)
+	srv := redistest.Standalone(t, redistest.WithConfig(fleetACL))
 	sink := newSink(t)
-	env := "REDIS_ADDR=" + srv.Addr()
-	gwA := runExample(t, "ha-election.yaml", sink, false, env)
-	gwB := runExample(t, "ha-election.yaml", sink, false, env)
+	env := []string{"REDIS_ADDR=" + srv.Addr(), "REDIS_PASSWORD=fleet-s3cret"}
+	gwA := runExample(t, "ha-election.yaml", sink, false, env...)
+	gwB := runExample(t, "ha-election.yaml", sink, false, env...)
 	a, b := gwA.grpcSender(), gwB.grpcSender()
 	ctx := ctxT(t)
 	for s := range 3 {
@@ -498,20 +506,21 @@ func TestExamplePersistentCache(t *testing.T) {
 	}
 }
 
-// TestExampleTraces: a span re-sent with other resource attributes is
-// still caught (the key is trace_id + span_id).
+// TestExampleTraces: a re-sent span is caught, and a server span sharing
+// its client span's trace and span IDs (Zipkin's shared spans) is kept.
 func TestExampleTraces(t *testing.T) {
 	sink := newSink(t)
 	c := runExample(t, "traces.yaml", sink, false)
 	s := c.grpcSender()
 	ctx := ctxT(t)
 	mustSend(t, "span", s.SendTraces(ctx, spanBatch(1)))
-	td := spanBatch(1)
-	td.ResourceSpans().At(0).Resource().Attributes().PutStr("relay", "agent-2")
-	mustSend(t, "span via another relay", s.SendTraces(ctx, td))
+	mustSend(t, "the span re-sent", s.SendTraces(ctx, spanBatch(1)))
+	server := spanBatch(1)
+	server.ResourceSpans().At(0).ScopeSpans().At(0).Spans().At(0).SetKind(ptrace.SpanKindServer)
+	mustSend(t, "the server span, same IDs", s.SendTraces(ctx, server))
 	c.stop()
-	if got := sink.SpanCount(); got != 1 {
-		t.Errorf("delivered %d spans, want 1", got)
+	if got := sink.SpanCount(); got != 2 {
+		t.Errorf("delivered %d spans, want 2 (the span once, the server span)", got)
 	}
 }
 
