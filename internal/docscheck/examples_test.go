@@ -139,17 +139,7 @@ func exampleOverride(t *testing.T, file string, p e2e.Ports) string {
 	for id := range cfg.Exporters {
 		fmt.Fprintf(&ex, "  %s:\n    sending_queue: {enabled: false}\n    retry_on_failure: {enabled: false}\n", id)
 	}
-	return fmt.Sprintf(`
-extensions:
-  health_check: {endpoint: %q}
-receivers:
-  otlp:
-    protocols:
-      grpc: {endpoint: %q}
-      http: {endpoint: %q}
-exporters:
-%sservice:
-%s`, e2e.Addr(p.Health), e2e.Addr(p.OTLPGRPC), e2e.Addr(p.OTLPHTTP), ex.String(), telemetryYAML(p.Metrics))
+	return listenYAML(p) + "exporters:\n" + ex.String() + "service:" + telemetryYAML(p.Metrics)
 }
 
 // runExample starts examples/file with the override, OTLP_BACKEND at the
@@ -295,16 +285,7 @@ func TestExampleTenantsLocal(t *testing.T) {
 		env = append(env, "TOKEN_"+strings.ToUpper(sub)+"="+tok)
 	}
 	c := startCollector(t, env, func(p e2e.Ports) []string {
-		return []string{fmt.Sprintf(`
-extensions:
-  health_check: {endpoint: %q}
-receivers:
-  otlp:
-    protocols:
-      grpc: {endpoint: %q}
-      http: {endpoint: %q}
-service:
-%s`, e2e.Addr(p.Health), e2e.Addr(p.OTLPGRPC), e2e.Addr(p.OTLPHTTP), telemetryYAML(p.Metrics))}
+		return []string{listenYAML(p) + "service:" + telemetryYAML(p.Metrics)}
 	}, filepath.Join(root(t), "examples", file))
 
 	// The header's commands from `event=` to the metrics grep, on our ports.

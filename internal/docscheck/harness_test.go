@@ -263,6 +263,20 @@ func newSink(t *testing.T) *e2e.Sink {
 	return s
 }
 
+// listenYAML is the extensions and receivers sections that put a
+// collector's health_check and OTLP receivers (gRPC and HTTP) on ports p.
+func listenYAML(p e2e.Ports) string {
+	return fmt.Sprintf(`
+extensions:
+  health_check: {endpoint: %q}
+receivers:
+  otlp:
+    protocols:
+      grpc: {endpoint: %q}
+      http: {endpoint: %q}
+`, e2e.Addr(p.Health), e2e.Addr(p.OTLPGRPC), e2e.Addr(p.OTLPHTTP))
+}
+
 // telemetryYAML is a service.telemetry block: internal metrics as
 // Prometheus text on 127.0.0.1:port, names exactly as written.
 func telemetryYAML(port int) string {

@@ -43,14 +43,7 @@ func TestPlacementAcknowledgedMeansDelivered(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			sink := newSink(t)
 			c := startCollector(t, nil, func(p e2e.Ports) []string {
-				return []string{fmt.Sprintf(`
-extensions:
-  health_check: {endpoint: %q}
-receivers:
-  otlp:
-    protocols:
-      grpc: {endpoint: %q}
-processors:
+				return []string{listenYAML(p) + fmt.Sprintf(`processors:
   dedup:
   batch: {timeout: 10ms}
 exporters:
@@ -63,7 +56,7 @@ service:
   extensions: [health_check]
   pipelines:
     logs: {receivers: [otlp], processors: %s, exporters: [otlp_grpc]}
-%s`, e2e.Addr(p.Health), e2e.Addr(p.OTLPGRPC), sink.GRPCEndpoint(), tc.queue, tc.processors, telemetryYAML(p.Metrics))}
+%s`, sink.GRPCEndpoint(), tc.queue, tc.processors, telemetryYAML(p.Metrics))}
 			})
 			s := c.grpcSender()
 			ctx := ctxT(t)
@@ -189,19 +182,10 @@ func isDedup(id string) bool { return id == "dedup" || strings.HasPrefix(id, "de
 func TestExampleQueueFullIsNotAcknowledged(t *testing.T) {
 	sink := newSink(t)
 	c := startCollector(t, []string{"OTLP_BACKEND=" + sink.GRPCEndpoint()}, func(p e2e.Ports) []string {
-		return []string{fmt.Sprintf(`
-extensions:
-  health_check: {endpoint: %q}
-receivers:
-  otlp:
-    protocols:
-      grpc: {endpoint: %q}
-      http: {endpoint: %q}
-exporters:
+		return []string{listenYAML(p) + `exporters:
   otlp_grpc:
     sending_queue: {queue_size: 1, num_consumers: 1}
-service:
-%s`, e2e.Addr(p.Health), e2e.Addr(p.OTLPGRPC), e2e.Addr(p.OTLPHTTP), telemetryYAML(p.Metrics))}
+service:` + telemetryYAML(p.Metrics)}
 	}, filepath.Join(root(t), "examples", "gateway.yaml"))
 	s := c.grpcSender()
 	ctx := ctxT(t)
