@@ -216,6 +216,21 @@ func newSink(t *testing.T) *otlp.Sink {
 	return s
 }
 
+// listenYAML is the extensions and receivers sections that put a
+// collector's health_check and OTLP receivers (gRPC and HTTP) on the e2e
+// Listen addresses, whose ports the harness reads back.
+func listenYAML() string {
+	return fmt.Sprintf(`
+extensions:
+  health_check: {endpoint: %q}
+receivers:
+  otlp:
+    protocols:
+      grpc: {endpoint: %q}
+      http: {endpoint: %q}
+`, e2e.ListenHealth, e2e.ListenOTLPGRPC, e2e.ListenOTLPHTTP)
+}
+
 // telemetryYAML is a service.telemetry block: internal metrics as
 // Prometheus text on the e2e metrics address, names exactly as written.
 func telemetryYAML() string {

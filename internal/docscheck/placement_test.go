@@ -43,14 +43,7 @@ func TestPlacementAcknowledgedMeansDelivered(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sink := newSink(t)
-			c := startCollector(t, nil, nil, fmt.Sprintf(`
-extensions:
-  health_check: {endpoint: %q}
-receivers:
-  otlp:
-    protocols:
-      grpc: {endpoint: %q}
-processors:
+			c := startCollector(t, nil, nil, listenYAML()+fmt.Sprintf(`processors:
   dedup:
   batch: {timeout: 10ms}
 exporters:
@@ -63,7 +56,7 @@ service:
   extensions: [health_check]
   pipelines:
     logs: {receivers: [otlp], processors: %s, exporters: [otlp_grpc]}
-%s`, e2e.ListenHealth, e2e.ListenOTLPGRPC, sink.GRPCEndpoint(), tc.queue, tc.processors, telemetryYAML()))
+%s`, sink.GRPCEndpoint(), tc.queue, tc.processors, telemetryYAML()))
 			s := c.grpcSender()
 			ctx := ctxT(t)
 			sink.FailNext(1)

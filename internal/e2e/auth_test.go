@@ -275,3 +275,57 @@ service:
 		}
 	}
 }
+
+// TestUnidentifiedByReason: tenant isolation that turns off is logged with
+// the fix and counted by reason, against the real oidc extension: a
+// receiver without auth (HTTP here) gives requests no identity at all, and
+// an oidc without groups_claim gives auth_attributes: [membership] no value.
+func TestUnidentifiedByReason(t *testing.T) {
+	iss := startIssuer(t)
+	r := startCollector(t, nil, fmt.Sprintf(`
+extensions:
+  oidc:
+    providers:
+      - issuer_url: %s
+        audience: %s
+receivers:
+  otlp:
+    protocols:
+      grpc:
+        auth: {authenticator: oidc}
+processors:
+  dedup:
+    auth_attributes: [membership]
+service:
+  extensions: [health_check, oidc]
+  pipelines:
+    logs:
+      receivers: [otlp]
+      processors: [dedup]
+      exporters: [otlp_grpc/sink]
+`, iss.URL, tokenAudience))
+	c, _ := eventCorpus(10)
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	team := r.credential(t, ctx, iss, "team-a-agent", nil) // no groups claim
+	mustSend(t, "gRPC with a token", team.grpc.SendLogs(team.ctx, c.batch(span(0, 10)...)))
+	mustSend(t, "HTTP, no auth on that protocol", r.httpSender().SendLogs(ctx, c.batch(span(0, 4)...)))
+	sc := r.scrape()
+	for reason, want := range map[string]float64{"missing_attribute": 10, "unauthenticated": 4} {
+		l := dedupLabels("dedup", "reason", reason)
+		if got := sc.Sum("otelcol_processor_dedup_unidentified_records", l); got != want {
+			t.Errorf("unidentified_records%v = %g, want %g", l, got, want)
+		}
+	}
+	r.stop()
+	for _, want := range []string{
+		`dedup: a request reached dedup without an authenticated identity`,
+		`Name the authenticator in auth.authenticator of every receiver of this pipeline`,
+		`dedup: a request's authenticated identity has no value for an auth_attributes entry`,
+		`"missing": "membership"`,
+	} {
+		if !strings.Contains(string(r.output()), want) {
+			t.Errorf("the collector's log lacks %q", want)
+		}
+	}
+}

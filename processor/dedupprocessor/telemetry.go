@@ -71,6 +71,12 @@ type telemetry struct {
 	electionTable  atomic.Pointer[election.Table] // for the elected replicas' gauge
 	base           []attribute.KeyValue
 
+	// unidentifiedOpts and unidentifiedLog are by reason; authAttributes
+	// are the processor's auth_attributes.
+	unidentifiedOpts [numUnidentified]metric.AddOption
+	unidentifiedLog  [numUnidentified]*throttledLog
+	authAttributes   []string
+
 	elections     metric.Int64Counter
 	electionOpts  [numElectionReasons]metric.AddOption
 	undecided     metric.Int64Counter
@@ -107,6 +113,11 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, signal strin
 	labelled(t, t.outcomeOpts[:], "outcome", outcomeNames[:])
 	labelled(t, t.caughtOpts[:], "tier", caughtByNames[:])
 	labelled(t, t.waitOpts[:], "result", waitResultNames[:])
+	labelled(t, t.unidentifiedOpts[:], "reason", unidentifiedNames[:])
+	for i := range t.unidentifiedLog {
+		t.unidentifiedLog[i] = &throttledLog{logger: set.Logger, msg: unidentifiedFix[i]}
+	}
+	t.authAttributes = e.cfg.AuthAttributes
 	var errs error
 	counter := func(name, unit, desc string) metric.Int64Counter {
 		c, err := meter.Int64Counter(name, metric.WithDescription(desc), metric.WithUnit(unit))
@@ -148,7 +159,7 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, signal strin
 	t.redisUnchecked = counter("otelcol_processor_dedup_redis_unchecked", "{records}",
 		"Records delivered on the local cache's word alone because the shared tier could not answer for them (redis.on_error: pass): another collector may deliver a copy of each.")
 	t.unidentified = counter("otelcol_processor_dedup_unidentified_records", "{records}",
-		"Records whose request lacked the auth_attributes identity (no authenticator on its receiver, or the attribute not set); they are deduplicated in one partition shared by all such requests.")
+		"Records whose request lacked the auth_attributes identity, by reason: unauthenticated (no authenticated identity: a receiver without auth, or a batch processor in front of dedup), missing_attribute (the authenticator set no value for one of the attributes); they are deduplicated in one partition shared by all such requests.")
 	breaker, err := meter.Int64ObservableGauge("otelcol_processor_dedup_redis_breaker_state",
 		metric.WithDescription("The circuit breaker of each node of the shared tier (label node: a Cluster master's address, a standalone server's endpoint, a Sentinel master's name): 0 closed, 1 half-open (probing), 2 open (the node skipped)."),
 		metric.WithUnit("1"))
@@ -217,7 +228,13 @@ func (t *telemetry) recordCall(ctx context.Context, b *batch) {
 		for _, c := range b.outcomes {
 			n += c
 		}
-		t.unidentified.Add(ctx, n, t.baseOpt)
+		why, attr := whyUnidentified(ctx, t.authAttributes)
+		t.unidentified.Add(ctx, n, t.unidentifiedOpts[why:why+1]...)
+		fields := []zap.Field{zap.Strings("auth_attributes", t.authAttributes), zap.Int64("records", n)}
+		if attr != "" {
+			fields = append(fields, zap.String("missing", attr))
+		}
+		t.unidentifiedLog[why].log(b.now, nil, fields...)
 	}
 	addEach(ctx, t.records, b.outcomes[:], t.outcomeOpts[:])
 	addEach(ctx, t.duplicates, b.caught[:], t.caughtOpts[:])
