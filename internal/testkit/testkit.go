@@ -6,7 +6,6 @@
 package testkit
 
 import (
-	"sync"
 	"time"
 )
 
@@ -41,28 +40,4 @@ func WaitFor(t TB, what string, timeout time.Duration, cond func() bool, detail 
 		time.Sleep(pause)
 		pause = min(2*pause, 20*time.Millisecond)
 	}
-}
-
-// Clock is a fake clock: Now returns the time it was set to, moved only by
-// Advance. Safe for concurrent use.
-type Clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-// NewClock returns a Clock at t.
-func NewClock(t time.Time) *Clock { return &Clock{t: t} }
-
-// Now returns the clock's time.
-func (c *Clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-// Advance moves the clock forward by d.
-func (c *Clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
 }
