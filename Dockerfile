@@ -27,7 +27,7 @@ RUN go mod download
 COPY builder-config.yaml ./
 COPY processor/dedupprocessor/ ./processor/dedupprocessor/
 ENV CGO_ENABLED=0
-RUN go tool builder --config builder-config.yaml
+RUN go tool builder --config builder-config.yaml --gcflags=all=-dwarf=false
 
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /src/_build/otelcol-dedup /otelcol-dedup

@@ -20,7 +20,10 @@
 #   make clean   remove build output
 #
 # Needs only Go and the module proxy: ocb is pinned in go.mod (tool line) and
-# runs as `go tool builder`.
+# runs as `go tool builder`. Both ocb builds compile without DWARF
+# (-gcflags=all=-dwarf=false): ocb strips the binaries anyway (-ldflags
+# "-s -w"), it saves about a tenth of the compile time, and the two builds
+# keep sharing the packages they have in common.
 #
 # Three Go modules: the processor (processor/dedupprocessor, what users import
 # into their own ocb builds, with only what it needs in its go.mod), the
@@ -62,7 +65,7 @@ $(DIST): builder-config.yaml go.mod go.sum $(PROCESSOR)/go.mod $(PROCESSOR)/go.s
 	@echo "ocb: building $(DIST) (cold: 3-5 minutes; after a source change: 10-40 s; nothing changed: 2 s)"
 	@# TMPDIR: ocb makes an (unused) temp dir on every run; keep it in _build.
 	@mkdir -p _build/.tmp; start=$$(date +%s); \
-	TMPDIR=$(CURDIR)/_build/.tmp $(GO) tool builder --config builder-config.yaml; \
+	TMPDIR=$(CURDIR)/_build/.tmp $(GO) tool builder --config builder-config.yaml --gcflags=all=-dwarf=false; \
 	rm -rf _build/.tmp; \
 	echo "ocb: built $(DIST) in $$(( $$(date +%s) - start ))s"
 	@# go build leaves an up-to-date binary untouched: mark it fresh for make.
@@ -80,7 +83,7 @@ agent: $(AGENT_BIN)
 $(AGENT_DIST): $(AGENT_MANIFEST) testdata/agent/semconvtest/go.mod go.mod go.sum
 	@echo "ocb: building $(AGENT_DIST) (cold: many minutes, the Prometheus receiver's dependencies; warm: seconds)"
 	@mkdir -p _build/.tmp-agent; start=$$(date +%s); \
-	TMPDIR=$(CURDIR)/_build/.tmp-agent $(GO) tool builder --config $(AGENT_MANIFEST); \
+	TMPDIR=$(CURDIR)/_build/.tmp-agent $(GO) tool builder --config $(AGENT_MANIFEST) --gcflags=all=-dwarf=false; \
 	rm -rf _build/.tmp-agent; \
 	echo "ocb: built $(AGENT_DIST) in $$(( $$(date +%s) - start ))s"
 	@touch $@
@@ -93,12 +96,12 @@ run: build
 	./$(BIN) --config $(CONFIG)
 
 demo: build
-	$(GO) run ./cmd/dedupdemo -bin $(BIN) -config $(CONFIG) -data testdata/demo-logs.json
+	$(GO) run ./cmd/dedupload -demo -bin $(BIN) -config $(CONFIG) -data testdata/demo-logs.json
 
-# Regenerates the demo sample (deterministic; cmd/dedupdemo's tests check the
+# Regenerates the demo sample (deterministic; cmd/dedupload's tests check the
 # shipped file matches).
 demo-data:
-	$(GO) run ./cmd/dedupdemo -generate testdata/demo-logs.json
+	$(GO) run ./cmd/dedupload -demo -generate testdata/demo-logs.json
 
 # The end-to-end tests (internal/e2e) use the binaries built here
 # (OTELCOL_DEDUP_BIN, OTELCOL_AGENT_BIN); run alone with go test they build

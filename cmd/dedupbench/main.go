@@ -17,14 +17,21 @@
 //     0 lost), plus redis-benchmark's pipelined SET NX PX on the same
 //     server; each mode's figures are divided by its round's pass-through's
 //     and the medians of those ratios reported;
-//   - profile: one more run of each mode at 30% copies with the pprof
-//     extension writing the collector's CPU profile, and the functions whose
-//     CPU per record differs most between the three.
+//   - profile: one more run of each mode at each share of copies with the
+//     pprof extension writing the collector's CPU profile, and the
+//     functions whose CPU per record differs most between the three.
 //
 // Everything goes to -out (git ignores _bench): the targets table
 // (table.md) and the profiles' table (profile.md), which BENCHMARKS.md
 // records, benchstat's summary, the report, runs.json, the raw benchmark
 // output and the profiles.
+//
+// With -flood it does one thing instead: the flood (flood.go), 10^7
+// distinct keys through a dedup processor's 10^6-entry cache in-process,
+// its result printed as one line of JSON.
+//
+//	go run ./cmd/dedupbench -flood
+//	go run ./cmd/dedupbench -flood -keys 1000000 -max-entries 100000 -senders 2
 package main
 
 import (
@@ -39,40 +46,28 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
 
-	"github.com/otelcol-dedup/otelcol-dedup/cmd/dedupload/loadgen"
-	"github.com/otelcol-dedup/otelcol-dedup/internal/bench"
+	"github.com/otelcol-dedup/otelcol-dedup/internal/loadgen"
+	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
 )
 
-// The targets (BENCHMARKS.md#targets).
 const (
-	targetLocal30      = 1.00 // local / pass-through collector CPU per record, 30% copies
-	targetLocal30Sweet = 0.90 // the stretch goal: the exports saved pay for dedup
-	targetLocal0       = 1.08 // the same at 0% copies
-	targetRedis30      = 1.20 // the Redis tier / pass-through, 30% copies
-	targetNsPerRecord  = 150  // BenchmarkConsumeLogs, empty cache, both key kinds
-	targetAllocs       = 0.01 // allocations per record, amortized: none
-	targetBytesPerKey  = 64   // peak RSS over the pass-through's, per key in the window
-
 	batch, senders = 1000, 4
 	processorDir   = "processor/dedupprocessor"
-	consumeLogs    = `^BenchmarkConsumeLogs$/^cache=(empty|1M)$/^key=/^batch=1000$`
-	memoryPerKey   = `^BenchmarkMemoryPerKey$`
-	consumeName    = "BenchmarkConsumeLogs/cache=empty/key=%s/batch=1000/dup=30%%"
 )
 
 var dupPcts = []int{30, 0}
 
 type options struct {
-	bin, out, phases, compression string
-	redisServer, redisBenchmark   string
-	count, reps                   int
-	records                       int64
-	loadMax                       float64
-	loadWait                      time.Duration
+	bin, out, phases, compression, redisBenchmark string
+	count, reps                                   int
+	records                                       int64
+	loadMax                                       float64
+	loadWait                                      time.Duration
 }
 
 func main() {
@@ -86,29 +81,61 @@ func main() {
 	flag.Float64Var(&o.loadMax, "load-max", 1.0, "wait for the 1-minute load average to drop below this before measuring")
 	flag.DurationVar(&o.loadWait, "load-wait", 10*time.Minute, "the longest wait for -load-max; then measure anyway and say so")
 	flag.StringVar(&o.compression, "compression", "gzip", "the collector's OTLP exporter compression: gzip (its default) or none")
-	flag.StringVar(&o.redisServer, "redis-server", "redis-server", "redis-server binary")
 	flag.StringVar(&o.redisBenchmark, "redis-benchmark", "redis-benchmark", "redis-benchmark binary")
+	flood := flag.Bool("flood", false, "instead: flood a dedup processor in-process with -keys distinct records through a -max-entries cache, print the result as JSON, exit 1 if a check failed")
+	fc := FloodConfig{Batch: batch}
+	flag.Int64Var(&fc.Keys, "keys", 10_000_000, "with -flood: distinct records to send")
+	flag.IntVar(&fc.MaxEntries, "max-entries", 1_000_000, "with -flood: the processor's cache.max_entries")
+	flag.DurationVar(&fc.Window, "window", time.Hour, "with -flood: the processor's window")
+	flag.IntVar(&fc.Senders, "senders", 1, "with -flood: goroutines sending at once")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if *flood {
+		os.Exit(runFlood(ctx, fc, os.Stdout, os.Stderr))
+	}
 	if err := run(ctx, o); err != nil {
 		fmt.Fprintln(os.Stderr, "dedupbench:", err)
 		os.Exit(1)
 	}
 }
 
+// runFlood is -flood: it prints the result as one line of JSON and returns
+// the exit status.
+func runFlood(ctx context.Context, cfg FloodConfig, stdout, stderr io.Writer) int {
+	res, err := Flood(ctx, cfg)
+	if err != nil {
+		fmt.Fprintln(stderr, "dedupbench -flood:", err)
+		return 1
+	}
+	b, _ := json.Marshal(res)
+	fmt.Fprintln(stdout, string(b))
+	problems := res.Check(raceEnabled)
+	for _, p := range problems {
+		fmt.Fprintln(stderr, "dedupbench -flood: FAIL:", p)
+	}
+	return min(len(problems), 1)
+}
+
 // results is what a run measured; runs.json is its JSON form.
 type results struct {
 	Date, Source, Machine, Go, Redis, Load string
 	Records                                int64
-	GoBench                                []bench.GoBench
-	Runs                                   map[int][]bench.Run // by duplicate %: rounds of Modes in order
-	Ceiling                                []bench.Ceiling
-	Profiles                               []bench.Run
-	Errors                                 map[string]string
+	GoBench                                []GoBench
+	Runs                                   map[int][]Run // by duplicate %: rounds of Modes in order
+	Ceiling                                []Ceiling
+	Profiles                               []Run
+	Errors                                 map[string]string // by phase
 }
 
 func run(ctx context.Context, o options) error {
+	phases := map[string]bool{}
+	for _, p := range strings.Split(o.phases, ",") {
+		if p = strings.TrimSpace(p); !slices.Contains([]string{"gotest", "e2e", "profile"}, p) {
+			return fmt.Errorf("-phases: unknown phase %q; want gotest, e2e or profile", p)
+		}
+		phases[p] = true
+	}
 	if err := os.MkdirAll(o.out, 0o755); err != nil {
 		return err
 	}
@@ -119,27 +146,21 @@ func run(ctx context.Context, o options) error {
 	defer report.Close()
 	w := io.MultiWriter(os.Stdout, report)
 	logf := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
-	phases := map[string]bool{}
-	for _, p := range strings.Split(o.phases, ",") {
-		p = strings.TrimSpace(p)
-		if p != "gotest" && p != "e2e" && p != "profile" {
-			return fmt.Errorf("-phases: unknown phase %q; want gotest, e2e or profile", p)
-		}
-		phases[p] = true
-	}
 
-	m, err := bench.ReadMachine()
+	h, err := thisHost()
 	if err != nil {
 		return err
 	}
-	res := &results{Date: time.Now().UTC().Format(time.RFC3339), Source: source(ctx), Go: runtime.Version(), Redis: redisVersion(o.redisServer),
-		Machine: fmt.Sprintf("%s, %d cores, %.1f GiB", m.CPUModel, m.Cores, float64(m.MemBytes)/(1<<30)),
-		Records: o.records, Runs: map[int][]bench.Run{}, Errors: map[string]string{}}
+	machine, err := h.machine()
+	if err != nil {
+		return err
+	}
+	res := &results{Date: time.Now().UTC().Format(time.RFC3339), Source: source(ctx), Machine: machine, Go: runtime.Version(),
+		Redis: redisVersion(), Records: o.records, Runs: map[int][]Run{}, Errors: map[string]string{}}
 	logf("dedupbench: %s; %s; %s; %s; %s", res.Date, res.Source, res.Machine, res.Go, res.Redis)
-	load, quiet, err := bench.WaitForQuiet(o.loadMax, o.loadWait, 15*time.Second, bench.ReadLoadAvg, time.Sleep,
-		func(l bench.LoadAvg, waited time.Duration) {
-			logf("load %s (1-min >= %.2f): waiting (%s of at most %s)", l, o.loadMax, waited.Round(time.Second), o.loadWait)
-		})
+	load, quiet, err := waitForQuiet(o.loadMax, o.loadWait, 15*time.Second, h.loadAvg, time.Sleep, func(l LoadAvg, waited time.Duration) {
+		logf("load %s (1-min >= %.2f): waiting (%s of at most %s)", l, o.loadMax, waited.Round(time.Second), o.loadWait)
+	})
 	if err != nil {
 		return err
 	}
@@ -163,24 +184,24 @@ func run(ctx context.Context, o options) error {
 	}
 	phase("gotest", func() error { return goTest(ctx, o, res, w) })
 	if phases["e2e"] || phases["profile"] {
-		redis, err := bench.StartRedis(o.redisServer)
+		rh := &harness{}
+		defer rh.close()
+		redis, err := startRedis(rh)
 		if err != nil {
 			return err
 		}
-		defer redis.Stop()
-		logf("%s on %s (pid %d)", res.Redis, redis.Addr, redis.PID())
+		logf("%s on %s", res.Redis, redis.Addr())
 		phase("e2e", func() error { return endToEnd(ctx, o, res, redis, logf) })
 		phase("profile", func() error { return profiles(ctx, o, res, redis, logf) })
 	}
 
+	rows := targetRows(res)
 	table := fmt.Sprintf("`make bench` of %s, %s, on %s; %s; %s; load %s; %s records per end-to-end run, exporter compression %s.\n\n%s\n%s\n",
-		res.Date, res.Source, res.Machine, res.Go, res.Redis, res.Load, bench.Rate(float64(o.records)), o.compression, bench.FormatTable(targetRows(res)), bench.Summary(targetRows(res)))
+		res.Date, res.Source, res.Machine, res.Go, res.Redis, res.Load, Rate(float64(o.records)), o.compression, FormatTable(rows), Summary(rows))
 	logf("\n%s", table)
-	if err := os.WriteFile(filepath.Join(o.out, "table.md"), []byte(table), 0o644); err != nil {
-		return err
-	}
-	if js, err := json.MarshalIndent(res, "", "  "); err == nil {
-		if err := os.WriteFile(filepath.Join(o.out, "runs.json"), js, 0o644); err != nil {
+	js, _ := json.MarshalIndent(res, "", "  ")
+	for name, b := range map[string][]byte{"table.md": []byte(table), "runs.json": js} {
+		if err := os.WriteFile(filepath.Join(o.out, name), b, 0o644); err != nil {
 			return err
 		}
 	}
@@ -194,7 +215,10 @@ func run(ctx context.Context, o options) error {
 // goTest runs the processor module's benchmarks and benchstat.
 func goTest(ctx context.Context, o options, res *results, w io.Writer) error {
 	var raw bytes.Buffer
-	for _, job := range [][2]string{{".", consumeLogs}, {"./internal/localcache", memoryPerKey}} {
+	for _, job := range [][2]string{
+		{".", `^BenchmarkConsumeLogs$/^cache=(empty|1M)$/^key=/^batch=1000$`},
+		{"./internal/localcache", `^BenchmarkMemoryPerKey$`},
+	} {
 		args := []string{"test", "-run", "^$", "-bench", job[1], "-benchmem", "-cpu", "1", "-count", fmt.Sprint(o.count), job[0]}
 		fmt.Fprintf(w, "$ (cd %s && go %s)\n", processorDir, shellJoin(args))
 		cmd := exec.CommandContext(ctx, "go", args...)
@@ -208,56 +232,48 @@ func goTest(ctx context.Context, o options, res *results, w io.Writer) error {
 	if err := os.WriteFile(path, raw.Bytes(), 0o644); err != nil {
 		return err
 	}
-	rs, err := bench.ParseGoBench(bytes.NewReader(raw.Bytes()))
-	if err != nil {
+	var err error
+	if res.GoBench, err = ParseGoBench(&raw); err != nil {
 		return err
 	}
-	res.GoBench = rs
-	cmd := exec.CommandContext(ctx, "go", "tool", "benchstat", "gotest.txt="+path)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+	out, err := exec.CommandContext(ctx, "go", "tool", "benchstat", "gotest.txt="+path).CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("benchstat: %w\n%s", err, stderr.Bytes())
+		return fmt.Errorf("benchstat: %w\n%s", err, out)
 	}
 	fmt.Fprintf(w, "%s", out)
 	return os.WriteFile(filepath.Join(o.out, "benchstat.txt"), out, 0o644)
 }
 
-func loadConfig(records int64, dupPct int) loadgen.Config {
-	return loadgen.Config{Records: records, Duplicates: float64(dupPct) / 100, Batch: batch, Senders: senders, Seed: 1}
-}
-
 // measure runs one mode, emptying the Redis server first, and checks what
 // was delivered.
-func measure(ctx context.Context, o options, redis *bench.RedisServer, mode string, dupPct int, profile string) (bench.Run, error) {
-	if err := redis.FlushAll(ctx); err != nil {
-		return bench.Run{}, err
+func measure(ctx context.Context, o options, redis *redistest.Server, mode string, dupPct int, profile string) (Run, error) {
+	if err := flushRedis(ctx, redis); err != nil {
+		return Run{}, err
 	}
-	var tier *bench.RedisServer
-	if mode == bench.ModeRedis {
-		tier = redis
+	if mode != ModeRedis {
+		redis = nil
 	}
-	r, err := bench.RunCollector(ctx, o.bin, o.out, mode, tier, loadConfig(o.records, dupPct), o.compression, profile)
+	load := loadgen.Config{Records: o.records, Duplicates: float64(dupPct) / 100, Batch: batch, Senders: senders, Seed: 1}
+	r, err := RunCollector(ctx, o.bin, o.out, mode, redis, load, o.compression, profile)
 	if err != nil {
 		return r, fmt.Errorf("%s, %d%% copies: %w", mode, dupPct, err)
 	}
 	return r, r.Exact(o.records)
 }
 
-func describe(r bench.Run, dupPct int) string {
+func describe(r Run, dupPct int) string {
 	return fmt.Sprintf("%-12s %2d%% copies: %.2f µs CPU/record, peak RSS %s, %s records/s, latency p50 %.2f ms p99 %.2f ms; "+
 		"delivered %d (distinct %d), dropped %d; redis CPU %.2f µs/record, %d round trips, %d commands",
-		r.Mode, dupPct, r.CPUPerRecord()*1e6, bench.MiB(r.PeakRSS), bench.Rate(r.Load.RecordsPerSecond), r.Load.LatencyP50*1e3,
+		r.Mode, dupPct, r.CPUPerRecord()*1e6, MiB(r.PeakRSS), Rate(r.Load.RecordsPerSecond), r.Load.LatencyP50*1e3,
 		r.Load.LatencyP99*1e3, r.Delivered, r.Distinct, r.Dropped, r.Redis.CPUSeconds*1e6/float64(r.Load.Sent), r.RoundTrips, r.Redis.Calls)
 }
 
 // endToEnd runs the rounds: each the three modes in turn at each duplicate
 // share, then redis-benchmark on the same server.
-func endToEnd(ctx context.Context, o options, res *results, redis *bench.RedisServer, logf func(string, ...any)) error {
+func endToEnd(ctx context.Context, o options, res *results, redis *redistest.Server, logf func(string, ...any)) error {
 	for rep := range o.reps {
 		for _, dup := range dupPcts {
-			for _, mode := range bench.Modes {
+			for _, mode := range Modes {
 				r, err := measure(ctx, o, redis, mode, dup, "")
 				if err != nil {
 					return err
@@ -266,31 +282,31 @@ func endToEnd(ctx context.Context, o options, res *results, redis *bench.RedisSe
 				logf("round %d: %s", rep+1, describe(r, dup))
 			}
 		}
-		if err := redis.FlushAll(ctx); err != nil {
+		if err := flushRedis(ctx, redis); err != nil {
 			return err
 		}
-		c, err := bench.RunRedisBenchmark(ctx, o.redisBenchmark, redis, senders, batch, int(o.records))
+		c, err := runRedisBenchmark(ctx, o.redisBenchmark, redis, senders, batch, int(o.records))
 		if err != nil {
 			return err
 		}
 		res.Ceiling = append(res.Ceiling, c)
 		logf("round %d: %s %s: %s ops/s, redis CPU %.3f µs/op", rep+1, o.redisBenchmark,
-			shellJoin(bench.RedisBenchmarkArgs(redis.Port, senders, batch, int(o.records))), bench.Rate(c.OpsPerSecond), c.CPUPerOp()*1e6)
+			shellJoin(RedisBenchmarkArgs(redis.Port(), senders, batch, int(o.records))), Rate(c.OpsPerSecond), c.CPUPerOp()*1e6)
 	}
 	return nil
 }
 
 // profiles runs each mode once more at each duplicate share with its CPU
 // profile written, and tables what differs.
-func profiles(ctx context.Context, o options, res *results, redis *bench.RedisServer, logf func(string, ...any)) error {
+func profiles(ctx context.Context, o options, res *results, redis *redistest.Server, logf func(string, ...any)) error {
 	doc := fmt.Sprintf("CPU profiles of the collector (pprof extension, start to shutdown) under the same load: %s OTLP logs, "+
 		"batches of %d, %d senders, exported over OTLP (compression %s); %s, %s. The functions whose CPU per record received "+
 		"differs most from the pass-through's; the profiles are profile-<mode>-<copies>.pprof.\n",
-		bench.Rate(float64(o.records)), batch, senders, o.compression, res.Date, res.Machine)
+		Rate(float64(o.records)), batch, senders, o.compression, res.Date, res.Machine)
 	for _, dup := range dupPcts {
-		var tops []map[string]bench.FuncCPU
+		var tops []map[string]FuncCPU
 		var records []int64
-		for _, mode := range bench.Modes {
+		for _, mode := range Modes {
 			path, err := filepath.Abs(filepath.Join(o.out, fmt.Sprintf("profile-%s-%d.pprof", mode, dup)))
 			if err != nil {
 				return err
@@ -308,7 +324,7 @@ func profiles(ctx context.Context, o options, res *results, redis *bench.RedisSe
 			if err := os.WriteFile(strings.TrimSuffix(path, ".pprof")+".top.txt", out, 0o644); err != nil {
 				return err
 			}
-			top, err := bench.ParsePprofTop(bytes.NewReader(out))
+			top, err := ParsePprofTop(bytes.NewReader(out))
 			if err != nil {
 				return err
 			}
@@ -316,167 +332,18 @@ func profiles(ctx context.Context, o options, res *results, redis *bench.RedisSe
 			records = append(records, r.Load.Sent)
 		}
 		doc += fmt.Sprintf("\n### %d%% copies\n\n%s\n%s", dup,
-			bench.ProfileDiff(bench.Modes, tops, records, 20, false), bench.ProfileDiff(bench.Modes, tops, records, 20, true))
+			ProfileDiff(Modes, tops, records, 20, false), ProfileDiff(Modes, tops, records, 20, true))
 	}
 	logf("\n%s", doc)
 	return os.WriteFile(filepath.Join(o.out, "profile.md"), []byte(doc), 0o644)
 }
 
-// ratios are, for each round, a mode's figure over its round's
-// pass-through's.
-func ratios(runs []bench.Run, mode string, fig func(bench.Run) float64) []float64 {
-	var out []float64
-	var pass float64
-	for _, r := range runs {
-		if r.Mode == bench.ModePassThrough {
-			pass = fig(r)
-		} else if r.Mode == mode && pass > 0 {
-			out = append(out, fig(r)/pass)
-		}
-	}
-	return out
-}
-
-func median(runs []bench.Run, mode string, fig func(bench.Run) float64) (float64, bool) {
-	var vs []float64
-	for _, r := range runs {
-		if r.Mode == mode {
-			vs = append(vs, fig(r))
-		}
-	}
-	return bench.Median(vs)
-}
-
-func cpu(r bench.Run) float64 { return r.CPUPerRecord() }
-
-// targetRows builds the table; a figure not measured says which phase
-// failed or did not run.
-func targetRows(res *results) []bench.Row {
-	var rows []bench.Row
-	missing := func(target, fig, goal, phase string) bench.Row {
-		why := "phase " + phase + " not run"
-		if e, ok := res.Errors[phase]; ok {
-			why = "phase " + phase + " failed: " + strings.SplitN(e, "\n", 2)[0]
-		}
-		return bench.Row{Target: target, Figure: fig, Measured: why, Goal: goal, Verdict: bench.Failed}
-	}
-	ratioRow := func(target, mode string, dup int, fig string, bound float64, goal string) bench.Row {
-		rs := ratios(res.Runs[dup], mode, cpu)
-		mr, ok := bench.Median(rs)
-		m, _ := median(res.Runs[dup], mode, cpu)
-		p, _ := median(res.Runs[dup], bench.ModePassThrough, cpu)
-		if !ok {
-			return missing(target, fig, goal, "e2e")
-		}
-		return bench.Row{Target: target, Figure: fmt.Sprintf("%s; median of %d paired runs", fig, len(rs)),
-			Measured: fmt.Sprintf("%.2fx (%.2f µs / %.2f µs)", mr, m*1e6, p*1e6), Goal: goal, Verdict: bench.Check(mr <= bound)}
-	}
-	rows = append(rows,
-		ratioRow("1", bench.ModeLocal, 30, "collector CPU per record, local tier / pass-through, 30% copies", targetLocal30, "<= 1.00x"),
-		ratioRow("1", bench.ModeLocal, 30, "the same, stretch goal", targetLocal30Sweet, "<= 0.90x"),
-		ratioRow("2", bench.ModeLocal, 0, "collector CPU per record, local tier / pass-through, 0% copies", targetLocal0, "<= 1.08x"),
-		ratioRow("3", bench.ModeRedis, 30, "collector CPU per record, Redis tier / pass-through, 30% copies", targetRedis30, "<= 1.20x"))
-
-	for _, key := range []string{"content", "event.id"} {
-		name := fmt.Sprintf(consumeName, key)
-		fig := fmt.Sprintf("BenchmarkConsumeLogs, empty cache, key %s, batch 1000, 30%% copies, 1 core", key)
-		ns, n, ok := bench.MedianOf(res.GoBench, name, "ns/record")
-		allocs, _, _ := bench.MedianOf(res.GoBench, name, "allocs/op")
-		if !ok {
-			rows = append(rows, missing("4", fig, "<= 150 ns/record, 0 allocs/record", "gotest"))
-			continue
-		}
-		rows = append(rows, bench.Row{Target: "4", Figure: fmt.Sprintf("%s; median of %d", fig, n),
-			Measured: fmt.Sprintf("%.0f ns/record, %.3f allocs/record", ns, allocs/batch),
-			Goal:     "<= 150 ns/record, 0 allocs/record", Verdict: bench.Check(ns <= targetNsPerRecord && allocs/batch < targetAllocs)})
-	}
-
-	// Every record of the 0% runs is a key in the window.
-	figRSS := "peak RSS, local tier over the pass-through, per key in the window (0% copies: every record a key)"
-	if over, ok := rssPerKey(res.Runs[0]); ok {
-		rows = append(rows, bench.Row{Target: "5", Figure: figRSS, Measured: fmt.Sprintf("%.0f bytes/key", over),
-			Goal: "<= 64 bytes/key", Verdict: bench.Check(over <= targetBytesPerKey)})
-	} else {
-		rows = append(rows, missing("5", figRSS, "<= 64 bytes/key", "e2e"))
-	}
-	if mb, _, ok := bench.MedianOf(res.GoBench, "BenchmarkMemoryPerKey", "bytes/key"); ok {
-		rows = append(rows, bench.Row{Target: "5", Figure: "local cache heap per key at 10^6 keys (BenchmarkMemoryPerKey)",
-			Measured: fmt.Sprintf("%.1f bytes/key", mb), Verdict: bench.Info})
-	}
-	return append(rows, redisRows(res)...)
-}
-
-// rssPerKey is the median over rounds of (local peak RSS - pass-through
-// peak RSS) / keys.
-func rssPerKey(runs []bench.Run) (float64, bool) {
-	var vs []float64
-	var pass bench.Run
-	for _, r := range runs {
-		switch r.Mode {
-		case bench.ModePassThrough:
-			pass = r
-		case bench.ModeLocal:
-			if pass.Load.Unique > 0 {
-				vs = append(vs, float64(r.PeakRSS-pass.PeakRSS)/float64(r.Load.Unique))
-			}
-		}
-	}
-	return bench.Median(vs)
-}
-
-// redisRows are what the shared tier costs, beside what these cores allow.
-func redisRows(res *results) []bench.Row {
-	runs := res.Runs[30]
-	redisCPU, ok := median(runs, bench.ModeRedis, func(r bench.Run) float64 { return r.Redis.CPUSeconds / float64(r.Load.Sent) })
-	if !ok {
-		return nil
-	}
-	collector, _ := median(runs, bench.ModeRedis, cpu)
-	pass, _ := median(runs, bench.ModePassThrough, cpu)
-	lat := func(q func(bench.Run) float64) string {
-		var parts []string
-		for _, mode := range []string{bench.ModeLocal, bench.ModeRedis} {
-			m, _ := median(runs, mode, q)
-			p, _ := median(runs, bench.ModePassThrough, q)
-			parts = append(parts, fmt.Sprintf("%s %+.2f ms", mode, (m-p)*1e3))
-		}
-		return strings.Join(parts, ", ")
-	}
-	trips, _ := median(runs, bench.ModeRedis, func(r bench.Run) float64 { return float64(r.RoundTrips) / float64(r.Load.Requests) })
-	calls, _ := median(runs, bench.ModeRedis, func(r bench.Run) float64 { return float64(r.Redis.Calls) / float64(r.Load.Requests) })
-	rows := []bench.Row{
-		{Target: "R", Figure: "Redis tier, 30% copies: collector CPU per record; Redis CPU per record (INFO cpu)",
-			Measured: fmt.Sprintf("%.2f µs (pass-through %.2f µs); Redis %.2f µs", collector*1e6, pass*1e6, redisCPU*1e6), Verdict: bench.Info},
-		{Target: "R", Figure: "latency added per request over the pass-through, p50 (load tool, request to acknowledgement)",
-			Measured: lat(func(r bench.Run) float64 { return r.Load.LatencyP50 }), Verdict: bench.Info},
-		{Target: "R", Figure: "latency added per request over the pass-through, p99",
-			Measured: lat(func(r bench.Run) float64 { return r.Load.LatencyP99 }), Verdict: bench.Info},
-		{Target: "R", Figure: "round trips to Redis per request of 1000 records (otelcol_processor_dedup_redis_requests); Redis commands per request (INFO commandstats, scripts' own commands included)",
-			Measured: fmt.Sprintf("%.2f; %.2f", trips, calls), Verdict: bench.Info},
-	}
-	var perOp, ops []float64
-	for _, c := range res.Ceiling {
-		perOp = append(perOp, c.CPUPerOp())
-		ops = append(ops, c.OpsPerSecond)
-	}
-	if p, ok := bench.Median(perOp); ok {
-		o, _ := bench.Median(ops)
-		unique := 1 - float64(dupPcts[0])/100
-		rows = append(rows, bench.Row{Target: "R",
-			Figure: fmt.Sprintf("ceiling: redis-benchmark SET NX PX, -c %d -P %d, Redis CPU per op; the records/s one Redis core allows at that cost per unique record vs at the tier's", senders, batch),
-			Measured: fmt.Sprintf("%.2f µs/op (%s ops/s); %s vs %s records/s", p*1e6, bench.Rate(o),
-				bench.Rate(1/(p*unique)), bench.Rate(1/redisCPU)), Verdict: bench.Info})
-	}
-	return rows
-}
-
 func shellJoin(args []string) string {
 	q := make([]string, len(args))
 	for i, a := range args {
+		q[i] = a
 		if a == "" || strings.ContainsAny(a, " '\"*$%\\()^|[]{}?<>;&") {
 			q[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
-		} else {
-			q[i] = a
 		}
 	}
 	return strings.Join(q, " ")
@@ -491,8 +358,8 @@ func source(ctx context.Context) string {
 	return "commit " + strings.TrimSpace(string(out))
 }
 
-func redisVersion(bin string) string {
-	out, err := exec.Command(bin, "--version").Output()
+func redisVersion() string {
+	out, err := exec.Command("redis-server", "--version").Output()
 	if err != nil {
 		return "redis-server: " + err.Error()
 	}

@@ -12,21 +12,20 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/otelcol-dedup/otelcol-dedup/cmd/dedupload/loadgen"
-	"github.com/otelcol-dedup/otelcol-dedup/internal/bench"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/e2e"
+	"github.com/otelcol-dedup/otelcol-dedup/internal/loadgen"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // run1 is a run of 10^6 records of a mode at dup% copies with cpu seconds
 // of collector CPU.
-func run1(mode string, dup int, cpu float64, rss int64) bench.Run {
+func run1(mode string, dup int, cpu float64, rss int64) Run {
 	unique := int64(1_000_000 - 10_000*dup)
-	r := bench.Run{Mode: mode, CPUSeconds: cpu, PeakRSS: rss,
+	r := Run{Mode: mode, CPUSeconds: cpu, PeakRSS: rss,
 		Load: loadgen.Summary{Sent: 1_000_000, Unique: unique, Requests: 1000, LatencyP50: 0.002, LatencyP99: 0.010}}
-	if mode == bench.ModeRedis {
-		r.Redis = bench.RedisCounts{CPUSeconds: 0.5, Calls: 2000}
+	if mode == ModeRedis {
+		r.Redis = RedisCounts{CPUSeconds: 0.5, Calls: 2000}
 		r.RoundTrips = 1500
 		r.Load.LatencyP50, r.Load.LatencyP99 = 0.003, 0.012
 	}
@@ -34,39 +33,39 @@ func run1(mode string, dup int, cpu float64, rss int64) bench.Run {
 }
 
 func TestTargetRows(t *testing.T) {
-	res := &results{Runs: map[int][]bench.Run{}, Errors: map[string]string{}}
+	res := &results{Runs: map[int][]Run{}, Errors: map[string]string{}}
 	// Two rounds: the ratios are taken in each round, then their median.
 	for _, cpu := range []float64{2.0, 3.0} {
-		res.Runs[30] = append(res.Runs[30], run1(bench.ModePassThrough, 30, cpu, 100<<20),
-			run1(bench.ModeLocal, 30, cpu*0.95, 150<<20), run1(bench.ModeRedis, 30, cpu*1.25, 150<<20))
-		res.Runs[0] = append(res.Runs[0], run1(bench.ModePassThrough, 0, cpu, 100<<20),
-			run1(bench.ModeLocal, 0, cpu*1.05, 100<<20+60_000_000), run1(bench.ModeRedis, 0, cpu*1.3, 150<<20))
+		res.Runs[30] = append(res.Runs[30], run1(ModePassThrough, 30, cpu, 100<<20),
+			run1(ModeLocal, 30, cpu*0.95, 150<<20), run1(ModeRedis, 30, cpu*1.25, 150<<20))
+		res.Runs[0] = append(res.Runs[0], run1(ModePassThrough, 0, cpu, 100<<20),
+			run1(ModeLocal, 0, cpu*1.05, 100<<20+60_000_000), run1(ModeRedis, 0, cpu*1.3, 150<<20))
 	}
-	res.Ceiling = []bench.Ceiling{{Ops: 1_000_000, OpsPerSecond: 500_000, CPUSeconds: 0.7}}
+	res.Ceiling = []Ceiling{{Ops: 1_000_000, OpsPerSecond: 500_000, CPUSeconds: 0.7}}
 	for range 3 {
 		res.GoBench = append(res.GoBench,
-			bench.GoBench{Name: "BenchmarkConsumeLogs/cache=empty/key=content/batch=1000/dup=30%", Metrics: map[string]float64{"ns/record": 140, "allocs/op": 2}},
-			bench.GoBench{Name: "BenchmarkConsumeLogs/cache=empty/key=event.id/batch=1000/dup=30%", Metrics: map[string]float64{"ns/record": 160, "allocs/op": 0}},
-			bench.GoBench{Name: "BenchmarkMemoryPerKey", Metrics: map[string]float64{"bytes/key": 40.5}})
+			GoBench{Name: "BenchmarkConsumeLogs/cache=empty/key=content/batch=1000/dup=30%", Metrics: map[string]float64{"ns/record": 140, "allocs/op": 2}},
+			GoBench{Name: "BenchmarkConsumeLogs/cache=empty/key=event.id/batch=1000/dup=30%", Metrics: map[string]float64{"ns/record": 160, "allocs/op": 0}},
+			GoBench{Name: "BenchmarkMemoryPerKey", Metrics: map[string]float64{"bytes/key": 40.5}})
 	}
-	want := []bench.Row{
-		{Target: "1", Figure: "collector CPU per record, local tier / pass-through, 30% copies; median of 2 paired runs", Measured: "0.95x (2.37 µs / 2.50 µs)", Goal: "<= 1.00x", Verdict: bench.Met},
-		{Target: "1", Figure: "the same, stretch goal; median of 2 paired runs", Measured: "0.95x (2.37 µs / 2.50 µs)", Goal: "<= 0.90x", Verdict: bench.NotMet},
-		{Target: "2", Figure: "collector CPU per record, local tier / pass-through, 0% copies; median of 2 paired runs", Measured: "1.05x (2.63 µs / 2.50 µs)", Goal: "<= 1.08x", Verdict: bench.Met},
-		{Target: "3", Figure: "collector CPU per record, Redis tier / pass-through, 30% copies; median of 2 paired runs", Measured: "1.25x (3.12 µs / 2.50 µs)", Goal: "<= 1.20x", Verdict: bench.NotMet},
-		{Target: "4", Figure: "BenchmarkConsumeLogs, empty cache, key content, batch 1000, 30% copies, 1 core; median of 3", Measured: "140 ns/record, 0.002 allocs/record", Goal: "<= 150 ns/record, 0 allocs/record", Verdict: bench.Met},
-		{Target: "4", Figure: "BenchmarkConsumeLogs, empty cache, key event.id, batch 1000, 30% copies, 1 core; median of 3", Measured: "160 ns/record, 0.000 allocs/record", Goal: "<= 150 ns/record, 0 allocs/record", Verdict: bench.NotMet},
-		{Target: "5", Figure: "peak RSS, local tier over the pass-through, per key in the window (0% copies: every record a key)", Measured: "60 bytes/key", Goal: "<= 64 bytes/key", Verdict: bench.Met},
-		{Target: "5", Figure: "local cache heap per key at 10^6 keys (BenchmarkMemoryPerKey)", Measured: "40.5 bytes/key", Verdict: bench.Info},
-		{Target: "R", Figure: "Redis tier, 30% copies: collector CPU per record; Redis CPU per record (INFO cpu)", Measured: "3.12 µs (pass-through 2.50 µs); Redis 0.50 µs", Verdict: bench.Info},
-		{Target: "R", Figure: "latency added per request over the pass-through, p50 (load tool, request to acknowledgement)", Measured: "local +0.00 ms, redis +1.00 ms", Verdict: bench.Info},
-		{Target: "R", Figure: "latency added per request over the pass-through, p99", Measured: "local +0.00 ms, redis +2.00 ms", Verdict: bench.Info},
-		{Target: "R", Figure: "round trips to Redis per request of 1000 records (otelcol_processor_dedup_redis_requests); Redis commands per request (INFO commandstats, scripts' own commands included)", Measured: "1.50; 2.00", Verdict: bench.Info},
-		{Target: "R", Figure: "ceiling: redis-benchmark SET NX PX, -c 4 -P 1000, Redis CPU per op; the records/s one Redis core allows at that cost per unique record vs at the tier's", Measured: "0.70 µs/op (500k ops/s); 2.04M vs 2.00M records/s", Verdict: bench.Info},
+	want := []Row{
+		{Target: "1", Figure: "collector CPU per record, local tier / pass-through, 30% copies; median of 2 paired runs", Measured: "0.95x (2.37 µs / 2.50 µs)", Goal: "<= 1.00x", Verdict: Met},
+		{Target: "1", Figure: "the same, stretch goal; median of 2 paired runs", Measured: "0.95x (2.37 µs / 2.50 µs)", Goal: "<= 0.90x", Verdict: NotMet},
+		{Target: "2", Figure: "collector CPU per record, local tier / pass-through, 0% copies; median of 2 paired runs", Measured: "1.05x (2.63 µs / 2.50 µs)", Goal: "<= 1.08x", Verdict: Met},
+		{Target: "3", Figure: "collector CPU per record, Redis tier / pass-through, 30% copies; median of 2 paired runs", Measured: "1.25x (3.12 µs / 2.50 µs)", Goal: "<= 1.20x", Verdict: NotMet},
+		{Target: "4", Figure: "BenchmarkConsumeLogs, empty cache, key content, batch 1000, 30% copies, 1 core; median of 3", Measured: "140 ns/record, 0.002 allocs/record", Goal: "<= 150 ns/record, 0 allocs/record", Verdict: Met},
+		{Target: "4", Figure: "BenchmarkConsumeLogs, empty cache, key event.id, batch 1000, 30% copies, 1 core; median of 3", Measured: "160 ns/record, 0.000 allocs/record", Goal: "<= 150 ns/record, 0 allocs/record", Verdict: NotMet},
+		{Target: "5", Figure: "peak RSS, local tier over the pass-through, per key in the window (0% copies: every record a key)", Measured: "60 bytes/key", Goal: "<= 64 bytes/key", Verdict: Met},
+		{Target: "5", Figure: "local cache heap per key at 10^6 keys (BenchmarkMemoryPerKey)", Measured: "40.5 bytes/key", Verdict: Info},
+		{Target: "R", Figure: "Redis tier, 30% copies: collector CPU per record; Redis CPU per record (INFO cpu)", Measured: "3.12 µs (pass-through 2.50 µs); Redis 0.50 µs", Verdict: Info},
+		{Target: "R", Figure: "latency added per request over the pass-through, p50 (load tool, request to acknowledgement)", Measured: "local +0.00 ms, redis +1.00 ms", Verdict: Info},
+		{Target: "R", Figure: "latency added per request over the pass-through, p99", Measured: "local +0.00 ms, redis +2.00 ms", Verdict: Info},
+		{Target: "R", Figure: "round trips to Redis per request of 1000 records (otelcol_processor_dedup_redis_requests); Redis commands per request (INFO commandstats, scripts' own commands included)", Measured: "1.50; 2.00", Verdict: Info},
+		{Target: "R", Figure: "ceiling: redis-benchmark SET NX PX, -c 4 -P 1000, Redis CPU per op; the records/s one Redis core allows at that cost per unique record vs at the tier's", Measured: "0.70 µs/op (500k ops/s); 2.04M vs 2.00M records/s", Verdict: Info},
 	}
 	got := targetRows(res)
 	if len(got) != len(want) {
-		t.Fatalf("got %d rows, want %d:\n%s", len(got), len(want), bench.FormatTable(got))
+		t.Fatalf("got %d rows, want %d:\n%s", len(got), len(want), FormatTable(got))
 	}
 	for i := range want {
 		if got[i] != want[i] {
@@ -76,13 +75,13 @@ func TestTargetRows(t *testing.T) {
 }
 
 func TestTargetRowsMissing(t *testing.T) {
-	res := &results{Runs: map[int][]bench.Run{}, Errors: map[string]string{"e2e": "local, 30% copies: 1 leaked\nmore"}}
+	res := &results{Runs: map[int][]Run{}, Errors: map[string]string{"e2e": "local, 30% copies: 1 leaked\nmore"}}
 	rows := targetRows(res)
 	if len(rows) != 7 {
-		t.Fatalf("got %d rows:\n%s", len(rows), bench.FormatTable(rows))
+		t.Fatalf("got %d rows:\n%s", len(rows), FormatTable(rows))
 	}
 	for _, r := range rows {
-		if r.Verdict != bench.Failed {
+		if r.Verdict != Failed {
 			t.Errorf("%+v: want NOT MEASURED", r)
 		}
 	}
@@ -108,7 +107,7 @@ func TestRunEndToEnd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	o := options{bin: bin, out: dir, phases: "e2e,profile", compression: "gzip",
-		redisServer: "redis-server", redisBenchmark: "redis-benchmark", reps: 1, records: 5000, loadMax: 100}
+		redisBenchmark: "redis-benchmark", reps: 1, records: 5000, loadMax: 100}
 	if err := run(ctx, o); err != nil {
 		t.Fatal(err)
 	}
@@ -127,13 +126,13 @@ func TestRunEndToEnd(t *testing.T) {
 	for _, r := range runs {
 		dup := 5000 - r.Load.Unique
 		want := r.Load.Unique
-		if r.Mode == bench.ModePassThrough {
+		if r.Mode == ModePassThrough {
 			want = 5000
 		}
 		if (dup != 1500 && dup != 0) || r.Load.Sent != 5000 || r.Delivered != want || r.Distinct != r.Load.Unique || r.CPUSeconds <= 0 || r.PeakRSS <= 0 {
 			t.Errorf("%s: sent %d, unique %d, delivered %d, distinct %d, CPU %v s, RSS %d", r.Mode, r.Load.Sent, r.Load.Unique, r.Delivered, r.Distinct, r.CPUSeconds, r.PeakRSS)
 		}
-		if (r.Mode == bench.ModeRedis) != (r.RoundTrips > 0 && r.Redis.Calls > 0) {
+		if (r.Mode == ModeRedis) != (r.RoundTrips > 0 && r.Redis.Calls > 0) {
 			t.Errorf("%s: %d round trips to Redis, %d commands", r.Mode, r.RoundTrips, r.Redis.Calls)
 		}
 	}

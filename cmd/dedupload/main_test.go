@@ -5,85 +5,34 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"net"
+	"math"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
-	"go.opentelemetry.io/collector/pdata/plog/plogotlp"
 	"go.uber.org/goleak"
-	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+
+	"github.com/otelcol-dedup/otelcol-dedup/internal/otlp"
 )
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// sink counts the log records it accepts over OTLP/HTTP and OTLP/gRPC, or
-// refuses every request with HTTP 400 when reject is set.
-type sink struct {
-	plogotlp.UnimplementedGRPCServer
-	http, grpc string
-	reject     bool
-
-	mu      sync.Mutex
-	records int
-}
-
-func (s *sink) Export(_ context.Context, req plogotlp.ExportRequest) (plogotlp.ExportResponse, error) {
-	s.mu.Lock()
-	s.records += req.Logs().LogRecordCount()
-	s.mu.Unlock()
-	return plogotlp.NewExportResponse(), nil
-}
-
-func (s *sink) count() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.records
-}
-
-func newSink(t *testing.T, reject bool) *sink {
+// newSink starts an OTLP sink; with reject, it refuses every request with
+// HTTP 400 (gRPC InvalidArgument), which no exporter retries.
+func newSink(t *testing.T, reject bool) *otlp.Sink {
 	t.Helper()
-	s := &sink{reject: reject}
-	hl, err := net.Listen("tcp", "127.0.0.1:0")
+	s, err := otlp.NewSink()
 	if err != nil {
 		t.Fatal(err)
 	}
-	gl, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		hl.Close()
-		t.Fatal(err)
+	t.Cleanup(func() { _ = s.Close() })
+	if reject {
+		s.FailWith(codes.InvalidArgument, http.StatusBadRequest)
+		s.FailNext(math.MaxInt)
 	}
-	s.http, s.grpc = hl.Addr().String(), gl.Addr().String()
-	hs := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		if s.reject || r.URL.Path != "/v1/logs" {
-			http.Error(w, "rejected by the test sink", http.StatusBadRequest)
-			return
-		}
-		req := plogotlp.NewExportRequest()
-		if err := req.UnmarshalProto(body); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		s.mu.Lock()
-		s.records += req.Logs().LogRecordCount()
-		s.mu.Unlock()
-		w.Header().Set("Content-Type", "application/x-protobuf")
-	})}
-	gs := grpc.NewServer()
-	plogotlp.RegisterGRPCServer(gs, s)
-	var wg sync.WaitGroup
-	wg.Go(func() { _ = hs.Serve(hl) })
-	wg.Go(func() { _ = gs.Serve(gl) })
-	t.Cleanup(func() {
-		gs.Stop()
-		_ = hs.Close()
-		wg.Wait()
-	})
 	return s
 }
 
@@ -123,9 +72,9 @@ func TestJSONOnly(t *testing.T) {
 	for _, p := range []string{"grpc", "http"} {
 		t.Run(p, func(t *testing.T) {
 			s := newSink(t, false)
-			ep := s.grpc
+			ep := s.GRPCEndpoint()
 			if p == "http" {
-				ep = "http://" + s.http
+				ep = s.HTTPEndpoint()
 			}
 			code, out, errOut := runCLI(t, "-protocol", p, "-endpoint", ep, "-records", "1000", "-batch", "100",
 				"-duplicates", "0.25", "-senders", "3", "-seed", "7", "-json", "-headers", "X-Scope-OrgID=t1")
@@ -142,8 +91,8 @@ func TestJSONOnly(t *testing.T) {
 			if sum.Sent != 1000 || sum.Duplicates != 250 || sum.Unique != 750 || sum.Requests != 10 || sum.Errors != 0 || sum.Seed != 7 {
 				t.Errorf("summary %+v", sum)
 			}
-			if s.count() != 1000 {
-				t.Errorf("sink got %d records", s.count())
+			if s.LogRecordCount() != 1000 {
+				t.Errorf("sink got %d records", s.LogRecordCount())
 			}
 		})
 	}
@@ -151,7 +100,7 @@ func TestJSONOnly(t *testing.T) {
 
 func TestHumanSummaryThenJSON(t *testing.T) {
 	s := newSink(t, false)
-	code, out, _ := runCLI(t, "-endpoint", s.grpc, "-records", "300", "-batch", "100", "-progress", "never")
+	code, out, _ := runCLI(t, "-endpoint", s.GRPCEndpoint(), "-records", "300", "-batch", "100", "-progress", "never")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if code != 0 || len(lines) < 2 || !strings.Contains(lines[0], "300/300 records acknowledged") {
 		t.Fatalf("exit %d, stdout %q", code, out)
@@ -164,7 +113,7 @@ func TestHumanSummaryThenJSON(t *testing.T) {
 
 func TestProgressAlways(t *testing.T) {
 	s := newSink(t, false)
-	code, _, errOut := runCLI(t, "-endpoint", s.grpc, "-records", "2000", "-batch", "100", "-rate", "10000", "-progress", "always", "-json")
+	code, _, errOut := runCLI(t, "-endpoint", s.GRPCEndpoint(), "-records", "2000", "-batch", "100", "-rate", "10000", "-progress", "always", "-json")
 	if code != 0 || !strings.Contains(errOut, "records") || !strings.Contains(errOut, "\r") {
 		t.Errorf("exit %d, stderr %q", code, errOut)
 	}
@@ -172,12 +121,12 @@ func TestProgressAlways(t *testing.T) {
 
 func TestExitStatusOnErrors(t *testing.T) {
 	s := newSink(t, true)
-	code, out, _ := runCLI(t, "-protocol", "http", "-endpoint", s.http, "-records", "200", "-batch", "100", "-json")
+	code, out, _ := runCLI(t, "-protocol", "http", "-endpoint", s.HTTPEndpoint(), "-records", "200", "-batch", "100", "-json")
 	sum := parseSummary(t, strings.TrimSpace(out))
 	if code != 1 || sum.Errors != 2 || sum.FailedRecords != 200 || sum.Retries != 0 {
 		t.Errorf("exit %d, summary %+v", code, sum)
 	}
-	code, _, _ = runCLI(t, "-protocol", "http", "-endpoint", s.http, "-records", "200", "-batch", "100", "-json", "-ignore-errors")
+	code, _, _ = runCLI(t, "-protocol", "http", "-endpoint", s.HTTPEndpoint(), "-records", "200", "-batch", "100", "-json", "-ignore-errors")
 	if code != 0 {
 		t.Errorf("-ignore-errors: exit %d", code)
 	}
@@ -188,7 +137,7 @@ func TestInterrupted(t *testing.T) {
 	stop := make(chan struct{})
 	close(stop)
 	var out bytes.Buffer
-	code := run(context.Background(), []string{"-endpoint", s.grpc, "-json"}, stop, &out, io.Discard)
+	code := run(context.Background(), []string{"-endpoint", s.GRPCEndpoint(), "-json"}, stop, &out, io.Discard)
 	if code != exitInterrupted || !strings.Contains(out.String(), `"sent":0`) {
 		t.Errorf("exit %d, stdout %q", code, out.String())
 	}

@@ -6,9 +6,9 @@
 //     batch processor after dedup, exporter queues that wait for the
 //     result), and the ones that can run here deliver what their comments
 //     promise;
-//   - every YAML block of the Markdown docs (README.md,
-//     processor/dedupprocessor/README.md, docs/, examples/README.md,
-//     deploy/README.md, CHANGELOG.md) is checked, by the rule below;
+//   - every YAML block of the Markdown docs (README.md, CHANGELOG.md, the
+//     component README, docs/, examples/README.md, deploy/README.md) is
+//     checked as printed, by the rule below;
 //   - the ocb manifest of README.md builds a working collector from an empty
 //     directory;
 //   - every metric and label that the Grafana dashboard and the Prometheus
@@ -23,33 +23,31 @@
 //
 // # YAML blocks of the docs
 //
-// Each ```yaml block is one of these, decided in this order:
+// A reader copies a block as printed, so no block is completed silently
+// before it is validated. Each ```yaml block is one of these, decided in
+// this order:
 //
-//  1. Marked: the line before the fence is `<!-- docscheck: KIND ARG -->`.
-//     `ocb`: the config of README's "Put dedup in your own collector",
-//     validated by the binary the README's ocb manifest builds (only there:
-//     the distribution has components that collector lacks). `needs X`: the
-//     block needs component X, which the distribution does not carry (the
-//     text around it says so); the distribution must refuse it for exactly
-//     that type, so a mark cannot hide any other error. `prometheus`: a
-//     Prometheus config, checked by `promtool check config`.
+//  1. Marked `<!-- docscheck: ocb -->` on the line before the fence: the
+//     complete config of README's "Put dedup in your own collector",
+//     validated as printed by the binary the README's ocb manifest builds
+//     (the distribution has components that collector lacks).
 //  2. An ocb manifest (`dist:` at the top): it must be
 //     examples/ocb/builder-config.yaml from `dist:` on.
-//  3. A collector config or a fragment of one (`receivers`, `processors`,
-//     `exporters`, `extensions` or `service` at the top). A fragment is
-//     completed: an otlp receiver where it has none; a debug exporter, and
-//     otlp_grpc and otlp_http ones where it has no exporter; memory_limiter
-//     and batch processors where it does not define them; and, unless it
-//     has its own pipelines, each dedup processor it defines in a logs, a
-//     traces and a metrics pipeline of its own, exporting to debug. The
-//     completed config must pass validate with an empty environment, and
-//     its pipelines must keep "acknowledged means delivered".
-//  4. A dedup processor's settings alone (every top-level key is a dedup
-//     setting, e.g. `logs:`): completed as `processors: {dedup: BLOCK}`,
-//     then as 3.
+//  3. A Prometheus config (`scrape_configs:` at the top): checked as printed
+//     by `promtool check config`.
+//  4. A fragment: the paragraph right before it says so in visible text,
+//     "A fragment, completed by [`FILE`](PATH)", naming a shipped config
+//     (examples/, testdata/). It must pass `otelcol-dedup validate --config
+//     FILE --config BLOCK`, the collector's own merge, which a reader can run
+//     too. If the sentence goes on "in a collector that has the `TYPE`
+//     exporter" (or receiver, processor, extension), the distribution must
+//     refuse it for exactly that type, so the sentence cannot hide another
+//     error.
+//  5. Anything else must be a complete config: it passes validate as printed.
 //
-// Any other block fails TestDocSnippetsValidate, which also counts the
-// blocks of each kind: a new block updates the count.
+// Every config of 4 and 5 (merged, as `print-config` prints it) must keep
+// "acknowledged means delivered". TestDocSnippetsValidate counts the blocks
+// of each kind: a new block updates the count.
 //
 // The binary is $OTELCOL_DEDUP_BIN when set (`make test` sets it), else the
 // one internal/e2e builds with ocb. Redis servers are real (internal/testkit/redistest).

@@ -19,7 +19,7 @@ import (
 )
 
 // The Markdown files whose YAML blocks this package checks (see doc.go for
-// the rule each block follows).
+// the rule each block follows): the user docs.
 var docFiles = []string{
 	"README.md",
 	"CHANGELOG.md",
@@ -27,6 +27,11 @@ var docFiles = []string{
 	"docs/monitoring.md",
 	"docs/troubleshooting.md",
 	"docs/versioning.md",
+	"docs/receivers.md",
+	"docs/redis.md",
+	"docs/replica-election.md",
+	"docs/tenants.md",
+	"docs/security.md",
 	"examples/README.md",
 	"deploy/README.md",
 }
@@ -40,16 +45,25 @@ var linkedFiles = append(slices.Clip(docFiles),
 )
 
 // fenceRE matches a YAML block and the docscheck mark on the line before
-// it, if any: <!-- docscheck: KIND [ARG...] -->.
-var fenceRE = regexp.MustCompile("(?s)(?:<!-- docscheck: ([a-z-]+)([^>]*?) -->\n)?```yaml\n(.*?)```")
+// it, if any: <!-- docscheck: KIND -->.
+var fenceRE = regexp.MustCompile("(?s)(?:<!-- docscheck: ([a-z-]+) -->\n)?```yaml\n(.*?)```")
+
+// fragmentRE matches the visible sentence that makes a block a fragment:
+// "A fragment, completed by [`FILE`](PATH)", optionally followed by "in a
+// collector that has the `TYPE` exporter" (or receiver, processor,
+// extension) when the block needs a component the distribution lacks.
+var fragmentRE = regexp.MustCompile("A\\s+fragment,\\s+completed\\s+by\\s+\\[`[^`]+`\\]\\(([^)\\s]+)\\)(?:\\s+in\\s+a\\s+collector\\s+that\\s+has\\s+the\\s+`([a-z_]+)`\\s+(?:exporter|receiver|processor|extension))?")
 
 // docBlock is one YAML block of the docs.
 type docBlock struct {
 	file string
 	n    int    // 1-based, in its file
 	mark string // the docscheck mark's kind; "" for none
-	arg  string // the mark's argument
 	text string
+	// A fragment: the config file (relative to the repository root) its
+	// text says completes it, and the component type it says it needs.
+	completedBy string
+	needs       string
 }
 
 func (b docBlock) String() string { return fmt.Sprintf("%s#%d", b.file, b.n) }
@@ -59,23 +73,37 @@ func docBlocks(t *testing.T) []docBlock {
 	var out []docBlock
 	for _, file := range docFiles {
 		text := string(readFile(t, file))
-		for i, m := range fenceRE.FindAllStringSubmatch(text, -1) {
-			out = append(out, docBlock{file: file, n: i + 1, mark: m[1], arg: strings.TrimSpace(m[2]), text: m[3]})
+		for i, m := range fenceRE.FindAllStringSubmatchIndex(text, -1) {
+			b := docBlock{file: file, n: i + 1, text: text[m[4]:m[5]]}
+			if m[2] >= 0 {
+				b.mark = text[m[2]:m[3]]
+			}
+			// The paragraph right before the block (or its mark).
+			before := strings.TrimRight(text[:m[0]], "\n")
+			if k := strings.LastIndex(before, "\n\n"); k >= 0 {
+				before = before[k+2:]
+			}
+			if f := fragmentRE.FindStringSubmatch(before); f != nil {
+				b.completedBy = filepath.ToSlash(filepath.Join(filepath.Dir(file), f[1]))
+				b.needs = f[2]
+			}
+			out = append(out, b)
 		}
 	}
 	return out
 }
 
-// TestDocSnippetsValidate checks every YAML block of the docs, by the rule
-// of doc.go: a collector config or fragment is completed and validated by
-// the distribution; a block of a dedup processor's settings alone is
-// validated as the settings of one dedup processor; a block marked
-// `ocb` is left to TestOCBManifestBuildsFromCleanDir, which validates it
-// with the binary the README's manifest builds; a block marked `needs X`
-// must be refused by the distribution for lacking component X (so the mark
-// stays true); a block marked `prometheus` is a Prometheus config, checked
-// by promtool; an ocb manifest must be the tested one. Any other block
-// fails the test.
+// TestDocSnippetsValidate checks every YAML block of the docs as printed,
+// by the rule of doc.go, never completing one silently: a collector config
+// passes `otelcol-dedup validate` as it stands; a fragment (its text says so,
+// naming the shipped config that completes it) passes validate merged over
+// that config, as `validate --config FILE --config fragment.yaml` merges
+// them, or, when its text says it needs a component the distribution lacks,
+// is refused for exactly that component; a block marked `ocb` is left to
+// TestOCBManifestBuildsFromCleanDir, which validates it with the binary the
+// README's manifest builds; a Prometheus config passes `promtool check
+// config`; an ocb manifest must be the tested one. Collector configs keep
+// "acknowledged means delivered". Any other block fails the test.
 func TestDocSnippetsValidate(t *testing.T) {
 	counts := map[string]int{}
 	for _, b := range docBlocks(t) {
@@ -84,18 +112,23 @@ func TestDocSnippetsValidate(t *testing.T) {
 			t.Errorf("%s: %v\n%s", b, err, b.text)
 			continue
 		}
-		kind := b.mark
+		kind := ""
 		switch {
-		case kind != "":
+		case b.mark == "ocb":
+			kind = "ocb"
+		case b.mark != "":
+			t.Errorf("%s: unknown docscheck mark %q (see doc.go)", b, b.mark)
+			continue
 		case doc["dist"] != nil:
 			kind = "manifest"
-		case isCollectorConfig(doc):
-			kind = "collector"
-		case isDedupSettings(doc):
-			kind = "settings"
+		case doc["scrape_configs"] != nil:
+			kind = "prometheus"
+		case b.completedBy != "" && b.needs != "":
+			kind = "fragment-needs"
+		case b.completedBy != "":
+			kind = "fragment"
 		default:
-			t.Errorf("%s is neither a collector config, a dedup processor's settings, nor marked (see doc.go):\n%s", b, b.text)
-			continue
+			kind = "complete"
 		}
 		counts[kind]++
 		switch kind {
@@ -112,60 +145,51 @@ func TestDocSnippetsValidate(t *testing.T) {
 		case "prometheus":
 			t.Run(b.String(), func(t *testing.T) { promtoolCheckConfig(t, b.text) })
 			continue
-		case "settings":
-			doc = map[string]any{"processors": map[string]any{"dedup": doc}}
-		case "collector", "needs":
-		default:
-			t.Errorf("%s: unknown docscheck mark %q (see doc.go)", b, b.mark)
-			continue
 		}
 		t.Run(b.String(), func(t *testing.T) {
-			full, err := completeConfig(doc)
-			if err != nil {
+			p := filepath.Join(t.TempDir(), "block.yaml")
+			if err := os.WriteFile(p, []byte(b.text), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			p := filepath.Join(t.TempDir(), "config.yaml")
-			if err := os.WriteFile(p, full, 0o644); err != nil {
-				t.Fatal(err)
+			configs := []string{p}
+			if b.completedBy != "" {
+				if !strings.HasPrefix(b.completedBy, "examples/") && !strings.HasPrefix(b.completedBy, "testdata/") {
+					t.Fatalf("a fragment must be completed by a shipped config (examples/, testdata/), not %s", b.completedBy)
+				}
+				configs = []string{filepath.Join(root(t), b.completedBy), p}
 			}
-			out, err := validate(t, p)
-			if kind == "needs" {
-				// The distribution must refuse it for the component named.
-				if err == nil || b.arg == "" || !strings.Contains(out, "unknown type: \""+b.arg+"\"") {
-					t.Errorf("marked as needing %q, which the distribution lacks, but validate said (%v):\n%s", b.arg, err, out)
+			out, err := validate(t, configs...)
+			if kind == "fragment-needs" {
+				if err == nil || !strings.Contains(out, "unknown type: \""+b.needs+"\"") {
+					t.Errorf("its text says it needs %q, which the distribution lacks, but validate said (%v):\n%s", b.needs, err, out)
 				}
 				return
 			}
 			if err != nil {
-				t.Errorf("validate: %v\n%s\nsnippet:\n%s\ncompleted:\n%s", err, out, b.text, full)
+				what := "as printed"
+				if b.completedBy != "" {
+					what = "merged over " + b.completedBy
+				}
+				t.Fatalf("validate %s: %v\n%s\nblock:\n%s", what, err, out, b.text)
 			}
-			for _, p := range promiseBreaches(t, full) {
+			args := []string{"print-config"}
+			for _, c := range configs {
+				args = append(args, "--config", c)
+			}
+			merged, err := runIn(t, cmdTimeout, root(t), nil, binary(t), args...)
+			if err != nil {
+				t.Fatalf("print-config: %v\n%s", err, merged)
+			}
+			for _, p := range promiseBreaches(t, []byte(merged)) {
 				t.Errorf("%s", p)
 			}
 		})
 	}
 	// A new block updates these counts.
-	want := map[string]int{"collector": 11, "settings": 1, "ocb": 1, "manifest": 1, "needs": 1, "prometheus": 1}
+	want := map[string]int{"complete": 1, "fragment": 9, "fragment-needs": 1, "ocb": 1, "manifest": 1, "prometheus": 1}
 	if !maps.Equal(counts, want) {
 		t.Errorf("YAML blocks by kind: %v, want %v", counts, want)
 	}
-}
-
-// isDedupSettings says whether a block is the settings of one dedup
-// processor (e.g. a `logs:` block alone).
-func isDedupSettings(doc map[string]any) bool {
-	if len(doc) == 0 {
-		return false
-	}
-	for k := range doc {
-		switch k {
-		case "window", "action", "mark_attribute", "identity_attribute", "on_missing_key", "cache", "storage",
-			"snapshot_interval", "pending_wait", "metadata_keys", "logs", "traces", "metrics", "redis":
-		default:
-			return false
-		}
-	}
-	return true
 }
 
 // promtoolCheckConfig checks a Prometheus config with promtool.
@@ -178,85 +202,6 @@ func promtoolCheckConfig(t *testing.T, text string) {
 	if out, err := run(t, root(t), nil, promtool(t), "check", "config", "--syntax-only", p); err != nil {
 		t.Errorf("promtool check config: %v\n%s", err, out)
 	}
-}
-
-func isCollectorConfig(doc map[string]any) bool {
-	if _, ok := doc["dist"]; ok { // an ocb manifest
-		return false
-	}
-	for _, k := range []string{"processors", "receivers", "exporters", "extensions", "service"} {
-		if _, ok := doc[k]; ok {
-			return true
-		}
-	}
-	return false
-}
-
-func completeConfig(doc map[string]any) ([]byte, error) {
-	section := func(name string) map[string]any {
-		m, _ := doc[name].(map[string]any)
-		if m == nil {
-			m = map[string]any{}
-			doc[name] = m
-		}
-		return m
-	}
-	receivers := section("receivers")
-	if len(receivers) == 0 {
-		receivers["otlp"] = map[string]any{"protocols": map[string]any{"grpc": map[string]any{"endpoint": "127.0.0.1:4317"}}}
-	}
-	exporters := section("exporters")
-	if _, ok := exporters["debug"]; !ok {
-		exporters["debug"] = map[string]any{} // the completed pipelines' exporter
-	}
-	if len(exporters) == 1 {
-		exporters["otlp_grpc"] = map[string]any{"endpoint": "backend.example.internal:4317"}
-		exporters["otlp_http"] = map[string]any{"endpoint": "http://backend.example.internal:4318"}
-	}
-	// Processors a fragment's pipelines use without defining them.
-	processors := section("processors")
-	for id, cfg := range map[string]any{
-		"memory_limiter": map[string]any{"check_interval": "1s", "limit_percentage": 80, "spike_limit_percentage": 20},
-		"batch":          map[string]any{},
-	} {
-		if _, ok := processors[id]; !ok {
-			processors[id] = cfg
-		}
-	}
-	service := section("service")
-	if _, ok := service["pipelines"]; !ok {
-		pipelines := map[string]any{}
-		var ids []string
-		for id := range processors {
-			if id == "dedup" || strings.HasPrefix(id, "dedup/") {
-				ids = append(ids, id)
-			}
-		}
-		if len(ids) == 0 { // e.g. a telemetry block alone
-			processors["dedup"] = nil
-			ids = []string{"dedup"}
-		}
-		slices.Sort(ids)
-		for i, id := range ids {
-			for _, signal := range []string{"logs", "traces", "metrics"} {
-				pipelines[fmt.Sprintf("%s/%d", signal, i)] = map[string]any{
-					"receivers":  []string{"otlp"},
-					"processors": []string{id},
-					"exporters":  []string{"debug"},
-				}
-			}
-		}
-		service["pipelines"] = pipelines
-	}
-	if ext, ok := doc["extensions"].(map[string]any); ok && service["extensions"] == nil {
-		var ids []string
-		for id := range ext {
-			ids = append(ids, id)
-		}
-		slices.Sort(ids)
-		service["extensions"] = ids
-	}
-	return yaml.Marshal(doc)
 }
 
 // TestDocLinks checks that every relative link of the docs names a file that
@@ -478,6 +423,43 @@ func settingValues(v reflect.Value, prefix string, out map[string]string) {
 			default:
 				out[path] = fmt.Sprint(x)
 			}
+		}
+	}
+}
+
+// TestUserDocsAreAReference: the component README is a reference a user
+// scans (at most 400 lines), no table cell of the docs runs past a few
+// hundred characters, and the user docs (the component README, docs/,
+// examples/README.md, and README.md up to its Contributing section) speak
+// of the software, not of its tests or source files.
+func TestUserDocsAreAReference(t *testing.T) {
+	const maxLines, maxCell = 400, 400
+	readme := string(readFile(t, "processor/dedupprocessor/README.md"))
+	if n := strings.Count(readme, "\n"); n > maxLines {
+		t.Errorf("processor/dedupprocessor/README.md has %d lines, want at most %d: move walk-throughs to docs/", n, maxLines)
+	}
+	for _, file := range docFiles {
+		for i, line := range strings.Split(string(readFile(t, file)), "\n") {
+			if !strings.HasPrefix(line, "|") {
+				continue
+			}
+			for _, cell := range strings.Split(line, " | ") {
+				if len(cell) > maxCell {
+					t.Errorf("%s:%d: a table cell of %d characters (at most %d): %.80s...", file, i+1, len(cell), maxCell, cell)
+				}
+			}
+		}
+	}
+	internals := regexp.MustCompile("\\b(Test|Benchmark|Fuzz)[A-Z]\\w+|\\b\\w+\\.go\\b")
+	user := map[string]string{"README.md (before Contributing)": strings.Split(string(readFile(t, "README.md")), "\n## Contributing")[0]}
+	for _, file := range docFiles {
+		if file == "processor/dedupprocessor/README.md" || file == "examples/README.md" || strings.HasPrefix(file, "docs/") {
+			user[file] = string(readFile(t, file))
+		}
+	}
+	for file, text := range user {
+		for _, m := range internals.FindAllString(text, -1) {
+			t.Errorf("%s names %q: user docs speak of the software, not of its tests or sources", file, m)
 		}
 	}
 }

@@ -14,11 +14,14 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/pdata/pmetric"
+	"go.opentelemetry.io/collector/pdata/ptrace"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"gopkg.in/yaml.v3"
 
 	"github.com/otelcol-dedup/otelcol-dedup/internal/e2e"
+	"github.com/otelcol-dedup/otelcol-dedup/internal/otlp"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
 )
 
@@ -34,6 +37,7 @@ var exampleFiles = []string{
 	"redis-cluster.yaml",
 	"redis-sentinel-tls.yaml",
 	"shadow-mode.yaml",
+	"tenants-local.yaml",
 	"traces.yaml",
 }
 
@@ -125,7 +129,7 @@ func TestValidateCatchesBadDedupConfig(t *testing.T) {
 // the receivers, health_check and metrics reader on p, every exporter the
 // example defines at the sink (env OTLP_BACKEND), without queue or retry so
 // that what the sink holds is final when a send returns.
-func exampleOverride(t *testing.T, file string, p e2e.Ports) string {
+func exampleOverride(t *testing.T, file string) string {
 	t.Helper()
 	var cfg struct {
 		Exporters map[string]any `yaml:"exporters"`
@@ -137,31 +141,19 @@ func exampleOverride(t *testing.T, file string, p e2e.Ports) string {
 	for id := range cfg.Exporters {
 		fmt.Fprintf(&ex, "  %s:\n    sending_queue: {enabled: false}\n    retry_on_failure: {enabled: false}\n", id)
 	}
-	return fmt.Sprintf(`
-extensions:
-  health_check: {endpoint: %q}
-receivers:
-  otlp:
-    protocols:
-      grpc: {endpoint: %q}
-      http: {endpoint: %q}
-exporters:
-%sservice:
-%s`, e2e.Addr(p.Health), e2e.Addr(p.OTLPGRPC), e2e.Addr(p.OTLPHTTP), ex.String(), telemetryYAML(p.Metrics))
+	return listenYAML() + "exporters:\n" + ex.String() + "service:" + telemetryYAML()
 }
 
 // runExample starts examples/file with the override, OTLP_BACKEND at the
 // sink (gRPC, or HTTP for otlp_http) and extra env.
-func runExample(t *testing.T, file string, sink *e2e.Sink, httpBackend bool, env ...string) *collector {
+func runExample(t *testing.T, file string, sink *otlp.Sink, httpBackend bool, env ...string) *collector {
 	t.Helper()
 	backend := sink.GRPCEndpoint()
 	if httpBackend {
 		backend = sink.HTTPEndpoint()
 	}
 	env = append([]string{"OTLP_BACKEND=" + backend}, env...)
-	return startCollector(t, env, func(p e2e.Ports) []string {
-		return []string{exampleOverride(t, file, p)}
-	}, filepath.Join(root(t), "examples", file))
+	return startCollector(t, env, []string{filepath.Join(root(t), "examples", file)}, exampleOverride(t, file))
 }
 
 func event(id, body string) plog.Logs {
@@ -205,15 +197,22 @@ func TestExampleGateway(t *testing.T) {
 	}
 }
 
+// fleetACL is the Redis ACL user the headers of fleet-redis.yaml and
+// ha-election.yaml recommend, with their default user name and prefix.
+const fleetACL = "user fleet-a on >fleet-s3cret resetkeys ~fleet-a:* resetchannels -@all +@read +@write +@scripting +@connection +info +role +time"
+
 // TestExampleFleetRedis: two collectors with the same file and one Redis
 // deliver a record once, whichever instance each copy reaches.
 func TestExampleFleetRedis(t *testing.T) {
-	srv := redistest.Standalone(t, redistest.WithPassword("fleet-s3cret"))
+	srv := redistest.Standalone(t, redistest.WithConfig(fleetACL))
 	sink := newSink(t)
 	env := []string{"REDIS_ADDR=" + srv.Addr(), "REDIS_PASSWORD=fleet-s3cret"}
 	a := runExample(t, "fleet-redis.yaml", sink, false, env...)
 	b := runExample(t, "fleet-redis.yaml", sink, false, env...)
 	ctx := ctxT(t)
+	if want := strings.Replace(fleetACL, "fleet-s3cret", "PASSWORD", 1); !strings.Contains(string(readFile(t, "examples/fleet-redis.yaml")), want) {
+		t.Errorf("examples/fleet-redis.yaml's header does not show the ACL the test uses:\n%s", want)
+	}
 	mustSend(t, "to a", a.grpcSender().SendLogs(ctx, event("evt-1", "first attempt")))
 	// The retry reaches the other instance; a relay changed the body, the
 	// event id is the same.
@@ -250,7 +249,7 @@ func TestExampleMultiTenant(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return e2e.WithGRPCMetadata(ctx, append([]string{"authorization", "Bearer " + tok}, headers...)...)
+		return metadata.AppendToOutgoingContext(ctx, append([]string{"authorization", "Bearer " + tok}, headers...)...)
 	}
 	mustSend(t, "globex with acme's header", s.SendLogs(as("globex", "X-Scope-OrgID", "acme"), event("evt-1", "signup")))
 	for _, tenant := range []string{"acme", "acme"} {
@@ -262,6 +261,60 @@ func TestExampleMultiTenant(t *testing.T) {
 	c.stop()
 	if got := sink.LogRecordCount(); got != 2 {
 		t.Errorf("delivered %d records, want 2 (one per tenant)", got)
+	}
+}
+
+// TestExampleTenantsLocal runs examples/tenants-local.yaml the way its
+// header says, the issuer made by cmd/dedupissuer's code and the header's
+// curl commands run as printed (on the test's ports): the request without a
+// token is refused (401), and the counts read 2 unique (one per sender) and
+// 1 duplicate (acme's retry).
+func TestExampleTenantsLocal(t *testing.T) {
+	const file = "tenants-local.yaml"
+	iss, err := e2e.NewIssuer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(iss.Close)
+	env := []string{"OIDC_ISSUER_URL=" + iss.URL, "OIDC_AUDIENCE=otelcol-dedup"}
+	for _, sub := range []string{"acme", "globex"} {
+		tok, err := iss.Token("otelcol-dedup", sub, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		env = append(env, "TOKEN_"+strings.ToUpper(sub)+"="+tok)
+	}
+	c := startCollector(t, env, []string{filepath.Join(root(t), "examples", file)}, listenYAML()+"service:"+telemetryYAML())
+
+	// The header's commands from `event=` to the metrics grep, on our ports.
+	var script []string
+	for _, line := range strings.Split(headerComment(string(readFile(t, "examples/"+file))), "\n") {
+		line = strings.TrimPrefix(line, "#   ")
+		if strings.HasPrefix(line, "event=") || len(script) > 0 {
+			script = append(script, line)
+		}
+		if strings.Contains(line, "otelcol_processor_dedup_records") {
+			break
+		}
+	}
+	if len(script) != 6 {
+		t.Fatalf("found %d lines of commands in the header, want 6:\n%s", len(script), strings.Join(script, "\n"))
+	}
+	cmds := strings.NewReplacer("127.0.0.1:4318", c.ports.OTLPHTTP, "127.0.0.1:8888", c.ports.Metrics).Replace(strings.Join(script, "\n"))
+	out, err := run(t, root(t), env, "bash", "-euc", cmds)
+	if err != nil {
+		t.Fatalf("the header's commands: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "\n401\n") {
+		t.Errorf("no 401 for the request without a token:\n%s", out)
+	}
+	for _, want := range []string{
+		`otelcol_processor_dedup_records{otel_signal="logs",outcome="unique",processor="dedup"} 2`,
+		`otelcol_processor_dedup_records{otel_signal="logs",outcome="duplicate",processor="dedup"} 1`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the counts lack %s:\n%s", want, out)
+		}
 	}
 }
 
@@ -288,9 +341,7 @@ func TestExampleHAMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	sink2 := newSink(t)
-	c2 := startCollector(t, []string{"OTLP_BACKEND=" + sink2.GRPCEndpoint()}, func(ports e2e.Ports) []string {
-		return []string{exampleOverride(t, "ha-metrics.yaml", ports)}
-	}, p)
+	c2 := startCollector(t, []string{"OTLP_BACKEND=" + sink2.GRPCEndpoint()}, []string{p}, exampleOverride(t, "ha-metrics.yaml"))
 	s2 := c2.grpcSender()
 	base := time.Date(2026, 11, 1, 12, 0, 30, 0, time.UTC) // on a 15 s boundary
 	mustSend(t, "replica a", s2.SendMetrics(ctx, gaugeBatch("a", base.Add(2*time.Second))))
@@ -333,11 +384,11 @@ func haScrape(replica string, s int) pmetric.Metrics {
 // replica a's scrapes reach one, replica b's the other. One replica (the
 // first to send) is delivered, without its replica label, by both.
 func TestExampleHAElection(t *testing.T) {
-	srv := redistest.Standalone(t)
+	srv := redistest.Standalone(t, redistest.WithConfig(fleetACL))
 	sink := newSink(t)
-	env := "REDIS_ADDR=" + srv.Addr()
-	gwA := runExample(t, "ha-election.yaml", sink, false, env)
-	gwB := runExample(t, "ha-election.yaml", sink, false, env)
+	env := []string{"REDIS_ADDR=" + srv.Addr(), "REDIS_PASSWORD=fleet-s3cret"}
+	gwA := runExample(t, "ha-election.yaml", sink, false, env...)
+	gwB := runExample(t, "ha-election.yaml", sink, false, env...)
 	a, b := gwA.grpcSender(), gwB.grpcSender()
 	ctx := ctxT(t)
 	for s := range 3 {
@@ -432,88 +483,138 @@ func TestExamplePersistentCache(t *testing.T) {
 	}
 }
 
-// TestExampleTraces: a span re-sent with other resource attributes is
-// still caught (the key is trace_id + span_id).
+// TestExampleTraces: a re-sent span is caught, and a server span sharing
+// its client span's trace and span IDs (Zipkin's shared spans) is kept.
 func TestExampleTraces(t *testing.T) {
 	sink := newSink(t)
 	c := runExample(t, "traces.yaml", sink, false)
 	s := c.grpcSender()
 	ctx := ctxT(t)
 	mustSend(t, "span", s.SendTraces(ctx, spanBatch(1)))
-	td := spanBatch(1)
-	td.ResourceSpans().At(0).Resource().Attributes().PutStr("relay", "agent-2")
-	mustSend(t, "span via another relay", s.SendTraces(ctx, td))
+	mustSend(t, "the span re-sent", s.SendTraces(ctx, spanBatch(1)))
+	server := spanBatch(1)
+	server.ResourceSpans().At(0).ScopeSpans().At(0).Spans().At(0).SetKind(ptrace.SpanKindServer)
+	mustSend(t, "the server span, same IDs", s.SendTraces(ctx, server))
 	c.stop()
-	if got := sink.SpanCount(); got != 1 {
-		t.Errorf("delivered %d spans, want 1", got)
+	if got := sink.SpanCount(); got != 2 {
+		t.Errorf("delivered %d spans, want 2 (the span once, the server span)", got)
 	}
 }
 
-// TestExampleTLSFilesReadAtStart: `validate` does not read certificate
-// files (redis-sentinel-tls.yaml validates on a machine without them, see
-// TestExamplesValidate); the processor reads them when it starts, and a
-// missing one fails the start with an error naming it.
-func TestExampleTLSFilesReadAtStart(t *testing.T) {
-	const file = "redis-sentinel-tls.yaml"
-	text := string(readFile(t, "examples/"+file))
-	missing := filepath.Join(t.TempDir(), "missing") + "/"
-	moved := strings.ReplaceAll(text, "/etc/otelcol/redis/", missing)
-	if moved == text {
-		t.Fatalf("examples/%s has no certificate under /etc/otelcol/redis/", file)
-	}
-	dir := t.TempDir()
-	cfg := filepath.Join(dir, file)
-	if err := os.WriteFile(cfg, []byte(moved), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := validate(t, cfg); err != nil {
-		t.Fatalf("validate with the certificates missing: %v\n%s", err, out)
-	}
-	ports, err := e2e.FreePorts()
-	if err != nil {
-		t.Fatal(err)
-	}
-	override := filepath.Join(dir, "override.yaml")
-	if err := os.WriteFile(override, []byte(exampleOverride(t, file, ports)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out, err := runIn(t, startTimeout, root(t), nil, binary(t), "--config", cfg, "--config", override)
+// TestValidateReadsTLSFiles: `validate` reads the certificate files of
+// redis.tls, as the start does: redis-sentinel-tls.yaml with REDIS_CA_FILE
+// naming a file that is not there is refused, the file named; with a CA
+// that is there, it passes.
+func TestValidateReadsTLSFiles(t *testing.T) {
+	cfg := filepath.Join(root(t), "examples", "redis-sentinel-tls.yaml")
+	missing := filepath.Join(t.TempDir(), "ca.pem")
+	out, err := validateIn(t, []string{"REDIS_CA_FILE=" + missing}, cfg)
 	if err == nil {
-		t.Fatalf("the collector ran to a clean exit without its certificates:\n%s", out)
+		t.Fatalf("validate accepted a CA file that is not there:\n%s", out)
 	}
-	if want := "dedup: redis.tls: "; !strings.Contains(out, want) || !strings.Contains(out, missing+"ca.pem") {
-		t.Errorf("start without certificates said:\n%s\nwant %q and the missing file %s", out, want, missing+"ca.pem")
+	if want := "redis.tls: failed to load TLS config: failed to load CA CertPool File: failed to load cert " + missing + ": open " + missing + ": no such file or directory"; !strings.Contains(out, want) {
+		t.Errorf("validate said:\n%s\nwant it to contain %q", out, want)
+	}
+	ca := filepath.Join(root(t), "processor", "dedupprocessor", "testdata", "tls", "ca.pem")
+	if out, err := validateIn(t, []string{"REDIS_CA_FILE=" + ca}, cfg); err != nil {
+		t.Errorf("validate with a CA file that is there: %v\n%s", err, out)
 	}
 }
 
-// TestValidateRefusesOneRedisIDInTwoPipelines: `validate` refuses what the
-// start refuses when the config alone decides it: one dedup ID with redis
-// in two pipelines of a signal, with the fix named.
-func TestValidateRefusesOneRedisIDInTwoPipelines(t *testing.T) {
-	p := filepath.Join(t.TempDir(), "two.yaml")
-	if err := os.WriteFile(p, []byte(`
+// twoPipelines is a config with one dedup processor, of settings dedup
+// (indented under it), in two logs pipelines, and extensions.
+func twoPipelines(dedup, extensions string) string {
+	return fmt.Sprintf(`
+extensions:
+%s
 receivers:
   otlp:
     protocols:
       grpc: {endpoint: 127.0.0.1:4317}
 processors:
   dedup:
-    redis: {endpoints: ["127.0.0.1:6379"]}
+%s
 exporters:
   debug: {}
   otlp_grpc: {endpoint: backend.example.internal:4317}
 service:
+  extensions: [file_storage]
   pipelines:
     logs/a: {receivers: [otlp], processors: [dedup], exporters: [debug]}
     logs/b: {receivers: [otlp], processors: [dedup], exporters: [otlp_grpc]}
-`), 0o644); err != nil {
-		t.Fatal(err)
+`, extensions, dedup)
+}
+
+// TestValidateRefusesOneIDInTwoPipelines: `validate` refuses what the
+// start refuses or degrades when the config alone decides it: one dedup ID
+// with redis, or with storage, in two pipelines of a signal, with the fix
+// named.
+func TestValidateRefusesOneIDInTwoPipelines(t *testing.T) {
+	const fix = `; give each pipeline its own dedup processor ID (e.g. dedup/a and dedup/b)`
+	storage := "  file_storage: {directory: " + t.TempDir() + "}"
+	for _, tt := range []struct{ name, dedup, want string }{
+		{"redis", `    redis: {endpoints: ["127.0.0.1:6379"]}`,
+			`dedup: processor "dedup" is in two logs pipelines and has a shared tier (redis): both would claim the same keys and each pipeline would drop the records the other delivered` + fix},
+		{"storage", `    storage: file_storage`,
+			`dedup: processor "dedup" is in two logs pipelines and has storage (file_storage): both would keep their cache in the same snapshot, and the second to start would run without persistence` + fix},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "two.yaml")
+			if err := os.WriteFile(p, []byte(twoPipelines(tt.dedup, storage)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			out, err := validate(t, p)
+			if err == nil {
+				t.Fatalf("validate accepted one dedup ID with %s in two logs pipelines:\n%s", tt.name, out)
+			}
+			if !strings.Contains(out, tt.want) {
+				t.Errorf("validate said:\n%s\nwant it to contain %q", out, tt.want)
+			}
+		})
 	}
-	out, err := validate(t, p)
-	if err == nil {
-		t.Fatalf("validate accepted one dedup ID with redis in two logs pipelines:\n%s", out)
-	}
-	if want := `give each pipeline its own dedup processor ID (e.g. dedup/a and dedup/b)`; !strings.Contains(out, want) {
-		t.Errorf("validate said:\n%s\nwant it to contain %q", out, want)
+}
+
+// TestValidateCannotSeeExtensions: the collector's `validate` builds the
+// pipelines without their extensions, so what the processor needs of an
+// extension is checked at start only, as the component README says next to
+// storage and auth_attributes: validate passes, the start fails with the
+// fix.
+func TestValidateCannotSeeExtensions(t *testing.T) {
+	for _, tt := range []struct{ name, dedup, want string }{
+		{"storage names no extension", `    storage: nosuch`,
+			`failed to start "dedup" processor: dedup: storage "nosuch": no such extension; configure it under extensions and list it in service.extensions`},
+		{"auth_attributes without an authenticator", `    auth_attributes: [subject]`,
+			`failed to start "dedup" processor: dedup: auth_attributes [subject] needs an authenticator, and the collector runs none`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := fmt.Sprintf(`
+receivers:
+  otlp:
+    protocols:
+      grpc: {endpoint: %q}
+processors:
+  dedup:
+%s
+exporters:
+  debug: {}
+service:
+  pipelines:
+    logs: {receivers: [otlp], processors: [dedup], exporters: [debug]}
+%s`, e2e.ListenOTLPGRPC, tt.dedup, telemetryYAML())
+			p := filepath.Join(t.TempDir(), "config.yaml")
+			if err := os.WriteFile(p, []byte(cfg), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if out, err := validate(t, p); err != nil {
+				t.Fatalf("validate refused it (update the component README, which says validate cannot see it): %v\n%s", err, out)
+			}
+			out, err := runIn(t, startTimeout, root(t), nil, binary(t), "--config", p)
+			if err == nil {
+				t.Fatalf("the collector started and exited cleanly:\n%s", out)
+			}
+			if !strings.Contains(out, tt.want) {
+				t.Errorf("the start said:\n%s\nwant it to contain %q", out, tt.want)
+			}
+		})
 	}
 }

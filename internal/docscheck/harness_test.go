@@ -3,18 +3,20 @@ package docscheck
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
 	"github.com/otelcol-dedup/otelcol-dedup/internal/e2e"
+	"github.com/otelcol-dedup/otelcol-dedup/internal/otlp"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -116,98 +118,49 @@ type collector struct {
 }
 
 // startCollector starts the binary with the config files (merged in order;
-// the last one wins) plus, last, the YAML documents that override(ports)
-// returns (each written to a file of its own), with
-// env added to its environment, on fresh loopback ports. It waits until
-// health_check answers and stops the process by PID when the test ends,
-// logging its output if the test failed. A start that lost a port race is
-// retried on other ports.
-func startCollector(t *testing.T, env []string, override func(e2e.Ports) []string, configs ...string) *collector {
+// the last one wins) plus, last, the YAML documents overrides (each written
+// to a file of its own), with env added to its environment. It waits until
+// the collector is ready and stops it by PID when the test ends, logging
+// its output if the test failed. Its listeners bind port 0 on the e2e
+// Listen addresses (see e2e.Config), which the overrides use.
+func startCollector(t *testing.T, env, configs []string, overrides ...string) *collector {
 	t.Helper()
-	bin := binary(t)
 	dir := t.TempDir()
-	for attempt := 1; ; attempt++ {
-		ports, err := e2e.FreePorts()
-		if err != nil {
+	args := slices.Clone(configs)
+	for i, doc := range overrides {
+		args = append(args, filepath.Join(dir, fmt.Sprintf("override%d.yaml", i)))
+		if err := os.WriteFile(args[len(args)-1], []byte(doc), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		args := append([]string{}, configs...)
-		for i, doc := range override(ports) {
-			p := filepath.Join(dir, fmt.Sprintf("override%d-%d.yaml", attempt, i))
-			if err := e2e.WriteFile(p, []byte(doc)); err != nil {
-				t.Fatal(err)
-			}
-			args = append(args, p)
-		}
-		logPath := filepath.Join(dir, fmt.Sprintf("collector%d.log", attempt))
-		logFile, err := e2e.LogFile(logPath)
-		if err != nil {
-			t.Fatal(err)
-		}
-		col, err := startWithEnv(bin, logFile, env, args...)
-		if err != nil {
-			logFile.Close()
-			t.Fatal(err)
-		}
-		c := &collector{t: t, col: col, ports: ports, log: logPath}
-		lost := false
-		t.Cleanup(func() {
-			err := col.Stop(stopGrace)
-			logFile.Close()
-			if err != nil && !lost {
-				t.Errorf("stop: %v", err)
-			}
-			if t.Failed() && !lost {
-				c.dumpLog()
-			}
-		})
-		ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
-		err = col.WaitHealthy(ctx, ports.HealthURL())
-		cancel()
-		if err == nil {
-			return c
-		}
-		if attempt < 3 && c.logContains("address already in use") {
-			lost = true
-			_ = col.Stop(stopGrace)
-			continue
-		}
+	}
+	c := &collector{t: t, log: filepath.Join(dir, "collector.log")}
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	col, err := e2e.Start(ctx, binary(t), c.log, env, args...)
+	if err != nil {
+		c.dumpLog()
 		t.Fatal(err)
 	}
-}
-
-// envMu serializes startWithEnv's changes to the process environment.
-var envMu sync.Mutex
-
-// startWithEnv is e2e.StartCollector with extra environment variables: the
-// harness passes its own environment on, so they are set around the start.
-func startWithEnv(bin string, log *os.File, env []string, configs ...string) (*e2e.Collector, error) {
-	envMu.Lock()
-	defer envMu.Unlock()
-	var restore []func()
-	for _, kv := range env {
-		k, v, _ := strings.Cut(kv, "=")
-		old, had := os.LookupEnv(k)
-		os.Setenv(k, v)
-		restore = append(restore, func() {
-			if had {
-				os.Setenv(k, old)
-			} else {
-				os.Unsetenv(k)
-			}
-		})
-	}
-	defer func() {
-		for _, r := range restore {
-			r()
+	c.col, c.ports = col, col.Ports
+	t.Cleanup(func() {
+		if err := col.Stop(stopGrace); err != nil {
+			t.Errorf("stop: %v", err)
 		}
-	}()
-	return e2e.StartCollector(bin, log, configs...)
+		if t.Failed() {
+			c.dumpLog()
+		}
+	})
+	return c
 }
 
-func (c *collector) logContains(s string) bool {
-	b, err := os.ReadFile(c.log)
-	return err == nil && strings.Contains(string(b), s)
+// configYAML renders an e2e.Config (JSON is YAML).
+func configYAML(t *testing.T, cfg map[string]any) string {
+	t.Helper()
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 func (c *collector) dumpLog() {
@@ -220,7 +173,7 @@ func (c *collector) dumpLog() {
 	if len(lines) > 60 {
 		lines = lines[len(lines)-60:]
 	}
-	c.t.Logf("collector (pid %d) output, last lines:\n%s", c.col.PID, strings.Join(lines, "\n"))
+	c.t.Logf("collector output, last lines:\n%s", strings.Join(lines, "\n"))
 }
 
 // stop stops the collector now (SIGTERM; it drains its pipelines).
@@ -242,9 +195,9 @@ func (c *collector) scrape() e2e.Scrape {
 	return sc
 }
 
-func (c *collector) grpcSender() *e2e.GRPCSender {
+func (c *collector) grpcSender() *otlp.Client {
 	c.t.Helper()
-	s, err := e2e.NewGRPCSender(e2e.Addr(c.ports.OTLPGRPC))
+	s, err := otlp.NewClient(otlp.GRPC, c.ports.OTLPGRPC)
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -253,9 +206,9 @@ func (c *collector) grpcSender() *e2e.GRPCSender {
 }
 
 // newSink starts an OTLP sink, closed when the test ends.
-func newSink(t *testing.T) *e2e.Sink {
+func newSink(t *testing.T) *otlp.Sink {
 	t.Helper()
-	s, err := e2e.NewSink()
+	s, err := otlp.NewSink()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,9 +216,24 @@ func newSink(t *testing.T) *e2e.Sink {
 	return s
 }
 
+// listenYAML is the extensions and receivers sections that put a
+// collector's health_check and OTLP receivers (gRPC and HTTP) on the e2e
+// Listen addresses, whose ports the harness reads back.
+func listenYAML() string {
+	return fmt.Sprintf(`
+extensions:
+  health_check: {endpoint: %q}
+receivers:
+  otlp:
+    protocols:
+      grpc: {endpoint: %q}
+      http: {endpoint: %q}
+`, e2e.ListenHealth, e2e.ListenOTLPGRPC, e2e.ListenOTLPHTTP)
+}
+
 // telemetryYAML is a service.telemetry block: internal metrics as
-// Prometheus text on 127.0.0.1:port, names exactly as written.
-func telemetryYAML(port int) string {
+// Prometheus text on the e2e metrics address, names exactly as written.
+func telemetryYAML() string {
 	return fmt.Sprintf(`
   telemetry:
     metrics:
@@ -273,10 +241,10 @@ func telemetryYAML(port int) string {
         - pull:
             exporter:
               prometheus:
-                host: 127.0.0.1
-                port: %d
+                host: %s
+                port: 0
                 without_units: true
                 without_type_suffix: true
                 without_scope_info: true
-`, port)
+`, e2e.MetricsHost)
 }

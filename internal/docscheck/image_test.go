@@ -395,7 +395,7 @@ func TestImageMatchesTheBuild(t *testing.T) {
 
 	// ocb: the Makefile's command on the same manifest; its version is
 	// go.mod's tool line, the manifest's collector release.
-	mk := regexp.MustCompile(`\$\(GO\) (tool builder --config [^\s;]+)`).FindStringSubmatch(makefile)
+	mk := regexp.MustCompile(`\$\(GO\) (tool builder --config builder-config\.yaml[^;]*);`).FindStringSubmatch(makefile)
 	if mk == nil {
 		t.Fatal("Makefile: no `$(GO) tool builder --config ...` recipe")
 	}

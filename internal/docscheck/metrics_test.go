@@ -17,6 +17,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/otelcol-dedup/otelcol-dedup/internal/e2e"
+	"github.com/otelcol-dedup/otelcol-dedup/internal/otlp"
+	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
 )
 
@@ -106,7 +108,7 @@ func gaugeBatch(replica string, ts time.Time) pmetric.Metrics {
 //	traces:  one request with the same span twice
 //	metrics: the same point in two requests (no election labels), then a
 //	         point of replica a and one of replica b of cluster team-1
-func exercise(t *testing.T, c *collector, sink *e2e.Sink) e2e.Scrape {
+func exercise(t *testing.T, c *collector, sink *otlp.Sink) e2e.Scrape {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
@@ -142,20 +144,18 @@ func exercise(t *testing.T, c *collector, sink *e2e.Sink) e2e.Scrape {
 	// A batch's commit reaches Redis after its sender was answered: wait
 	// for the two logs batches' commits (whatever the names' style) before
 	// the counts are read.
-	deadline := time.Now().Add(opTimeout)
-	for {
-		sc := c.scrape()
+	var sc e2e.Scrape
+	testkit.WaitFor(t, "the two logs batches' commits", opTimeout, func() bool {
+		sc = c.scrape()
 		commits := 0.0
 		for _, s := range sc {
 			if strings.Contains(s.Name, "redis_requests") && s.Labels["op"] == "commit" && s.Labels["otel_signal"] == "logs" {
 				commits += s.Value
 			}
 		}
-		if commits >= 2 || time.Now().After(deadline) {
-			return sc
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return commits >= 2
+	})
+	return sc
 }
 
 // wantSeries checks exact values of the processor's series after exercise.
@@ -229,15 +229,8 @@ var exactNames = map[string]string{
 func TestDeployQueriesMatchExportedSeries(t *testing.T) {
 	srv := redistest.Standalone(t)
 	sink := newSink(t)
-	c := startCollector(t, nil, func(p e2e.Ports) []string {
-		base, err := e2e.BaseConfig(p, sink)
-		if err != nil {
-			t.Fatal(err)
-		}
-		// The default level (normal), not BaseConfig's detailed: what users
-		// who set nothing get.
-		return []string{string(base), pipelinesYAML(srv.Addr()), "service::telemetry::metrics::level: normal\n"}
-	})
+	// The default level (normal): what users who set nothing get.
+	c := startCollector(t, nil, nil, configYAML(t, e2e.Config("normal", sink, e2e.Ports{})), pipelinesYAML(srv.Addr()))
 	sc := exercise(t, c, sink)
 	wantSeries(t, sc, exactNames)
 
@@ -353,7 +346,7 @@ func TestSeriesNamesByReader(t *testing.T) {
 		}
 	}
 
-	reader := func(port int, flags string) string {
+	reader := func(flags string) string {
 		return fmt.Sprintf(`
 service:
   telemetry:
@@ -362,9 +355,9 @@ service:
         - pull:
             exporter:
               prometheus:
-                host: 127.0.0.1
-                port: %d
-%s`, port, flags)
+                host: %s
+                port: 0
+%s`, e2e.MetricsHost, flags)
 	}
 	cases := []struct {
 		name   string
@@ -381,13 +374,7 @@ service:
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			sink := newSink(t)
-			c := startCollector(t, nil, func(p e2e.Ports) []string {
-				base, err := e2e.BaseConfig(p, sink)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return []string{string(base), pipelinesYAML(srv.Addr()), reader(p.Metrics, tc.flags)}
-			})
+			c := startCollector(t, nil, nil, configYAML(t, e2e.Config("detailed", sink, e2e.Ports{})), pipelinesYAML(srv.Addr()), reader(tc.flags))
 			// A fresh Redis key space for each collector: the keys of the
 			// previous case would make this one's copies tier=redis.
 			flushRedis(t, srv)
@@ -410,8 +397,7 @@ service:
 		}
 		l.Close()
 		sink := newSink(t)
-		c := startCollector(t, nil, func(p e2e.Ports) []string {
-			return []string{fmt.Sprintf(`
+		c := startCollector(t, nil, nil, fmt.Sprintf(`
 extensions:
   health_check: {endpoint: %q}
 receivers:
@@ -426,9 +412,8 @@ exporters:
     sending_queue: {enabled: false}
 service:
   extensions: [health_check]
-`, e2e.Addr(p.Health), e2e.Addr(p.OTLPGRPC), e2e.SinkGRPCExporter, sink.GRPCEndpoint()), pipelinesYAML(srv.Addr())}
-		})
-		c.ports.Metrics = 8888
+`, e2e.ListenHealth, e2e.ListenOTLPGRPC, e2e.SinkGRPCExporter, sink.GRPCEndpoint()), pipelinesYAML(srv.Addr()))
+		c.ports.Metrics = "127.0.0.1:8888"
 		flushRedis(t, srv)
 		sc := exercise(t, c, sink)
 		wantSeries(t, sc, exactNames)

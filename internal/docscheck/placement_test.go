@@ -10,6 +10,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/otelcol-dedup/otelcol-dedup/internal/e2e"
+	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 )
 
 // TestPlacementAcknowledgedMeansDelivered holds README's "Where dedup goes
@@ -42,15 +43,7 @@ func TestPlacementAcknowledgedMeansDelivered(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sink := newSink(t)
-			c := startCollector(t, nil, func(p e2e.Ports) []string {
-				return []string{fmt.Sprintf(`
-extensions:
-  health_check: {endpoint: %q}
-receivers:
-  otlp:
-    protocols:
-      grpc: {endpoint: %q}
-processors:
+			c := startCollector(t, nil, nil, listenYAML()+fmt.Sprintf(`processors:
   dedup:
   batch: {timeout: 10ms}
 exporters:
@@ -63,8 +56,7 @@ service:
   extensions: [health_check]
   pipelines:
     logs: {receivers: [otlp], processors: %s, exporters: [otlp_grpc]}
-%s`, e2e.Addr(p.Health), e2e.Addr(p.OTLPGRPC), sink.GRPCEndpoint(), tc.queue, tc.processors, telemetryYAML(p.Metrics))}
-			})
+%s`, sink.GRPCEndpoint(), tc.queue, tc.processors, telemetryYAML()))
 			s := c.grpcSender()
 			ctx := ctxT(t)
 			sink.FailNext(1)
@@ -73,14 +65,10 @@ service:
 				t.Fatalf("first send: error %v, want an error: %v", err, tc.firstErr)
 			}
 			// The refusal happened (after the answer, when that came first).
-			if err := sink.WaitFor(ctx, func(s *e2e.Sink) bool { return s.Refused() == 1 }); err != nil {
-				t.Fatalf("the backend never saw the first export: %v", err)
-			}
+			testkit.WaitFor(t, "the first export refused at the backend", opTimeout, func() bool { return sink.Refused() == 1 })
 			mustSend(t, "resend", s.SendLogs(ctx, logBatch("payment accepted", "payment settled")))
 			if tc.landed > 0 {
-				if err := sink.WaitFor(ctx, func(s *e2e.Sink) bool { return float64(s.LogRecordCount()) >= tc.landed }); err != nil {
-					t.Fatalf("delivered %d records, want %g: %v", sink.LogRecordCount(), tc.landed, err)
-				}
+				testkit.WaitFor(t, fmt.Sprintf("%g records delivered", tc.landed), opTimeout, func() bool { return float64(sink.LogRecordCount()) >= tc.landed })
 			}
 			sc := c.scrape()
 			c.stop() // drains the queue or the batch: nothing more can land
@@ -188,8 +176,7 @@ func isDedup(id string) bool { return id == "dedup" || strings.HasPrefix(id, "de
 // is back is delivered, not dropped as a copy of data that never arrived.
 func TestExampleQueueFullIsNotAcknowledged(t *testing.T) {
 	sink := newSink(t)
-	c := startCollector(t, []string{"OTLP_BACKEND=" + sink.GRPCEndpoint()}, func(p e2e.Ports) []string {
-		return []string{fmt.Sprintf(`
+	c := startCollector(t, []string{"OTLP_BACKEND=" + sink.GRPCEndpoint()}, []string{filepath.Join(root(t), "examples", "gateway.yaml")}, fmt.Sprintf(`
 extensions:
   health_check: {endpoint: %q}
 receivers:
@@ -201,16 +188,13 @@ exporters:
   otlp_grpc:
     sending_queue: {queue_size: 1, num_consumers: 1}
 service:
-%s`, e2e.Addr(p.Health), e2e.Addr(p.OTLPGRPC), e2e.Addr(p.OTLPHTTP), telemetryYAML(p.Metrics))}
-	}, filepath.Join(root(t), "examples", "gateway.yaml"))
+%s`, e2e.ListenHealth, e2e.ListenOTLPGRPC, e2e.ListenOTLPHTTP, telemetryYAML()))
 	s := c.grpcSender()
 	ctx := ctxT(t)
 	sink.Hold()
 	held := make(chan error, 1)
 	go func() { held <- s.SendLogs(ctx, logBatch("payment accepted")) }()
-	if err := sink.WaitFor(ctx, func(s *e2e.Sink) bool { return s.Holding() == 1 }); err != nil {
-		t.Fatalf("the first export never reached the backend: %v", err)
-	}
+	testkit.WaitFor(t, "the first export held at the backend", opTimeout, func() bool { return sink.Holding() == 1 })
 	if err := s.SendLogs(ctx, logBatch("payment settled")); err == nil {
 		t.Fatal("a request the full queue refused was acknowledged")
 	}

@@ -6,7 +6,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -14,12 +13,20 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 )
 
 // agentBinary returns otelcol-agent, built on first use (see
 // AgentDistribution).
 func agentBinary(t *testing.T) string {
 	t.Helper()
+	start := time.Now()
+	defer func() {
+		if d := time.Since(start); d > time.Second {
+			t.Logf("built the test agent in %s", d.Round(100*time.Millisecond))
+		}
+	}()
 	bin, err := AgentDistribution(os.Stderr)
 	if err != nil {
 		t.Fatal(err)
@@ -32,8 +39,7 @@ func agentBinary(t *testing.T) string {
 // stopped by PID in the test's cleanup.
 func startAgent(t *testing.T, yaml string) *running {
 	t.Helper()
-	base := func(p Ports) ([]byte, error) { return json.MarshalIndent(listenConfig(p), "", "  ") }
-	return startProcess(t, agentBinary(t), base, nil, []string{yaml})
+	return startProcess(t, agentBinary(t), Config("detailed", nil, Ports{}), nil, []string{yaml})
 }
 
 // agentExporter is the agent's exporter to the gateway: each attempt times
@@ -90,16 +96,12 @@ func TestAckedAgentRetries(t *testing.T) {
 
 	t.Run("grpc, the deadline reaches the gateway", func(t *testing.T) {
 		gw := startCollector(t, nil, ackedPipeline("pending_wait: 1s"), gatewayExport)
-		agent := startAgent(t, agentExporter("otlp_grpc/gateway", Addr(gw.ports.OTLPGRPC)))
+		agent := startAgent(t, agentExporter("otlp_grpc/gateway", gw.ports.OTLPGRPC))
 		gw.sink.Hold()
 		sent := relSendAsync(agent, req)
-		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-		defer cancel()
 		// Two attempts given up at the backend; the next one, 100 ms later,
 		// finds it answering.
-		if err := gw.sink.WaitFor(ctx, func(s *Sink) bool { return s.Refused() >= 2 }); err != nil {
-			t.Fatalf("the backend saw %d abandoned exports, waiting for 2: %v", gw.sink.Refused(), err)
-		}
+		testkit.WaitFor(t, "2 exports abandoned at the backend", opTimeout, func() bool { return gw.sink.Refused() >= 2 })
 		gw.sink.Unhold()
 		if err := <-sent; err != nil {
 			t.Fatalf("the agent's sender: %v, want delivered", err)
@@ -119,15 +121,13 @@ func TestAckedAgentRetries(t *testing.T) {
 			// pending_wait outlasts the hold: every retry that arrives
 			// meanwhile waits for the original.
 			gw := startCollector(t, nil, ackedPipeline("pending_wait: 5s"), gatewayExport)
-			proxy := newAbortBlindProxy(t, Addr(gw.ports.OTLPHTTP))
+			proxy := newAbortBlindProxy(t, gw.ports.OTLPHTTP)
 			agent := startAgent(t, agentExporter("otlp_http/gateway", "http://"+proxy.Addr()))
 			gw.sink.Hold()
 			sent := relSendAsync(agent, req)
 			ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 			defer cancel()
-			if err := gw.sink.WaitFor(ctx, func(s *Sink) bool { return s.Holding() == 1 }); err != nil {
-				t.Fatalf("the gateway's export never reached the backend: %v", err)
-			}
+			testkit.WaitFor(t, "the gateway's export held at the backend", opTimeout, func() bool { return gw.sink.Holding() == 1 })
 			// The original and two retries, each on a connection of its own,
 			// and no answer to the agent's sender before the original's
 			// export is decided.
@@ -152,7 +152,7 @@ func TestAckedAgentRetries(t *testing.T) {
 			}
 			// Once the agent's sender is answered the original's batch has
 			// settled, unless the answer came early: then wait for it.
-			sc := waitScrape(t, gw, func(sc Scrape) bool {
+			sc := waitScrape(t, gw, "the retries counted unique or released", func(sc Scrape) bool {
 				return sc.Sum(metricRecords, l("outcome", "unique")) > 0 || sc.Sum(metricReleased, l()) > 0
 			})
 			wantMetric(t, sc, metricRecords, l("outcome", "unique"), n)

@@ -10,7 +10,10 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/plog"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"github.com/otelcol-dedup/otelcol-dedup/internal/otlp"
 )
 
 const tokenAudience = "otelcol-dedup"
@@ -63,7 +66,7 @@ func startIssuer(t *testing.T) *Issuer {
 type credential struct {
 	grpc logSender
 	ctx  context.Context
-	http *HTTPSender
+	http *otlp.Client
 }
 
 func (r *running) credential(t *testing.T, ctx context.Context, iss *Issuer, subject string, claims map[string]any, headers ...string) credential {
@@ -79,7 +82,7 @@ func (r *running) credential(t *testing.T, ctx context.Context, iss *Issuer, sub
 	}
 	return credential{
 		grpc: r.grpcSender(),
-		ctx:  WithGRPCMetadata(ctx, append([]string{"authorization", "Bearer " + tok}, headers...)...),
+		ctx:  metadata.AppendToOutgoingContext(ctx, append([]string{"authorization", "Bearer " + tok}, headers...)...),
 		http: h,
 	}
 }
@@ -136,11 +139,11 @@ func TestAuthenticatedTenants(t *testing.T) {
 	// No token: refused by the receiver's authenticator, never counted.
 	noToken := r.httpSender()
 	noToken.Header = http.Header{"X-Scope-OrgID": {"acme"}}
-	var se *HTTPStatusError
+	var se *otlp.HTTPError
 	if err := noToken.SendLogs(ctx, req()); !errors.As(err, &se) || se.StatusCode != http.StatusUnauthorized {
 		t.Errorf("HTTP without a token: %v, want status 401", err)
 	}
-	if err := r.grpcSender().SendLogs(WithGRPCMetadata(ctx, "X-Scope-OrgID", "acme"), req()); status.Code(err) != codes.Unauthenticated {
+	if err := r.grpcSender().SendLogs(metadata.AppendToOutgoingContext(ctx, "X-Scope-OrgID", "acme"), req()); status.Code(err) != codes.Unauthenticated {
 		t.Errorf("gRPC without a token: %v, want Unauthenticated", err)
 	}
 	wantCounts(t, r.scrape(), "dedup", "logs", dedupCounts{unique: 20, duplicate: 20, local: 20, entries: 20})
@@ -209,7 +212,7 @@ func TestAuthenticatedWithoutPartition(t *testing.T) {
 // TestAuthAttributesWithoutAuthenticator: auth_attributes on a collector
 // that runs no authenticator is refused at start, with the fix.
 func TestAuthAttributesWithoutAuthenticator(t *testing.T) {
-	out := startFails(t, `
+	out, _ := startFails(t, `
 processors:
   dedup:
     auth_attributes: [subject]
@@ -252,7 +255,7 @@ service:
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	s := r.grpcSender()
-	asAcme := WithGRPCMetadata(ctx, "X-Scope-OrgID", "acme")
+	asAcme := metadata.AppendToOutgoingContext(ctx, "X-Scope-OrgID", "acme")
 	forged := c.batch(span(0, 10)...)
 	for i := range 10 {
 		forged.ResourceLogs().At(0).ScopeLogs().At(0).LogRecords().At(i).Body().SetStr("forged")
@@ -269,6 +272,60 @@ service:
 	for i := range 10 {
 		if n := counts[c.recordKey(i)]; n != 0 {
 			t.Errorf("acme's evt-%d delivered %d times; want 0: the attack this test shows", i, n)
+		}
+	}
+}
+
+// TestUnidentifiedByReason: tenant isolation that turns off is logged with
+// the fix and counted by reason, against the real oidc extension: a
+// receiver without auth (HTTP here) gives requests no identity at all, and
+// an oidc without groups_claim gives auth_attributes: [membership] no value.
+func TestUnidentifiedByReason(t *testing.T) {
+	iss := startIssuer(t)
+	r := startCollector(t, nil, fmt.Sprintf(`
+extensions:
+  oidc:
+    providers:
+      - issuer_url: %s
+        audience: %s
+receivers:
+  otlp:
+    protocols:
+      grpc:
+        auth: {authenticator: oidc}
+processors:
+  dedup:
+    auth_attributes: [membership]
+service:
+  extensions: [health_check, oidc]
+  pipelines:
+    logs:
+      receivers: [otlp]
+      processors: [dedup]
+      exporters: [otlp_grpc/sink]
+`, iss.URL, tokenAudience))
+	c, _ := eventCorpus(10)
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	team := r.credential(t, ctx, iss, "team-a-agent", nil) // no groups claim
+	mustSend(t, "gRPC with a token", team.grpc.SendLogs(team.ctx, c.batch(span(0, 10)...)))
+	mustSend(t, "HTTP, no auth on that protocol", r.httpSender().SendLogs(ctx, c.batch(span(0, 4)...)))
+	sc := r.scrape()
+	for reason, want := range map[string]float64{"missing_attribute": 10, "unauthenticated": 4} {
+		l := dedupLabels("dedup", "reason", reason)
+		if got := sc.Sum("otelcol_processor_dedup_unidentified_records", l); got != want {
+			t.Errorf("unidentified_records%v = %g, want %g", l, got, want)
+		}
+	}
+	r.stop()
+	for _, want := range []string{
+		`dedup: a request reached dedup without an authenticated identity`,
+		`Name the authenticator in auth.authenticator of every receiver of this pipeline`,
+		`dedup: a request's authenticated identity has no value for an auth_attributes entry`,
+		`"missing": "membership"`,
+	} {
+		if !strings.Contains(string(r.output()), want) {
+			t.Errorf("the collector's log lacks %q", want)
 		}
 	}
 }

@@ -1,11 +1,12 @@
 // Package e2e runs the otelcol-dedup distribution the way users do: it builds
-// the binary with ocb, starts it on free loopback ports, sends OTLP over the
-// network, receives what it exports in a sink it runs itself, and reads its
+// the binary with ocb, starts it with its listeners on port 0 of loopback
+// addresses and reads back the ports they got, sends OTLP over the network,
+// receives what it exports in a sink (package otlp), and reads its
 // Prometheus metrics endpoint.
 //
 // The harness (this package's non-test files) is shared by the end-to-end
-// tests beside it and by cmd/dedupdemo. Every process it starts is stopped by
-// PID and every socket it opens is on 127.0.0.1.
+// tests beside it, internal/docscheck's tests, dedupload's demo and the
+// benchmark driver. Every process it starts is stopped by PID.
 package e2e
 
 import (
@@ -21,29 +22,11 @@ import (
 	"time"
 )
 
-// EnvBinary names an already built otelcol-dedup binary. When it is set the
-// harness uses that binary instead of building the distribution; `make test`
-// sets it after `make build`.
-const EnvBinary = "OTELCOL_DEDUP_BIN"
-
-// BinaryName is the name ocb gives the binary (dist.name in builder-config.yaml).
-const BinaryName = "otelcol-dedup"
-
-// EnvAgentBinary names an already built otelcol-agent binary, used instead of
-// building it; `make test` sets it after `make agent`.
-const EnvAgentBinary = "OTELCOL_AGENT_BIN"
-
-// AgentBinaryName is the name ocb gives the agent (dist.name in
-// testdata/agent/builder-config.yaml).
-const AgentBinaryName = "otelcol-agent"
-
-// ocbBuild is one collector the harness builds with ocb.
-type ocbBuild struct {
-	what     string // for messages
-	env      string // names a prebuilt binary
-	manifest string // relative to the repository root
-	outDir   string // dist.output_path, relative to the repository root
-	binary   string // dist.name
+// build is one binary the Makefile builds with ocb.
+type build struct {
+	env    string // names a binary already built, used instead
+	target string // make target
+	bin    string // what the target leaves, relative to the repository root
 
 	once sync.Once
 	path string
@@ -51,86 +34,61 @@ type ocbBuild struct {
 }
 
 var (
-	dedupBuild = &ocbBuild{what: "the otelcol-dedup distribution", env: EnvBinary,
-		manifest: "builder-config.yaml", outDir: "_build", binary: BinaryName}
-	agentBuild = &ocbBuild{what: "the otelcol-agent (upstream modules only)", env: EnvAgentBinary,
-		manifest: filepath.Join("testdata", "agent", "builder-config.yaml"), outDir: filepath.Join("_build", "agent"), binary: AgentBinaryName}
+	dedupBuild = &build{env: "OTELCOL_DEDUP_BIN", target: "build", bin: "bin/otelcol-dedup"}
+	agentBuild = &build{env: "OTELCOL_AGENT_BIN", target: "agent", bin: "bin/otelcol-agent"}
 )
 
 // Distribution returns the path of the otelcol-dedup binary: $OTELCOL_DEDUP_BIN
-// when set, otherwise the binary it builds with ocb (`go tool builder --config
-// builder-config.yaml` in the repository root, output in _build/). The build
-// runs at most once per process, and an exclusive lock on _build/.lock keeps two
-// test processes from building into the same directory at once. Progress and
-// the build time are written to log.
-func Distribution(log io.Writer) (string, error) {
-	return dedupBuild.get(log)
-}
+// when set (`make test` sets it), otherwise the one `make build` leaves in
+// bin/, which it builds with ocb if any of its sources changed. It runs make
+// at most once per process, and an exclusive lock on _build/.lock keeps two
+// test processes from building at once. Progress goes to log.
+func Distribution(log io.Writer) (string, error) { return dedupBuild.get(log) }
 
 // AgentDistribution returns the path of otelcol-agent, a collector of
-// upstream modules only (OTLP receiver, OTLP/gRPC and OTLP/HTTP exporters)
-// that tests run as the agent in front of otelcol-dedup:
-// $OTELCOL_AGENT_BIN when set, otherwise built like Distribution from
-// testdata/agent/builder-config.yaml into _build/agent/.
-func AgentDistribution(log io.Writer) (string, error) {
-	return agentBuild.get(log)
-}
+// upstream modules only that tests run in front of otelcol-dedup:
+// $OTELCOL_AGENT_BIN when set, otherwise built like Distribution by
+// `make agent`.
+func AgentDistribution(log io.Writer) (string, error) { return agentBuild.get(log) }
 
-func (b *ocbBuild) get(log io.Writer) (string, error) {
-	b.once.Do(func() { b.path, b.err = b.build(log) })
+func (b *build) get(log io.Writer) (string, error) {
+	b.once.Do(func() { b.path, b.err = b.make(log) })
 	return b.path, b.err
 }
 
-func (b *ocbBuild) build(log io.Writer) (string, error) {
+func (b *build) make(log io.Writer) (string, error) {
 	if p := os.Getenv(b.env); p != "" {
-		abs, err := filepath.Abs(p)
-		if err != nil {
-			return "", err
-		}
-		if _, err := os.Stat(abs); err != nil {
+		if _, err := os.Stat(p); err != nil {
 			return "", fmt.Errorf("e2e: %s=%q: %w", b.env, p, err)
 		}
-		fmt.Fprintf(log, "e2e: using %s from %s\n", abs, b.env)
-		return abs, nil
+		return filepath.Abs(p)
 	}
 	root, err := RepoRoot()
 	if err != nil {
 		return "", err
 	}
-	buildDir := filepath.Join(root, "_build")
-	if err := os.MkdirAll(buildDir, 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(root, "_build"), 0o755); err != nil {
 		return "", err
 	}
-	unlock, err := lockFile(filepath.Join(buildDir, ".lock"))
+	lock, err := os.OpenFile(filepath.Join(root, "_build", ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
 		return "", err
 	}
-	defer unlock()
-
-	fmt.Fprintf(log, "e2e: building %s with ocb (go tool builder --config %s); a cold build takes about 3 minutes\n", b.what, b.manifest)
+	defer lock.Close() // and unlocked
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return "", fmt.Errorf("e2e: lock _build/.lock: %w", err)
+	}
+	fmt.Fprintf(log, "e2e: make %s (ocb; a cold build takes minutes, an unchanged one seconds)\n", b.target)
 	start := time.Now()
-	// ocb makes an (unused) temp dir on every run: keep it out of /tmp.
-	tmp, err := os.MkdirTemp(buildDir, "tmp-")
-	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(tmp)
-	cmd := exec.Command("go", "tool", "builder", "--config", b.manifest)
+	cmd := exec.Command("make", "--no-print-directory", b.target)
 	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
 	var out bytes.Buffer
-	cmd.Stdout = &out
-	cmd.Stderr = &out
+	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("e2e: building %s failed (go tool builder --config %s in %s): %w\n%s",
-			b.what, b.manifest, root, err, tail(out.Bytes(), 60))
+		return "", fmt.Errorf("e2e: make %s in %s: %w\n%s", b.target, root, err, tail(out.Bytes(), 60))
 	}
-	bin := filepath.Join(root, b.outDir, b.binary)
-	if _, err := os.Stat(bin); err != nil {
-		return "", fmt.Errorf("e2e: ocb reported success but %s is missing: %w", bin, err)
-	}
-	fmt.Fprintf(log, "e2e: built %s in %s\n", bin, time.Since(start).Round(100*time.Millisecond))
-	return bin, nil
+	fmt.Fprintf(log, "e2e: make %s done in %s\n", b.target, time.Since(start).Round(100*time.Millisecond))
+	return filepath.Join(root, b.bin), nil
 }
 
 // RepoRoot returns the repository root: the nearest directory at or above the
@@ -152,32 +110,8 @@ func RepoRoot() (string, error) {
 	}
 }
 
-// lockFile takes an exclusive flock on path, blocking until it is free.
-func lockFile(path string) (unlock func(), err error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return nil, err
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("e2e: lock %s: %w", path, err)
-	}
-	return func() {
-		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-		_ = f.Close()
-	}, nil
-}
-
 // tail returns the last n lines of b.
 func tail(b []byte, n int) []byte {
-	b = bytes.TrimRight(b, "\n")
-	for i := len(b) - 1; i >= 0; i-- {
-		if b[i] == '\n' {
-			n--
-			if n == 0 {
-				return b[i+1:]
-			}
-		}
-	}
-	return b
+	lines := bytes.Split(bytes.TrimRight(b, "\n"), []byte("\n"))
+	return bytes.Join(lines[max(len(lines)-n, 0):], []byte("\n"))
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -31,68 +29,12 @@ func TestRedisFleetClusterOneEndpoint(t *testing.T) {
 func TestRedisReplicaEndpointRefusesToStart(t *testing.T) {
 	master := redistest.Standalone(t, redistest.WithConfig("repl-diskless-sync-delay 0"))
 	replica := redistest.Replica(t, master)
-	log := startFails(t, redisConfig([]string{replica.Addr()}, ""))
+	log, _ := startFails(t, redisConfig([]string{replica.Addr()}, ""))
 	want := `failed to start "dedup" processor: dedup: redis.endpoints: ` + replica.Addr() + " is a read-only replica of " + master.Addr() +
 		"; list the master " + master.Addr() + " instead (or its Sentinels, with redis.master_name)"
 	if !strings.Contains(log, want) {
 		t.Fatalf("the collector's output lacks\n%s\noutput:\n%s", want, log)
 	}
-}
-
-// startFails starts the binary with BaseConfig and yamls, waits (bounded)
-// for it to exit, checks it failed, and returns its output.
-func startFails(t *testing.T, yamls ...string) string {
-	t.Helper()
-	binary := collectorBinary(t)
-	sink, err := NewSink()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sink.Close()
-	ports, err := FreePorts()
-	if err != nil {
-		t.Fatal(err)
-	}
-	base, err := BaseConfig(ports, sink)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	args := []string{filepath.Join(dir, "base.yaml")}
-	if err := WriteFile(args[0], base); err != nil {
-		t.Fatal(err)
-	}
-	for i, y := range yamls {
-		p := filepath.Join(dir, fmt.Sprintf("test%d.yaml", i))
-		if err := WriteFile(p, []byte(y)); err != nil {
-			t.Fatal(err)
-		}
-		args = append(args, p)
-	}
-	logPath := filepath.Join(dir, "collector.log")
-	logFile, err := LogFile(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logFile.Close()
-	col, err := StartCollector(binary, logFile, args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-col.Exited():
-	case <-time.After(startTimeout):
-		_ = col.Stop(stopGrace)
-		t.Fatalf("the collector (pid %d) still runs %s after its start; want it to refuse to start", col.PID, startTimeout)
-	}
-	out, err := os.ReadFile(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := col.Stop(stopGrace); err == nil {
-		t.Fatalf("the collector exited cleanly; want a failed start. Output:\n%s", out)
-	}
-	return string(out)
 }
 
 // TestRedisFleetClusterMasterKilled: two collectors (on_error: refuse) share

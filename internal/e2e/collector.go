@@ -2,141 +2,264 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/otelcol-dedup/otelcol-dedup/internal/otlp"
 )
 
-// Ports are the loopback ports one collector listens on.
-type Ports struct {
-	OTLPGRPC int // OTLP receiver, gRPC
-	OTLPHTTP int // OTLP receiver, HTTP
-	Metrics  int // internal telemetry, Prometheus text at /metrics
-	Health   int // health_check extension
-}
+// The loopback addresses a collector's listeners bind, each with port 0: the
+// kernel picks a free port as the collector makes the listener, so no other
+// process can take it between a pick and a bind, and the address tells
+// Start which listener a port belongs to. ListenExtra is for a receiver of
+// a test's own (syslog, Fluent Forward). Nothing else listens on these
+// addresses with a wildcard, so a restarted collector can bind the ports of
+// the one before it again.
+const (
+	ListenOTLPGRPC = "127.0.1.1:0"
+	ListenOTLPHTTP = "127.0.1.2:0"
+	MetricsHost    = "127.0.1.3" // the Prometheus reader takes host and port apart
+	ListenHealth   = "127.0.1.4:0"
+	ListenExtra    = "127.0.1.5:0"
+)
 
-// FreePorts picks four distinct free ports on 127.0.0.1.
-func FreePorts() (Ports, error) {
-	ps, err := freePorts(4)
-	if err != nil {
-		return Ports{}, err
-	}
-	return Ports{OTLPGRPC: ps[0], OTLPHTTP: ps[1], Metrics: ps[2], Health: ps[3]}, nil
-}
+// Ports are the addresses (host:port) a running collector listens on, read
+// back once it is ready; empty where it has no such listener.
+type Ports struct{ OTLPGRPC, OTLPHTTP, Metrics, Health, Extra string }
 
-// freePorts holds all n listeners open until every port is known, so the
-// ports are distinct; the kernel hands out ephemeral ports in sequence, so a
-// port closed here is not handed to another listener soon after.
-func freePorts(n int) ([]int, error) {
-	ports := make([]int, 0, n)
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
+// HealthURL is the collector's health_check endpoint.
+func (p Ports) HealthURL() string { return "http://" + p.Health + "/" }
+
+// MetricsURL is the collector's internal metrics endpoint.
+func (p Ports) MetricsURL() string { return "http://" + p.Metrics + "/metrics" }
+
+// OTLPHTTPURL is the base URL of the collector's OTLP/HTTP receiver.
+func (p Ports) OTLPHTTPURL() string { return "http://" + p.OTLPHTTP }
+
+// Names of the exporters Config defines when given a sink.
+const (
+	SinkGRPCExporter = "otlp_grpc/sink"
+	SinkHTTPExporter = "otlp_http/sink"
+)
+
+// Config is the part of a collector's config that says where it listens and
+// where it exports, for the collector to merge with the configs that say
+// what it does (later --config files override earlier ones; maps merge,
+// lists are replaced): health_check, the otlp receiver (gRPC and HTTP) and
+// its own metrics at level (Prometheus text, named exactly as the
+// instruments write them: no unit or type suffix, no scope labels), on the
+// addresses of at, or port 0 of the Listen addresses where at has none. With
+// a sink, two exporters to it, SinkGRPCExporter and SinkHTTPExporter,
+// without retry_on_failure and sending_queue, so that an export error goes
+// straight back to the processor and the sender. It defines no pipeline.
+func Config(level string, sink *otlp.Sink, at Ports) map[string]any {
+	or := func(addr, fresh string) string {
+		if addr != "" {
+			return addr
 		}
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		return fresh
 	}
-	return ports, nil
+	metricsPort := 0
+	if at.Metrics != "" {
+		ap := netip.MustParseAddrPort(at.Metrics)
+		metricsPort = int(ap.Port())
+	}
+	cfg := map[string]any{
+		"extensions": map[string]any{"health_check": map[string]any{"endpoint": or(at.Health, ListenHealth)}},
+		"receivers": map[string]any{"otlp": map[string]any{"protocols": map[string]any{
+			"grpc": map[string]any{"endpoint": or(at.OTLPGRPC, ListenOTLPGRPC)},
+			"http": map[string]any{"endpoint": or(at.OTLPHTTP, ListenOTLPHTTP)},
+		}}},
+		"service": map[string]any{
+			"extensions": []string{"health_check"},
+			"telemetry": map[string]any{"metrics": map[string]any{"level": level, "readers": []any{map[string]any{
+				"pull": map[string]any{"exporter": map[string]any{"prometheus": map[string]any{
+					"host": MetricsHost, "port": metricsPort,
+					"without_units": true, "without_type_suffix": true, "without_scope_info": true,
+				}}},
+			}}}},
+		},
+	}
+	if sink != nil {
+		noRetry := func(m map[string]any) map[string]any {
+			m["retry_on_failure"] = map[string]any{"enabled": false}
+			m["sending_queue"] = map[string]any{"enabled": false}
+			return m
+		}
+		cfg["exporters"] = map[string]any{
+			SinkGRPCExporter: noRetry(map[string]any{"endpoint": sink.GRPCEndpoint(), "tls": map[string]any{"insecure": true}}),
+			SinkHTTPExporter: noRetry(map[string]any{"endpoint": sink.HTTPEndpoint()}),
+		}
+	}
+	return cfg
 }
 
-// Addr is "127.0.0.1:port".
-func Addr(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
+// WriteConfig writes a config (JSON is YAML) to path, readable only by its
+// owner.
+func WriteConfig(path string, cfg any) error {
+	b, err := json.MarshalIndent(cfg, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o600)
+}
 
-// HealthURL is the health_check endpoint of a collector on p.
-func (p Ports) HealthURL() string { return "http://" + Addr(p.Health) + "/" }
-
-// MetricsURL is the internal metrics endpoint of a collector on p.
-func (p Ports) MetricsURL() string { return "http://" + Addr(p.Metrics) + "/metrics" }
-
-// OTLPHTTPURL is the base URL of the OTLP/HTTP receiver on p (append /v1/logs).
-func (p Ports) OTLPHTTPURL() string { return "http://" + Addr(p.OTLPHTTP) }
-
-// Collector is one running otelcol-dedup process.
+// Collector is one running collector process.
 type Collector struct {
-	// PID is the process id; Stop signals exactly this process.
+	// PID is the process id; Stop and Kill signal exactly this process.
 	PID int
+	// Ports are the addresses its listeners got.
+	Ports Ports
 
-	cmd     *exec.Cmd
-	done    chan struct{} // closed when the process has exited
-	waitErr error
-
+	done     chan struct{} // closed once the process has exited
+	waitErr  error
 	stopOnce sync.Once
 	stopErr  error
 }
 
-// StartCollector starts binary with the given --config arguments (files or
-// confmap URIs, merged in order by the collector), its stdout and stderr going
-// to output. It does not wait for readiness: see WaitHealthy.
-func StartCollector(binary string, output io.Writer, configs ...string) (*Collector, error) {
-	if len(configs) == 0 {
-		return nil, errors.New("e2e: StartCollector needs at least one --config")
+// Start starts binary with the --config arguments (files or confmap URIs,
+// merged in order), env added to its environment, its output written to the
+// file log. It waits, bounded by ctx, until health_check reports ready (the
+// collector has started every component), then reads the ports its
+// listeners got from /proc. If the process exits first (a bad config, a
+// component that fails to start) or ctx ends, the process is stopped and
+// the error says which; log tells why.
+func Start(ctx context.Context, binary, log string, env []string, configs ...string) (*Collector, error) {
+	out, err := os.Create(log)
+	if err != nil {
+		return nil, err
 	}
-	args := make([]string, 0, 2*len(configs))
+	cmd := exec.Command(binary)
 	for _, c := range configs {
-		args = append(args, "--config", c)
+		cmd.Args = append(cmd.Args, "--config", c)
 	}
-	cmd := exec.Command(binary, args...)
-	cmd.Stdout = output
-	cmd.Stderr = output
-	cmd.SysProcAttr = procAttr()
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout, cmd.Stderr = out, out
+	// Its own process group: a ^C aimed at `go test` or `make demo` reaches
+	// it only through Stop. Pdeathsig: a test binary killed by -timeout runs
+	// no cleanup, and the collector must not outlive it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
+		out.Close()
 		return nil, fmt.Errorf("e2e: start %s: %w", binary, err)
 	}
-	c := &Collector{PID: cmd.Process.Pid, cmd: cmd, done: make(chan struct{})}
+	c := &Collector{PID: cmd.Process.Pid, done: make(chan struct{})}
 	go func() {
 		c.waitErr = cmd.Wait()
+		out.Close()
 		close(c.done)
 	}()
+	if err := c.waitReady(ctx); err != nil {
+		c.Kill()
+		return nil, err
+	}
 	return c, nil
 }
 
-// Exited is closed once the process has exited.
-func (c *Collector) Exited() <-chan struct{} { return c.done }
-
-// WaitHealthy polls the health_check endpoint until it answers 200, the
-// process exits (a bad config, a port in use: the error says so and the
-// process output tells why), or ctx ends.
-func (c *Collector) WaitHealthy(ctx context.Context, healthURL string) error {
-	client := &http.Client{Timeout: time.Second}
-	tick := time.NewTicker(50 * time.Millisecond)
+// waitReady polls until the health_check listener answers 200, then reads
+// the ports.
+func (c *Collector) waitReady(ctx context.Context) error {
+	client := &http.Client{Timeout: time.Second, Transport: &http.Transport{}}
+	defer client.CloseIdleConnections()
+	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, healthURL, nil)
-		if err != nil {
+		if err := c.readPorts(); err != nil {
 			return err
 		}
-		if resp, err := client.Do(req); err == nil {
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
+		if c.Ports.Health != "" {
+			if resp, err := client.Get(c.Ports.HealthURL()); err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					return c.readPorts() // every listener is up once the collector is ready
+				}
 			}
 		}
 		select {
 		case <-c.done:
-			return fmt.Errorf("e2e: collector (pid %d) exited before it was healthy: %v", c.PID, c.waitErr)
+			return fmt.Errorf("e2e: collector (pid %d) exited before it was ready: %v", c.PID, c.waitErr)
 		case <-ctx.Done():
-			return fmt.Errorf("e2e: collector (pid %d) not healthy at %s: %w", c.PID, healthURL, ctx.Err())
+			return fmt.Errorf("e2e: collector (pid %d) not ready (health_check at %q): %w", c.PID, c.Ports.Health, ctx.Err())
 		case <-tick.C:
 		}
 	}
 }
 
-// Stop sends SIGTERM to the process, waits up to grace for a clean shutdown
-// (the collector flushes its batch processor and exporters on the way), then
-// sends SIGKILL. It returns an error if the process had to be killed or did
-// not exit cleanly. Stop is idempotent.
+// readPorts sets Ports from the process's listening TCP sockets: the
+// socket inodes among its open files (/proc/PID/fd) that /proc/PID/net/tcp
+// lists in state LISTEN (0A), by the address each is bound to.
+func (c *Collector) readPorts() error {
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", c.PID))
+	if err != nil {
+		return nil // exited, or not yet: the caller sees which
+	}
+	inodes := map[string]bool{}
+	for _, fd := range fds {
+		l, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", c.PID, fd.Name()))
+		if ino, ok := strings.CutPrefix(l, "socket:["); ok {
+			inodes[strings.TrimSuffix(ino, "]")] = true
+		}
+	}
+	table, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/tcp", c.PID))
+	if err != nil {
+		return nil
+	}
+	byHost := map[string]string{}
+	for _, line := range strings.Split(string(table), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 10 || f[3] != "0A" || !inodes[f[9]] {
+			continue
+		}
+		// local_address is IPv4 in host byte order (little-endian here)
+		// and the port, both in hex: 0101007F:82EB is 127.0.1.1:33515.
+		hexIP, hexPort, _ := strings.Cut(f[1], ":")
+		ip, err1 := strconv.ParseUint(hexIP, 16, 32)
+		port, err2 := strconv.ParseUint(hexPort, 16, 16)
+		if err := errors.Join(err1, err2); err != nil {
+			return fmt.Errorf("e2e: /proc/%d/net/tcp: %q: %w", c.PID, f[1], err)
+		}
+		host := netip.AddrFrom4([4]byte{byte(ip), byte(ip >> 8), byte(ip >> 16), byte(ip >> 24)}).String()
+		byHost[host] = net.JoinHostPort(host, strconv.FormatUint(port, 10))
+	}
+	hostOf := func(listen string) string { h, _, _ := net.SplitHostPort(listen); return h }
+	c.Ports = Ports{OTLPGRPC: byHost[hostOf(ListenOTLPGRPC)], OTLPHTTP: byHost[hostOf(ListenOTLPHTTP)],
+		Metrics: byHost[MetricsHost], Health: byHost[hostOf(ListenHealth)], Extra: byHost[hostOf(ListenExtra)]}
+	return nil
+}
+
+// Stop sends SIGTERM, waits up to grace for a clean shutdown (the collector
+// drains its pipelines on the way), then sends SIGKILL. It returns an error
+// if the process had to be killed or did not exit cleanly. Stop is
+// idempotent.
 func (c *Collector) Stop(grace time.Duration) error {
-	c.stopOnce.Do(func() { c.stopErr = c.stop(grace) })
+	c.stopOnce.Do(func() {
+		select {
+		case <-c.done:
+		default:
+			_ = syscall.Kill(c.PID, syscall.SIGTERM)
+		}
+		select {
+		case <-c.done:
+			if c.waitErr != nil {
+				c.stopErr = fmt.Errorf("e2e: collector (pid %d) exited: %w", c.PID, c.waitErr)
+			}
+		case <-time.After(grace):
+			_ = syscall.Kill(c.PID, syscall.SIGKILL)
+			<-c.done
+			c.stopErr = fmt.Errorf("e2e: collector (pid %d) did not stop within %s of SIGTERM and was killed", c.PID, grace)
+		}
+	})
 	return c.stopErr
 }
 
@@ -146,44 +269,9 @@ func (c *Collector) Kill() {
 	c.stopOnce.Do(func() {
 		select {
 		case <-c.done:
-			c.stopErr = exitError(c.PID, c.waitErr)
-			return
 		default:
+			_ = syscall.Kill(c.PID, syscall.SIGKILL)
+			<-c.done
 		}
-		_ = syscall.Kill(c.PID, syscall.SIGKILL)
-		<-c.done
 	})
-}
-
-func (c *Collector) stop(grace time.Duration) error {
-	select {
-	case <-c.done:
-		return exitError(c.PID, c.waitErr)
-	default:
-	}
-	if err := syscall.Kill(c.PID, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
-		return fmt.Errorf("e2e: SIGTERM pid %d: %w", c.PID, err)
-	}
-	timer := time.NewTimer(grace)
-	defer timer.Stop()
-	select {
-	case <-c.done:
-		return exitError(c.PID, c.waitErr)
-	case <-timer.C:
-	}
-	_ = syscall.Kill(c.PID, syscall.SIGKILL)
-	<-c.done
-	return fmt.Errorf("e2e: collector (pid %d) did not stop within %s of SIGTERM and was killed", c.PID, grace)
-}
-
-func exitError(pid int, err error) error {
-	if err != nil {
-		return fmt.Errorf("e2e: collector (pid %d) exited: %w", pid, err)
-	}
-	return nil
-}
-
-// LogFile creates path for a collector's output.
-func LogFile(path string) (*os.File, error) {
-	return os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
 }

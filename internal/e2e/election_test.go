@@ -6,8 +6,6 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -19,6 +17,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/otelcol-dedup/otelcol-dedup/internal/otlp"
+	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
 )
 
@@ -98,7 +98,7 @@ func newTarget(t *testing.T) *target {
 // agentYAML is an agent scraping tg as replica of electionCluster (Prometheus
 // external labels, which the receiver puts on every point) and exporting
 // OTLP to gateway.
-func agentYAML(tg *target, replica, gateway string, health int) string {
+func agentYAML(tg *target, replica, gateway string) string {
 	return fmt.Sprintf(`
 extensions:
   health_check: {endpoint: %q}
@@ -126,54 +126,15 @@ service:
     metrics:
       receivers: [prometheus]
       exporters: [otlp_grpc]
-`, Addr(health), testScrapeEvery, testScrapeEvery, electionCluster, replica, replica,
+`, ListenHealth, testScrapeEvery, testScrapeEvery, electionCluster, replica, replica,
 		strings.TrimPrefix(tg.srv.URL, "http://"), gateway)
 }
 
-// startScraper starts one Prometheus-scraping agent; it is stopped by PID when the test ends.
+// startScraper starts one Prometheus-scraping agent; it is stopped by PID
+// when the test ends.
 func startScraper(t *testing.T, tg *target, replica, gateway string) *Collector {
 	t.Helper()
-	start := time.Now()
-	bin, err := AgentDistribution(os.Stderr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d := time.Since(start); d > time.Second {
-		t.Logf("built the test agent in %s", d.Round(100*time.Millisecond))
-	}
-	dir := t.TempDir()
-	ports, err := FreePorts()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := filepath.Join(dir, "agent.yaml")
-	if err := WriteFile(cfg, []byte(agentYAML(tg, replica, gateway, ports.Health))); err != nil {
-		t.Fatal(err)
-	}
-	logPath := filepath.Join(dir, "agent.log")
-	logFile, err := LogFile(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	col, err := StartCollector(bin, logFile, cfg)
-	if err != nil {
-		logFile.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = col.Stop(stopGrace)
-		logFile.Close()
-		if t.Failed() {
-			b, _ := os.ReadFile(logPath)
-			t.Logf("agent %s (pid %d) output, last lines:\n%s", replica, col.PID, tail(b, 40))
-		}
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
-	defer cancel()
-	if err := col.WaitHealthy(ctx, ports.HealthURL()); err != nil {
-		t.Fatal(err)
-	}
-	return col
+	return startProcess(t, agentBinary(t), map[string]any{}, nil, []string{agentYAML(tg, replica, gateway)}).col
 }
 
 // testPoint is one delivered ha_test_value point.
@@ -187,7 +148,7 @@ type testPoint struct {
 
 // testPoints returns the ha_test_value points the sinks received, in
 // timestamp order, staleness markers left out.
-func testPoints(sinks ...*Sink) []testPoint {
+func testPoints(sinks ...*otlp.Sink) []testPoint {
 	var out []testPoint
 	for _, s := range sinks {
 		for _, md := range s.Metrics() {
@@ -226,19 +187,14 @@ func testPoints(sinks ...*Sink) []testPoint {
 }
 
 // waitPoints waits, bounded, until cond holds for the sinks' points.
-func waitPoints(t *testing.T, what string, within time.Duration, cond func([]testPoint) bool, sinks ...*Sink) []testPoint {
+func waitPoints(t *testing.T, what string, within time.Duration, cond func([]testPoint) bool, sinks ...*otlp.Sink) []testPoint {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		pts := testPoints(sinks...)
-		if cond(pts) {
-			return pts
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s; delivered %d points: %v", what, within, len(pts), summarize(pts))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	var pts []testPoint
+	testkit.WaitFor(t, what, within, func() bool {
+		pts = testPoints(sinks...)
+		return cond(pts)
+	}, func() string { return fmt.Sprintf("delivered %d points: %v", len(pts), summarize(pts)) })
+	return pts
 }
 
 // summarize renders points as runs of one agent: "a×12 b×30".
@@ -271,13 +227,13 @@ func countAgent(pts []testPoint, agent int) int {
 // continuing the series within the failover timeout; never both.
 func runAgentsFailover(t *testing.T, gateways []*running) {
 	tg := newTarget(t)
-	sinks := make([]*Sink, len(gateways))
+	sinks := make([]*otlp.Sink, len(gateways))
 	for i, g := range gateways {
 		sinks[i] = g.sink
 	}
 	agents := map[int]*Collector{
-		1: startScraper(t, tg, electionReplicaA, Addr(gateways[0].ports.OTLPGRPC)),
-		2: startScraper(t, tg, electionReplicaB, Addr(gateways[len(gateways)-1].ports.OTLPGRPC)),
+		1: startScraper(t, tg, electionReplicaA, gateways[0].ports.OTLPGRPC),
+		2: startScraper(t, tg, electionReplicaB, gateways[len(gateways)-1].ports.OTLPGRPC),
 	}
 	// Both agents scrape and send; one is elected.
 	pts := waitPoints(t, "10 points delivered", 30*time.Second, func(p []testPoint) bool { return len(p) >= 10 }, sinks...)
@@ -440,7 +396,7 @@ func TestElectionRefusedBatchDoesNotElect(t *testing.T) {
 				mustSend(t, "b", b.SendMetrics(ctx, generated(electionReplicaB, s)))
 			}
 			scs := make([]Scrape, len(gs))
-			sinks := make([]*Sink, len(gs))
+			sinks := make([]*otlp.Sink, len(gs))
 			for i, g := range gs {
 				scs[i], sinks[i] = g.scrape(), g.sink
 			}

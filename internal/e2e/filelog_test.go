@@ -77,10 +77,10 @@ func TestFilelogRereads(t *testing.T) {
 
 	recipe := startCollector(t, nil, filelogRecipe)
 	dflt := startCollector(t, nil, filelogDefault)
-	agentYAML := filelogAgent(path, Addr(recipe.ports.OTLPGRPC), Addr(dflt.ports.OTLPGRPC))
+	agentYAML := filelogAgent(path, recipe.ports.OTLPGRPC, dflt.ports.OTLPGRPC)
 	seen := func(name string, r *running, n int) {
 		t.Helper()
-		sc := waitScrape(t, r, func(sc Scrape) bool { return sc.Sum(metricRecords, sigLabels("dedup/filelog", "logs")) >= float64(n) })
+		sc := waitScrape(t, r, name+" gateway saw every record", func(sc Scrape) bool { return sc.Sum(metricRecords, sigLabels("dedup/filelog", "logs")) >= float64(n) })
 		if got := sc.Sum(metricRecords, sigLabels("dedup/filelog", "logs")); got < float64(n) {
 			t.Fatalf("%s gateway: saw %g records, waiting for %d; its sink holds %d", name, got, n, r.sink.LogRecordCount())
 		}

@@ -77,17 +77,12 @@ func fluentSend(t *testing.T, addr string, events [][]byte) {
 func TestFluentForwardResends(t *testing.T) {
 	const n, k = 30, 10
 	gw := startCollector(t, nil, fluentDefault)
-	ports, err := freePorts(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	listen := Addr(ports[0])
-	startAgent(t, fluentAgent(listen, Addr(gw.ports.OTLPGRPC)))
+	listen := startAgent(t, fluentAgent(ListenExtra, gw.ports.OTLPGRPC)).ports.Extra
 
 	seen := func(want int) {
 		t.Helper()
 		l := sigLabels("dedup/fluent", "logs")
-		sc := waitScrape(t, gw, func(sc Scrape) bool { return sc.Sum(metricRecords, l) >= float64(want) })
+		sc := waitScrape(t, gw, "the gateway saw every record", func(sc Scrape) bool { return sc.Sum(metricRecords, l) >= float64(want) })
 		if got := sc.Sum(metricRecords, l); got != float64(want) {
 			t.Fatalf("the gateway saw %g records, want %d", got, want)
 		}

@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.uber.org/goleak"
 
+	"github.com/otelcol-dedup/otelcol-dedup/internal/otlp"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 )
 
@@ -54,122 +55,110 @@ type running struct {
 	t     *testing.T
 	col   *Collector
 	ports Ports
-	sink  *Sink
+	sink  *otlp.Sink
 	log   string // path of the collector's stdout and stderr
 
-	// abandoned: a start that lost a port race and was retried; its
-	// exit status and output are not the test's concern.
-	abandoned bool
+	httpSenders []*otlp.Client // closed (idle connections) before stop
+}
 
-	httpSenders []*HTTPSender // closed (idle connections) before stop
+// newSink starts an OTLP sink, closed when the test ends.
+func newSink(t *testing.T) *otlp.Sink {
+	t.Helper()
+	sink, err := otlp.NewSink()
+	if err != nil {
+		t.Fatalf("sink: %v", err)
+	}
+	t.Cleanup(func() { _ = sink.Close() })
+	return sink
 }
 
 // startCollector starts the binary with, in this order of precedence
 // (later --config files override earlier ones; maps merge, lists are
 // replaced): the shipped config files (paths such as testdata/default.yaml),
-// BaseConfig (ports, sink exporters, telemetry, so it overrides a shipped
-// file's ports), then the test's own YAML snippets, written to t.TempDir(),
-// which say what the pipelines do. It waits until health_check reports ready.
-// The collector is stopped by PID and the sink closed in t.Cleanup; if the
-// test failed, the collector's output is logged.
+// Config (listeners, sink exporters, telemetry, so it overrides a shipped
+// file's endpoints), then the test's own YAML snippets, which say what the
+// pipelines do. It waits until the collector is ready. The collector is
+// stopped by PID and the sink closed in t.Cleanup; if the test failed, the
+// collector's output is logged.
 func startCollector(t *testing.T, shipped []string, yamls ...string) *running {
 	t.Helper()
-	binary := collectorBinary(t)
-	sink, err := NewSink()
-	if err != nil {
-		t.Fatalf("sink: %v", err)
-	}
-	t.Cleanup(func() { _ = sink.Close() })
-	base := func(p Ports) ([]byte, error) { return BaseConfig(p, sink) }
-	r := startProcess(t, binary, base, shipped, yamls)
+	sink := newSink(t)
+	r := startProcess(t, collectorBinary(t), Config("detailed", sink, Ports{}), shipped, yamls)
 	r.sink = sink
 	return r
 }
 
-// startProcess starts binary with the shipped config files, base's config
-// for the ports it is given, and the test's YAML snippets, in that order of
-// precedence, and waits until health_check reports ready; see startCollector.
-func startProcess(t *testing.T, binary string, base func(Ports) ([]byte, error), shipped, yamls []string) *running {
+// startProcess starts binary with the shipped config files, base and the
+// test's YAML snippets, in that order of precedence, and waits until it is
+// ready; see startCollector.
+func startProcess(t *testing.T, binary string, base map[string]any, shipped, yamls []string) *running {
 	t.Helper()
-	dir := t.TempDir()
-	var texts []string
-	for i, y := range yamls {
-		p := filepath.Join(dir, fmt.Sprintf("test%d.yaml", i))
-		if err := WriteFile(p, []byte(y)); err != nil {
-			t.Fatal(err)
-		}
-		texts = append(texts, p)
+	r, err := launch(t, binary, base, shipped, yamls)
+	if err != nil {
+		r.dumpLog()
+		t.Fatal(err)
 	}
-	// A free port is closed again before the collector binds it, so another
-	// process (a parallel test package) may take it first: then try again on
-	// other ports.
-	const attempts = 3
-	for attempt := 1; ; attempt++ {
-		r, err := launch(t, binary, base, dir, attempt, shipped, texts)
-		if err == nil {
-			return r
-		}
-		if attempt < attempts && r.logContains("address already in use") {
-			t.Logf("attempt %d: a port was taken before the collector bound it; retrying on other ports", attempt)
-			continue
-		}
-		r.abandoned = false
-		t.Fatal(err) // the cleanup logs the collector's output
-	}
+	return r
 }
 
-// launch starts one collector on fresh ports and waits for it to be healthy.
-// It always returns the running collector, whose cleanup is registered.
-func launch(t *testing.T, binary string, base func(Ports) ([]byte, error), dir string, attempt int, shipped, texts []string) (*running, error) {
+// launch is startProcess returning the error of a start that failed (the
+// process is gone then, its output in r.log).
+func launch(t *testing.T, binary string, base map[string]any, shipped, yamls []string) (*running, error) {
 	t.Helper()
-	// After the sink's listeners are bound, so the kernel cannot hand their
-	// ports out again.
-	ports, err := FreePorts()
-	if err != nil {
-		t.Fatalf("free ports: %v", err)
-	}
-	baseYAML, err := base(ports)
-	if err != nil {
+	dir := t.TempDir()
+	args := append(slices.Clone(shipped), filepath.Join(dir, "base.yaml"))
+	if err := WriteConfig(args[len(args)-1], base); err != nil {
 		t.Fatal(err)
 	}
-	basePath := filepath.Join(dir, fmt.Sprintf("base%d.yaml", attempt))
-	if err := WriteFile(basePath, baseYAML); err != nil {
-		t.Fatal(err)
+	for i, y := range yamls {
+		args = append(args, filepath.Join(dir, fmt.Sprintf("test%d.yaml", i)))
+		if err := os.WriteFile(args[len(args)-1], []byte(y), 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
-	args := slices.Concat(shipped, []string{basePath}, texts)
-	logPath := filepath.Join(dir, fmt.Sprintf("collector%d.log", attempt))
-	logFile, err := LogFile(logPath)
+	r := &running{t: t, log: filepath.Join(dir, "collector.log")}
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	col, err := Start(ctx, binary, r.log, nil, args...)
 	if err != nil {
-		t.Fatal(err)
+		return r, err
 	}
-	col, err := StartCollector(binary, logFile, args...)
-	if err != nil {
-		logFile.Close()
-		t.Fatal(err)
-	}
-	r := &running{t: t, col: col, ports: ports, log: logPath}
+	r.col, r.ports = col, col.Ports
 	t.Cleanup(func() {
-		if err := col.Stop(stopGrace); err != nil && !r.abandoned {
+		if err := col.Stop(stopGrace); err != nil {
 			t.Errorf("stop: %v", err)
 		}
-		logFile.Close()
-		if t.Failed() && !r.abandoned {
+		if t.Failed() {
 			r.dumpLog()
 		}
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
-	defer cancel()
-	if err := col.WaitHealthy(ctx, ports.HealthURL()); err != nil {
-		r.abandoned = r.logContains("address already in use")
-		return r, err
-	}
 	return r, nil
 }
 
-// logContains reports whether the collector's output so far contains s.
-func (r *running) logContains(s string) bool {
+// startFails starts the binary like startCollector, checks that it refuses
+// to start (it exits with an error before it is ready), and returns its
+// output and its sink.
+func startFails(t *testing.T, yamls ...string) (string, *otlp.Sink) {
+	t.Helper()
+	sink := newSink(t)
+	r, err := launch(t, collectorBinary(t), Config("detailed", sink, Ports{}), nil, yamls)
+	if err == nil {
+		t.Fatal("the collector started; want it to refuse to start")
+	}
+	if !strings.Contains(err.Error(), "exited before it was ready: exit status") {
+		t.Fatalf("%v; want an exit with an error before the collector was ready", err)
+	}
+	return string(r.output()), sink
+}
+
+// output is what the collector wrote so far.
+func (r *running) output() []byte {
+	r.t.Helper()
 	b, err := os.ReadFile(r.log)
-	return err == nil && strings.Contains(string(b), s)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return b
 }
 
 func (r *running) dumpLog() {
@@ -178,7 +167,7 @@ func (r *running) dumpLog() {
 		r.t.Logf("collector log: %v", err)
 		return
 	}
-	r.t.Logf("collector (pid %d) output, last lines:\n%s", r.col.PID, tail(b, 80))
+	r.t.Logf("collector output, last lines:\n%s", tail(b, 80))
 }
 
 // scrape reads the collector's metrics endpoint.
@@ -211,22 +200,20 @@ func (r *running) stop() {
 }
 
 // waitScrape scrapes r until cond holds, for at most opTimeout, and returns
-// the last scrape.
-func waitScrape(t *testing.T, r *running, cond func(Scrape) bool) Scrape {
+// the scrape that met it.
+func waitScrape(t *testing.T, r *running, what string, cond func(Scrape) bool) Scrape {
 	t.Helper()
-	deadline := time.Now().Add(opTimeout)
-	for {
-		sc := r.scrape()
-		if cond(sc) || time.Now().After(deadline) {
-			return sc
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	var sc Scrape
+	testkit.WaitFor(t, what, opTimeout, func() bool {
+		sc = r.scrape()
+		return cond(sc)
+	})
+	return sc
 }
 
-func (r *running) grpcSender() *GRPCSender {
+func (r *running) grpcSender() *otlp.Client {
 	r.t.Helper()
-	s, err := NewGRPCSender(Addr(r.ports.OTLPGRPC))
+	s, err := otlp.NewClient(otlp.GRPC, r.ports.OTLPGRPC)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -234,9 +221,13 @@ func (r *running) grpcSender() *GRPCSender {
 	return s
 }
 
-func (r *running) httpSender() *HTTPSender {
-	s := NewHTTPSender(r.ports.OTLPHTTPURL())
-	r.t.Cleanup(s.Close)
+func (r *running) httpSender() *otlp.Client {
+	r.t.Helper()
+	s, err := otlp.NewClient(otlp.HTTP, r.ports.OTLPHTTPURL())
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(func() { _ = s.Close() })
 	r.httpSenders = append(r.httpSenders, s)
 	return s
 }
@@ -315,7 +306,7 @@ func span(lo, hi int) []int {
 
 // delivered returns every record the sink accepted, marshaled, with how many
 // times each one arrived.
-func delivered(sink *Sink) (map[string]int, int) {
+func delivered(sink *otlp.Sink) (map[string]int, int) {
 	m := plog.ProtoMarshaler{}
 	counts := map[string]int{}
 	total := 0
@@ -347,14 +338,14 @@ func (c *corpus) recordKey(i int) string {
 
 // wantEachOnce checks the sink holds exactly the corpus records at indices,
 // each exactly once, and nothing else.
-func wantEachOnce(t *testing.T, sink *Sink, c *corpus, indices []int) {
+func wantEachOnce(t *testing.T, sink *otlp.Sink, c *corpus, indices []int) {
 	t.Helper()
 	wantEach(t, sink, c, indices, 1)
 }
 
 // wantEach checks that the sink holds exactly the records of indices, each
 // delivered times times.
-func wantEach(t *testing.T, sink *Sink, c *corpus, indices []int, times int) {
+func wantEach(t *testing.T, sink *otlp.Sink, c *corpus, indices []int, times int) {
 	t.Helper()
 	counts, _ := delivered(sink)
 	want := make([]string, len(indices))

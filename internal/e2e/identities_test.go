@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pmetric"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 
+	"github.com/otelcol-dedup/otelcol-dedup/internal/otlp"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
 )
 
@@ -142,7 +143,7 @@ func TestReceiverPayloadsThroughTheBinary(t *testing.T) {
 // each pipeline catches the retries on its own.
 func TestTwoPipelinesOneRedis(t *testing.T) {
 	srv := redistest.Standalone(t)
-	second, err := NewSink()
+	second, err := otlp.NewSink()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +176,7 @@ service:
 			t.Fatal(err)
 		}
 	}
-	for name, s := range map[string]*Sink{"a": r.sink, "b": second} {
+	for name, s := range map[string]*otlp.Sink{"a": r.sink, "b": second} {
 		if n := s.LogRecordCount(); n != 100 {
 			t.Errorf("backend %s received %d records, want 100", name, n)
 		}
@@ -199,25 +200,7 @@ service:
 // the config.
 func TestOneDedupIDInTwoPipelinesWithRedisRefusesToStart(t *testing.T) {
 	srv := redistest.Standalone(t)
-	sink, err := NewSink()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sink.Close() })
-	ports, err := FreePorts()
-	if err != nil {
-		t.Fatal(err)
-	}
-	base, err := BaseConfig(ports, sink)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	basePath, cfgPath := filepath.Join(dir, "base.yaml"), filepath.Join(dir, "config.yaml")
-	if err := WriteFile(basePath, base); err != nil {
-		t.Fatal(err)
-	}
-	if err := WriteFile(cfgPath, []byte(fmt.Sprintf(`
+	out, sink := startFails(t, fmt.Sprintf(`
 processors:
   dedup:
     redis: {endpoints: [%q]}
@@ -225,35 +208,13 @@ service:
   pipelines:
     logs/a: {receivers: [otlp], processors: [dedup], exporters: [otlp_grpc/sink]}
     logs/b: {receivers: [otlp], processors: [dedup], exporters: [otlp_http/sink]}
-`, srv.Addr()))); err != nil {
-		t.Fatal(err)
-	}
-	logPath := filepath.Join(dir, "collector.log")
-	logFile, err := LogFile(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logFile.Close()
-	col, err := StartCollector(collectorBinary(t), logFile, basePath, cfgPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-col.Exited():
-	case <-time.After(startTimeout):
-		_ = col.Stop(stopGrace)
-		t.Fatal("the collector started with one dedup ID with redis in two logs pipelines")
-	}
-	out, err := os.ReadFile(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
+`, srv.Addr()))
 	for _, want := range []string{
 		`is in two logs pipelines and has a shared tier (redis): both would claim the same keys and each pipeline would drop the records the other delivered`,
 		`give each pipeline its own dedup processor ID (e.g. dedup/a and dedup/b)`,
 	} {
-		if !strings.Contains(string(out), want) {
-			t.Errorf("the collector's output does not say %q:\n%s", want, tail(out, 30))
+		if !strings.Contains(out, want) {
+			t.Errorf("the collector's output does not say %q:\n%s", want, tail([]byte(out), 30))
 		}
 	}
 	if n := sink.Requests(); n != 0 {

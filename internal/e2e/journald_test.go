@@ -17,7 +17,9 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
+
+	"github.com/otelcol-dedup/otelcol-dedup/internal/otlp"
+	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 )
 
 // EnvJournalRemote names the systemd-journal-remote the tests write journal
@@ -155,23 +157,17 @@ func procStat(pid int) (comm string, state byte, ppid int, ok bool) {
 // bounded, until each has exited (gone, or a zombie left to its new parent).
 func killProcesses(t *testing.T, comm string, pids []int) {
 	t.Helper()
-	deadline := time.Now().Add(opTimeout)
 	for _, pid := range pids {
-		for {
+		testkit.WaitFor(t, fmt.Sprintf("process %d gone after SIGKILL", pid), opTimeout, func() bool {
 			name, state, _, ok := procStat(pid)
 			if !ok || state == 'Z' || name != comm {
-				break
+				return true
 			}
 			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-				t.Errorf("kill %d: %v", pid, err)
-				break
+				t.Fatalf("kill %d: %v", pid, err)
 			}
-			if time.Now().After(deadline) {
-				t.Errorf("process %d still running after SIGKILL", pid)
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+			return false
+		})
 	}
 }
 
@@ -181,7 +177,7 @@ type journaldRecord struct {
 	timeUS          int64
 }
 
-func journaldRecords(t *testing.T, s *Sink) []journaldRecord {
+func journaldRecords(t *testing.T, s *otlp.Sink) []journaldRecord {
 	t.Helper()
 	var recs []journaldRecord
 	for _, ld := range s.Logs() {
@@ -226,11 +222,11 @@ func TestJournaldRereads(t *testing.T) {
 
 	recipe := startCollector(t, nil, journaldRecipe)
 	dflt := startCollector(t, nil, journaldDefault)
-	agentYAML := journaldAgent(dir, Addr(recipe.ports.OTLPGRPC), Addr(dflt.ports.OTLPGRPC))
+	agentYAML := journaldAgent(dir, recipe.ports.OTLPGRPC, dflt.ports.OTLPGRPC)
 	labels := sigLabels("dedup/journald", "logs")
 	seen := func(name string, r *running, n int) {
 		t.Helper()
-		sc := waitScrape(t, r, func(sc Scrape) bool { return sc.Sum(metricRecords, labels) >= float64(n) })
+		sc := waitScrape(t, r, name+" gateway saw every record", func(sc Scrape) bool { return sc.Sum(metricRecords, labels) >= float64(n) })
 		if got := sc.Sum(metricRecords, labels); got < float64(n) {
 			t.Fatalf("%s gateway: saw %g records, waiting for %d; its sink holds %d", name, got, n, r.sink.LogRecordCount())
 		}

@@ -20,6 +20,8 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/plog"
 
+	"github.com/otelcol-dedup/otelcol-dedup/internal/otlp"
+	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
 )
 
@@ -188,10 +190,12 @@ func groupCaughtUp(ctx context.Context, cl *kgo.Client) (bool, string, error) {
 }
 
 // waitCommitted waits until the sink holds as many records as Redis holds
-// digest keys whose claim is committed, twice in a row 100 ms apart.
-func waitCommitted(t *testing.T, ctx context.Context, rdb *redistest.Server, sink *Sink) {
+// digest keys whose claim is committed, and both have held still for
+// 100 ms.
+func waitCommitted(t *testing.T, rdb *redistest.Server, sink *otlp.Sink) {
 	t.Helper()
-	for stable := 0; stable < 2; {
+	committed, since := -1, time.Now()
+	testkit.WaitFor(t, "Redis's committed keys matching the sink's records", 2*time.Minute, func() bool {
 		entries := dumpRedis(t, []*redistest.Server{rdb})
 		status := map[string]string{}
 		for _, e := range entries {
@@ -199,27 +203,23 @@ func waitCommitted(t *testing.T, ctx context.Context, rdb *redistest.Server, sin
 				status[m[1]+m[2][len("claim:"):]] = e.value
 			}
 		}
-		committed := 0
+		n := 0
 		for _, e := range entries {
 			if m := redisKeyRE.FindStringSubmatch(e.key); m != nil && len(m[2]) == 16 && status[m[1]+e.value] == "c" {
-				committed++
+				n++
 			}
 		}
-		if committed == sink.LogRecordCount() {
-			stable++
-		} else {
-			stable = 0
+		if n != sink.LogRecordCount() || n != committed {
+			committed, since = n, time.Now()
 		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("Redis holds %d committed keys, the sink %d records", committed, sink.LogRecordCount())
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+		return n == sink.LogRecordCount() && time.Since(since) >= 100*time.Millisecond
+	}, func() string {
+		return fmt.Sprintf("Redis holds %d committed keys, the sink %d records", committed, sink.LogRecordCount())
+	})
 }
 
 // sinkBodies counts the bodies of the records the sinks hold.
-func sinkBodies(sinks ...*Sink) (map[string]int, int) {
+func sinkBodies(sinks ...*otlp.Sink) (map[string]int, int) {
 	got := map[string]int{}
 	total := 0
 	for _, s := range sinks {
@@ -265,19 +265,15 @@ func TestKafkaReplays(t *testing.T) {
 			// A: commits nothing (an hour between commits), killed mid
 			// stream while an export is in flight.
 			a := kafkaGateway(t, broker, encoding, rdb.Addr(), "{enable: true, interval: 1h}")
-			if err := a.sink.WaitFor(ctx, func(s *Sink) bool { return s.LogRecordCount() >= n/8 }); err != nil {
-				t.Fatalf("gateway A delivered %d messages, waiting for %d: %v", a.sink.LogRecordCount(), n/8, err)
-			}
+			testkit.WaitFor(t, "gateway A delivered n/8 messages", 2*time.Minute, func() bool { return a.sink.LogRecordCount() >= n/8 })
 			a.sink.Hold()
-			if err := a.sink.WaitFor(ctx, func(s *Sink) bool { return s.Holding() > 0 }); err != nil {
-				t.Fatalf("no export of gateway A reached the held sink: %v", err)
-			}
+			testkit.WaitFor(t, "an export of gateway A held at the sink", 2*time.Minute, func() bool { return a.sink.Holding() > 0 })
 			// The claims of what A delivered are committed in Redis after
 			// the sink's answer: kill A once they all are, and A stopped
 			// delivering (its held export blocks its poll loop). A kill
 			// between the sink's answer and the commit lets that message
 			// through again once its lease ends (the README says so).
-			waitCommitted(t, ctx, rdb, a.sink)
+			waitCommitted(t, rdb, a.sink)
 			a.col.Kill()
 			relWaitAbandoned(t, a.sink)
 			a.sink.Unhold()
@@ -289,37 +285,30 @@ func TestKafkaReplays(t *testing.T) {
 			// The stream goes on while B replays from the start.
 			b := kafkaGateway(t, broker, encoding, rdb.Addr(), "{enable: true, interval: 1s}")
 			produce(t, cl, encoding, n/2, n, produced)
-			if err := b.sink.WaitFor(ctx, func(s *Sink) bool { return s.LogRecordCount() >= n/8 }); err != nil {
-				t.Fatalf("gateway B delivered %d messages, waiting for %d: %v", b.sink.LogRecordCount(), n/8, err)
-			}
+			testkit.WaitFor(t, "gateway B delivered n/8 messages", 2*time.Minute, func() bool { return b.sink.LogRecordCount() >= n/8 })
 			// C joins mid stream while B's exports are held: the group
 			// rebalances, and the receiver cancels B's exports of the
 			// partitions it loses, which the sink has not accepted.
 			b.sink.Hold()
-			if err := b.sink.WaitFor(ctx, func(s *Sink) bool { return s.Holding() > 0 }); err != nil {
-				t.Fatalf("no export of gateway B reached the held sink: %v", err)
-			}
+			testkit.WaitFor(t, "an export of gateway B held at the sink", 2*time.Minute, func() bool { return b.sink.Holding() > 0 })
 			c := kafkaGateway(t, broker, encoding, rdb.Addr(), "{enable: true, interval: 1s}")
-			waitScrape(t, c, func(sc Scrape) bool { return sc.Sum(metricRecords, sigLabels("dedup/kafka", "logs")) > 0 })
+			testkit.WaitFor(t, "gateway C consuming", 2*time.Minute, func() bool {
+				return c.scrape().Sum(metricRecords, sigLabels("dedup/kafka", "logs")) > 0
+			})
 			b.sink.Unhold()
 
 			var state string
-			for {
+			testkit.WaitFor(t, "the group caught up", 2*time.Minute, func() bool {
 				ok, s, err := groupCaughtUp(ctx, cl)
 				if err != nil {
 					t.Fatal(err)
 				}
 				state = s
-				if ok {
-					break
-				}
-				select {
-				case <-ctx.Done():
-					_, delivered := sinkBodies(a.sink, b.sink, c.sink)
-					t.Fatalf("the group never caught up: %s; %d of %d delivered", state, delivered, n)
-				case <-time.After(200 * time.Millisecond):
-				}
-			}
+				return ok
+			}, func() string {
+				_, delivered := sinkBodies(a.sink, b.sink, c.sink)
+				return fmt.Sprintf("%s; %d of %d delivered", state, delivered, n)
+			})
 
 			l := func(kv ...string) Labels { return sigLabels("dedup/kafka", "logs", kv...) }
 			scB, scC := b.scrape(), c.scrape()

@@ -11,6 +11,9 @@ import (
 	"go.opentelemetry.io/collector/pdata/plog"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/otelcol-dedup/otelcol-dedup/internal/otlp"
+	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 )
 
 // Series names and labels of the dedup processor's telemetry (the component
@@ -83,9 +86,7 @@ service:
 				t.Fatalf("test bug: sent %d records, want 140", sent)
 			}
 			// The batch processor sits after dedup: wait for its flush.
-			if err := r.sink.WaitFor(ctx, func(s *Sink) bool { return s.LogRecordCount() >= 100 }); err != nil {
-				t.Fatalf("sink has %d records, waiting for 100: %v", r.sink.LogRecordCount(), err)
-			}
+			testkit.WaitFor(t, "100 records at the sink", opTimeout, func() bool { return r.sink.LogRecordCount() >= 100 })
 
 			sc := r.scrape()
 			wantMetric(t, sc, metricRecords, dedupLabels("dedup", "outcome", "unique"), 100)
@@ -264,7 +265,7 @@ func wantRetryable(t *testing.T, err error) {
 	if err == nil {
 		t.Fatal("send succeeded, want the sink's failure passed back to the sender")
 	}
-	var httpErr *HTTPStatusError
+	var httpErr *otlp.HTTPError
 	switch {
 	case errors.As(err, &httpErr):
 		if httpErr.StatusCode != 503 {

@@ -19,6 +19,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/otelcol-dedup/otelcol-dedup/internal/otlp"
+	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
 )
 
@@ -224,8 +226,8 @@ func checkRedisContents(t *testing.T, entries []redisEntry, digests int, window 
 		t.Errorf("%d digest keys point at a claim that is not committed (status missing or pending); every delivered batch should have committed", uncommitted)
 	}
 	for st, v := range status {
-		if v != "c" {
-			t.Errorf("claim %q is %q, want committed (\"c\")", st, v)
+		if v != "c" && v != "r" {
+			t.Errorf("claim %q is %q, want committed (\"c\") or a release's marker (\"r\")", st, v)
 		}
 	}
 	for _, m := range marks {
@@ -425,7 +427,7 @@ func sendUntilAccepted(ctx context.Context, send func() error) (int, error) {
 // isRetryable reports whether an OTLP sender retries err: the retryable gRPC
 // codes and HTTP statuses of the OTLP specification.
 func isRetryable(err error) bool {
-	var httpErr *HTTPStatusError
+	var httpErr *otlp.HTTPError
 	if errors.As(err, &httpErr) {
 		switch httpErr.StatusCode {
 		case 429, 502, 503, 504:
@@ -570,7 +572,9 @@ func TestRedisPassWhenDown(t *testing.T) {
 		}
 		mustSend(t, fmt.Sprintf("batch %d", sent), senders[0].SendLogs(ctx, batch(sent)))
 		sent++
-		time.Sleep(200 * time.Millisecond) // the stream's pace while Redis restarts
+		// The stream's pace while Redis restarts, not a wait: the events of
+		// a stream arrive over time, a batch every 200 ms.
+		time.Sleep(200 * time.Millisecond)
 	}
 	if failed.Load() > 0 {
 		t.FailNow()
@@ -628,8 +632,10 @@ func TestRedisFleetReleaseOnFailure(t *testing.T) {
 	wantMetric(t, sc, metricRedisRequests, l("op", "claim", "result", "ok"), 1)
 	wantMetric(t, sc, metricRedisRequests, l("op", "release", "result", "ok"), 1)
 	wantMetric(t, sc, metricRedisRequests, l("op", "commit"), 0)
-	if entries := dumpRedis(t, []*redistest.Server{srv}); len(entries) != 0 {
-		t.Errorf("Redis holds %d keys after the release, want none: %+v", len(entries), entries)
+	// Only the release's marker is left, for the lease: a claim of the same
+	// token arriving late claims nothing.
+	if entries := dumpRedis(t, []*redistest.Server{srv}); len(entries) != 1 || entries[0].value != "r" {
+		t.Errorf("Redis holds %d keys after the release, want the release's marker only: %+v", len(entries), entries)
 	}
 
 	mustSend(t, "retry to B", sendB.SendLogs(ctx, req))
@@ -668,9 +674,7 @@ func TestRedisCollectorDiesMidBatch(t *testing.T) {
 	a.sink.Hold()
 	errA := make(chan error, 1)
 	go func() { errA <- sendA.SendLogs(ctx, req) }()
-	if err := a.sink.WaitFor(ctx, func(s *Sink) bool { return s.Holding() == 1 }); err != nil {
-		t.Fatalf("collector A's export never reached its sink: %v", err)
-	}
+	testkit.WaitFor(t, "collector A's export held at its sink", opTimeout, func() bool { return a.sink.Holding() == 1 })
 	pending := 0
 	for _, e := range dumpRedis(t, []*redistest.Server{srv}) {
 		if e.value == "p" {
@@ -702,7 +706,14 @@ func TestRedisCollectorDiesMidBatch(t *testing.T) {
 			n, sc.Sum(metricDuplicates, sigLabels("dedup", "logs", "tier", "redis")))
 		// Diagnosis: only a retry after the lease, which no sender makes once
 		// accepted, would have saved them.
-		time.Sleep(2*time.Second + 200*time.Millisecond)
+		testkit.WaitFor(t, "A's pending claim gone with its lease", opTimeout, func() bool {
+			for _, e := range dumpRedis(t, []*redistest.Server{srv}) {
+				if e.value == "p" {
+					return false
+				}
+			}
+			return true
+		})
 		mustSend(t, "a further retry to B after the lease", sendB.SendLogs(ctx, req))
 		t.Logf("a further retry to B after A's lease ended: B delivered %d of the 10", b.sink.LogRecordCount())
 		return
@@ -712,8 +723,9 @@ func TestRedisCollectorDiesMidBatch(t *testing.T) {
 
 // TestRedisRefuseWhenStalled: with on_error: refuse and Redis frozen
 // (SIGSTOP: connections open, no answers), a request with new events is
-// refused retryably within about the timeout; once Redis resumes, the
-// sender's retries end in every event delivered exactly once.
+// asked of Redis again, each time with twice the timeout, until Redis's
+// breaker opens (five timeouts), then refused retryably; once Redis
+// resumes, the sender's retries end in every event delivered exactly once.
 func TestRedisRefuseWhenStalled(t *testing.T) {
 	srv := redistest.Standalone(t)
 	r := startCollector(t, nil, redisConfig([]string{srv.Addr()}, "on_error: refuse, timeout: 200ms"))
@@ -729,7 +741,7 @@ func TestRedisRefuseWhenStalled(t *testing.T) {
 	wantRetryable(t, send.SendLogs(ctx, req))
 	t.Logf("refused after %s", time.Since(start).Round(time.Millisecond))
 	sc := r.scrape()
-	wantMetric(t, sc, metricRedisRequests, l("op", "claim", "result", "timeout"), 1)
+	wantMetric(t, sc, metricRedisRequests, l("op", "claim", "result", "timeout"), 5)
 	if got := r.sink.Requests(); got != 0 {
 		t.Errorf("sink got %d requests while Redis was stalled, want 0", got)
 	}
@@ -796,9 +808,7 @@ func TestRedisFleetRetryToPeerAfterFailedDelivery(t *testing.T) {
 	a.sink.Hold()
 	errA := make(chan error, 1)
 	go func() { errA <- sendA.SendLogs(ctx, req) }()
-	if err := a.sink.WaitFor(ctx, func(s *Sink) bool { return s.Holding() == 1 }); err != nil {
-		t.Fatalf("collector A's export never reached its sink: %v", err)
-	}
+	testkit.WaitFor(t, "collector A's export held at its sink", opTimeout, func() bool { return a.sink.Holding() == 1 })
 	// A copy (another agent of an HA pair, say) reaches B meanwhile; wait
 	// (bounded) until B has asked Redis about it.
 	copyDone := make(chan error, 1)
@@ -806,11 +816,7 @@ func TestRedisFleetRetryToPeerAfterFailedDelivery(t *testing.T) {
 		_, err := sendUntilAccepted(ctx, func() error { return sendB2.SendLogs(ctx, req) })
 		copyDone <- err
 	}()
-	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if b.scrape().Sum(metricRedisRequests, Labels{"op": "claim"}) > 0 {
-			break
-		}
-	}
+	testkit.WaitFor(t, "B's claim in Redis", opTimeout, func() bool { return b.scrape().Sum(metricRedisRequests, Labels{"op": "claim"}) > 0 })
 	// A's export fails; A releases and passes the failure back, retryable.
 	a.sink.FailNext(1)
 	a.sink.Unhold()

@@ -5,7 +5,7 @@ package e2e
 // SIGKILL with a batch in flight), graceful shutdown with a batch in flight,
 // unusable snapshots and storage files on disk, and secrets kept out of the
 // collector's logs and printed config. Senders retry like OTLP exporters
-// (cmd/dedupload/loadgen). RELIABILITY.md has the table of faults and the
+// (internal/loadgen). RELIABILITY.md has the table of faults and the
 // numbers these tests measured.
 
 import (
@@ -28,7 +28,8 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/plog"
 
-	"github.com/otelcol-dedup/otelcol-dedup/cmd/dedupload/loadgen"
+	"github.com/otelcol-dedup/otelcol-dedup/internal/loadgen"
+	"github.com/otelcol-dedup/otelcol-dedup/internal/otlp"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
 )
@@ -51,26 +52,14 @@ const (
 type relHarness struct {
 	t      *testing.T
 	binary string
-	sink   *Sink
-	ports  Ports
+	sink   *otlp.Sink
+	ports  Ports  // the first collector's; the later ones listen there again
 	store  string // file_storage directory
-	dir    string // configs and logs
-	n      int    // collectors started
 }
 
 func newRelHarness(t *testing.T) *relHarness {
 	t.Helper()
-	binary := collectorBinary(t)
-	sink, err := NewSink()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sink.Close() })
-	ports, err := FreePorts()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &relHarness{t: t, binary: binary, sink: sink, ports: ports, store: t.TempDir(), dir: t.TempDir()}
+	return &relHarness{t: t, binary: collectorBinary(t), sink: newSink(t), store: t.TempDir()}
 }
 
 // relPipeline is the logs pipeline otlp -> dedup (content identity, the
@@ -99,78 +88,38 @@ service:
 const relExportTimeout = 2 * time.Second
 
 // relCollector is one collector run of a relHarness.
-type relCollector struct {
-	*running
-	killed bool
-}
+type relCollector struct{ *running }
 
 // start starts a collector with relPipeline(extra) and waits until it is
-// healthy.
-func (h *relHarness) start(extra string) *relCollector {
+// ready.
+func (h *relHarness) start(extra string) *relCollector { return h.startTo(h.sink, extra) }
+
+// startTo is start with the collector exporting to sink.
+func (h *relHarness) startTo(sink *otlp.Sink, extra string) *relCollector {
 	h.t.Helper()
-	rc, err := h.launch(extra)
+	rc, err := h.launch(sink, extra)
 	if err != nil {
+		rc.dumpLog()
 		h.t.Fatal(err)
 	}
 	return rc
 }
 
-// launch starts a collector and waits for it to be healthy or to exit; the
+// launch starts a collector and waits until it is ready or exited; the
 // error says which. It is stopped by PID in the test's cleanup.
-func (h *relHarness) launch(extra string) (*relCollector, error) {
-	t := h.t
-	t.Helper()
-	h.n++
-	base, err := BaseConfig(h.ports, h.sink)
-	if err != nil {
-		t.Fatal(err)
+func (h *relHarness) launch(sink *otlp.Sink, extra string) (*relCollector, error) {
+	h.t.Helper()
+	r, err := launch(h.t, h.binary, Config("detailed", sink, h.ports), nil, []string{h.relPipeline(extra)})
+	if err == nil && h.ports == (Ports{}) {
+		h.ports = r.ports
 	}
-	basePath := filepath.Join(h.dir, fmt.Sprintf("base%d.yaml", h.n))
-	testPath := filepath.Join(h.dir, fmt.Sprintf("test%d.yaml", h.n))
-	if err := WriteFile(basePath, base); err != nil {
-		t.Fatal(err)
-	}
-	if err := WriteFile(testPath, []byte(h.relPipeline(extra))); err != nil {
-		t.Fatal(err)
-	}
-	logPath := filepath.Join(h.dir, fmt.Sprintf("collector%d.log", h.n))
-	logFile, err := LogFile(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	col, err := StartCollector(h.binary, logFile, basePath, testPath)
-	if err != nil {
-		logFile.Close()
-		t.Fatal(err)
-	}
-	rc := &relCollector{running: &running{t: t, col: col, ports: h.ports, sink: h.sink, log: logPath}}
-	t.Cleanup(func() {
-		if err := col.Stop(stopGrace); err != nil && !rc.killed {
-			t.Errorf("stop: %v", err)
-		}
-		logFile.Close()
-		if t.Failed() {
-			rc.dumpLog()
-		}
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
-	defer cancel()
-	return rc, col.WaitHealthy(ctx, h.ports.HealthURL())
+	r.sink = sink
+	return &relCollector{r}, err
 }
 
 // kill sends SIGKILL to the collector's PID, as a crash or the OOM killer
 // would, and waits for it to exit.
-func (rc *relCollector) kill() {
-	rc.killed = true
-	if err := syscall.Kill(rc.col.PID, syscall.SIGKILL); err != nil {
-		rc.t.Fatalf("SIGKILL pid %d: %v", rc.col.PID, err)
-	}
-	select {
-	case <-rc.col.Exited():
-	case <-time.After(stopGrace):
-		rc.t.Fatalf("pid %d still running %s after SIGKILL", rc.col.PID, stopGrace)
-	}
-}
+func (rc *relCollector) kill() { rc.col.Kill() }
 
 // logLines returns the JSON fields of every line of the collector's output
 // whose message is msg (the console encoder: tab-separated, fields last).
@@ -217,7 +166,7 @@ func (rc *relCollector) restoredKeys() int {
 // like an exporter (100 ms first backoff, up to 60 s).
 func (h *relHarness) load(seed uint64, records int64, extra func(*loadgen.Config)) loadgen.Config {
 	cfg := loadgen.Config{
-		Endpoint: Addr(h.ports.OTLPGRPC), Protocol: loadgen.GRPC,
+		Endpoint: h.ports.OTLPGRPC, Protocol: loadgen.GRPC,
 		Records: records, Duplicates: 0.2, Batch: 250, Senders: 4, Seed: seed,
 		Retry: loadgen.RetryConfig{InitialInterval: 100 * time.Millisecond, MaxInterval: time.Second, MaxElapsedTime: time.Minute},
 	}
@@ -256,11 +205,15 @@ func relStreamIDs(t *testing.T, cfg loadgen.Config) []string {
 	return ids
 }
 
-// eventIDs counts the records the sink accepted by event.id.
-func relEventIDs(s *Sink) (map[string]int, int) {
+// eventIDs counts the records the sinks accepted by event.id.
+func relEventIDs(sinks ...*otlp.Sink) (map[string]int, int) {
 	counts := map[string]int{}
 	total := 0
-	for _, ld := range s.Logs() {
+	var all []plog.Logs
+	for _, s := range sinks {
+		all = append(all, s.Logs()...)
+	}
+	for _, ld := range all {
 		for i := range ld.ResourceLogs().Len() {
 			sls := ld.ResourceLogs().At(i).ScopeLogs()
 			for j := range sls.Len() {
@@ -357,7 +310,11 @@ func TestReliabilitySIGKILLMidStream(t *testing.T) {
 	idsA := relStreamIDs(t, a)
 	c1.stop() // snapshot: stream A
 
-	c2 := h.start(extra)
+	// The killed collector exports to a sink of its own, so that what it
+	// delivered is known once everything has landed, whenever the requests
+	// it had in flight when it died arrive.
+	killedSink := newSink(t)
+	c2 := h.startTo(killedSink, extra)
 	if got := c2.restoredKeys(); got != len(idsA) {
 		t.Fatalf("restored keys=%d, want %d", got, len(idsA))
 	}
@@ -371,21 +328,9 @@ func TestReliabilitySIGKILLMidStream(t *testing.T) {
 		defer cancel()
 		sumB, loadErr = loadgen.Run(ctx, b)
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-	defer cancel()
-	if err := h.sink.WaitFor(ctx, func(s *Sink) bool { return s.LogRecordCount() >= len(idsA)+5_000 }); err != nil {
-		t.Fatalf("sink has %d records, waiting for %d: %v", h.sink.LogRecordCount(), len(idsA)+5_000, err)
-	}
+	testkit.WaitFor(t, "5,000 records of B at the killed collector's sink", opTimeout, func() bool { return killedSink.LogRecordCount() >= 5_000 })
 	c2.kill()
 	killedAt := time.Now()
-	time.Sleep(300 * time.Millisecond) // requests the sink was still reading
-	atKill, _ := relEventIDs(h.sink)
-	var d2 []string // identities of B the killed collector delivered
-	for _, id := range idsB {
-		if atKill[id] > 0 {
-			d2 = append(d2, id)
-		}
-	}
 
 	c3 := h.start(extra)
 	restartedIn := time.Since(killedAt)
@@ -404,7 +349,14 @@ func TestReliabilitySIGKILLMidStream(t *testing.T) {
 	wantMetric(t, sc, metricRecords, dedupLabels("dedup", "outcome", "unique"), float64(len(idsB)))
 	c3.stop()
 
-	counts, total := relEventIDs(h.sink)
+	counts, total := relEventIDs(h.sink, killedSink)
+	byKilled, _ := relEventIDs(killedSink)
+	var d2 []string // identities of B the killed collector delivered
+	for _, id := range idsB {
+		if byKilled[id] > 0 {
+			d2 = append(d2, id)
+		}
+	}
 	recA, distinctA := relDeliveries(counts, idsA)
 	recB, distinctB := relDeliveries(counts, idsB)
 	if distinctA != len(idsA) || distinctB != len(idsB) {
@@ -441,7 +393,7 @@ func TestReliabilitySIGKILLShortSnapshotInterval(t *testing.T) {
 	a := h.load(21, 5_000, nil)
 	relRun(t, a)
 	idsA := relStreamIDs(t, a)
-	time.Sleep(1200 * time.Millisecond) // two periodic snapshots: A is in
+	h.waitSnapshot(time.Now()) // a periodic snapshot with all of A
 	b := h.load(22, 5_000, nil)
 	relRun(t, b) // every request acknowledged: nothing is in flight
 	idsB := relStreamIDs(t, b)
@@ -486,13 +438,9 @@ func relSendAsync(r *running, ld plog.Logs) <-chan error {
 	return done
 }
 
-func relWaitHolding(t *testing.T, s *Sink, n int) {
+func relWaitHolding(t *testing.T, s *otlp.Sink, n int) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-	defer cancel()
-	if err := s.WaitFor(ctx, func(s *Sink) bool { return s.Holding() >= n }); err != nil {
-		t.Fatalf("%d requests held at the sink, waiting for %d: %v", s.Holding(), n, err)
-	}
+	testkit.WaitFor(t, fmt.Sprintf("%d requests held at the sink", n), opTimeout, func() bool { return s.Holding() >= n })
 }
 
 // TestReliabilityGracefulShutdownInFlight: SIGTERM while a batch is in the
@@ -515,7 +463,8 @@ func TestReliabilityGracefulShutdownInFlight(t *testing.T) {
 	if err := syscall.Kill(c1.col.PID, syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond) // the collector shuts down with X still in its exporter
+	// The collector shuts down with X still in its exporter.
+	testkit.WaitFor(t, "the collector shutting down", opTimeout, func() bool { return bytes.Contains(c1.output(), []byte("Starting shutdown...")) })
 	h.sink.Unhold()
 	if err := <-xDone; err != nil {
 		t.Fatalf("X, in flight at SIGTERM: %v, want delivered", err)
@@ -573,7 +522,7 @@ func TestReliabilityGracefulShutdownInFlight(t *testing.T) {
 // up, as they do once the sink's server sees their collector's connection
 // close: releasing the hold earlier could still record a request whose
 // sender was already told it failed.
-func relWaitAbandoned(t *testing.T, sink *Sink) {
+func relWaitAbandoned(t *testing.T, sink *otlp.Sink) {
 	t.Helper()
 	testkit.WaitFor(t, "the requests of a stopped collector released by the sink", opTimeout, func() bool { return sink.Holding() == 0 })
 }
@@ -592,7 +541,7 @@ func TestReliabilityCrashWithBatchInFlight(t *testing.T) {
 	h.sink.Hold()
 	done := relSendAsync(c1.running, z.batch(span(0, 10)...))
 	relWaitHolding(t, h.sink, 1)
-	time.Sleep(500 * time.Millisecond) // several periodic snapshots
+	h.waitSnapshot(time.Now()) // a periodic snapshot while the batch is in flight
 	c1.kill()
 	if err := <-done; err == nil {
 		t.Fatal("the sender was told a batch delivered that the killed collector never exported")
@@ -622,20 +571,41 @@ func TestReliabilityCrashWithBatchInFlight(t *testing.T) {
 // magic "OCDD" and version 1.
 func relSnapshotOffsets(t *testing.T, db []byte) []int {
 	t.Helper()
+	out := relFindSnapshots(db)
+	if len(out) == 0 {
+		t.Fatal("no snapshot in the storage file")
+	}
+	return out
+}
+
+func relFindSnapshots(db []byte) []int {
 	var out []int
 	pat := []byte{'O', 'C', 'D', 'D', 0, 1}
 	for i := 0; ; {
 		j := bytes.Index(db[i:], pat)
 		if j < 0 {
-			break
+			return out
 		}
 		out = append(out, i+j)
 		i += j + 1
 	}
-	if len(out) == 0 {
-		t.Fatal("no snapshot in the storage file")
-	}
-	return out
+}
+
+// waitSnapshot waits until the storage file holds a cache snapshot written
+// at or after t, by the WrittenAt of its header (unix ns at offset 14, see
+// internal/snapshot's layout): a periodic save that began after t, with
+// every key committed before t in it.
+func (h *relHarness) waitSnapshot(t time.Time) {
+	h.t.Helper()
+	testkit.WaitFor(h.t, "a cache snapshot written after "+t.Format(time.RFC3339Nano), opTimeout, func() bool {
+		db, _ := os.ReadFile(filepath.Join(h.store, relSnapshotFile))
+		for _, at := range relFindSnapshots(db) {
+			if at+22 <= len(db) && int64(binary.BigEndian.Uint64(db[at+14:])) >= t.UnixNano() {
+				return true
+			}
+		}
+		return false
+	})
 }
 
 // TestReliabilityUnusableSnapshotOnDisk: the snapshot inside file_storage's
@@ -761,13 +731,11 @@ func TestReliabilityUnusableSnapshotOnDisk(t *testing.T) {
 		if err := os.WriteFile(dbPath, good[:8192], 0o600); err != nil {
 			t.Fatal(err)
 		}
-		rc, err := h.launch(extra)
+		rc, err := h.launch(h.sink, extra)
 		if err == nil {
 			t.Fatal("the collector started on a truncated storage file")
 		}
-		<-rc.col.Exited()
-		rc.killed = true
-		b, _ := os.ReadFile(rc.log)
+		b := rc.output()
 		first := "?"
 		for _, line := range strings.Split(string(b), "\n") {
 			if strings.Contains(line, "SIGBUS") || strings.HasPrefix(line, "Error:") || strings.HasPrefix(line, "panic") {
@@ -855,24 +823,11 @@ service:
 
 	t.Run("print-config", func(t *testing.T) {
 		dir := t.TempDir()
-		ports, err := FreePorts()
-		if err != nil {
-			t.Fatal(err)
-		}
-		sink, err := NewSink()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer sink.Close()
-		base, err := BaseConfig(ports, sink)
-		if err != nil {
-			t.Fatal(err)
-		}
 		basePath, testPath := filepath.Join(dir, "base.yaml"), filepath.Join(dir, "test.yaml")
-		if err := WriteFile(basePath, base); err != nil {
+		if err := WriteConfig(basePath, Config("detailed", newSink(t), Ports{})); err != nil {
 			t.Fatal(err)
 		}
-		if err := WriteFile(testPath, []byte(pipeline(password))); err != nil {
+		if err := os.WriteFile(testPath, []byte(pipeline(password)), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		bin := collectorBinary(t)
@@ -900,7 +855,7 @@ service:
 		// An invalid config with a password: the error names the bad field,
 		// not the secret.
 		bad := strings.Replace(pipeline(password), "timeout: 500ms", "timeout: 0s", 1)
-		if err := WriteFile(testPath, []byte(bad)); err != nil {
+		if err := os.WriteFile(testPath, []byte(bad), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		out, err := exec.Command(bin, "validate", "--config", basePath, "--config", testPath).CombinedOutput()

@@ -1,22 +1,23 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"maps"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // Labels are a series' label pairs; as a filter, a subset to match.
 type Labels map[string]string
 
-// Series is one sample of the Prometheus text exposition format.
+// Series is one sample of a scrape.
 type Series struct {
 	Name   string
 	Labels Labels
@@ -24,10 +25,9 @@ type Series struct {
 }
 
 func (s Series) String() string {
-	keys := slices.Sorted(maps.Keys(s.Labels))
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = fmt.Sprintf("%s=%q", k, s.Labels[k])
+	parts := make([]string, 0, len(s.Labels))
+	for _, k := range slices.Sorted(maps.Keys(s.Labels)) {
+		parts = append(parts, fmt.Sprintf("%s=%q", k, s.Labels[k]))
 	}
 	return fmt.Sprintf("%s{%s} %g", s.Name, strings.Join(parts, ","), s.Value)
 }
@@ -40,7 +40,13 @@ type Scrape []Series
 func (sc Scrape) Find(name string, filter Labels) []Series {
 	var out []Series
 	for _, s := range sc {
-		if s.Name == name && s.Labels.include(filter) {
+		match := s.Name == name
+		for k, v := range filter {
+			if got, ok := s.Labels[k]; !ok || got != v {
+				match = false
+			}
+		}
+		if match {
 			out = append(out, s)
 		}
 	}
@@ -59,22 +65,14 @@ func (sc Scrape) Sum(name string, filter Labels) float64 {
 
 // Names returns the distinct series names with the given prefix, sorted.
 func (sc Scrape) Names(prefix string) []string {
-	seen := map[string]bool{}
+	var names []string
 	for _, s := range sc {
-		if strings.HasPrefix(s.Name, prefix) {
-			seen[s.Name] = true
+		if strings.HasPrefix(s.Name, prefix) && !slices.Contains(names, s.Name) {
+			names = append(names, s.Name)
 		}
 	}
-	return slices.Sorted(maps.Keys(seen))
-}
-
-func (l Labels) include(filter Labels) bool {
-	for k, v := range filter {
-		if got, ok := l[k]; !ok || got != v {
-			return false
-		}
-	}
-	return true
+	slices.Sort(names)
+	return names
 }
 
 // ScrapeMetrics fetches url (a collector's internal metrics endpoint) and
@@ -105,94 +103,30 @@ func ScrapeMetrics(ctx context.Context, url string) (Scrape, error) {
 }
 
 // ParsePrometheusText parses the Prometheus text exposition format (version
-// 0.0.4): comments are skipped, every sample line becomes a Series.
+// 0.0.4) into one Series per sample: a histogram's _bucket, _sum and _count.
 func ParsePrometheusText(r io.Reader) (Scrape, error) {
-	var sc Scrape
-	scanner := bufio.NewScanner(r)
-	scanner.Buffer(make([]byte, 64<<10), 4<<20)
-	for lineNo := 1; scanner.Scan(); lineNo++ {
-		line := strings.TrimSpace(scanner.Text())
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		s, err := parseSample(line)
-		if err != nil {
-			return nil, fmt.Errorf("line %d %q: %w", lineNo, line, err)
-		}
-		sc = append(sc, s)
-	}
-	return sc, scanner.Err()
-}
-
-func parseSample(line string) (Series, error) {
-	s := Series{Labels: Labels{}}
-	i := strings.IndexAny(line, "{ \t")
-	if i <= 0 {
-		return s, fmt.Errorf("no value")
-	}
-	s.Name = line[:i]
-	rest := line[i:]
-	if rest[0] == '{' {
-		n, err := parseLabels(rest[1:], s.Labels)
-		if err != nil {
-			return s, err
-		}
-		rest = rest[1+n:]
-	}
-	fields := strings.Fields(rest)
-	if len(fields) == 0 || len(fields) > 2 { // value [timestamp]
-		return s, fmt.Errorf("want a value and an optional timestamp")
-	}
-	v, err := strconv.ParseFloat(fields[0], 64)
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(r)
 	if err != nil {
-		return s, err
+		return nil, err
 	}
-	s.Value = v
-	return s, nil
-}
-
-// parseLabels reads `k="v",...}` into into and returns the bytes consumed,
-// the closing brace included.
-func parseLabels(in string, into Labels) (int, error) {
-	i := 0
-	for {
-		for i < len(in) && (in[i] == ' ' || in[i] == ',') {
-			i++
+	var sc Scrape
+	for _, name := range slices.Sorted(maps.Keys(families)) {
+		samples, err := expfmt.ExtractSamples(&expfmt.DecodeOptions{}, families[name])
+		if err != nil {
+			return nil, err
 		}
-		if i < len(in) && in[i] == '}' {
-			return i + 1, nil
-		}
-		eq := strings.IndexByte(in[i:], '=')
-		if eq <= 0 {
-			return 0, fmt.Errorf("bad label at %q", in[i:])
-		}
-		key := strings.TrimSpace(in[i : i+eq])
-		i += eq + 1
-		if i >= len(in) || in[i] != '"' {
-			return 0, fmt.Errorf("label %s: value not quoted", key)
-		}
-		i++
-		var val strings.Builder
-		for {
-			if i >= len(in) {
-				return 0, fmt.Errorf("label %s: unterminated value", key)
-			}
-			c := in[i]
-			i++
-			if c == '"' {
-				break
-			}
-			if c == '\\' && i < len(in) {
-				switch in[i] {
-				case 'n':
-					c = '\n'
-				default: // \\ and \"
-					c = in[i]
+		for _, smp := range samples {
+			s := Series{Labels: Labels{}, Value: float64(smp.Value)}
+			for k, v := range smp.Metric {
+				if k == model.MetricNameLabel {
+					s.Name = string(v)
+				} else {
+					s.Labels[string(k)] = string(v)
 				}
-				i++
 			}
-			val.WriteByte(c)
+			sc = append(sc, s)
 		}
-		into[key] = val.String()
 	}
+	return sc, nil
 }

@@ -13,9 +13,10 @@ import (
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/pdata/pmetric"
 	"go.opentelemetry.io/collector/pdata/ptrace"
+	"google.golang.org/grpc/metadata"
 )
 
-// sender is what GRPCSender and HTTPSender have in common.
+// sender is what the gRPC and HTTP clients do.
 type sender interface {
 	SendLogs(context.Context, plog.Logs) error
 	SendTraces(context.Context, ptrace.Traces) error
@@ -716,7 +717,7 @@ service:
 	c := newCorpus(10, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	ctxA := WithGRPCMetadata(ctx, "X-Scope-OrgID", "a")
+	ctxA := metadata.AppendToOutgoingContext(ctx, "X-Scope-OrgID", "a")
 	grpcS := r.grpcSender()
 	httpA, httpB, httpNone := r.httpSender(), r.httpSender(), r.httpSender()
 	httpA.Header = map[string][]string{"X-Scope-OrgID": {"a"}}

@@ -66,17 +66,12 @@ func TestSyslogResends(t *testing.T) {
 	const n, k = 40, 10
 	recipe := startCollector(t, nil, syslogRecipe)
 	dflt := startCollector(t, nil, syslogDefault)
-	ports, err := freePorts(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	listen := Addr(ports[0])
-	startAgent(t, syslogAgent(listen, Addr(recipe.ports.OTLPGRPC), Addr(dflt.ports.OTLPGRPC)))
+	listen := startAgent(t, syslogAgent(ListenExtra, recipe.ports.OTLPGRPC, dflt.ports.OTLPGRPC)).ports.Extra
 
 	seen := func(name string, r *running, want int) {
 		t.Helper()
 		l := sigLabels("dedup/syslog", "logs")
-		sc := waitScrape(t, r, func(sc Scrape) bool { return sc.Sum(metricRecords, l) >= float64(want) })
+		sc := waitScrape(t, r, name+" gateway saw every record", func(sc Scrape) bool { return sc.Sum(metricRecords, l) >= float64(want) })
 		if got := sc.Sum(metricRecords, l); got < float64(want) {
 			t.Fatalf("%s gateway: saw %g records, waiting for %d", name, got, want)
 		}

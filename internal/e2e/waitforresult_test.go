@@ -9,6 +9,8 @@ import (
 	"go.opentelemetry.io/collector/pdata/plog"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 )
 
 // TestAckedSenderGivesUpOnQueuedExport: the gateway's exporter has a
@@ -47,19 +49,13 @@ exporters:
 		r.sink.Hold()
 		doneA := sendWithin(r.grpcSender(), first, senderDeadline)
 		doneB := sendWithin(r.httpSender(), second, senderDeadline)
-		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-		defer cancel()
-		if err := r.sink.WaitFor(ctx, func(s *Sink) bool { return s.Holding() == 1 }); err != nil {
-			t.Fatalf("the merged export never reached the backend: %v", err)
-		}
+		testkit.WaitFor(t, "the merged export held at the backend", opTimeout, func() bool { return r.sink.Holding() == 1 })
 		wantGaveUp(t, "sender A", <-doneA)
 		wantGaveUp(t, "sender B", <-doneB)
 		r.sink.Unhold()
-		if err := r.sink.WaitFor(ctx, func(s *Sink) bool { return s.LogRecordCount() == 2*n }); err != nil {
-			t.Fatalf("the backend holds %d records, waiting for %d: %v", r.sink.LogRecordCount(), 2*n, err)
-		}
+		testkit.WaitFor(t, "2n records at the backend", opTimeout, func() bool { return r.sink.LogRecordCount() == 2*n })
 		// dedup settles each batch once exporterhelper answers it.
-		sc := waitScrape(t, r, func(sc Scrape) bool {
+		sc := waitScrape(t, r, "the merged export settled", func(sc Scrape) bool {
 			return sc.Sum(metricRecords, l()) == 2*n || sc.Sum(metricReleased, l()) > 0
 		})
 		wantMetric(t, sc, metricReleased, l(), 0)
@@ -90,13 +86,9 @@ exporters:
 		r.sink.Hold()
 		done := sendWithin(r.grpcSender(), first, senderDeadline)
 		wantGaveUp(t, "sender", <-done)
-		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-		defer cancel()
-		if err := r.sink.WaitFor(ctx, func(s *Sink) bool { return s.Refused() == 1 }); err != nil {
-			t.Fatalf("the backend saw %d abandoned exports, want 1: %v", r.sink.Refused(), err)
-		}
+		testkit.WaitFor(t, "1 export abandoned at the backend", opTimeout, func() bool { return r.sink.Refused() == 1 })
 		r.sink.Unhold()
-		sc := waitScrape(t, r, func(sc Scrape) bool { return sc.Sum(metricReleased, l()) > 0 })
+		sc := waitScrape(t, r, "keys released", func(sc Scrape) bool { return sc.Sum(metricReleased, l()) > 0 })
 		wantMetric(t, sc, metricReleased, l(), n)
 		wantMetric(t, sc, metricRecords, l(), 0)
 

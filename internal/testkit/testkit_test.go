@@ -62,17 +62,66 @@ func TestWaitFor(t *testing.T) {
 	if took := time.Since(start); !r.fatal || len(r.errors) != 1 || r.errors[0] != "never: not after 50ms" || took < 50*time.Millisecond || took > 5*time.Second {
 		t.Fatalf("fatal %v, errors %q after %v; want one fatal \"never: not after 50ms\" after 50ms", r.fatal, r.errors, took)
 	}
+
+	r = run(func(tb testing.TB) {
+		WaitFor(tb, "never", time.Millisecond, func() bool { return false }, func() string { return "saw 2" })
+	})
+	if !r.fatal || len(r.errors) != 1 || r.errors[0] != "never (saw 2): not after 1ms" {
+		t.Fatalf("with a detail: fatal %v, errors %q", r.fatal, r.errors)
+	}
 }
 
-func TestClock(t *testing.T) {
-	t0 := time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)
-	c := NewClock(t0)
-	if !c.Now().Equal(t0) {
-		t.Fatalf("Now %v, want %v", c.Now(), t0)
+var epoch = time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+
+// TestClockWaitEndsWhenAdvanced: a wait ends when the time reaches its end,
+// not before, and when its wake channel yields or its context ends.
+func TestClockWaitEndsWhenAdvanced(t *testing.T) {
+	f := NewClock(epoch)
+	ctx := context.Background()
+	done := make(chan error, 1)
+	go func() { done <- f.Wait(ctx, nil, time.Second) }()
+	if err := f.WaitForWaiters(ctx, 1); err != nil {
+		t.Fatal(err)
 	}
-	c.Advance(1500 * time.Millisecond)
-	if want := t0.Add(1500 * time.Millisecond); !c.Now().Equal(want) {
-		t.Fatalf("Now %v, want %v", c.Now(), want)
+	f.Advance(time.Second - time.Nanosecond)
+	if n := f.Waiters(); n != 1 {
+		t.Fatalf("%d waiters a nanosecond before the end, want 1", n)
+	}
+	if d, ok := f.Next(); !ok || d != time.Nanosecond {
+		t.Fatalf("Next = %v, %v; want 1ns, true", d, ok)
+	}
+	f.Advance(time.Nanosecond)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := f.Now(); !got.Equal(epoch.Add(time.Second)) {
+		t.Fatalf("Now = %v, want %v", got, epoch.Add(time.Second))
+	}
+
+	wake := make(chan struct{}, 1)
+	go func() { done <- f.Wait(ctx, wake, time.Hour) }()
+	if err := f.WaitForWaiters(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	wake <- struct{}{}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := f.Waiters(); n != 0 {
+		t.Fatalf("%d waiters after a wake, want 0", n)
+	}
+
+	cctx, cancel := context.WithCancel(ctx)
+	go func() { done <- f.Wait(cctx, nil, time.Hour) }()
+	if err := f.WaitForWaiters(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if err := <-done; err != context.Canceled {
+		t.Fatalf("Wait after cancel = %v, want context.Canceled", err)
+	}
+	if err := f.Wait(ctx, nil, 0); err != nil {
+		t.Fatalf("Wait(0) = %v", err)
 	}
 }
 
@@ -163,6 +212,9 @@ func TestMetrics(t *testing.T) {
 		{"wait{p=a,result=settled}", HistogramCount(t, reader, "wait", a, settled), 2},
 		{"wait{p=a}", HistogramCount(t, reader, "wait", a), 0},
 		{"wait{result=settled,...}", HistogramCountAll(t, reader, "wait", settled), 3},
+		{"records{p=a,...}", uint64(SumInt64(collect(t, reader), "records", a)), 7},
+		{"records{result=settled,...}", uint64(SumInt64(collect(t, reader), "records", settled)), 4},
+		{"held{...}", uint64(SumInt64(collect(t, reader), "held")), 9},
 		{"wait{...}", HistogramCountAll(t, reader, "wait"), 4},
 	} {
 		if c.got != c.want {

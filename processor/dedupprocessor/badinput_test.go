@@ -460,6 +460,9 @@ func TestBadInputRuntimeOTTLErrors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := defaultConfig()
 			tc.cfg(cfg)
+			// A clock of our own: 10 s pass when the test says so.
+			clock := newFakeClock()
+			cfg.clock = clock
 			core, observed := observer.New(zapcore.DebugLevel)
 			sink := new(consumertest.LogsSink)
 			p, h := signalHarness(t, "logs", func(set processor.Settings) (processor.Logs, error) {
@@ -467,9 +470,6 @@ func TestBadInputRuntimeOTTLErrors(t *testing.T) {
 				return NewFactory().CreateLogs(context.Background(), set, cfg, sink)
 			})
 			defer func() { _ = p.Shutdown(context.Background()) }()
-			// A clock of our own: 10 s pass when the test says so.
-			clock := newFakeClock()
-			p.(*logsProcessor).engine.clock = clock
 
 			const batches, perBatch = 100, 100
 			send := func(batches int) {

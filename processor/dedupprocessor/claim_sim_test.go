@@ -104,6 +104,7 @@ func runSim(t *testing.T, setup simSetup, seed uint64) simResult {
 		if setup.cache > 0 {
 			cfg.Cache.MaxEntries = setup.cache
 		}
+		cfg.clock = s
 		set := processortest.NewNopSettings(componentType)
 		set.MeterProvider = mp
 		next := &simConsumer{sim: s, failRate: setup.failRate, delivered: delivered, trace: &trace, collector: c}
@@ -111,7 +112,6 @@ func runSim(t *testing.T, setup simSetup, seed uint64) simResult {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p.clock = s
 		engines[c] = p
 	}
 
@@ -178,7 +178,7 @@ func runSim(t *testing.T, setup simSetup, seed uint64) simResult {
 		}
 	}
 	for c, e := range engines {
-		if n := e.cache.Len(s.at.UnixNano()); n > simRecords {
+		if n := e.local.Len(s.at.UnixNano()); n > simRecords {
 			t.Errorf("collector %d holds %d keys for %d records", c, n, simRecords)
 		}
 	}

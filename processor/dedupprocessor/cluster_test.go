@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/otel/attribute"
 
+	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
 )
 
@@ -152,7 +153,7 @@ func (f *clusterFleet) send(h *harness, ids []int) {
 			f.mu.Unlock()
 			return
 		}
-		time.Sleep(wait)
+		time.Sleep(wait) // the sender's retry backoff
 		interval = min(time.Duration(float64(interval)*retryMultiplier), retryMax)
 	}
 }
@@ -226,7 +227,7 @@ func (f *clusterFleet) check(t *testing.T, healthy time.Time) {
 func (f *clusterFleet) breakerStates(t *testing.T, h *harness) map[string]int64 {
 	t.Helper()
 	states := map[string]int64{}
-	for _, nb := range h.proc.(*logsProcessor).redis.Breakers() {
+	for _, nb := range h.proc.(*logsProcessor).shared.(*sharedStage).Breakers() {
 		states[nb.Node] = h.metric("otelcol_processor_dedup_redis_breaker_state", attribute.String("node", nb.Node))
 	}
 	return states
@@ -243,6 +244,7 @@ func clusterScenario(t *testing.T, cl *redistest.ClusterServers, change func()) 
 	}
 	stop := make(chan struct{})
 	var load sync.WaitGroup
+	var ticks atomic.Int64
 	load.Go(func() {
 		tick := time.NewTicker(scenarioPace)
 		defer tick.Stop()
@@ -254,15 +256,20 @@ func clusterScenario(t *testing.T, cl *redistest.ClusterServers, change func()) 
 				for _, f := range fleets {
 					f.request()
 				}
+				ticks.Add(1)
 			}
 		}
 	})
-	time.Sleep(time.Second) // traffic on the healthy Cluster first
+	// Requests for a second on the healthy Cluster, then the change, then
+	// two seconds' worth on the changed one.
+	perSecond := int64(time.Second / scenarioPace)
+	testkit.WaitFor(t, "traffic on the healthy Cluster", 30*time.Second, func() bool { return ticks.Load() >= perSecond })
 	start := time.Now()
 	change()
 	healthy := time.Now()
 	t.Logf("the Cluster changed and was healthy again within %s", healthy.Sub(start).Round(10*time.Millisecond))
-	time.Sleep(2 * time.Second) // and on the changed one
+	after := ticks.Load()
+	testkit.WaitFor(t, "traffic on the changed Cluster", 30*time.Second, func() bool { return ticks.Load() >= after+2*perSecond })
 	close(stop)
 	load.Wait()
 	for _, f := range fleets {

@@ -1,6 +1,7 @@
 package dedupprocessor
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -15,6 +16,8 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 	"go.uber.org/zap"
+
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/clock"
 )
 
 // Action says what happens to a duplicate.
@@ -72,6 +75,9 @@ type Config struct {
 	Metrics MetricsConfig `mapstructure:"metrics"`
 	// Redis is the optional shared tier; absent means local only.
 	Redis configoptional.Optional[RedisConfig] `mapstructure:"redis"`
+
+	// clock is the processor's clock; nil is the wall clock. Tests set it.
+	clock clock.Clock
 
 	// prevent unkeyed literal initialization
 	_ struct{}
@@ -329,13 +335,25 @@ func (r *RedisConfig) validate(p *problems, window time.Duration) {
 	}
 	p.check(r.DB < 0, "redis.db must be >= 0, got %d", r.DB)
 	p.check(r.Timeout <= 0, "redis.timeout must be > 0, got %q", r.Timeout)
-	leaseInWindow := r.Lease >= minDuration && r.Lease <= window
-	p.check(!leaseInWindow, "redis.lease must be >= 1ms and <= window (%s), got %q", window, r.Lease)
-	p.check(leaseInWindow && r.Timeout > 0 && r.Lease < 3*r.Timeout,
+	p.check(r.Lease < minDuration, "redis.lease must be >= 1ms, got %q", r.Lease)
+	// The lease has a default and the window has another: the error names
+	// the setting to change, as the user may have written neither.
+	p.check(window > 0 && r.Lease > window,
+		"redis.lease must be <= window (%s), got %q: redis.lease is %s unless set; set it to at most the window (e.g. lease: %s), or a window of at least the lease",
+		window, r.Lease, defaultRedisLease, window)
+	p.check(r.Lease >= minDuration && r.Lease <= window && r.Timeout > 0 && r.Lease < 3*r.Timeout,
 		"redis.lease must be at least 3 times redis.timeout (%s): a claim is renewed every third of its lease, each renewal bounded by the timeout, got %q", r.Timeout, r.Lease)
 	p.check(strings.ContainsAny(r.KeyPrefix, "{}"),
 		`redis.key_prefix must not contain "{" or "}": a hash tag in the prefix puts every key of a Redis Cluster into one slot and breaks the tier's own tags (CROSSSLOT), got %q`, r.KeyPrefix)
 	p.check(r.OnError != ErrorPass && r.OnError != ErrorRefuse, `redis.on_error must be "pass" or "refuse", got %q`, r.OnError)
+	// The certificate files are read here, so that `validate` refuses a
+	// missing or unreadable one as the start would; settings configtls's
+	// own Validate refuses are reported by it alone.
+	if tls := r.TLS.Get(); tls != nil && tls.Validate() == nil {
+		if _, err := tls.LoadTLSConfig(context.Background()); err != nil {
+			p.add("redis.tls: %v", err)
+		}
+	}
 }
 
 // nopTelemetry serves OTTL parsing in Validate.

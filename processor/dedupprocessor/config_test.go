@@ -104,7 +104,7 @@ func TestLoadValidConfigs(t *testing.T) {
 		}},
 		{name: "redis_cluster", want: func(c *Config) {
 			tls := configtls.ClientConfig{}
-			tls.CAFile = "/etc/redis/ca.pem"
+			tls.CAFile = "testdata/tls/ca.pem"
 			c.Redis = configoptional.Some(RedisConfig{
 				Endpoints: []string{"10.0.0.1:7000", "10.0.0.2:7000", "10.0.0.3:7000"}, Mode: RedisModeAuto,
 				Username: "dedup", Password: "s3cret", TLS: configoptional.Some(tls), KeyPrefix: "dedup:prod:",
@@ -195,7 +195,7 @@ func TestLoadInvalidConfigs(t *testing.T) {
 		{name: "redis_bad", validate: `redis.endpoints[0] must be "host:port", got "localhost"` + "\n" +
 			`redis.db must be 0 with several endpoints (a Redis Cluster has only database 0), got 3` + "\n" +
 			`redis.timeout must be > 0, got "0s"` + "\n" +
-			`redis.lease must be >= 1ms and <= window (1m0s), got "2m0s"` + "\n" +
+			`redis.lease must be <= window (1m0s), got "2m0s": redis.lease is 30s unless set; set it to at most the window (e.g. lease: 1m0s), or a window of at least the lease` + "\n" +
 			`redis.on_error must be "pass" or "refuse", got "ignore"`},
 		{name: "election_bad", validate: `metrics.replica_election.cluster_label must not be empty (Mimir's default is "cluster")` + "\n" +
 			`metrics.replica_election.replica_label must not be empty (Mimir's default is "__replica__")` + "\n" +
@@ -204,6 +204,8 @@ func TestLoadInvalidConfigs(t *testing.T) {
 			`metrics.replica_election.max_clusters must be between 1 and 100000, got 0`},
 		{name: "election_failover_too_short", validate: `metrics.replica_election.cluster_label and replica_label must differ, both are "replica"` + "\n" +
 			`metrics.replica_election.failover_timeout must be > update_interval + update_jitter (25s), or the elected replica loses its election between two refreshes; got "25s"`},
+		{name: "redis_tls_missing_file", validate: `redis.tls: failed to load TLS config: failed to load CA CertPool File: failed to load cert testdata/tls/missing-ca.pem: open testdata/tls/missing-ca.pem: no such file or directory`},
+		{name: "redis_short_window", validate: `redis.lease must be <= window (20s), got "30s": redis.lease is 30s unless set; set it to at most the window (e.g. lease: 20s), or a window of at least the lease`},
 		{name: "redis_no_endpoints", validate: `redis.endpoints must list at least one "host:port"`},
 		{name: "redis_bad_mode", validate: `redis.mode must be "auto", "standalone", "cluster" or "sentinel", got "ring"`},
 		{name: "redis_sentinel_without_master", validate: `redis.master_name must name the master the Sentinels monitor with redis.mode "sentinel"`},

@@ -113,8 +113,11 @@ func TestConfigMatrixValidateErrors(t *testing.T) {
 		{`redis: {endpoints: ["a:1"], mode: cluster, master_name: m}`, `redis.master_name is for Sentinel: remove it, or set redis.mode to "sentinel" (or "auto"), got mode "cluster"`},
 		{`redis: {endpoints: ["a:1"], timeout: -1s}`, `redis.timeout must be > 0, got "-1s"`},
 		{`redis: {endpoints: ["a:1"], timeout: 0s}`, `redis.timeout must be > 0, got "0s"`},
-		{`redis: {endpoints: ["a:1"], lease: 0s}`, `redis.lease must be >= 1ms and <= window (10m0s), got "0s"`},
-		{`redis: {endpoints: ["a:1"], lease: 11m}`, `redis.lease must be >= 1ms and <= window (10m0s), got "11m0s"`},
+		{`redis: {endpoints: ["a:1"], lease: 0s}`, `redis.lease must be >= 1ms, got "0s"`},
+		{`redis: {endpoints: ["a:1"], lease: 11m}`, `redis.lease must be <= window (10m0s), got "11m0s": redis.lease is 30s unless set; set it to at most the window (e.g. lease: 10m0s), or a window of at least the lease`},
+		// A window shorter than the default lease: the error names the lease,
+		// which the user may never have written, and says what to set.
+		{`{window: 20s, redis: {endpoints: ["a:1"]}}`, `redis.lease must be <= window (20s), got "30s": redis.lease is 30s unless set; set it to at most the window (e.g. lease: 20s), or a window of at least the lease`},
 		{`redis: {endpoints: ["a:1"], on_error: ""}`, `redis.on_error must be "pass" or "refuse", got ""`},
 		{`redis: {endpoints: ["a:1"], on_error: drop}`, `redis.on_error must be "pass" or "refuse", got "drop"`},
 	} {
@@ -212,6 +215,12 @@ func TestConfigMatrixAcceptedEdges(t *testing.T) {
 		{`redis: {endpoints: ["a:1"], tls: {}}`, func(t *testing.T, c *Config) {
 			if !c.Redis.Get().TLS.HasValue() {
 				t.Fatal("tls: {} must turn TLS on with the defaults")
+			}
+		}},
+		// The lease set to fit a short window.
+		{`{window: 20s, redis: {endpoints: ["a:1"], lease: 5s}}`, func(t *testing.T, c *Config) {
+			if l := c.Redis.Get().Lease; l != 5*time.Second {
+				t.Fatalf("redis.lease = %v, want the 5s set", l)
 			}
 		}},
 		{`redis: {endpoints: ["a:1"], tls: {insecure: true}, username: u, password: p, key_prefix: "", lease: 10m, timeout: 1ns}`, func(t *testing.T, c *Config) {

@@ -37,6 +37,16 @@ import (
 // obey the same rule. After pending_wait the request is refused for retry,
 // which drops the first call's records as copies; a request is acknowledged
 // only when both calls succeeded.
+//
+// Contending looks end by design: looks claim in one global order (locally
+// one look at a time, in Redis by group and digest) and stop at the first
+// record another claim holds, so of looks that want the same records, the
+// one that got furthest is never stopped by another. A pending claim lives
+// while its batch is downstream (the tier renews its lease), so the lease
+// bounds only how long a dead collector's claims stand in the way. A release
+// leaves a marker for its token for the lease, which the same token's claim
+// refuses: a claim delayed on the network past its caller's timeout cannot
+// land after the release meant to undo it and stall the sender's retry.
 
 // adapter is a signal's side of the batch.
 type adapter[T any] interface {
@@ -118,9 +128,9 @@ type batch struct {
 	firsts   []int32   // indexes into keys: the first copy of each digest
 	later    []int32   // indexes into keys: left for the second call
 	outcomes [numOutcomes]int64
-	tiers    [numTiers]int64
-	kept     int  // records the current call keeps (needsApply)
-	alters   bool // the adapter changes kept records (replica labels)
+	caught   [numCaughtBy]int64 // duplicates, by what caught them
+	kept     int                // records the current call keeps (needsApply)
+	alters   bool               // the adapter changes kept records (replica labels)
 
 	// A round is one claim of the batch's digests under tokens of its own,
 	// settled by a commit or a release.
@@ -161,7 +171,7 @@ func (e *engine) beginRound(b *batch) {
 	b.token = e.nextToken()
 	e.local.Begin(b.token)
 	b.redisToken = ""
-	if e.tier != nil {
+	if e.shared != nil {
 		b.redisToken = redistier.NewToken(b.token)
 	}
 	b.held, b.shared, b.unchecked, b.round = b.held[:0], b.shared[:0], 0, roundOpen
@@ -169,12 +179,12 @@ func (e *engine) beginRound(b *batch) {
 
 // nextToken returns a token larger than every one before and at least the
 // time in microseconds: shared tokens embed it to tell when a batch began.
-func (e *engine) nextToken() uint64 {
-	now := uint64(e.clock.Now().UnixMicro())
+func (b *batches) nextToken() uint64 {
+	now := uint64(b.clock.Now().UnixMicro())
 	for {
-		last := e.tokens.Load()
+		last := b.tokens.Load()
 		t := max(last+1, now)
-		if e.tokens.CompareAndSwap(last, t) {
+		if b.tokens.CompareAndSwap(last, t) {
 			return t
 		}
 	}
@@ -203,14 +213,14 @@ func (b *batch) missing(policy MissingKeyPolicy) {
 }
 
 // duplicate adds a record found a duplicate before any claim (election).
-func (b *batch) duplicate(tr tier, action Action) {
+func (b *batch) duplicate(by caughtBy, action Action) {
 	b.verdicts = append(b.verdicts, verdictKeep)
-	b.copyOf(len(b.verdicts)-1, tr, action)
+	b.copyOf(len(b.verdicts)-1, by, action)
 }
 
 // copyOf makes the record at index at a duplicate caught by tier tr.
-func (b *batch) copyOf(at int, tr tier, action Action) {
-	b.tiers[tr]++
+func (b *batch) copyOf(at int, by caughtBy, action Action) {
+	b.caught[by]++
 	b.outcomes[outcomeDuplicate]++
 	b.verdicts[at] = verdictDrop
 	if action == ActionMark {
@@ -244,7 +254,7 @@ func (b *batch) firstCopies(action Action) {
 				break
 			}
 			if b.keys[j-1].d == k.d {
-				b.copyOf(int(k.at), tierBatch, action)
+				b.copyOf(int(k.at), byBatch, action)
 				break
 			}
 		}
@@ -252,22 +262,6 @@ func (b *batch) firstCopies(action Action) {
 }
 
 // Claim.
-
-// localTier is what a batch needs of localcache.Cache.
-type localTier interface {
-	Begin(token uint64)
-	End(token uint64)
-	ClaimBatch(ds []digest.Digest, token uint64, now int64, out []localcache.Result)
-	ReleaseBatch(ds []digest.Digest, token uint64) int
-	Disown(d digest.Digest, token uint64)
-}
-
-// sharedTier is what a batch needs of redistier.Tier.
-type sharedTier interface {
-	Claim(ctx context.Context, token string, ds []digest.Digest, answers []redistier.Answer, look bool) (holder string, err error)
-	Commit(ctx context.Context, token string, ds []digest.Digest) error
-	Release(ctx context.Context, token string, ds []digest.Digest) error
-}
 
 // errSharedTier is returned to senders under on_error: refuse; receivers
 // make it retryable.
@@ -300,13 +294,13 @@ func (e *engine) claim(ctx context.Context, b *batch, idx []int32, look bool) er
 		switch res {
 		case localcache.Claimed:
 			b.held = append(b.held, ds[j])
-			if e.tier != nil {
+			if e.shared != nil {
 				won = append(won, i)
 			}
 		case localcache.Pending:
 			b.deferKey(i)
 		default: // Held; HeldBySelf cannot happen: digests are distinct
-			b.copyOf(int(b.keys[i].at), tierLocal, e.cfg.Action)
+			b.copyOf(int(b.keys[i].at), byLocal, e.cfg.Action)
 		}
 	}
 	b.won = won
@@ -315,13 +309,13 @@ func (e *engine) claim(ctx context.Context, b *batch, idx []int32, look bool) er
 	}
 	ds = b.digests(won)
 	b.answers = slices.Grow(b.answers[:0], len(ds))[:len(ds)]
-	holder, err := e.tier.Claim(ctx, b.redisToken, ds, b.answers, look)
+	holder, err := e.shared.Claim(ctx, b.redisToken, ds, b.answers, look)
 	if holder != "" {
 		b.holder = holder
 	}
 	if err != nil {
-		e.tierError.log(b.now, err, zap.String("on_error", string(e.redisPolicy)))
-		if e.redisPolicy == ErrorRefuse || ctx.Err() != nil {
+		e.tierError.log(b.now, err, zap.String("on_error", string(e.policy)))
+		if e.policy == ErrorRefuse || ctx.Err() != nil {
 			// The claims may exist: release them (by token, so only ours).
 			b.shared = append(b.shared, ds...)
 			return fmt.Errorf("%w: %w", errSharedTier, err)
@@ -339,7 +333,7 @@ func (e *engine) claim(ctx context.Context, b *batch, idx []int32, look bool) er
 			b.unchecked++
 		case redistier.Held:
 			e.local.Disown(ds[j], b.token) // delivered elsewhere: committed here too
-			b.copyOf(int(b.keys[i].at), tierRedis, e.cfg.Action)
+			b.copyOf(int(b.keys[i].at), byRedis, e.cfg.Action)
 		default: // Pending
 			e.local.ReleaseBatch(ds[j:j+1], b.token)
 			b.deferKey(i)
@@ -482,8 +476,8 @@ func (e *engine) settle(ctx context.Context, b *batch, state roundState, wake bo
 	switch state {
 	case roundCommitted:
 		e.local.End(b.token)
-		if e.tier != nil {
-			if err := e.tier.Commit(ctx, b.redisToken, b.shared); err != nil {
+		if e.shared != nil {
+			if err := e.shared.Commit(ctx, b.redisToken, b.shared); err != nil {
 				e.tierError.log(b.now, err, zap.String("op", redistier.OpCommit))
 			}
 		}
@@ -491,9 +485,9 @@ func (e *engine) settle(ctx context.Context, b *batch, state roundState, wake bo
 		e.local.ReleaseBatch(b.held, b.token)
 		e.local.End(b.token)
 		released = len(b.held)
-		if e.tier != nil {
+		if e.shared != nil {
 			released = len(b.shared)
-			if err := e.tier.Release(ctx, b.redisToken, b.shared); err != nil {
+			if err := e.shared.Release(ctx, b.redisToken, b.shared); err != nil {
 				e.tierError.log(b.now, err, zap.String("op", redistier.OpRelease))
 			}
 		}
@@ -603,35 +597,35 @@ func (e *engine) end(ctx context.Context, b *batch) {
 
 // wait is one batch's wait for the claims or elections of batches in flight.
 type wait struct {
-	e        *engine
+	b        *batches
 	start    time.Time
 	deadline time.Time
 	d        time.Duration // the next pause
 }
 
-func (e *engine) beginWait() *wait {
-	start := e.clock.Now()
-	return &wait{e: e, start: start, deadline: start.Add(e.cfg.PendingWait), d: time.Millisecond}
+func (b *batches) beginWait() *wait {
+	start := b.clock.Now()
+	return &wait{b: b, start: start, deadline: start.Add(b.pendingWait), d: time.Millisecond}
 }
 
-// pause returns when a round or an election of this engine ends, or after
-// the pause, which doubles up to maxPause. If that would end past
+// pause returns when a round or an election of this processor settles, or
+// after the pause, which doubles up to maxPause. If that would end past
 // pending_wait, it logs (at now, with fields) and records the refusal and
 // returns refused.
 func (w *wait) pause(ctx context.Context, now int64, refused error, fields ...zap.Field) error {
-	settled := w.e.settled.channel()
-	if w.e.clock.Now().Add(w.d).After(w.deadline) {
-		w.e.refused.log(now, refused, fields...)
+	settled := w.b.settled.channel()
+	if w.b.clock.Now().Add(w.d).After(w.deadline) {
+		w.b.refused.log(now, refused, fields...)
 		w.record(ctx, waitRefused)
 		return refused
 	}
-	err := w.e.clock.Wait(ctx, settled, w.d)
+	err := w.b.clock.Wait(ctx, settled, w.d)
 	w.d = min(2*w.d, maxPause)
 	return err
 }
 
 func (w *wait) record(ctx context.Context, r waitResult) {
-	w.e.tel.waits.Record(ctx, w.e.clock.Now().Sub(w.start).Seconds(), w.e.tel.waitOpts[r:r+1]...)
+	w.b.tel.waits.Record(ctx, w.b.clock.Now().Sub(w.start).Seconds(), w.b.tel.waitOpts[r:r+1]...)
 }
 
 // settledSignal wakes the waiting batches when a round or an election

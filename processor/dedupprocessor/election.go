@@ -49,33 +49,41 @@ const (
 
 var electionReasonNames = [numElectionReasons]string{"new", "failover"}
 
-// electionTier is the part of redistier.Tier elections use.
-type electionTier interface {
+// sharedElections is the part of the shared tier (redistier.Tier)
+// elections use.
+type sharedElections interface {
 	Elect(ctx context.Context, token string, failover time.Duration, e redistier.Election) (redistier.ElectionAnswer, error)
 	CommitElected(ctx context.Context, token string, failover time.Duration, es []redistier.Election, answers []redistier.ElectionAnswer) error
 	ReleaseElections(ctx context.Context, token string, failover time.Duration, keys []digest.Digest) error
 }
 
-// elector is a metrics processor's replica election.
+// elector is a metrics processor's replica election: a stage of its own
+// before the batch's dedup, which settles with the batch's first call.
 type elector struct {
-	cluster, replica string // the label names
+	cfg              *Config
+	b                *batches
+	tier             sharedElections // nil: local only
+	cluster, replica string          // the label names
 	strip            bool
 	failover         time.Duration
 	table            *election.Table
 	boxes            sync.Pool
 }
 
-func newElector(cfg *ElectionConfig) *elector {
+func newElector(cfg *Config, ec *ElectionConfig, b *batches, tier sharedElections) *elector {
 	return &elector{
-		cluster:  cfg.ClusterLabel,
-		replica:  cfg.ReplicaLabel,
-		strip:    cfg.RemoveReplicaLabel,
-		failover: cfg.FailoverTimeout,
+		cfg:      cfg,
+		b:        b,
+		tier:     tier,
+		cluster:  ec.ClusterLabel,
+		replica:  ec.ReplicaLabel,
+		strip:    ec.RemoveReplicaLabel,
+		failover: ec.FailoverTimeout,
 		table: election.New(election.Config{
-			UpdateInterval:  cfg.UpdateInterval,
-			UpdateJitter:    cfg.UpdateJitter,
-			FailoverTimeout: cfg.FailoverTimeout,
-			MaxClusters:     cfg.MaxClusters,
+			UpdateInterval:  ec.UpdateInterval,
+			UpdateJitter:    ec.UpdateJitter,
+			FailoverTimeout: ec.FailoverTimeout,
+			MaxClusters:     ec.MaxClusters,
 		}),
 		boxes: sync.Pool{New: func() any { return new(ballotBox) }},
 	}
@@ -84,14 +92,16 @@ func newElector(cfg *ElectionConfig) *elector {
 // ballotBox is one batch's election state: a ballot per cluster, a vote per
 // (cluster, replica) and each point's vote, in walk order.
 type ballotBox struct {
-	token      uint64
-	redisToken string
-	tenant     election.Tenant
-	ballots    []ballot
-	order      []int32 // the ballots by election key: the order they are decided in
-	votes      []vote
-	points     []pointVote
-	lastVote   int32
+	strip        bool   // remove_replica_label
+	replicaLabel string // the replica label's name
+	token        uint64
+	redisToken   string
+	tenant       election.Tenant
+	ballots      []ballot
+	order        []int32 // the ballots by election key: the order they are decided in
+	votes        []vote
+	points       []pointVote
+	lastVote     int32
 	// stripResource: in apply, a point of the elected replica has the
 	// current resource's replica label.
 	stripResource bool
@@ -267,24 +277,25 @@ func (box *ballotBox) voteOf(enc *identity.Encoder, cluster, replica string) int
 
 // elect scans and decides a metrics batch's elections. On error the batch
 // holds no election and is refused.
-func (e *elector) elect(ctx context.Context, eng *engine, md pmetric.Metrics) (*ballotBox, error) {
+func (e *elector) elect(ctx context.Context, md pmetric.Metrics) (*ballotBox, error) {
 	box := e.boxes.Get().(*ballotBox)
+	box.strip, box.replicaLabel = e.strip, e.replica
 	enc := encoderPool.Get().(*identity.Encoder)
-	e.scan(ctx, eng.cfg, box, enc, md)
+	e.scan(ctx, e.cfg, box, enc, md)
 	encoderPool.Put(enc)
 	if len(box.ballots) == 0 {
 		return box, nil
 	}
-	box.token = eng.nextToken()
-	if eng.electTier != nil {
+	box.token = e.b.nextToken()
+	if e.tier != nil {
 		box.redisToken = redistier.NewToken(box.token)
 	}
-	if err := e.decide(ctx, eng, box); err != nil {
+	if err := e.decide(ctx, box); err != nil {
 		e.put(box)
 		return nil, err
 	}
 	// One batch in flight carries each due refresh.
-	now := eng.now()
+	now := e.b.now()
 	for i := range box.votes {
 		vt := &box.votes[i]
 		bl := &box.ballots[vt.ballot]
@@ -302,7 +313,7 @@ func (e *elector) elect(ctx context.Context, eng *engine, md pmetric.Metrics) (*
 // first one pending elsewhere, of batches contending for the same
 // elections, the one that took the furthest is never stopped by another:
 // contention ends by this order, not by chance.
-func (e *elector) decide(ctx context.Context, eng *engine, box *ballotBox) error {
+func (e *elector) decide(ctx context.Context, box *ballotBox) error {
 	box.order = box.order[:0]
 	for i := range box.ballots {
 		box.order = append(box.order, int32(i))
@@ -322,7 +333,7 @@ func (e *elector) decide(ctx context.Context, eng *engine, box *ballotBox) error
 			if bl.state != ballotOpen {
 				continue
 			}
-			d := e.table.Decide(bl.ref, bl.candidate, box.token, eng.now(), eng.electTier == nil)
+			d := e.table.Decide(bl.ref, bl.candidate, box.token, e.b.now(), e.tier == nil)
 			switch d.State {
 			case election.Elected:
 				bl.state, bl.elected = ballotElected, d.Replica
@@ -331,9 +342,9 @@ func (e *elector) decide(ctx context.Context, eng *engine, box *ballotBox) error
 			case election.OverLimit:
 				bl.state = ballotOverLimit
 			case election.Unknown:
-				p, err := e.ask(ctx, eng, box, i)
+				p, err := e.ask(ctx, box, i)
 				if err != nil {
-					e.release(ctx, eng, box, true)
+					e.release(ctx, box, true)
 					return err
 				}
 				pending = p
@@ -352,16 +363,16 @@ func (e *elector) decide(ctx context.Context, eng *engine, box *ballotBox) error
 		}
 		// Waking nobody, as await: two batches waiting for each other's
 		// elections would wake each other without end.
-		e.release(ctx, eng, box, false)
+		e.release(ctx, box, false)
 		for i := range box.ballots {
 			if bl := &box.ballots[i]; bl.state == ballotTaken {
 				bl.state, bl.inRedis, bl.hasPrev = ballotOpen, false, false
 			}
 		}
 		if w == nil {
-			w = eng.beginWait()
+			w = e.b.beginWait()
 		}
-		if err := w.pause(ctx, eng.now(), errElectionInFlight); err != nil {
+		if err := w.pause(ctx, e.b.now(), errElectionInFlight); err != nil {
 			return err
 		}
 	}
@@ -373,15 +384,15 @@ func (e *elector) decide(ctx context.Context, eng *engine, box *ballotBox) error
 // on_error: pass the ballot is then undecided, since a gateway deciding
 // alone could elect another replica than its peers, and each would drop
 // the points the other keeps; under refuse the batch is refused.
-func (e *elector) ask(ctx context.Context, eng *engine, box *ballotBox, i int32) (pending bool, err error) {
+func (e *elector) ask(ctx context.Context, box *ballotBox, i int32) (pending bool, err error) {
 	bl := &box.ballots[i]
-	start := eng.now()
-	a, err := eng.electTier.Elect(ctx, box.redisToken, e.failover, redistier.Election{Key: bl.ref.Key, Replica: bl.candidate.Digest})
+	start := e.b.now()
+	a, err := e.tier.Elect(ctx, box.redisToken, e.failover, redistier.Election{Key: bl.ref.Key, Replica: bl.candidate.Digest})
 	switch a.State {
 	case redistier.ElectionUnknown:
 		bl.inRedis = true
-		eng.tierError.log(start, err, zap.String("on_error", string(eng.redisPolicy)))
-		if eng.redisPolicy == ErrorRefuse || ctx.Err() != nil {
+		e.b.tierError.log(start, err, zap.String("on_error", string(e.b.policy)))
+		if e.b.policy == ErrorRefuse || ctx.Err() != nil {
 			return false, fmt.Errorf("%w: %w", errSharedTier, err)
 		}
 		bl.state = ballotUnavailable
@@ -421,33 +432,33 @@ func (box *ballotBox) replicaOf(i int32, d digest.Digest) election.Replica {
 
 // settle commits the batch's elections and refreshes if its first call was
 // accepted, else releases them. consume calls it once per batch.
-func (e *elector) settle(ctx context.Context, eng *engine, box *ballotBox, err error) {
+func (e *elector) settle(ctx context.Context, box *ballotBox, err error) {
 	if err != nil {
-		e.release(ctx, eng, box, true)
+		e.release(ctx, box, true)
 		return
 	}
-	e.commit(ctx, eng, box)
-	eng.tel.recordElections(ctx, box)
-	eng.settled.broadcast()
+	e.commit(ctx, box)
+	e.b.tel.recordElections(ctx, box)
+	e.b.settled.broadcast()
 }
 
 // release gives up the batch's elections and refreshes, and with wake
 // wakes the batches waiting for them.
-func (e *elector) release(ctx context.Context, eng *engine, box *ballotBox, wake bool) {
-	e.releaseShared(ctx, eng, box, e.releaseLocal(box, false))
+func (e *elector) release(ctx context.Context, box *ballotBox, wake bool) {
+	e.releaseShared(ctx, box, e.releaseLocal(box, false))
 	if wake {
-		eng.settled.broadcast()
+		e.b.settled.broadcast()
 	}
 }
 
 // releaseShared releases keys in the shared tier: the writer retries what
 // fails while the lease lasts.
-func (e *elector) releaseShared(ctx context.Context, eng *engine, box *ballotBox, keys []digest.Digest) {
+func (e *elector) releaseShared(ctx context.Context, box *ballotBox, keys []digest.Digest) {
 	if len(keys) == 0 {
 		return
 	}
-	if err := eng.electTier.ReleaseElections(context.WithoutCancel(ctx), box.redisToken, e.failover, keys); err != nil {
-		eng.tierError.log(eng.now(), err, zap.String("op", redistier.OpRelease))
+	if err := e.tier.ReleaseElections(context.WithoutCancel(ctx), box.redisToken, e.failover, keys); err != nil {
+		e.b.tierError.log(e.b.now(), err, zap.String("op", redistier.OpRelease))
 	}
 }
 
@@ -476,9 +487,9 @@ func (e *elector) releaseLocal(box *ballotBox, undecidedOnly bool) (keys []diges
 // commit commits the batch's elections and refreshes: with a shared tier,
 // in one round trip, whose answers the table then follows; the elections
 // it may hold undecided (an answer lost) are released.
-func (e *elector) commit(ctx context.Context, eng *engine, box *ballotBox) {
-	if eng.electTier != nil {
-		e.releaseShared(ctx, eng, box, e.releaseLocal(box, true))
+func (e *elector) commit(ctx context.Context, box *ballotBox) {
+	if e.tier != nil {
+		e.releaseShared(ctx, box, e.releaseLocal(box, true))
 	}
 	box.asked = box.asked[:0]
 	for i := range box.ballots {
@@ -490,17 +501,17 @@ func (e *elector) commit(ctx context.Context, eng *engine, box *ballotBox) {
 		return
 	}
 	box.fill(func(bl *ballot) digest.Digest { return bl.elected })
-	start := eng.now()
-	if eng.electTier == nil {
+	start := e.b.now()
+	if e.tier == nil {
 		for k, el := range box.es {
 			box.answers[k] = redistier.ElectionAnswer{State: redistier.ElectionLive, Replica: el.Replica, Remaining: e.failover}
 		}
-	} else if err := eng.electTier.CommitElected(context.WithoutCancel(ctx), box.redisToken, e.failover, box.es, box.answers); err != nil {
+	} else if err := e.tier.CommitElected(context.WithoutCancel(ctx), box.redisToken, e.failover, box.es, box.answers); err != nil {
 		// The shared tier retries the commit until it lands or the lease
 		// ends. Until Redis confirms, the table does not hold these
 		// elections (were the commit lost, this collector would elect
 		// another replica than its peers): the next batch asks Redis.
-		eng.tierError.log(start, err, zap.String("op", redistier.OpCommit))
+		e.b.tierError.log(start, err, zap.String("op", redistier.OpCommit))
 		e.releaseLocal(box, false)
 		return
 	}
@@ -533,7 +544,7 @@ func (e *elector) commit(ctx context.Context, eng *engine, box *ballotBox) {
 // admit reports whether the point at verdict index idx goes on to the
 // identity dedup (elected or undecided); else it appends its duplicate
 // verdict to b. A point of the elected replica makes b alter its labels.
-func (e *elector) admit(box *ballotBox, b *batch, idx int, action Action) bool {
+func (box *ballotBox) admit(b *batch, idx int, action Action) bool {
 	vt, bl := box.voteAt(idx)
 	switch {
 	case vt == nil:
@@ -543,9 +554,9 @@ func (e *elector) admit(box *ballotBox, b *batch, idx int, action Action) bool {
 	case bl.state == ballotUnavailable:
 		box.undecided[undecidedUnavailable]++
 	case vt.replica.Digest == bl.elected:
-		b.alters = b.alters || e.strip
+		b.alters = b.alters || box.strip
 	default:
-		b.duplicate(tierElection, action)
+		b.duplicate(byElection, action)
 		return false
 	}
 	return true

@@ -20,8 +20,8 @@ import (
 	"go.opentelemetry.io/collector/processor"
 	"go.opentelemetry.io/otel/attribute"
 
+	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
-	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/clock"
 )
 
 // Replica election at the processor: two replicas of one cluster send the
@@ -45,31 +45,31 @@ func electionConfig() *Config {
 
 // newFakeClock returns a clock for the processor that moves only when the
 // test advances it.
-func newFakeClock() *clock.Fake {
-	return clock.NewFake(time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC))
+func newFakeClock() *testkit.Clock {
+	return testkit.NewClock(time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC))
 }
 
 // electHarness runs one metrics processor.
 type electHarness struct {
 	*harness
 	p     *metricsProcessor
-	clock *clock.Fake
+	clock *testkit.Clock
 }
 
 // newElectHarness makes a metrics processor of cfg sending to next. With a
 // clock, the processor's time is the clock's.
-func newElectHarness(t *testing.T, cfg *Config, next consumer.Metrics, clk *clock.Fake) *electHarness {
+func newElectHarness(t *testing.T, cfg *Config, next consumer.Metrics, clk *testkit.Clock) *electHarness {
 	t.Helper()
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("config: %v", err)
+	}
+	if clk != nil {
+		cfg.clock = clk
 	}
 	p, h := signalHarness(t, "metrics", func(set processor.Settings) (processor.Metrics, error) {
 		return NewFactory().CreateMetrics(context.Background(), set, cfg, next)
 	})
 	mp := p.(*metricsProcessor)
-	if clk != nil {
-		mp.engine.clock = clk
-	}
 	if err := p.Start(context.Background(), nil); err != nil {
 		t.Fatal(err)
 	}
@@ -597,7 +597,7 @@ func TestElectionSharedTier(t *testing.T) {
 					})
 				}
 				wg.Wait()
-				time.Sleep(update / 2)
+				time.Sleep(update / 2) // scrapes come at their own pace: time passing is the point
 			}
 			if t.Failed() {
 				return
@@ -611,7 +611,7 @@ func TestElectionSharedTier(t *testing.T) {
 				if hs[0].elections("failover")+hs[1].elections("failover") == 1 {
 					break
 				}
-				time.Sleep(update)
+				time.Sleep(update) // a scrapes at its own pace while the failover timeout runs
 			}
 			hs[(s+1)%2].mustSend(scrape("c1", "b", s+1, 3, onResource)) // b is back: too late
 

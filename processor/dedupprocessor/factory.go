@@ -6,6 +6,7 @@ package dedupprocessor
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 
 	"go.opentelemetry.io/collector/component"
@@ -59,25 +60,33 @@ func NewFactory() processor.Factory {
 
 // built records what one factory has made. The collector takes fresh
 // factories for every build of its pipelines, `validate` included, so a
-// second processor of one ID and signal with a shared tier is one dedup ID
-// in two pipelines: refused here, where `validate` sees it too.
+// second processor of one ID and signal is one dedup ID in two pipelines:
+// with a shared tier or storage it is refused here, where `validate` sees
+// it too.
 type built struct {
-	tiered sync.Map // the keySpaces of the processors with a shared tier
+	shared sync.Map // the keySpaces of the processors with a shared tier or storage
 }
 
 func (b *built) add(set processor.Settings, cfg *Config, signal string) error {
+	var why []string
 	r := cfg.Redis.Get()
-	if r == nil {
+	if r != nil {
+		why = append(why, "a shared tier (redis): both would claim the same keys and each pipeline would drop the records the other delivered")
+	}
+	if cfg.Storage != nil {
+		why = append(why, fmt.Sprintf("storage (%s): both would keep their cache in the same snapshot, and the second to start would run without persistence", cfg.Storage))
+	}
+	if len(why) == 0 {
 		return nil
 	}
-	if _, dup := b.tiered.LoadOrStore(keySpace{id: set.ID, signal: signal}, true); dup {
-		return fmt.Errorf("dedup: processor %q is in two %s pipelines and has a shared tier (redis): both would claim the same keys and each pipeline would drop the records the other delivered; give each pipeline its own dedup processor ID (e.g. %s/a and %s/b)",
-			set.ID, signal, set.ID.Type(), set.ID.Type())
+	if _, dup := b.shared.LoadOrStore(keySpace{id: set.ID, signal: signal}, true); dup {
+		return fmt.Errorf("dedup: processor %q is in two %s pipelines and has %s; give each pipeline its own dedup processor ID (e.g. %s/a and %s/b)",
+			set.ID, signal, strings.Join(why, ", and "), set.ID.Type(), set.ID.Type())
 	}
-	if r.KeyPrefix == "" {
-		return nil // derived from the ID: apart from every other ID's
+	if r == nil || r.KeyPrefix == "" {
+		return nil // a prefix derived from the ID is apart from every other ID's
 	}
-	if other, dup := b.tiered.LoadOrStore(prefixSpace{prefix: r.KeyPrefix, signal: signal}, set.ID); dup {
+	if other, dup := b.shared.LoadOrStore(prefixSpace{prefix: r.KeyPrefix, signal: signal}, set.ID); dup {
 		return fmt.Errorf("dedup: processors %q and %q both set redis.key_prefix %q in %s pipelines: they would claim the same keys, and a batch of one would wait for the other's claims or drop the records it delivered; give each its own redis.key_prefix",
 			other, set.ID, r.KeyPrefix, signal)
 	}

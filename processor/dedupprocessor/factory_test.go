@@ -70,6 +70,45 @@ func TestOneProcessorIDInTwoPipelinesWithSharedTier(t *testing.T) {
 	}
 }
 
+// TestOneProcessorIDInTwoPipelinesWithStorage: with storage, a second
+// processor of the same ID and signal from one factory is refused when it
+// is made, so `validate` refuses it; with storage and redis, the error names
+// both; another signal is fine.
+func TestOneProcessorIDInTwoPipelinesWithStorage(t *testing.T) {
+	ctx := context.Background()
+	storage := component.MustNewID("file_storage")
+	cfg := defaultConfig()
+	cfg.Storage = &storage
+	both := redisConfig([]string{"127.0.0.1:1"}, ErrorPass)
+	both.Storage = &storage
+	set := processortest.NewNopSettings(componentType)
+	for _, tt := range []struct {
+		cfg  *Config
+		want string
+	}{
+		{cfg, `dedup: processor "dedup" is in two logs pipelines and has storage (file_storage): both would keep their cache in the same snapshot, and the second to start would run without persistence; give each pipeline its own dedup processor ID (e.g. dedup/a and dedup/b)`},
+		{both, `dedup: processor "dedup" is in two logs pipelines and has a shared tier (redis): both would claim the same keys and each pipeline would drop the records the other delivered, and storage (file_storage): both would keep their cache in the same snapshot, and the second to start would run without persistence; give each pipeline its own dedup processor ID (e.g. dedup/a and dedup/b)`},
+	} {
+		collector := NewFactory()
+		first, err := collector.CreateLogs(ctx, set, tt.cfg, consumertest.NewNop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := collector.CreateLogs(ctx, set, tt.cfg, consumertest.NewNop()); err == nil || err.Error() != tt.want {
+			t.Fatalf("second processor: %v\nwant: %s", err, tt.want)
+		}
+		metrics, err := collector.CreateMetrics(ctx, set, tt.cfg, consumertest.NewNop())
+		if err != nil {
+			t.Fatalf("another signal: %v", err)
+		}
+		for _, p := range []component.Component{first, metrics} {
+			if err := p.Shutdown(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
 // TestRedisPendingWaitRefused: pending_wait's name before the first
 // release, redis.pending_wait, is refused like any unknown key.
 func TestRedisPendingWaitRefused(t *testing.T) {

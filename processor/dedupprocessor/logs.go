@@ -123,7 +123,7 @@ func newLogsProcessor(set component.TelemetrySettings, id component.ID, cfg *Con
 	if err != nil {
 		return nil, err
 	}
-	e, err := newEngine(cfg, set, id, "logs", nil)
+	e, err := newEngine(cfg, set, id, "logs")
 	if err != nil {
 		return nil, err
 	}

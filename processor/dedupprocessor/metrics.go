@@ -114,8 +114,9 @@ func metricDigest(e *identity.Encoder, m pmetric.Metric) [16]byte {
 // the data point. Metrics, scopes and resources left without points go.
 type metricsProcessor struct {
 	*engine
-	si   *signalIdentity[*ottldatapoint.TransformContext]
-	next consumer.Metrics
+	si    *signalIdentity[*ottldatapoint.TransformContext]
+	next  consumer.Metrics
+	elect *elector // replica election; nil: not configured
 }
 
 func newMetricsProcessor(set component.TelemetrySettings, id component.ID, cfg *Config, next consumer.Metrics) (*metricsProcessor, error) {
@@ -123,15 +124,23 @@ func newMetricsProcessor(set component.TelemetrySettings, id component.ID, cfg *
 	if err != nil {
 		return nil, err
 	}
-	var el *elector
-	if ec := cfg.Metrics.ReplicaElection.Get(); ec != nil {
-		el = newElector(ec)
-	}
-	e, err := newEngine(cfg, set, id, "metrics", el)
+	e, err := newEngine(cfg, set, id, "metrics")
 	if err != nil {
 		return nil, err
 	}
-	return &metricsProcessor{engine: e, si: si, next: next}, nil
+	p := &metricsProcessor{engine: e, si: si, next: next}
+	if ec := cfg.Metrics.ReplicaElection.Get(); ec != nil {
+		var tier sharedElections
+		if s, ok := e.shared.(*sharedStage); ok {
+			tier = s
+		}
+		p.elect = newElector(cfg, ec, e.batches, tier)
+		if tier != nil {
+			e.shared.(*sharedStage).forget = p.elect.table.ForgetCommitted
+		}
+		e.tel.electionTable.Store(p.elect.table)
+	}
+	return p, nil
 }
 
 func (p *metricsProcessor) ConsumeMetrics(ctx context.Context, md pmetric.Metrics) error {
@@ -139,7 +148,7 @@ func (p *metricsProcessor) ConsumeMetrics(ctx context.Context, md pmetric.Metric
 	if p.elect == nil || n == 0 {
 		return consume(ctx, p.engine, metricsCall{p: p}, md, n)
 	}
-	box, err := p.elect.elect(ctx, p.engine, md)
+	box, err := p.elect.elect(ctx, md)
 	if err != nil {
 		return err
 	}
@@ -165,7 +174,7 @@ func (c metricsCall) send(ctx context.Context, md pmetric.Metrics) error {
 
 func (c metricsCall) firstCallSettled(ctx context.Context, err error) {
 	if c.box != nil {
-		c.p.elect.settle(ctx, c.p.engine, c.box, err)
+		c.p.elect.settle(ctx, c.box, err)
 	}
 }
 
@@ -207,7 +216,7 @@ func (c metricsCall) identify(ctx context.Context, b *batch, enc *identity.Encod
 
 func decidePoints[P dataPoint](w *walk[*ottldatapoint.TransformContext], box *ballotBox, view *pointView, points pointSlice[P]) {
 	for i := 0; i < points.Len(); i++ {
-		if box != nil && !w.e.elect.admit(box, w.b, len(w.b.verdicts), w.e.cfg.Action) {
+		if box != nil && !box.admit(w.b, len(w.b.verdicts), w.e.cfg.Action) {
 			continue // a point of a replica that is not elected
 		}
 		dp := points.At(i)
@@ -244,7 +253,7 @@ func (c metricsCall) apply(b *batch, md pmetric.Metrics) {
 			return sm.Metrics().Len() == 0
 		})
 		if c.box != nil && c.box.stripResource {
-			rm.Resource().Attributes().Remove(c.p.elect.replica)
+			rm.Resource().Attributes().Remove(c.box.replicaLabel)
 		}
 		return rm.ScopeMetrics().Len() == 0
 	})
@@ -268,7 +277,7 @@ func applyPoints[P dataPoint](a *applier, box *ballotBox, points pointSlice[P]) 
 		if elected, resource := box.elected(i); elected && resource {
 			box.stripResource = true
 		} else if elected && !removed {
-			dp.Attributes().Remove(a.e.elect.replica)
+			dp.Attributes().Remove(box.replicaLabel)
 		}
 		return removed
 	})

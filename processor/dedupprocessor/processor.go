@@ -5,12 +5,14 @@ import (
 	"errors"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/consumer"
 	"go.uber.org/zap"
 
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/clock"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/localcache"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/redistier"
 )
@@ -18,87 +20,104 @@ import (
 // engine is the signal-independent core of a dedup processor, shared by the
 // signal adapters so that the guarantees are written once (consume.go).
 type engine struct {
-	cfg       *Config
-	cache     *localcache.Cache
-	local     localTier // the cache
-	tel       *telemetry
-	logger    *zap.Logger
-	keyError  *throttledLog
-	tierError *throttledLog
-	refused   *throttledLog
-	stacked   *throttledLog
-	tokens    atomic.Uint64
-	looks     sync.Mutex   // one look claims locally at a time
-	flying    atomic.Int64 // batches in flight
-	clock     clock.Clock
-	settled   settledSignal // a round or an election settled: committed or released
-
-	tier        sharedTier      // nil: local only
-	redis       *redistier.Tier // the tier, when it is Redis
-	elect       *elector        // replica election; nil: not configured
-	electTier   electionTier    // elections in the shared tier; nil: local only
-	redisPolicy ErrorPolicy
-
-	id          component.ID
-	signal      string
-	keyPrefix   string       // the shared tier's, once started
-	fingerprint uint64       // of the settings that shape identities
-	persist     *persistence // nil: no storage
+	*batches
+	cfg      *Config
+	local    localTier
+	shared   sharedTier // nil: local only
+	logger   *zap.Logger
+	keyError *throttledLog
+	stacked  *throttledLog
+	looks    sync.Mutex   // one look claims locally at a time
+	flying   atomic.Int64 // batches in flight
+	// keyPrefix is the shared tier's, for the log of stacked stages.
+	keyPrefix string
 }
 
-func newEngine(cfg *Config, set component.TelemetrySettings, id component.ID, signal string, el *elector) (*engine, error) {
+// batches is what every batch of a processor shares, replica election
+// included: the clock, the tokens, the one wait loop, the shared tier's
+// error policy and the telemetry.
+type batches struct {
+	clock       clock.Clock
+	tokens      atomic.Uint64
+	settled     settledSignal // a round or an election settled: committed or released
+	pendingWait time.Duration
+	policy      ErrorPolicy // the shared tier's on_error
+	refused     *throttledLog
+	tierError   *throttledLog
+	tel         *telemetry
+}
+
+func newEngine(cfg *Config, set component.TelemetrySettings, id component.ID, signal string) (*engine, error) {
+	clk := cfg.clock
+	if clk == nil {
+		clk = clock.Wall{}
+	}
 	e := &engine{
-		cfg:       cfg,
-		cache:     localcache.New(cfg.Cache.MaxEntries, int64(cfg.Window)),
-		logger:    set.Logger,
-		keyError:  &throttledLog{logger: set.Logger, msg: "dedup: cannot evaluate the key or conditions of a " + signal + " item; passing it through"},
-		tierError: &throttledLog{logger: set.Logger, msg: "dedup: shared tier (redis) failed"},
-		refused:   &throttledLog{logger: set.Logger, msg: "dedup: refused a batch for retry: some of its records are still being delivered by another batch"},
+		batches: &batches{
+			clock:       clk,
+			pendingWait: cfg.PendingWait,
+			refused:     &throttledLog{logger: set.Logger, msg: "dedup: refused a batch for retry: some of its records are still being delivered by another batch"},
+			tierError:   &throttledLog{logger: set.Logger, msg: "dedup: shared tier (redis) failed"},
+		},
+		cfg:      cfg,
+		logger:   set.Logger,
+		keyError: &throttledLog{logger: set.Logger, msg: "dedup: cannot evaluate the key or conditions of a " + signal + " item; passing it through"},
 		stacked: &throttledLog{logger: set.Logger, msg: "dedup: the next consumer refused a batch because a dedup processor after this one waits for this batch's own claims: " +
 			"the two share one key space in Redis (the same processor ID and settings, or the same redis.key_prefix) and stall each other; " +
 			"give one of them another redis.key_prefix or processor ID"},
-		clock:       clock.Wall{},
-		id:          id,
-		signal:      signal,
-		fingerprint: identityFingerprint(cfg),
-		elect:       el,
 	}
-	e.local = e.cache
-	if r := cfg.Redis.Get(); r != nil {
-		e.redisPolicy = r.OnError
-	}
+	e.local = newLocalStage(cfg, id, signal, set.Logger, clk)
 	tel, err := newTelemetry(set, id, signal, e)
 	if err != nil {
 		return nil, err
 	}
 	e.tel = tel
+	if r := cfg.Redis.Get(); r != nil {
+		e.policy = r.OnError
+		shared, err := newSharedStage(cfg, r, id, set.Logger, e.batches)
+		if err != nil {
+			return nil, err
+		}
+		tel.observeBreakers(shared.Tier)
+		e.shared, e.keyPrefix = shared, shared.prefix
+	}
 	return e, nil
 }
 
-// now is the engine's clock in Unix nanoseconds, as the caches take it.
-func (e *engine) now() int64 { return e.clock.Now().UnixNano() }
+// now is the clock in Unix nanoseconds, as the caches take it.
+func (b *batches) now() int64 { return b.clock.Now().UnixNano() }
 
 func (e *engine) Start(ctx context.Context, host component.Host) error {
 	if err := checkAuthenticator(e.cfg, host); err != nil {
 		return err
 	}
-	if err := e.startPersistence(ctx, host); err != nil {
+	if err := e.local.start(ctx, host); err != nil {
 		return err
 	}
-	return e.startTier(ctx, host)
+	if e.shared != nil {
+		return e.shared.start(ctx, host)
+	}
+	return nil
 }
 
+// Shutdown waits for the batches in flight, so that their commits and
+// releases reach the tiers, then closes the tiers: the local one saves its
+// snapshot, the shared one sends the writes left within a bound and counts
+// what does not land.
 func (e *engine) Shutdown(ctx context.Context) error {
 	e.drain(ctx)
-	return errors.Join(e.stopPersistence(ctx), e.stopTier(), e.tel.shutdown())
+	var errShared error
+	if e.shared != nil {
+		errShared = e.shared.Close()
+	}
+	return errors.Join(e.local.close(ctx), errShared, e.tel.shutdown())
 }
 
-// drain waits for the batches in flight to end, so that their commits and
-// releases reach the tiers before these close: at most while a pending
+// drain waits for the batches in flight to end: at most while a pending
 // claim lasts unrenewed (redis.lease), or pending_wait without a shared
 // tier, or until ctx ends.
 func (e *engine) drain(ctx context.Context) {
-	bound := e.cfg.PendingWait
+	bound := e.pendingWait
 	if r := e.cfg.Redis.Get(); r != nil {
 		bound = r.Lease
 	}
@@ -114,4 +133,31 @@ func (e *engine) drain(ctx context.Context) {
 
 func (e *engine) Capabilities() consumer.Capabilities {
 	return consumer.Capabilities{MutatesData: true}
+}
+
+// The tiers, behind two small interfaces; each owns its life. Both are
+// safe for concurrent use.
+
+// localTier is the local cache of digests (localcache.Cache) and its
+// snapshots (local.go): start restores the last snapshot, close saves one.
+type localTier interface {
+	Begin(token uint64)
+	End(token uint64)
+	ClaimBatch(ds []digest.Digest, token uint64, now int64, out []localcache.Result)
+	ReleaseBatch(ds []digest.Digest, token uint64) int
+	Disown(d digest.Digest, token uint64)
+	Len(now int64) int
+	Evictions() int64
+	start(ctx context.Context, host component.Host) error
+	close(ctx context.Context) error
+}
+
+// sharedTier is the shared tier in Redis (redis.go): start connects, Close
+// sends the writes left within a bound and counts what does not land.
+type sharedTier interface {
+	Claim(ctx context.Context, token string, ds []digest.Digest, answers []redistier.Answer, look bool) (holder string, err error)
+	Commit(ctx context.Context, token string, ds []digest.Digest) error
+	Release(ctx context.Context, token string, ds []digest.Digest) error
+	start(ctx context.Context, host component.Host) error
+	Close() error
 }

@@ -73,12 +73,12 @@ func startHarness(t *testing.T, host component.Host, cfg *Config, next consumer.
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("config: %v", err)
 	}
+	if clk != nil {
+		cfg.clock = clk
+	}
 	proc, err := NewFactory().CreateLogs(context.Background(), set, cfg, next)
 	if err != nil {
 		t.Fatal(err)
-	}
-	if clk != nil {
-		proc.(*logsProcessor).clock = clk
 	}
 	if err := proc.Start(context.Background(), host); err != nil {
 		t.Fatal(err)

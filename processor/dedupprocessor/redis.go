@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -72,26 +73,34 @@ type keySpace struct {
 	signal string
 }
 
-// startTier connects the shared tier, if one is configured. A Redis that
-// does not answer does not fail the start: batches follow on_error, as in
-// any later outage, until it does.
-func (e *engine) startTier(ctx context.Context, host component.Host) error {
-	r := e.cfg.Redis.Get()
-	if r == nil {
-		return nil
-	}
+// sharedStage is the shared tier in Redis, with the processor's side of
+// its life: what it logs and reports as it connects, and what a restarted
+// Redis makes the processor forget.
+type sharedStage struct {
+	*redistier.Tier
+	cfg    *RedisConfig
+	prefix string
+	logger *zap.Logger
+	host   atomic.Pointer[component.Host] // set at start, for status reports
+	// forget drops what the processor cached of Redis (replica elections);
+	// set before start.
+	forget func()
+}
+
+// newSharedStage makes the shared tier of cfg; it connects at start.
+func newSharedStage(cfg *Config, r *RedisConfig, id component.ID, logger *zap.Logger, b *batches) (*sharedStage, error) {
 	var tlsCfg *tls.Config
 	if t := r.TLS.Get(); t != nil {
 		var err error
-		if tlsCfg, err = t.LoadTLSConfig(ctx); err != nil {
-			return fmt.Errorf("dedup: redis.tls: %w", err)
+		if tlsCfg, err = t.LoadTLSConfig(context.Background()); err != nil {
+			return nil, fmt.Errorf("dedup: redis.tls: %w", err)
 		}
 	}
-	prefix := r.KeyPrefix
-	if prefix == "" {
-		prefix = defaultKeyPrefix(e.id, e.cfg)
+	s := &sharedStage{cfg: r, prefix: r.KeyPrefix, logger: logger}
+	if s.prefix == "" {
+		s.prefix = defaultKeyPrefix(id, cfg)
 	}
-	tier := redistier.New(redistier.Options{
+	s.Tier = redistier.New(redistier.Options{
 		Endpoints:  r.Endpoints,
 		Mode:       redistier.Mode(r.Mode),
 		MasterName: r.MasterName,
@@ -99,65 +108,57 @@ func (e *engine) startTier(ctx context.Context, host component.Host) error {
 		Password:   string(r.Password),
 		DB:         r.DB,
 		TLS:        tlsCfg,
-		KeyPrefix:  prefix,
+		KeyPrefix:  s.prefix,
 		Timeout:    r.Timeout,
-		Window:     e.cfg.Window,
+		Window:     cfg.Window,
 		Lease:      r.Lease,
-		Observe:    e.tel.observeRedis,
-		Clock:      e.clock,
-		OnTopology: e.topologyFound(host, r),
+		Observe:    b.tel.observeRedis,
+		Clock:      b.clock,
+		OnTopology: s.topologyFound,
 		OnWriteError: func(err error) {
-			e.tierError.log(e.now(), err, zap.String("op", "write"))
+			b.tierError.log(b.now(), err, zap.String("op", "write"))
 		},
-		OnNewServer: e.newServer,
+		OnNewServer: s.newServer,
 	})
 	redisLog.Do(func() {
-		redis.SetLogger(zapRedisLogger{logger: e.logger.With(zap.String("client", "go-redis"))})
+		redis.SetLogger(zapRedisLogger{logger: logger.With(zap.String("client", "go-redis"))})
 	})
-	if err := tier.Start(ctx); err != nil {
-		_ = tier.Close()
+	return s, nil
+}
+
+// start connects the shared tier. A Redis that does not answer does not
+// fail the start: batches follow on_error, as in any later outage, until
+// it does.
+func (s *sharedStage) start(ctx context.Context, host component.Host) error {
+	s.host.Store(&host)
+	if err := s.Tier.Start(ctx); err != nil {
 		return fmt.Errorf("dedup: %w", err)
 	}
-	e.tier, e.redis, e.keyPrefix = tier, tier, prefix
-	if e.elect != nil {
-		e.electTier = tier
-	}
-	e.tel.observeBreakers(tier)
-	fields := []zap.Field{zap.Strings("endpoints", r.Endpoints), zap.String("master_name", r.MasterName), zap.String("key_prefix", prefix)}
-	if mode := tier.Mode(); mode != "" {
-		e.logger.Info("dedup: shared tier connected", append(fields, zap.String("mode", string(mode)))...)
-		for _, w := range tier.Durability(ctx) {
-			e.logger.Warn("dedup: shared tier: "+w, zap.String("key_prefix", prefix))
+	fields := []zap.Field{zap.Strings("endpoints", s.cfg.Endpoints), zap.String("master_name", s.cfg.MasterName), zap.String("key_prefix", s.prefix)}
+	if mode := s.Mode(); mode != "" {
+		s.logger.Info("dedup: shared tier connected", append(fields, zap.String("mode", string(mode)))...)
+		for _, w := range s.Durability(ctx) {
+			s.logger.Warn("dedup: shared tier: "+w, zap.String("key_prefix", s.prefix))
 		}
 	} else {
-		e.logger.Warn("dedup: shared tier: Redis did not answer at start; until it does, batches follow redis.on_error",
-			append(fields, zap.String("on_error", string(r.OnError)))...)
+		s.logger.Warn("dedup: shared tier: Redis did not answer at start; until it does, batches follow redis.on_error",
+			append(fields, zap.String("on_error", string(s.cfg.OnError)))...)
 	}
 	return nil
 }
 
 // topologyFound reports what the tier learns once Redis answers after the
 // start; a configuration error is a permanent error status.
-func (e *engine) topologyFound(host component.Host, r *RedisConfig) func(redistier.Mode, error) {
-	return func(mode redistier.Mode, err error) {
-		if err == nil {
-			e.logger.Info("dedup: shared tier connected: Redis answered", zap.String("mode", string(mode)), zap.Strings("endpoints", r.Endpoints))
-			return
-		}
-		e.logger.Error("dedup: shared tier cannot work with what Redis answered; batches follow redis.on_error until the configuration is fixed",
-			zap.Error(err), zap.String("on_error", string(r.OnError)))
-		componentstatus.ReportStatus(host, componentstatus.NewPermanentErrorEvent(fmt.Errorf("dedup: %w", err)))
+func (s *sharedStage) topologyFound(mode redistier.Mode, err error) {
+	if err == nil {
+		s.logger.Info("dedup: shared tier connected: Redis answered", zap.String("mode", string(mode)), zap.Strings("endpoints", s.cfg.Endpoints))
+		return
 	}
-}
-
-// stopTier closes the shared tier: it sends the writes left within a
-// bound, and counts and logs those that do not land; calls made after it
-// fail, and follow on_error.
-func (e *engine) stopTier() error {
-	if e.redis == nil {
-		return nil
+	s.logger.Error("dedup: shared tier cannot work with what Redis answered; batches follow redis.on_error until the configuration is fixed",
+		zap.Error(err), zap.String("on_error", string(s.cfg.OnError)))
+	if host := s.host.Load(); host != nil {
+		componentstatus.ReportStatus(*host, componentstatus.NewPermanentErrorEvent(fmt.Errorf("dedup: %w", err)))
 	}
-	return e.redis.Close()
 }
 
 // newServer is the tier's Options.OnNewServer: a Redis master restarted or
@@ -165,11 +166,11 @@ func (e *engine) stopTier() error {
 // Until a batch asks Redis again, the cache could keep one replica elected
 // here while another collector elects the other, and each would drop the
 // points the other keeps.
-func (e *engine) newServer(runID string) {
-	e.logger.Warn("dedup: shared tier: a Redis server not seen before answers (a restart or a failover): what it had may be lost; cached replica elections are asked again",
+func (s *sharedStage) newServer(runID string) {
+	s.logger.Warn("dedup: shared tier: a Redis server not seen before answers (a restart or a failover): what it had may be lost; cached replica elections are asked again",
 		zap.String("run_id", runID))
-	if e.elect != nil {
-		e.elect.table.ForgetCommitted()
+	if s.forget != nil {
+		s.forget()
 	}
 }
 

@@ -203,17 +203,16 @@ func TestRedisDownPassKeepsEveryUnique(t *testing.T) {
 		t.Fatalf("breaker state = %d, want 2 (open)", s)
 	}
 	srv.Restart()
-	// The breaker probes Redis again after its cooldown; wait for it to close.
-	deadline := time.Now().Add(20 * time.Second)
-	for h.metric("otelcol_processor_dedup_redis_breaker_state", attribute.String("node", srv.Addr())) != 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("breaker did not close after Redis came back")
-		}
-		if err := h.consume(events(1000 + int(time.Now().UnixNano()%1000000))); err != nil {
+	// The breaker probes Redis again after its cooldown: batches keep
+	// coming until it has closed.
+	next := 1000
+	testkit.WaitFor(t, "the breaker closed after Redis came back", 20*time.Second, func() bool {
+		next++
+		if err := h.consume(events(next)); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return h.metric("otelcol_processor_dedup_redis_breaker_state", attribute.String("node", srv.Addr())) == 0
+	})
 	before := h.redisRequests("claim", "ok")
 	if err := h.consume(events(500)); err != nil {
 		t.Fatal(err)
@@ -244,17 +243,9 @@ func TestRedisDownRefuseDeliversNoDuplicate(t *testing.T) {
 	srv.Restart()
 	// Redis lost its data (no persistence): the retry of 1 is delivered again.
 	// Every other copy is caught.
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		err := h.consume(events(2, 3, 2))
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("still refused after Redis came back: %v", err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	testkit.WaitFor(t, "the retry accepted after Redis came back", 20*time.Second, func() bool {
+		return h.consume(events(2, 3, 2)) == nil
+	})
 	if err := h.consume(events(2, 3)); err != nil {
 		t.Fatal(err)
 	}
@@ -365,7 +356,7 @@ func TestCopyOfARecordInFlightElsewhereWaits(t *testing.T) {
 			<-gate.entered // A has claimed, and is delivering
 			bDone := make(chan error, 1)
 			go func() { bDone <- b.consume(events(1, 2, 3)) }()
-			time.Sleep(100 * time.Millisecond) // B is waiting on A's pending claims
+			testkit.WaitFor(t, "B's claim met A's pending claims", 10*time.Second, func() bool { return b.redisRequests("claim", "ok") == 1 })
 			select {
 			case err := <-bDone:
 				t.Fatalf("B answered while A's claim was pending: %v", err)
@@ -457,7 +448,7 @@ func TestCopyOfARecordPendingTooLongIsRefused(t *testing.T) {
 	if n := sink.LogRecordCount(); n != 0 {
 		t.Fatalf("delivered %d while the claim was pending", n)
 	}
-	time.Sleep(r.Lease)
+	time.Sleep(r.Lease) // the lease runs out: the passage of time is the point
 	if err := h.consume(events(7, 8)); err != nil {
 		t.Fatalf("retry after the lease: %v", err)
 	}

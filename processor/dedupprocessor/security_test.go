@@ -15,7 +15,7 @@ import (
 // redisACL is the ACL the README's Security section recommends for a fleet
 // whose key_prefix is "fleet-a:": its own keys only, no admin or dangerous
 // commands beyond the two start-up questions (INFO, ROLE).
-const redisACL = "user fleet-a on >s3cret resetkeys ~fleet-a:* resetchannels -@all +@read +@write +@scripting +@connection +info +role"
+const redisACL = "user fleet-a on >s3cret resetkeys ~fleet-a:* resetchannels -@all +@read +@write +@scripting +@connection +info +role +time"
 
 // TestRedisACLLimitedToKeyPrefix: a fleet's ACL user that may touch only
 // keys under its key_prefix, and no admin command, is all the shared tier

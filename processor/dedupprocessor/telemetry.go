@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
 
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/election"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/redistier"
 )
 
@@ -31,18 +32,19 @@ const (
 
 var outcomeNames = [numOutcomes]string{"unique", "duplicate", "missing_key", "skipped", "key_error"}
 
-// tier is where a duplicate was caught; the duplicates counter's attribute.
-type tier int
+// caughtBy is what caught a duplicate: the duplicates counter's tier
+// attribute.
+type caughtBy int
 
 const (
-	tierBatch tier = iota
-	tierLocal
-	tierRedis
-	tierElection // a data point of a replica that is not its cluster's elected one
-	numTiers
+	byBatch caughtBy = iota
+	byLocal
+	byRedis
+	byElection // a data point of a replica that is not its cluster's elected one
+	numCaughtBy
 )
 
-var tierNames = [numTiers]string{"batch", "local", "redis", "election"}
+var caughtByNames = [numCaughtBy]string{"batch", "local", "redis", "election"}
 
 // telemetry holds one processor instance's instruments. Every series carries
 // the component ID and signal as attributes of its own: the collector gives a
@@ -57,7 +59,7 @@ type telemetry struct {
 	waitOpts   [numWaitResults]metric.RecordOption
 
 	outcomeOpts [numOutcomes]metric.AddOption
-	tierOpts    [numTiers]metric.AddOption
+	caughtOpts  [numCaughtBy]metric.AddOption
 	baseOpt     metric.MeasurementOption
 
 	redisRequests  metric.Int64Counter
@@ -66,7 +68,14 @@ type telemetry struct {
 	unidentified   metric.Int64Counter
 	redisOpts      map[string]redisOpts // by "op/result"
 	breakers       atomic.Pointer[func() []redistier.NodeBreaker]
+	electionTable  atomic.Pointer[election.Table] // for the elected replicas' gauge
 	base           []attribute.KeyValue
+
+	// unidentifiedOpts and unidentifiedLog are by reason; authAttributes
+	// are the processor's auth_attributes.
+	unidentifiedOpts [numUnidentified]metric.AddOption
+	unidentifiedLog  [numUnidentified]*throttledLog
+	authAttributes   []string
 
 	elections     metric.Int64Counter
 	electionOpts  [numElectionReasons]metric.AddOption
@@ -102,8 +111,13 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, signal strin
 	labelled(t, t.electionOpts[:], "reason", electionReasonNames[:])
 	labelled(t, t.undecidedOpts[:], "reason", undecidedNames[:])
 	labelled(t, t.outcomeOpts[:], "outcome", outcomeNames[:])
-	labelled(t, t.tierOpts[:], "tier", tierNames[:])
+	labelled(t, t.caughtOpts[:], "tier", caughtByNames[:])
 	labelled(t, t.waitOpts[:], "result", waitResultNames[:])
+	labelled(t, t.unidentifiedOpts[:], "reason", unidentifiedNames[:])
+	for i := range t.unidentifiedLog {
+		t.unidentifiedLog[i] = &throttledLog{logger: set.Logger, msg: unidentifiedFix[i]}
+	}
+	t.authAttributes = e.cfg.AuthAttributes
 	var errs error
 	counter := func(name, unit, desc string) metric.Int64Counter {
 		c, err := meter.Int64Counter(name, metric.WithDescription(desc), metric.WithUnit(unit))
@@ -118,7 +132,7 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, signal strin
 	t.records = counter("otelcol_processor_dedup_records", "{records}",
 		"Records the dedup processor saw, by outcome: unique, duplicate, missing_key, skipped, key_error.")
 	t.duplicates = counter("otelcol_processor_dedup_duplicates", "{records}",
-		"Duplicate records, by the tier that caught them: batch, local, redis, election (a data point of a replica that is not its cluster's elected one).")
+		"Duplicate records, by what caught them (label tier): batch (a copy earlier in the same batch), local (the local cache), redis (the shared tier), election (a data point of a replica that is not its cluster's elected one).")
 	t.elections = counter("otelcol_processor_dedup_elections", "{elections}",
 		"Replicas elected for a cluster by a delivered batch, by reason: new (no other replica held the cluster), failover (took over from another replica whose election had expired).")
 	t.undecided = counter("otelcol_processor_dedup_election_undecided", "{records}",
@@ -145,14 +159,18 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, signal strin
 	t.redisUnchecked = counter("otelcol_processor_dedup_redis_unchecked", "{records}",
 		"Records delivered on the local cache's word alone because the shared tier could not answer for them (redis.on_error: pass): another collector may deliver a copy of each.")
 	t.unidentified = counter("otelcol_processor_dedup_unidentified_records", "{records}",
-		"Records whose request lacked the auth_attributes identity (no authenticator on its receiver, or the attribute not set); they are deduplicated in one partition shared by all such requests.")
+		"Records whose request lacked the auth_attributes identity, by reason: unauthenticated (no authenticated identity: a receiver without auth, or a batch processor in front of dedup), missing_attribute (the authenticator set no value for one of the attributes); they are deduplicated in one partition shared by all such requests.")
 	breaker, err := meter.Int64ObservableGauge("otelcol_processor_dedup_redis_breaker_state",
 		metric.WithDescription("The circuit breaker of each node of the shared tier (label node: a Cluster master's address, a standalone server's endpoint, a Sentinel master's name): 0 closed, 1 half-open (probing), 2 open (the node skipped)."),
 		metric.WithUnit("1"))
 	errs = errors.Join(errs, err)
 	observed := []metric.Observable{entries, evictions, breaker}
 	var elected metric.Int64ObservableGauge
-	if e.elect != nil {
+	election := e.cfg.Metrics.ReplicaElection.Get()
+	if signal != "metrics" {
+		election = nil
+	}
+	if election != nil {
 		elected, err = meter.Int64ObservableGauge("otelcol_processor_dedup_elected_replica",
 			metric.WithDescription("The replica elected for each cluster, as a series per cluster and replica label value; the value is the number of tenants whose cluster of that name elected that replica."),
 			metric.WithUnit("{clusters}"))
@@ -172,15 +190,15 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, signal strin
 		}
 	}
 	t.registration, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		o.ObserveInt64(entries, int64(e.cache.Len(e.now())), t.baseOpt)
-		o.ObserveInt64(evictions, e.cache.Evictions(), t.baseOpt)
+		o.ObserveInt64(entries, int64(e.local.Len(e.now())), t.baseOpt)
+		o.ObserveInt64(evictions, e.local.Evictions(), t.baseOpt)
 		if breakers := t.breakers.Load(); breakers != nil {
 			for _, nb := range (*breakers)() {
 				o.ObserveInt64(breaker, int64(nb.State), t.with(attribute.String("node", nb.Node)))
 			}
 		}
-		if e.elect != nil {
-			t.observeElected(o, elected, e)
+		if table := t.electionTable.Load(); table != nil {
+			t.observeElected(o, elected, table, election.MaxClusters, e.now())
 		}
 		return nil
 	}, observed...)
@@ -210,14 +228,20 @@ func (t *telemetry) recordCall(ctx context.Context, b *batch) {
 		for _, c := range b.outcomes {
 			n += c
 		}
-		t.unidentified.Add(ctx, n, t.baseOpt)
+		why, attr := whyUnidentified(ctx, t.authAttributes)
+		t.unidentified.Add(ctx, n, t.unidentifiedOpts[why:why+1]...)
+		fields := []zap.Field{zap.Strings("auth_attributes", t.authAttributes), zap.Int64("records", n)}
+		if attr != "" {
+			fields = append(fields, zap.String("missing", attr))
+		}
+		t.unidentifiedLog[why].log(b.now, nil, fields...)
 	}
 	addEach(ctx, t.records, b.outcomes[:], t.outcomeOpts[:])
-	addEach(ctx, t.duplicates, b.tiers[:], t.tierOpts[:])
+	addEach(ctx, t.duplicates, b.caught[:], t.caughtOpts[:])
 	if n := b.unchecked; n > 0 {
 		t.redisUnchecked.Add(ctx, int64(n), t.baseOpt)
 	}
-	b.outcomes, b.tiers, b.unchecked = [numOutcomes]int64{}, [numTiers]int64{}, 0
+	b.outcomes, b.caught, b.unchecked = [numOutcomes]int64{}, [numCaughtBy]int64{}, 0
 }
 
 // recordElections adds the counts of a batch whose first call was accepted.
@@ -236,13 +260,12 @@ func addEach(ctx context.Context, c metric.Int64Counter, counts []int64, opts []
 	}
 }
 
-// observeElected reports the live elections of e, at most max_clusters
+// observeElected reports the live elections of table, at most maxSeries
 // series.
-func (t *telemetry) observeElected(o metric.Observer, gauge metric.Int64ObservableGauge, e *engine) {
+func (t *telemetry) observeElected(o metric.Observer, gauge metric.Int64ObservableGauge, table *election.Table, maxSeries int, now int64) {
 	type pair struct{ cluster, replica string }
-	maxSeries := e.cfg.Metrics.ReplicaElection.Get().MaxClusters
 	counts := map[pair]int64{}
-	e.elect.table.Each(e.now(), func(cluster, replica string) {
+	table.Each(now, func(cluster, replica string) {
 		p := pair{cluster, replica}
 		if _, ok := counts[p]; ok || len(counts) < maxSeries {
 			counts[p]++

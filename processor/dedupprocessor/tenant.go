@@ -76,6 +76,46 @@ func hasValue(v any) bool {
 	return true
 }
 
+// unidentified is why a request lacks the auth_attributes identity; the
+// unidentified_records counter's reason.
+type unidentified int
+
+const (
+	// unidentifiedUnauthenticated: no authenticated identity at all (a
+	// receiver without auth, or a batch processor in front of dedup).
+	unidentifiedUnauthenticated unidentified = iota
+	// unidentifiedMissingAttribute: authenticated, without a value for one
+	// of the attributes (an oidc token without groups_claim's claim, say).
+	unidentifiedMissingAttribute
+	numUnidentified
+)
+
+var unidentifiedNames = [numUnidentified]string{"unauthenticated", "missing_attribute"}
+
+// unidentifiedFix is the line logged for each reason: what happened and
+// what to change.
+var unidentifiedFix = [numUnidentified]string{
+	"dedup: a request reached dedup without an authenticated identity, so auth_attributes cannot partition it: its records share one partition with every such request. " +
+		"Name the authenticator in auth.authenticator of every receiver of this pipeline, and put no batch processor before dedup (it keeps client metadata only)",
+	"dedup: a request's authenticated identity has no value for an auth_attributes entry, so its records share one partition with every such request. " +
+		"Name an attribute the authenticator sets for every sender (oidc: subject, or membership with groups_claim set; basicauth: username), or give every sender's token the claim",
+}
+
+// whyUnidentified says why the request of ctx lacks the identity of names,
+// and which attribute it lacks (empty when it has no identity at all).
+func whyUnidentified(ctx context.Context, names []string) (unidentified, string) {
+	auth := client.FromContext(ctx).Auth
+	if auth == nil {
+		return unidentifiedUnauthenticated, ""
+	}
+	for _, name := range names {
+		if !hasValue(auth.GetAttribute(name)) {
+			return unidentifiedMissingAttribute, name
+		}
+	}
+	return unidentifiedMissingAttribute, ""
+}
+
 // serverAuthenticator is extensionauth.Server, matched by shape so the
 // processor needs no module for it.
 type serverAuthenticator interface {

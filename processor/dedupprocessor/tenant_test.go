@@ -2,12 +2,19 @@ package dedupprocessor
 
 import (
 	"context"
+	"fmt"
+	"slices"
+	"strings"
 	"testing"
 
 	"go.opentelemetry.io/collector/client"
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/processor/processortest"
+	"go.opentelemetry.io/otel/attribute"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/identity"
 )
@@ -52,7 +59,7 @@ func request(auth authData, headers ...string) context.Context {
 // TestAuthAttributesPartition: with auth_attributes the partition is the
 // authenticated subject, so a sender who sets another tenant's header
 // cannot suppress that tenant's events, and requests without a subject
-// share one partition of their own, counted.
+// share one partition of their own, counted by reason.
 func TestAuthAttributesPartition(t *testing.T) {
 	sink := new(consumertest.LogsSink)
 	cfg := defaultConfig()
@@ -66,24 +73,83 @@ func TestAuthAttributesPartition(t *testing.T) {
 		ctx       context.Context
 		delivered int // running totals after the step
 		dups      int
-		unident   int
+		unauth    int // unidentified_records{reason="unauthenticated"}
+		missing   int // unidentified_records{reason="missing_attribute"}
 	}{
-		{"bob first, with alice's header", request(bob, "X-Scope-OrgID", "a"), 1, 0, 0},
-		{"alice, her own header", request(alice, "X-Scope-OrgID", "a"), 2, 0, 0},
-		{"alice's retry", request(alice, "X-Scope-OrgID", "a"), 2, 1, 0},
-		{"bob's retry", request(bob, "X-Scope-OrgID", "a"), 2, 2, 0},
-		{"no authenticator, alice's header", request(nil, "X-Scope-OrgID", "a"), 3, 2, 1},
-		{"an empty subject, alice's header", request(authData{"subject": ""}, "X-Scope-OrgID", "a"), 3, 3, 2},
-		{"no subject attribute, alice's header", request(authData{"membership": []string{"a"}}, "X-Scope-OrgID", "a"), 3, 4, 3},
-		{"alice, another header", request(alice, "X-Scope-OrgID", "b"), 4, 4, 3},
+		{"bob first, with alice's header", request(bob, "X-Scope-OrgID", "a"), 1, 0, 0, 0},
+		{"alice, her own header", request(alice, "X-Scope-OrgID", "a"), 2, 0, 0, 0},
+		{"alice's retry", request(alice, "X-Scope-OrgID", "a"), 2, 1, 0, 0},
+		{"bob's retry", request(bob, "X-Scope-OrgID", "a"), 2, 2, 0, 0},
+		{"no authenticator, alice's header", request(nil, "X-Scope-OrgID", "a"), 3, 2, 1, 0},
+		{"an empty subject, alice's header", request(authData{"subject": ""}, "X-Scope-OrgID", "a"), 3, 3, 1, 1},
+		{"no subject attribute, alice's header", request(authData{"membership": []string{"a"}}, "X-Scope-OrgID", "a"), 3, 4, 1, 2},
+		{"alice, another header", request(alice, "X-Scope-OrgID", "b"), 4, 4, 1, 2},
+	}
+	reason := func(r string) int64 {
+		return h.metric("otelcol_processor_dedup_unidentified_records", attribute.String("reason", r))
 	}
 	for _, st := range steps {
 		if err := h.proc.ConsumeLogs(st.ctx, logs(ev)); err != nil {
 			t.Fatalf("%s: %v", st.what, err)
 		}
-		if n, d, u := sink.LogRecordCount(), h.outcome("duplicate"), h.metric("otelcol_processor_dedup_unidentified_records"); n != st.delivered || d != int64(st.dups) || u != int64(st.unident) {
-			t.Fatalf("after %s: delivered=%d duplicate=%d unidentified=%d, want %d %d %d", st.what, n, d, u, st.delivered, st.dups, st.unident)
+		n, d, u, m := sink.LogRecordCount(), h.outcome("duplicate"), reason("unauthenticated"), reason("missing_attribute")
+		if n != st.delivered || d != int64(st.dups) || u != int64(st.unauth) || m != int64(st.missing) {
+			t.Fatalf("after %s: delivered=%d duplicate=%d unidentified unauthenticated=%d missing_attribute=%d, want %d %d %d %d",
+				st.what, n, d, u, m, st.delivered, st.dups, st.unauth, st.missing)
 		}
+	}
+}
+
+// TestUnidentifiedLoggedWithTheFix: a request without the identity is
+// logged with what to change, at most once per 10 seconds per reason, the
+// line saying how many requests it stands for; the missing attribute is
+// named. oidc without groups_claim and auth_attributes: [membership] is the
+// missing_attribute case.
+func TestUnidentifiedLoggedWithTheFix(t *testing.T) {
+	core, observed := observer.New(zapcore.WarnLevel)
+	cfg := defaultConfig()
+	cfg.AuthAttributes = []string{"membership"}
+	h := newHarnessOn(t, authHost, cfg, new(consumertest.LogsSink), zap.New(core))
+	noGroups := authData{"subject": "team-a-agent"} // oidc sets no membership without groups_claim
+	for i := range 3 {
+		for _, ctx := range []context.Context{request(nil), request(noGroups)} {
+			if err := h.proc.ConsumeLogs(ctx, logs(rec{body: fmt.Sprint("event ", i), resource: "svc"})); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	type line struct {
+		msg, missing string
+		occurrences  int64
+	}
+	var got []line
+	for _, e := range observed.All() {
+		l := line{msg: e.Message}
+		for _, f := range e.Context {
+			switch f.Key {
+			case "missing":
+				l.missing = f.String
+			case "occurrences":
+				l.occurrences = f.Integer
+			}
+		}
+		got = append(got, l)
+	}
+	want := []line{
+		{unidentifiedFix[unidentifiedUnauthenticated], "", 1},
+		{unidentifiedFix[unidentifiedMissingAttribute], "membership", 1},
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("warnings = %+v\nwant %+v", got, want)
+	}
+	for _, msg := range []string{"auth.authenticator of every receiver", "groups_claim"} {
+		if !strings.Contains(got[0].msg+got[1].msg, msg) {
+			t.Errorf("the warnings do not name the fix %q", msg)
+		}
+	}
+	if u, m := h.metric("otelcol_processor_dedup_unidentified_records", attribute.String("reason", "unauthenticated")),
+		h.metric("otelcol_processor_dedup_unidentified_records", attribute.String("reason", "missing_attribute")); u != 3 || m != 3 {
+		t.Errorf("unidentified_records unauthenticated=%d missing_attribute=%d, want 3 3", u, m)
 	}
 }
 

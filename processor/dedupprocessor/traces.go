@@ -154,7 +154,7 @@ func newTracesProcessor(set component.TelemetrySettings, id component.ID, cfg *C
 	if err != nil {
 		return nil, err
 	}
-	e, err := newEngine(cfg, set, id, "traces", nil)
+	e, err := newEngine(cfg, set, id, "traces")
 	if err != nil {
 		return nil, err
 	}

@@ -9,11 +9,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
+
+	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 )
 
 const (
@@ -44,7 +45,7 @@ type ClusterConfig struct {
 // ClusterServers is a Redis Cluster of cluster-enabled redis-servers. Its
 // methods fail the test on error.
 type ClusterServers struct {
-	tb  testing.TB
+	tb  testkit.TB
 	cfg ClusterConfig
 	mu  sync.Mutex
 	// Nodes are the nodes started at creation: the masters first, then the
@@ -55,7 +56,7 @@ type ClusterServers struct {
 
 // Cluster starts a Redis Cluster of masters masters without replicas (see
 // NewCluster).
-func Cluster(tb testing.TB, masters int) *ClusterServers {
+func Cluster(tb testkit.TB, masters int) *ClusterServers {
 	tb.Helper()
 	return NewCluster(tb, ClusterConfig{Masters: masters})
 }
@@ -65,7 +66,7 @@ func Cluster(tb testing.TB, masters int) *ClusterServers {
 // create --cluster-replicas`, which gives each master an even share of the
 // slots and cfg.Replicas replicas, and waits until every node reports
 // cluster_state:ok, knows every other node, and every replica is in sync.
-func NewCluster(tb testing.TB, cfg ClusterConfig) *ClusterServers {
+func NewCluster(tb testkit.TB, cfg ClusterConfig) *ClusterServers {
 	tb.Helper()
 	if cfg.Masters < 3 {
 		tb.Fatalf("redistest: a Redis Cluster needs at least 3 masters, got %d", cfg.Masters)
@@ -413,19 +414,14 @@ func (c *ClusterServers) ErrorStats() map[string]int64 {
 	return sum
 }
 
-// waitFor polls cond every 50 ms until it holds, failing the test after
-// timeout.
-func waitFor(tb testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {
+// waitFor is testkit.WaitFor for a condition that also says what it saw,
+// which the failure reports.
+func waitFor(tb testkit.TB, timeout time.Duration, what string, cond func() (bool, string)) {
 	tb.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, detail := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("redistest: %s: not within %s (%s)", what, timeout, detail)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	var seen string
+	testkit.WaitFor(tb, "redistest: "+what, timeout, func() bool {
+		ok, d := cond()
+		seen = d
+		return ok
+	}, func() string { return seen })
 }

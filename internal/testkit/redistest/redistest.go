@@ -23,11 +23,12 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
+
+	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 )
 
 const (
@@ -43,7 +44,7 @@ const (
 // LookPath returns the path of a Redis binary (redis-server, redis-cli),
 // searching PATH, then /usr/bin and /usr/sbin. It fails the test if the binary
 // is nowhere to be found.
-func LookPath(tb testing.TB, name string) string {
+func LookPath(tb testkit.TB, name string) string {
 	tb.Helper()
 	if p, err := exec.LookPath(name); err == nil {
 		return p
@@ -95,7 +96,7 @@ func WithConfig(lines ...string) Option {
 // Server is one redis-server (or sentinel) process started for a test. Its
 // methods fail the test on error; they are safe for concurrent use.
 type Server struct {
-	tb      testing.TB
+	tb      testkit.TB
 	bin     string
 	dir     string
 	conf    string
@@ -123,7 +124,7 @@ type process struct {
 
 // Standalone starts a standalone redis-server on a free loopback port and
 // stops it when the test ends.
-func Standalone(tb testing.TB, opts ...Option) *Server {
+func Standalone(tb testkit.TB, opts ...Option) *Server {
 	tb.Helper()
 	var cfg config
 	for _, o := range opts {
@@ -134,7 +135,7 @@ func Standalone(tb testing.TB, opts ...Option) *Server {
 	return s
 }
 
-func newServer(tb testing.TB, cfg config) *Server {
+func newServer(tb testkit.TB, cfg config) *Server {
 	tb.Helper()
 	s := &Server{
 		tb:  tb,
@@ -513,7 +514,7 @@ func (s *Server) cleanup() {
 // freePorts returns n distinct loopback ports that were free a moment ago.
 // The listeners are held until all n are picked so the kernel does not hand
 // out the same port twice.
-func freePorts(tb testing.TB, n int) []int {
+func freePorts(tb testkit.TB, n int) []int {
 	tb.Helper()
 	ports := make([]int, 0, n)
 	lns := make([]net.Listener, 0, n)

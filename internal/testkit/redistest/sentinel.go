@@ -4,8 +4,8 @@ import (
 	"context"
 	"strconv"
 	"strings"
-	"testing"
-	"time"
+
+	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 )
 
 // SentinelServers is a master, one replica and one sentinel monitoring them.
@@ -23,7 +23,7 @@ func (s *SentinelServers) SentinelAddr() string { return s.Sentinel.Addr() }
 // master as "mymaster" with quorum 1 and a 1 s down-after period. It waits
 // until the replica is in sync and the sentinel reports the master's address
 // and knows the replica.
-func Sentinel(tb testing.TB) *SentinelServers {
+func Sentinel(tb testkit.TB) *SentinelServers {
 	tb.Helper()
 	const name = "mymaster"
 	// No 5 s wait for more replicas before the first sync.
@@ -42,7 +42,7 @@ func Sentinel(tb testing.TB) *SentinelServers {
 	sentinel.startFresh()
 
 	wantMaster := []string{"127.0.0.1", strconv.Itoa(master.Port())}
-	wait(tb, "sentinel knows the master and its replica", func() (bool, string) {
+	waitFor(tb, readyTimeout, "sentinel knows the master and its replica", func() (bool, string) {
 		addr, err := sentinel.Client().Do(ctx, "SENTINEL", "get-master-addr-by-name", name).StringSlice()
 		if err != nil || len(addr) != 2 || addr[0] != wantMaster[0] || addr[1] != wantMaster[1] {
 			return false, "master: " + strings.Join(addr, ":")
@@ -56,7 +56,7 @@ func Sentinel(tb testing.TB) *SentinelServers {
 // Replica starts a standalone replica of master (started with the same
 // credentials, if any) and waits until it is in sync. A master started with
 // the config line "repl-diskless-sync-delay 0" syncs it at once.
-func Replica(tb testing.TB, master *Server, opts ...Option) *Server {
+func Replica(tb testkit.TB, master *Server, opts ...Option) *Server {
 	tb.Helper()
 	var cfg config
 	for _, o := range opts {
@@ -71,25 +71,9 @@ func Replica(tb testing.TB, master *Server, opts ...Option) *Server {
 	}
 	replica := newServer(tb, cfg)
 	replica.startFresh()
-	wait(tb, "replica in sync", func() (bool, string) {
+	waitFor(tb, readyTimeout, "replica in sync", func() (bool, string) {
 		info, err := replica.Client().Info(context.Background(), "replication").Result()
 		return err == nil && strings.Contains(info, "master_link_status:up"), info
 	})
 	return replica
-}
-
-// wait polls cond until it holds, failing the test after readyTimeout.
-func wait(tb testing.TB, what string, cond func() (bool, string)) {
-	tb.Helper()
-	deadline := time.Now().Add(readyTimeout)
-	for {
-		ok, detail := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("redistest: %s: not within %s (%s)", what, readyTimeout, detail)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }

@@ -12,8 +12,9 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"testing"
 	"time"
+
+	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 )
 
 // TLSFiles are the PEM files generated for a server started WithTLS: a CA,
@@ -29,7 +30,7 @@ type TLSFiles struct {
 
 // ClientConfig returns a TLS configuration that trusts the CA, presents the
 // client certificate and verifies the server as 127.0.0.1.
-func (f *TLSFiles) ClientConfig(tb testing.TB) *tls.Config {
+func (f *TLSFiles) ClientConfig(tb testkit.TB) *tls.Config {
 	tb.Helper()
 	ca, err := os.ReadFile(f.CAFile)
 	if err != nil {
@@ -52,7 +53,7 @@ func (f *TLSFiles) ClientConfig(tb testing.TB) *tls.Config {
 }
 
 // generateTLS writes a CA, a server and a client certificate into dir.
-func generateTLS(tb testing.TB, dir string) *TLSFiles {
+func generateTLS(tb testkit.TB, dir string) *TLSFiles {
 	tb.Helper()
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		tb.Fatalf("redistest: %v", err)
@@ -115,7 +116,7 @@ func generateTLS(tb testing.TB, dir string) *TLSFiles {
 	return f
 }
 
-func newKey(tb testing.TB) *ecdsa.PrivateKey {
+func newKey(tb testkit.TB) *ecdsa.PrivateKey {
 	tb.Helper()
 	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -124,7 +125,7 @@ func newKey(tb testing.TB) *ecdsa.PrivateKey {
 	return k
 }
 
-func serial(tb testing.TB) *big.Int {
+func serial(tb testkit.TB) *big.Int {
 	tb.Helper()
 	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
 	if err != nil {
@@ -133,7 +134,7 @@ func serial(tb testing.TB) *big.Int {
 	return n
 }
 
-func writePEM(tb testing.TB, path, typ string, der []byte) {
+func writePEM(tb testkit.TB, path, typ string, der []byte) {
 	tb.Helper()
 	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
 		tb.Fatalf("redistest: %v", err)

@@ -1,0 +1,357 @@
+package loadgen
+
+import (
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"math/bits"
+	"math/rand/v2"
+	"sort"
+	"strconv"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/plog"
+)
+
+// Generator makes the record stream of a run. The stream is N positions cut
+// into batches of Batch; batch b goes to sender b mod Senders. Exactly
+// D = round(N*Duplicates) positions hold a copy, the others an original:
+//
+//   - the copies of batch b are floor(end*D/N) - floor(start*D/N) of its
+//     positions (so every batch has its share, and the total is exact), which
+//     ones chosen by a PRNG seeded with (seed, b); batch 0's first position is
+//     always an original;
+//   - originals are numbered in stream order: that number is the record's
+//     identity (ID), and the record is a pure function of (seed, ID);
+//   - a copy points at an earlier original: one of the same batch (about a
+//     quarter of copies, when the batch has one before it), one of the
+//     batches just before (about half: the last 2*Senders batches, the
+//     same sender's and the others'), or any earlier one.
+//
+// So nothing proportional to N is stored: a batch is computed from its index
+// alone, and the batch holding an original is found by binary search.
+// Generator is safe for concurrent use.
+type Generator struct {
+	seed     uint64
+	seedHash uint64
+	n        uint64 // records
+	d        uint64 // copies
+	batch    uint64
+	senders  uint64
+	batches  uint64
+	recent   uint64 // originals in the "recent" window
+	key      Key
+	base     int64 // unix nanos of ID 0's timestamp
+}
+
+// NewGenerator returns the generator of cfg's stream (after Defaults and
+// Validate).
+func NewGenerator(cfg Config) (*Generator, error) {
+	cfg = cfg.Defaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	g := &Generator{
+		seed:     cfg.Seed,
+		seedHash: mix64(cfg.Seed + 0x9e3779b97f4a7c15),
+		n:        uint64(cfg.Records),
+		d:        uint64(cfg.Copies()),
+		batch:    uint64(cfg.Batch),
+		senders:  uint64(cfg.Senders),
+		key:      cfg.Key,
+		base:     cfg.StartTime.UnixNano(),
+	}
+	g.batches = (g.n + g.batch - 1) / g.batch
+	g.recent = 2 * g.senders * g.batch
+	return g, nil
+}
+
+// Records is the stream's length.
+func (g *Generator) Records() int64 { return int64(g.n) }
+
+// Copies is how many of the records are copies.
+func (g *Generator) Copies() int64 { return int64(g.d) }
+
+// Uniques is how many distinct identities the stream holds.
+func (g *Generator) Uniques() int64 { return int64(g.n - g.d) }
+
+// Batches is how many requests the stream is cut into.
+func (g *Generator) Batches() int64 { return int64(g.batches) }
+
+// Sender is the sender of batch b.
+func (g *Generator) Sender(b int64) int { return int(uint64(b) % g.senders) }
+
+// BatchLen is how many records batch b holds.
+func (g *Generator) BatchLen(b int64) int {
+	start := uint64(b) * g.batch
+	return int(min(start+g.batch, g.n) - start)
+}
+
+// copiesBefore is floor(pos*D/N): the copies among positions [0, pos).
+func (g *Generator) copiesBefore(pos uint64) uint64 {
+	hi, lo := bits.Mul64(pos, g.d)
+	q, _ := bits.Div64(hi, lo, g.n) // hi < n since pos <= n and d < n
+	return q
+}
+
+// uniquesBefore is the number of originals among positions [0, pos): the ID
+// the next original gets.
+func (g *Generator) uniquesBefore(pos uint64) uint64 { return pos - g.copiesBefore(pos) }
+
+// batchOf is the batch holding the original with this ID.
+func (g *Generator) batchOf(id uint64) int64 {
+	// The last batch whose first original's ID is <= id.
+	b := sort.Search(int(g.batches), func(b int) bool {
+		return g.uniquesBefore(uint64(b)*g.batch) > id
+	})
+	return int64(b - 1)
+}
+
+// Truth is the ground truth of one record of a batch.
+type Truth struct {
+	// Position is the record's place in the stream.
+	Position int64
+	// ID is its identity: records with the same ID are copies of each other
+	// (byte-identical with KeyContent, the same event.id with KeyEventID).
+	ID uint64
+	// Copy tells a copy from an original (the first record with its ID).
+	Copy bool
+	// From is the batch of the original, for a copy.
+	From int64
+}
+
+// Batch is one request's worth of the stream.
+type Batch struct {
+	Index  int64
+	Sender int
+	Logs   plog.Logs
+	// Truth lists the records in stream order (Logs groups them by resource).
+	Truth []Truth
+	// Copies of this batch, by where their original is: this batch, an
+	// earlier batch of the same sender, a batch of another sender.
+	Copies, InBatch, SameSender, OtherSender int64
+}
+
+// Batch computes batch b (0 <= b < Batches()).
+func (g *Generator) Batch(b int64) *Batch {
+	ub := uint64(b)
+	start := ub * g.batch
+	end := min(start+g.batch, g.n)
+	n := int(end - start)
+	cb := g.copiesBefore(start)
+	c := int(g.copiesBefore(end) - cb)
+	firstID := start - cb
+
+	rng := rand.New(rand.NewPCG(g.seed, ub^0x5851f42d4c957f2d))
+	out := &Batch{Index: b, Sender: g.Sender(b), Truth: make([]Truth, n), Copies: int64(c)}
+
+	// Which slots are copies: selection sampling (Knuth's algorithm S), an
+	// exact count c among slots [lo, n).
+	lo := 0
+	if b == 0 {
+		lo = 1
+	}
+	need := c
+	next := firstID
+	for i := range n {
+		t := &out.Truth[i]
+		t.Position = int64(start) + int64(i)
+		isCopy := false
+		if i >= lo && need > 0 && rng.IntN(n-i) < need {
+			isCopy = true
+			need--
+		}
+		if !isCopy {
+			t.ID = next
+			t.From = b
+			next++
+			continue
+		}
+		t.Copy = true
+		inBatch := next - firstID // originals of this batch before slot i
+		r := rng.IntN(4)
+		switch {
+		case inBatch > 0 && (r == 0 || firstID == 0):
+			t.ID = firstID + rng.Uint64N(inBatch)
+			t.From = b
+			out.InBatch++
+		default:
+			var id uint64
+			if r <= 2 {
+				from := firstID - min(firstID, g.recent)
+				id = from + rng.Uint64N(firstID-from)
+			} else {
+				id = rng.Uint64N(firstID)
+			}
+			t.ID = id
+			t.From = g.batchOf(id)
+			if uint64(t.From)%g.senders == ub%g.senders {
+				out.SameSender++
+			} else {
+				out.OtherSender++
+			}
+		}
+	}
+	out.Logs = g.build(out.Truth)
+	return out
+}
+
+// Resources: 8 services on 4 hosts each, like a fleet of SDKs.
+const (
+	numServices     = 8
+	hostsPerService = 4
+	numResources    = numServices * hostsPerService
+	scopeName       = "github.com/otelcol-dedup/otelcol-dedup/cmd/dedupload"
+	scopeVersion    = "1.0.0"
+)
+
+var (
+	serviceNames = [numServices]string{"checkout", "cart", "payment", "frontend", "inventory", "auth", "shipping", "search"}
+	hostNames    [numResources]string
+)
+
+func init() {
+	for r := range numResources {
+		hostNames[r] = fmt.Sprintf("%s-%d", serviceNames[r/hostsPerService], r%hostsPerService)
+	}
+}
+
+// build assembles the records of a batch, grouped by resource in order of
+// first appearance.
+func (g *Generator) build(truth []Truth) plog.Logs {
+	ld := plog.NewLogs()
+	rls := ld.ResourceLogs()
+	var slices [numResources]plog.LogRecordSlice
+	var have [numResources]bool
+	for _, t := range truth {
+		h := mix64(t.ID ^ g.seedHash)
+		r := h % numResources
+		if !have[r] {
+			have[r] = true
+			rl := rls.AppendEmpty()
+			ra := rl.Resource().Attributes()
+			ra.EnsureCapacity(3)
+			ra.PutStr("service.name", serviceNames[r/hostsPerService])
+			ra.PutStr("host.name", hostNames[r])
+			ra.PutStr("telemetry.sdk.language", "go")
+			sl := rl.ScopeLogs().AppendEmpty()
+			sl.Scope().SetName(scopeName)
+			sl.Scope().SetVersion(scopeVersion)
+			slices[r] = sl.LogRecords()
+			slices[r].EnsureCapacity(len(truth)/numResources + 8)
+		}
+		replay := t.Copy && g.key == KeyEventID
+		g.fill(slices[r].AppendEmpty(), t.ID, h, replay, uint64(t.Position))
+	}
+	return ld
+}
+
+var bodies = [...]string{
+	"GET /api/v1/orders/%d completed in %dms",
+	"user %d logged in after %dms",
+	"payment %d declined by issuer after %dms",
+	"cache miss for session %d, refilled in %dms",
+	"call to inventory for item %d timed out after %dms",
+}
+
+// fill writes the record with this identity. A replay (an event.id copy at
+// stream position pos) keeps the identity attributes but is re-stamped and
+// its body reports another latency.
+func (g *Generator) fill(lr plog.LogRecord, id, h uint64, replay bool, pos uint64) {
+	h2 := mix64(h + 0x632be59bd9b4e019)
+	ts := g.base + int64(id)*int64(100*time.Microsecond) + int64(h2%uint64(100*time.Microsecond))
+	observed := ts + int64((h2>>24)%uint64(5*time.Millisecond))
+	latency := 1 + (h2>>40)%2000
+	if replay {
+		// Re-stamped a second or more later, a microsecond apart per
+		// position: two replays of one record differ too.
+		ts += int64(time.Second) + int64(pos)*int64(time.Microsecond)
+		observed = ts + int64((mix64(pos^g.seedHash)>>24)%uint64(5*time.Millisecond))
+		latency = 1 + mix64(pos+g.seedHash)%2000
+	}
+	lr.SetTimestamp(pcommon.Timestamp(ts))
+	lr.SetObservedTimestamp(pcommon.Timestamp(observed))
+
+	sev := (h >> 8) % 100
+	var status int64
+	switch {
+	case sev < 4:
+		lr.SetSeverityNumber(plog.SeverityNumberError)
+		lr.SetSeverityText("ERROR")
+		status = 500 + int64((h>>16)%4)
+	case sev < 14:
+		lr.SetSeverityNumber(plog.SeverityNumberWarn)
+		lr.SetSeverityText("WARN")
+		status = []int64{404, 409, 429}[(h>>16)%3]
+	case sev < 90:
+		lr.SetSeverityNumber(plog.SeverityNumberInfo)
+		lr.SetSeverityText("INFO")
+		status = 200 + int64((h>>16)%2)
+	default:
+		lr.SetSeverityNumber(plog.SeverityNumberDebug)
+		lr.SetSeverityText("DEBUG")
+		status = 200
+	}
+
+	var buf [96]byte
+	b := buf[:0]
+	tmpl := bodies[(h>>32)%uint64(len(bodies))]
+	b = appendBody(b, tmpl, (h>>20)%1_000_000, latency)
+	lr.Body().SetStr(string(b))
+
+	attrs := lr.Attributes()
+	attrs.EnsureCapacity(3)
+	attrs.PutStr("event.id", g.EventID(id))
+	attrs.PutInt("http.status_code", status)
+	b = append(buf[:0], "user-"...)
+	b = strconv.AppendUint(b, (h>>44)%100_000, 10)
+	attrs.PutStr("user.id", string(b))
+
+	if (h>>60)&1 == 0 { // half of the records belong to a trace
+		var tid pcommon.TraceID
+		var sid pcommon.SpanID
+		binary.BigEndian.PutUint64(tid[:8], mix64(h^1))
+		binary.BigEndian.PutUint64(tid[8:], mix64(h^2))
+		binary.BigEndian.PutUint64(sid[:], mix64(h^3))
+		lr.SetTraceID(tid)
+		lr.SetSpanID(sid)
+		lr.SetFlags(plog.DefaultLogRecordFlags.WithIsSampled(true))
+	}
+}
+
+// EventID is the event.id attribute of the records with identity id: a
+// UUID-shaped string whose low 64 bits are a bijection of id (mix64 is one),
+// so that distinct identities never share an event.id.
+func (g *Generator) EventID(id uint64) string {
+	var raw [16]byte
+	binary.BigEndian.PutUint64(raw[:8], mix64(g.seedHash^mix64(id))&^(0xf<<12)|0x4<<12) // version 4 nibble
+	binary.BigEndian.PutUint64(raw[8:], mix64(id+g.seedHash))
+	h := hex.EncodeToString(raw[:])
+	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}
+
+func appendBody(b []byte, tmpl string, x, ms uint64) []byte {
+	args := [2]uint64{x, ms}
+	ai := 0
+	for i := 0; i < len(tmpl); i++ {
+		if tmpl[i] == '%' && i+1 < len(tmpl) && tmpl[i+1] == 'd' && ai < 2 {
+			b = strconv.AppendUint(b, args[ai], 10)
+			ai++
+			i++
+			continue
+		}
+		b = append(b, tmpl[i])
+	}
+	return b
+}
+
+// mix64 is SplitMix64's finalizer: a bijection on uint64 that scatters bits.
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
+}

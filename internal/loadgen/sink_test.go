@@ -1,0 +1,107 @@
+package loadgen
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"net/http"
+	"sort"
+	"sync"
+	"testing"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/plog"
+	"go.opentelemetry.io/collector/pdata/plog/plogotlp"
+	"google.golang.org/grpc/codes"
+
+	"github.com/otelcol-dedup/otelcol-dedup/internal/otlp"
+)
+
+// sink is an otlp.Sink that counts what a run delivered: records, distinct
+// identities (whole content and event.id), each request's payload and
+// headers.
+type sink struct {
+	*otlp.Sink
+
+	mu        sync.Mutex
+	byContent map[[32]byte]int // accepted records by whole content
+	byEventID map[string]int   // accepted records by event.id
+	payloads  []string         // sha256 of each accepted request's payload
+	headers   []http.Header
+}
+
+func newSink(t testing.TB) *sink {
+	t.Helper()
+	o, err := otlp.NewSink()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = o.Close() })
+	s := &sink{Sink: o, byContent: map[[32]byte]int{}, byEventID: map[string]int{}}
+	o.OnLogs = s.accept
+	return s
+}
+
+// endpoint is the sink's address for a protocol.
+func (s *sink) endpoint(protocol string) string {
+	if protocol == HTTP {
+		return s.HTTPEndpoint()
+	}
+	return s.GRPCEndpoint()
+}
+
+// fail makes the next n requests fail: gRPC code c, HTTP status h.
+func (s *sink) fail(n int, c codes.Code, h int) {
+	s.FailWith(c, h)
+	s.FailNext(n)
+}
+
+func (s *sink) accept(ld plog.Logs, h http.Header) {
+	raw, _ := plogotlp.NewExportRequestFromLogs(ld).MarshalProto()
+	sum := sha256.Sum256(raw)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.payloads = append(s.payloads, string(sum[:]))
+	s.headers = append(s.headers, h)
+	for _, rl := range ld.ResourceLogs().All() {
+		res := fmt.Sprint(rl.Resource().Attributes().AsRaw())
+		for _, sl := range rl.ScopeLogs().All() {
+			scope := sl.Scope().Name() + "@" + sl.Scope().Version()
+			for _, lr := range sl.LogRecords().All() {
+				s.byContent[contentID(res, scope, lr)]++
+				ev, _ := lr.Attributes().Get("event.id")
+				s.byEventID[ev.Str()]++
+			}
+		}
+	}
+}
+
+// contentID is the whole content of a record: resource, scope and every
+// field of the record.
+func contentID(res, scope string, lr plog.LogRecord) [32]byte {
+	return sha256.Sum256(fmt.Appendf(nil, "%s|%s|%d|%d|%d|%s|%s|%v|%s|%s|%d|%s", res, scope,
+		lr.Timestamp(), lr.ObservedTimestamp(), lr.SeverityNumber(), lr.SeverityText(),
+		lr.Body().AsString(), lr.Attributes().AsRaw(), pcommon.TraceID(lr.TraceID()), pcommon.SpanID(lr.SpanID()),
+		lr.Flags(), lr.EventName()))
+}
+
+type sinkCounts struct {
+	attempts, refused, records, distinctContent, distinctEventID int
+	payloads                                                     []string
+}
+
+func (s *sink) counts() sinkCounts {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := append([]string(nil), s.payloads...)
+	sort.Strings(p)
+	return sinkCounts{
+		attempts: s.Requests(), refused: s.Refused(), records: s.LogRecordCount(),
+		distinctContent: len(s.byContent), distinctEventID: len(s.byEventID), payloads: p,
+	}
+}
+
+func (s *sink) allHeaders() []http.Header {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]http.Header(nil), s.headers...)
+}

@@ -1,0 +1,235 @@
+package otlp
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/plog"
+	"go.opentelemetry.io/collector/pdata/pmetric"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+	"go.uber.org/goleak"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var protocols = []string{GRPC, HTTP}
+
+func newSink(t *testing.T) *Sink {
+	t.Helper()
+	s, err := NewSink()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func newClient(t *testing.T, s *Sink, protocol string) *Client {
+	t.Helper()
+	endpoint := s.GRPCEndpoint()
+	if protocol == HTTP {
+		endpoint = s.HTTPEndpoint()
+	}
+	c, err := NewClient(protocol, endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func logs(n int) plog.Logs {
+	ld := plog.NewLogs()
+	lrs := ld.ResourceLogs().AppendEmpty().ScopeLogs().AppendEmpty().LogRecords()
+	for i := range n {
+		lrs.AppendEmpty().Attributes().PutInt("i", int64(i))
+	}
+	return ld
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// Every signal arrives over either protocol, gzipped or not, with the
+// client's headers; the sink keeps copies and counts items.
+func TestSendEverySignal(t *testing.T) {
+	for _, p := range protocols {
+		for _, gz := range []bool{false, true} {
+			s := newSink(t)
+			c := newClient(t, s, p)
+			c.Gzip = gz
+			ctx := ctxT(t)
+			td := ptrace.NewTraces()
+			td.ResourceSpans().AppendEmpty().ScopeSpans().AppendEmpty().Spans().AppendEmpty().SetName("s")
+			md := pmetric.NewMetrics()
+			md.ResourceMetrics().AppendEmpty().ScopeMetrics().AppendEmpty().Metrics().AppendEmpty().SetEmptyGauge().DataPoints().AppendEmpty()
+			for _, err := range []error{c.SendLogs(ctx, logs(3)), c.SendTraces(ctx, td), c.SendMetrics(ctx, md), c.SendMetrics(ctx, md)} {
+				if err != nil {
+					t.Fatalf("%s gzip %v: %v", p, gz, err)
+				}
+			}
+			got := [...]int{s.LogRecordCount(), s.SpanCount(), s.DataPointCount(), len(s.Logs()), len(s.Traces()), len(s.Metrics()), s.Requests()}
+			if got != [...]int{3, 1, 2, 1, 1, 2, 4} {
+				t.Errorf("%s gzip %v: [logs spans points, requests kept of each, requests] = %v", p, gz, got)
+			}
+		}
+	}
+}
+
+// OnLogs takes the logs instead of the sink, with the request's headers;
+// the partial success reaches the client.
+func TestOnLogsHeadersAndPartialSuccess(t *testing.T) {
+	for _, p := range protocols {
+		s := newSink(t)
+		var mu sync.Mutex
+		var seen []string
+		s.OnLogs = func(ld plog.Logs, h http.Header) {
+			mu.Lock()
+			seen = append(seen, h.Get("X-Scope-OrgID"))
+			mu.Unlock()
+		}
+		s.RejectEach(2)
+		c := newClient(t, s, p)
+		c.Header = http.Header{"X-Scope-OrgID": {"team-a"}}
+		rejected, err := c.ExportLogs(ctxT(t), logs(5))
+		if err != nil || rejected != 2 {
+			t.Fatalf("%s: rejected %d, %v; want 2", p, rejected, err)
+		}
+		if len(seen) != 1 || seen[0] != "team-a" || len(s.Logs()) != 0 || s.LogRecordCount() != 5 {
+			t.Errorf("%s: OnLogs saw %q, the sink kept %d requests and counts %d records", p, seen, len(s.Logs()), s.LogRecordCount())
+		}
+	}
+}
+
+// A refusal is the code or status FailWith sets, retryable or not as an
+// exporter sees it; refused requests are counted, not kept.
+func TestFailNext(t *testing.T) {
+	for _, p := range protocols {
+		s := newSink(t)
+		c := newClient(t, s, p)
+		ctx := ctxT(t)
+		s.FailNext(1)
+		err := c.SendLogs(ctx, logs(4))
+		if retry, _ := Retryable(err); !retry || (p == GRPC && status.Code(err) != codes.Unavailable) {
+			t.Errorf("%s: %v, want a retryable Unavailable / 503", p, err)
+		}
+		s.FailWith(codes.InvalidArgument, http.StatusBadRequest)
+		s.FailNext(1)
+		err = c.SendLogs(ctx, logs(2))
+		var he *HTTPError
+		if retry, _ := Retryable(err); retry || (p == HTTP && (!errors.As(err, &he) || he.StatusCode != 400 || he.Message != "the sink refused the request")) {
+			t.Errorf("%s: %v, want a permanent InvalidArgument / 400", p, err)
+		}
+		if err := c.SendLogs(ctx, logs(1)); err != nil {
+			t.Fatal(err)
+		}
+		if s.Requests() != 3 || s.Refused() != 2 || s.RefusedItems() != 6 || s.LogRecordCount() != 1 {
+			t.Errorf("%s: requests %d refused %d (%d items), kept %d records", p, s.Requests(), s.Refused(), s.RefusedItems(), s.LogRecordCount())
+		}
+	}
+}
+
+// A held request waits until Unhold; one whose client gives up while held,
+// or while the latency runs, is refused.
+func TestHoldAndLatency(t *testing.T) {
+	s := newSink(t)
+	c := newClient(t, s, GRPC)
+	send := func(ctx context.Context) <-chan error {
+		done := make(chan error, 1)
+		go func() { done <- c.SendLogs(ctx, logs(1)) }()
+		return done
+	}
+	s.Hold()
+	held := send(context.Background())
+	ctx, giveUp := context.WithCancel(context.Background())
+	gaveUp := send(ctx)
+	testkit.WaitFor(t, "two requests held", 10*time.Second, func() bool { return s.Holding() == 2 })
+	giveUp()
+	if err := <-gaveUp; err == nil {
+		t.Error("a held request whose client gave up was accepted")
+	}
+	testkit.WaitFor(t, "the request given up refused", 10*time.Second, func() bool { return s.Refused() == 1 })
+	s.Unhold()
+	if err := <-held; err != nil {
+		t.Fatal(err)
+	}
+	s.SetLatency(time.Minute)
+	ctx, giveUp = context.WithCancel(context.Background())
+	slow := send(ctx)
+	testkit.WaitFor(t, "the slow request received", 10*time.Second, func() bool { return s.Requests() == 3 })
+	giveUp()
+	if err := <-slow; err == nil {
+		t.Error("a slow answer the client gave up on was accepted")
+	}
+	testkit.WaitFor(t, "the slow request refused", 10*time.Second, func() bool { return s.Refused() == 2 })
+	if s.LogRecordCount() != 1 {
+		t.Errorf("kept %d records, want 1", s.LogRecordCount())
+	}
+}
+
+func TestRetryable(t *testing.T) {
+	st, err := status.New(codes.ResourceExhausted, "slow down").WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(3 * time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if retry, d := Retryable(st.Err()); !retry || d != 3*time.Second {
+		t.Errorf("RetryInfo: %v %v", retry, d)
+	}
+	for c, want := range map[codes.Code]bool{
+		codes.Unavailable: true, codes.DeadlineExceeded: true, codes.ResourceExhausted: true, codes.Aborted: true,
+		codes.InvalidArgument: false, codes.Unauthenticated: false, codes.PermissionDenied: false, codes.Internal: false, codes.Unimplemented: false,
+	} {
+		if got, _ := Retryable(status.Error(c, "x")); got != want {
+			t.Errorf("%v retryable = %v, want %v", c, got, want)
+		}
+	}
+	for code, want := range map[int]bool{429: true, 502: true, 503: true, 504: true, 400: false, 401: false, 500: false} {
+		if got, _ := Retryable(&HTTPError{StatusCode: code}); got != want {
+			t.Errorf("HTTP %d retryable = %v, want %v", code, got, want)
+		}
+	}
+	if retry, _ := Retryable(&net.OpError{Op: "dial", Err: errors.New("connection refused")}); !retry {
+		t.Error("a refused connection is not retried")
+	}
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for v, want := range map[string]time.Duration{
+		"": 0, "0": 0, "5": 5 * time.Second, "junk": 0, now.Add(90 * time.Second).Format(http.TimeFormat): 90 * time.Second,
+	} {
+		if got := retryAfter(v, now); got != want {
+			t.Errorf("retryAfter(%q) = %v, want %v", v, got, want)
+		}
+	}
+}
+
+func TestNewClientEndpoints(t *testing.T) {
+	for in, want := range map[string][2]string{
+		"127.0.0.1:4318":                {"http://127.0.0.1:4318", "/v1/logs"},
+		"http://gw:4318/":               {"http://gw:4318", "/v1/logs"},
+		"https://gw.example:443":        {"https://gw.example:443", "/v1/logs"},
+		"http://gw:4318/custom/v1/logs": {"http://gw:4318", "/custom/v1/logs"},
+	} {
+		c, err := NewClient(HTTP, in)
+		if err != nil || [2]string{c.base, c.logsPath} != want {
+			t.Errorf("NewClient(http, %q): %v; want %v", in, err, want)
+		}
+	}
+	for _, bad := range [][2]string{{HTTP, "ftp://x"}, {"udp", "127.0.0.1:1"}} {
+		if _, err := NewClient(bad[0], bad[1]); err == nil {
+			t.Errorf("NewClient(%q, %q) accepted", bad[0], bad[1])
+		}
+	}
+}

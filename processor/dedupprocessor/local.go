@@ -1,0 +1,127 @@
+package dedupprocessor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/extension/xextension/storage"
+	"go.uber.org/zap"
+
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/clock"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/localcache"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/snapshot"
+)
+
+// snapshotKey is the snapshot's key in a client scoped to this processor
+// instance and signal.
+const snapshotKey = "local-cache"
+
+// localStage is the local tier: the bounded cache of digests and, with
+// storage set, its snapshots in a storage extension, restored at start,
+// saved every snapshot_interval and at close.
+type localStage struct {
+	*localcache.Cache
+	cfg         *Config
+	id          component.ID
+	signal      string
+	fingerprint uint64 // of the settings that shape identities
+	logger      *zap.Logger
+	clock       clock.Clock
+
+	client storage.Client // nil: no storage
+	stop   context.CancelFunc
+	done   sync.WaitGroup
+}
+
+func newLocalStage(cfg *Config, id component.ID, signal string, logger *zap.Logger, clk clock.Clock) *localStage {
+	return &localStage{
+		Cache: localcache.New(cfg.Cache.MaxEntries, int64(cfg.Window)),
+		cfg:   cfg, id: id, signal: signal, fingerprint: identityFingerprint(cfg), logger: logger, clock: clk,
+	}
+}
+
+// start restores the last snapshot and starts saving one every
+// snapshot_interval. Only a storage setting naming no storage extension
+// fails the start: lost state (a storage that cannot be opened, a bad
+// snapshot) costs its keys, with one warning.
+func (l *localStage) start(ctx context.Context, host component.Host) error {
+	if l.cfg.Storage == nil {
+		return nil
+	}
+	id := *l.cfg.Storage
+	ext, ok := host.GetExtensions()[id]
+	if !ok {
+		return fmt.Errorf("dedup: storage %q: no such extension; configure it under extensions and list it in service.extensions", id)
+	}
+	se, ok := ext.(storage.Extension)
+	if !ok {
+		return fmt.Errorf("dedup: storage %q is not a storage extension", id)
+	}
+	client, err := se.GetClient(ctx, component.KindProcessor, l.id, l.signal)
+	if err != nil {
+		l.logger.Warn("dedup: cannot open the storage for the cache snapshot; running without persistence until restart",
+			zap.String("storage", id.String()), zap.Error(err))
+		return nil
+	}
+	l.client = client
+	l.restore(ctx)
+	saving, stop := context.WithCancel(context.Background())
+	l.stop = stop
+	if interval := l.cfg.SnapshotInterval; interval > 0 {
+		l.done.Go(func() {
+			for l.clock.Wait(saving, nil, interval) == nil {
+				if err := l.save(context.Background()); err != nil {
+					l.logger.Warn("dedup: cannot save the cache snapshot", zap.Error(err))
+				}
+			}
+		})
+	}
+	return nil
+}
+
+func (l *localStage) restore(ctx context.Context) {
+	b, err := l.client.Get(ctx, snapshotKey)
+	if err != nil {
+		l.logger.Warn("dedup: cannot read the cache snapshot; starting with an empty cache", zap.Error(err))
+		return
+	}
+	if b == nil {
+		l.logger.Info("dedup: no cache snapshot yet; starting with an empty cache")
+		return
+	}
+	now := l.clock.Now().UnixNano()
+	meta, n, err := snapshot.Restore(l.Cache, b, l.fingerprint, int64(l.cfg.Window), now)
+	if err != nil {
+		l.logger.Warn("dedup: ignoring an unusable cache snapshot; starting with an empty cache", zap.Error(err), zap.Int("bytes", len(b)))
+		return
+	}
+	l.logger.Info("dedup: restored the cache snapshot", zap.Int("keys", n),
+		zap.Duration("age", time.Duration(now-meta.WrittenAt)))
+}
+
+// save writes a snapshot of the committed keys (see snapshot.Save).
+func (l *localStage) save(ctx context.Context) error {
+	b := snapshot.Save(l.Cache, snapshot.Meta{Window: int64(l.cfg.Window), Fingerprint: l.fingerprint}, l.clock.Now().UnixNano())
+	return l.client.Set(ctx, snapshotKey, b)
+}
+
+// close stops the periodic saves, saves once more (the pipeline has
+// drained: every claimed key is in) and closes the client.
+func (l *localStage) close(ctx context.Context) error {
+	if l.client == nil {
+		return nil
+	}
+	l.stop()
+	l.done.Wait()
+	err := l.save(ctx)
+	if err != nil {
+		err = fmt.Errorf("dedup: save the cache snapshot: %w", err)
+	}
+	err = errors.Join(err, l.client.Close(ctx))
+	l.client = nil
+	return err
+}
