@@ -109,15 +109,19 @@ return n
 `)
 
 // commitScript makes a pending claim hold for the window. It answers 1 if
-// the claim is committed (now or by an earlier try), 0 if it had ended,
-// which it never revives. ARGV: window ms.
+// the claim is committed (now or by an earlier try), 0 if it was not
+// pending: its lease had ended, or its claim has not arrived yet (its
+// reply was lost, and the batch was delivered on the local cache's word).
+// Either way the batch was delivered, so the status is set committed: the
+// digest keys still holding the token are the delivered records', and a
+// claim of the token arriving late then claims nothing pending. A released
+// claim is never revived. ARGV: window ms.
 var commitScript = newScript(`
 local s = redis.call('GET', KEYS[1])
-if s == 'p' then
-  redis.call('SET', KEYS[1], 'c', 'PX', ARGV[1])
-  return 1
-end
 if s == 'c' then return 1 end
+if s == 'r' then return 0 end
+redis.call('SET', KEYS[1], 'c', 'PX', ARGV[1])
+if s == 'p' then return 1 end
 return 0
 `)
 

@@ -464,7 +464,8 @@ func readClaim(cl *call, answers []Answer) (owner string, err error) {
 // Commit makes the digests ds claimed under token hold for the rest of
 // their window: their batch was delivered. It is queued for the writer, and
 // sent by the caller only when the queue is full (the error is that send's).
-// It never revives a claim that ended first (ResultLost).
+// A claim that was not pending any more, or not yet, is reported
+// ResultLost, and committed all the same: its records were delivered.
 func (t *Tier) Commit(ctx context.Context, token string, ds []digest.Digest) error {
 	return t.finish(ctx, OpCommit, token, ds, true)
 }

@@ -387,7 +387,7 @@ func (t *Tier) readWrites(ws []write, calls []*call) []write {
 		}
 		if ws[i].op == OpCommit && ws[i].election == nil {
 			if n, _ := cl.cmd.Int64(); n == 0 {
-				t.lost(OpCommit, errors.New("dedup: redis commit: the claim had ended before its commit (its lease ran out): copies of its records may be delivered again"))
+				t.lost(OpCommit, errors.New("dedup: redis commit: the claim was not pending at its commit (its lease had ended, or its claim had not reached Redis): copies of its records may have been delivered meanwhile"))
 			}
 		}
 	}
