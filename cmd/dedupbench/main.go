@@ -25,13 +25,6 @@
 // (table.md) and the profiles' table (profile.md), which BENCHMARKS.md
 // records, benchstat's summary, the report, runs.json, the raw benchmark
 // output and the profiles.
-//
-// With -flood it does one thing instead: the flood (flood.go), 10^7
-// distinct keys through a dedup processor's 10^6-entry cache in-process,
-// its result printed as one line of JSON.
-//
-//	go run ./cmd/dedupbench -flood
-//	go run ./cmd/dedupbench -flood -keys 1000000 -max-entries 100000 -senders 2
 package main
 
 import (
@@ -82,39 +75,13 @@ func main() {
 	flag.DurationVar(&o.loadWait, "load-wait", 10*time.Minute, "the longest wait for -load-max; then measure anyway and say so")
 	flag.StringVar(&o.compression, "compression", "gzip", "the collector's OTLP exporter compression: gzip (its default) or none")
 	flag.StringVar(&o.redisBenchmark, "redis-benchmark", "redis-benchmark", "redis-benchmark binary")
-	flood := flag.Bool("flood", false, "instead: flood a dedup processor in-process with -keys distinct records through a -max-entries cache, print the result as JSON, exit 1 if a check failed")
-	fc := FloodConfig{Batch: batch}
-	flag.Int64Var(&fc.Keys, "keys", 10_000_000, "with -flood: distinct records to send")
-	flag.IntVar(&fc.MaxEntries, "max-entries", 1_000_000, "with -flood: the processor's cache.max_entries")
-	flag.DurationVar(&fc.Window, "window", time.Hour, "with -flood: the processor's window")
-	flag.IntVar(&fc.Senders, "senders", 1, "with -flood: goroutines sending at once")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if *flood {
-		os.Exit(runFlood(ctx, fc, os.Stdout, os.Stderr))
-	}
 	if err := run(ctx, o); err != nil {
 		fmt.Fprintln(os.Stderr, "dedupbench:", err)
 		os.Exit(1)
 	}
-}
-
-// runFlood is -flood: it prints the result as one line of JSON and returns
-// the exit status.
-func runFlood(ctx context.Context, cfg FloodConfig, stdout, stderr io.Writer) int {
-	res, err := Flood(ctx, cfg)
-	if err != nil {
-		fmt.Fprintln(stderr, "dedupbench -flood:", err)
-		return 1
-	}
-	b, _ := json.Marshal(res)
-	fmt.Fprintln(stdout, string(b))
-	problems := res.Check(raceEnabled)
-	for _, p := range problems {
-		fmt.Fprintln(stderr, "dedupbench -flood: FAIL:", p)
-	}
-	return min(len(problems), 1)
 }
 
 // results is what a run measured; runs.json is its JSON form.
