@@ -96,7 +96,6 @@ func run(ctx context.Context, args []string, stop <-chan struct{}, stdout, stder
 	bin := fs.String("bin", "bin/otelcol-dedup", "with -demo: the otelcol-dedup binary (make build)")
 	config := fs.String("config", "testdata/default.yaml", "with -demo: the collector config to demonstrate")
 	data := fs.String("data", "testdata/demo-logs.json", "with -demo: OTLP/JSON logs to send, one request per line")
-	generate := fs.String("generate", "", "with -demo: write the demo sample to this file instead, and exit")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `Usage: dedupload [flags]
 
@@ -122,11 +121,7 @@ Flags:
 		return exitUsage
 	}
 	if *demo {
-		err := writeSample(*generate)
-		if *generate == "" {
-			err = runDemo(*bin, *config, *data, stdout)
-		}
-		if err != nil {
+		if err := runDemo(*bin, *config, *data, stdout); err != nil {
 			fmt.Fprintf(stderr, "dedupload -demo: FAIL: %v\n", err)
 			return exitErrors
 		}
