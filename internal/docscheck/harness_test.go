@@ -17,6 +17,7 @@ import (
 
 	"github.com/otelcol-dedup/otelcol-dedup/internal/e2e"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/otlp"
+	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -31,7 +32,7 @@ const (
 // root is the repository root.
 func root(t *testing.T) string {
 	t.Helper()
-	r, err := e2e.RepoRoot()
+	r, err := testkit.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +43,7 @@ func root(t *testing.T) string {
 // one the e2e harness builds with ocb (once per test process).
 func binary(t *testing.T) string {
 	t.Helper()
-	bin, err := e2e.Distribution(os.Stderr)
+	bin, err := testkit.Distribution(os.Stderr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,3 +1,12 @@
+// Package e2e runs the otelcol-dedup distribution the way users do: it
+// starts the binary (testkit builds it for the tests) with its listeners on
+// port 0 of loopback addresses and reads back the ports they got, and reads
+// its Prometheus metrics endpoint; package otlp sends it OTLP and receives
+// what it exports.
+//
+// The harness (this package's non-test files) is shared by the end-to-end
+// tests beside it, internal/docscheck's tests, dedupload's demo and the
+// benchmark driver. Every process it starts is stopped by PID.
 package e2e
 
 import (

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -31,7 +32,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func collectorBinary(t *testing.T) string {
 	t.Helper()
 	start := time.Now()
-	bin, err := Distribution(os.Stderr)
+	bin, err := testkit.Distribution(os.Stderr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -390,4 +391,10 @@ receivers:
       receivers: [%s]
       exporters: [%s]
 `, name, settings, strings.Join(exporters, ""), name, strings.Join(ids, ", "))
+}
+
+// tail returns the last n lines of b.
+func tail(b []byte, n int) []byte {
+	lines := bytes.Split(bytes.TrimRight(b, "\n"), []byte("\n"))
+	return bytes.Join(lines[max(len(lines)-n, 0):], []byte("\n"))
 }

@@ -72,7 +72,7 @@ func journalRemote(t *testing.T) string {
 	t.Helper()
 	p := os.Getenv(EnvJournalRemote)
 	if p == "" {
-		root, err := RepoRoot()
+		root, err := testkit.RepoRoot()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -39,7 +39,7 @@ const (
 // does not retry), and the autocommit interval.
 func kafkaGateway(t *testing.T, broker, encoding, redisAddr, autocommit string) *running {
 	t.Helper()
-	root, err := RepoRoot()
+	root, err := testkit.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
