@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"path/filepath"
 	"sync"
 	"time"
@@ -136,7 +135,7 @@ func RunCollector(ctx context.Context, binary, dir, mode string, redis *redistes
 	// the distinct ones are the identities delivered.
 	var mu sync.Mutex
 	ids := map[string]struct{}{}
-	sink.OnLogs = func(ld plog.Logs, _ http.Header) {
+	sink.OnLogs = func(ld plog.Logs) {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, rl := range ld.ResourceLogs().All() {

@@ -3,7 +3,6 @@ package loadgen
 import (
 	"crypto/sha256"
 	"fmt"
-	"net/http"
 	"sort"
 	"sync"
 	"testing"
@@ -17,8 +16,7 @@ import (
 )
 
 // sink is an otlp.Sink that counts what a run delivered: records, distinct
-// identities (whole content and event.id), each request's payload and
-// headers.
+// identities (whole content and event.id), each request's payload.
 type sink struct {
 	*otlp.Sink
 
@@ -26,7 +24,6 @@ type sink struct {
 	byContent map[[32]byte]int // accepted records by whole content
 	byEventID map[string]int   // accepted records by event.id
 	payloads  []string         // sha256 of each accepted request's payload
-	headers   []http.Header
 }
 
 func newSink(t testing.TB) *sink {
@@ -55,13 +52,12 @@ func (s *sink) fail(n int, c codes.Code, h int) {
 	s.FailNext(n)
 }
 
-func (s *sink) accept(ld plog.Logs, h http.Header) {
+func (s *sink) accept(ld plog.Logs) {
 	raw, _ := plogotlp.NewExportRequestFromLogs(ld).MarshalProto()
 	sum := sha256.Sum256(raw)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.payloads = append(s.payloads, string(sum[:]))
-	s.headers = append(s.headers, h)
 	for _, rl := range ld.ResourceLogs().All() {
 		res := fmt.Sprint(rl.Resource().Attributes().AsRaw())
 		for _, sl := range rl.ScopeLogs().All() {
@@ -98,10 +94,4 @@ func (s *sink) counts() sinkCounts {
 		attempts: s.Requests(), refused: s.Refused(), records: s.LogRecordCount(),
 		distinctContent: len(s.byContent), distinctEventID: len(s.byEventID), payloads: p,
 	}
-}
-
-func (s *sink) allHeaders() []http.Header {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]http.Header(nil), s.headers...)
 }

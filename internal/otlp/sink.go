@@ -23,7 +23,6 @@ import (
 	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
@@ -32,14 +31,14 @@ import (
 // port of its own that it holds from the start. It keeps a copy of every
 // request it accepts, unless OnLogs takes the logs, and it can be told to
 // refuse requests (the next ones, or a share of them at random), to answer
-// slowly, to reject records in a partial success, or to hold requests until
-// told to let them through. Its methods are safe for concurrent use.
+// slowly, or to hold requests until told to let them through. Its methods
+// are safe for concurrent use.
 type Sink struct {
 	// OnLogs, if set before the first request, is called with every
-	// accepted logs request and its headers (gRPC metadata) instead of the
-	// sink keeping a copy: a tool counting millions of records holds none.
-	// It runs with the sink's lock held.
-	OnLogs func(ld plog.Logs, header http.Header)
+	// accepted logs request instead of the sink keeping a copy: a tool
+	// counting millions of records holds none. It runs with the sink's lock
+	// held.
+	OnLogs func(ld plog.Logs)
 
 	grpcLis, httpLis net.Listener
 	grpcSrv          *grpc.Server
@@ -53,7 +52,6 @@ type Sink struct {
 	failCode                                 codes.Code
 	failRand                                 *rand.Rand // not nil while FailRandomly is in force
 	failP                                    float64
-	reject                                   int64 // records each logs request's partial success rejects
 	latency                                  time.Duration
 	hold                                     chan struct{} // not nil while Hold is in force; closed by Unhold
 	logs                                     []plog.Logs
@@ -124,10 +122,6 @@ func (s *Sink) FailRandomly(p float64, seed uint64) {
 		s.failRand = rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	}
 }
-
-// RejectEach makes every accepted logs request answer a partial success
-// that rejects n of its records.
-func (s *Sink) RejectEach(n int64) { set(s, &s.reject, n) }
 
 // SetLatency makes every request from now on wait d before it is decided, as
 // a slow backend does; a request whose client gives up meanwhile is refused.
@@ -267,14 +261,11 @@ func (s *Sink) waitLocked(ctx context.Context, a <-chan struct{}, b <-chan time.
 // The keep functions record an accepted request (lock held), a copy of it:
 // the request's memory belongs to the server.
 
-func (s *Sink) keepLogs(ld plog.Logs, resp plogotlp.ExportResponse, header func() http.Header) func() {
+func (s *Sink) keepLogs(ld plog.Logs) func() {
 	return func() {
 		s.items[0] += ld.LogRecordCount()
-		if s.reject > 0 {
-			resp.PartialSuccess().SetRejectedLogRecords(s.reject)
-		}
 		if s.OnLogs != nil {
-			s.OnLogs(ld, header())
+			s.OnLogs(ld)
 			return
 		}
 		cp := plog.NewLogs()
@@ -307,16 +298,7 @@ type logsServer struct {
 }
 
 func (h *logsServer) Export(ctx context.Context, req plogotlp.ExportRequest) (plogotlp.ExportResponse, error) {
-	resp := plogotlp.NewExportResponse()
-	header := func() http.Header {
-		md, _ := metadata.FromIncomingContext(ctx)
-		out := http.Header{}
-		for k, vs := range md {
-			out[http.CanonicalHeaderKey(k)] = vs
-		}
-		return out
-	}
-	return resp, h.s.receive(ctx, req.Logs().LogRecordCount(), h.s.keepLogs(req.Logs(), resp, header))
+	return plogotlp.NewExportResponse(), h.s.receive(ctx, req.Logs().LogRecordCount(), h.s.keepLogs(req.Logs()))
 }
 
 type tracesServer struct {
@@ -350,9 +332,9 @@ func (s *Sink) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	var resp interface{ MarshalProto() ([]byte, error) }
 	switch r.URL.Path {
 	case "/v1/logs":
-		req, lresp := plogotlp.NewExportRequest(), plogotlp.NewExportResponse()
+		req := plogotlp.NewExportRequest()
 		err = req.UnmarshalProto(body)
-		n, keep, resp = req.Logs().LogRecordCount(), s.keepLogs(req.Logs(), lresp, func() http.Header { return r.Header }), lresp
+		n, keep, resp = req.Logs().LogRecordCount(), s.keepLogs(req.Logs()), plogotlp.NewExportResponse()
 	case "/v1/traces":
 		req := ptraceotlp.NewExportRequest()
 		err = req.UnmarshalProto(body)
