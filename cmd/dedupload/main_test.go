@@ -6,14 +6,15 @@ import (
 	"encoding/json"
 	"io"
 	"math"
-	"net/http"
 	"strings"
 	"testing"
 
 	"go.uber.org/goleak"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/otelcol-dedup/otelcol-dedup/internal/otlp"
+	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 )
 
 func TestMain(m *testing.M) {
@@ -30,8 +31,10 @@ func newSink(t *testing.T, reject bool) *otlp.Sink {
 	}
 	t.Cleanup(func() { _ = s.Close() })
 	if reject {
-		s.FailWith(codes.InvalidArgument, http.StatusBadRequest)
-		s.FailNext(math.MaxInt)
+		f := &testkit.Faults{}
+		f.FailWith(status.Error(codes.InvalidArgument, "the sink refused the request"))
+		f.FailNext(math.MaxInt)
+		s.Gate = f.Gate
 	}
 	return s
 }

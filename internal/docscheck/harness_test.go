@@ -206,15 +206,24 @@ func (c *collector) grpcSender() *otlp.Client {
 	return s
 }
 
+// testSink is an OTLP sink whose requests testkit's Faults decide.
+type testSink struct {
+	*otlp.Sink
+	*testkit.Faults
+}
+
 // newSink starts an OTLP sink, closed when the test ends.
-func newSink(t *testing.T) *otlp.Sink {
+func newSink(t testing.TB) *testSink {
 	t.Helper()
 	s, err := otlp.NewSink()
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("sink: %v", err)
 	}
+	f := &testkit.Faults{}
+	s.Gate = f.Gate
 	t.Cleanup(func() { _ = s.Close() })
-	return s
+	t.Cleanup(f.Unhold) // first: held requests go before the servers stop
+	return &testSink{s, f}
 }
 
 // listenYAML is the extensions and receivers sections that put a

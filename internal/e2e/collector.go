@@ -24,8 +24,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-
-	"github.com/otelcol-dedup/otelcol-dedup/internal/otlp"
 )
 
 // The loopback addresses a collector's listeners bind, each with port 0: the
@@ -72,7 +70,10 @@ const (
 // a sink, two exporters to it, SinkGRPCExporter and SinkHTTPExporter,
 // without retry_on_failure and sending_queue, so that an export error goes
 // straight back to the processor and the sender. It defines no pipeline.
-func Config(level string, sink *otlp.Sink, at Ports) map[string]any {
+func Config(level string, sink interface {
+	GRPCEndpoint() string
+	HTTPEndpoint() string
+}, at Ports) map[string]any {
 	or := func(addr, fresh string) string {
 		if addr != "" {
 			return addr

@@ -18,7 +18,6 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/otelcol-dedup/otelcol-dedup/internal/otlp"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 )
 
@@ -177,7 +176,7 @@ type journaldRecord struct {
 	timeUS          int64
 }
 
-func journaldRecords(t *testing.T, s *otlp.Sink) []journaldRecord {
+func journaldRecords(t *testing.T, s *testSink) []journaldRecord {
 	t.Helper()
 	var recs []journaldRecord
 	for _, ld := range s.Logs() {

@@ -11,14 +11,17 @@ import (
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/pdata/plog/plogotlp"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/otelcol-dedup/otelcol-dedup/internal/otlp"
+	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 )
 
 // sink is an otlp.Sink that counts what a run delivered: records, distinct
 // identities (whole content and event.id), each request's payload.
 type sink struct {
 	*otlp.Sink
+	*testkit.Faults
 
 	mu        sync.Mutex
 	byContent map[[32]byte]int // accepted records by whole content
@@ -32,8 +35,10 @@ func newSink(t testing.TB) *sink {
 	if err != nil {
 		t.Fatal(err)
 	}
+	f := &testkit.Faults{}
+	o.Gate = f.Gate
 	t.Cleanup(func() { _ = o.Close() })
-	s := &sink{Sink: o, byContent: map[[32]byte]int{}, byEventID: map[string]int{}}
+	s := &sink{Sink: o, Faults: f, byContent: map[[32]byte]int{}, byEventID: map[string]int{}}
 	o.OnLogs = s.accept
 	return s
 }
@@ -46,9 +51,10 @@ func (s *sink) endpoint(protocol string) string {
 	return s.GRPCEndpoint()
 }
 
-// fail makes the next n requests fail: gRPC code c, HTTP status h.
-func (s *sink) fail(n int, c codes.Code, h int) {
-	s.FailWith(c, h)
+// fail makes the next n requests fail with gRPC code c (over HTTP, the
+// matching status).
+func (s *sink) fail(n int, c codes.Code) {
+	s.FailWith(status.Error(c, "the sink refused the request"))
 	s.FailNext(n)
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net"
-	"net/http"
 	"testing"
 	"time"
 
@@ -24,17 +23,26 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 var protocols = []string{GRPC, HTTP}
 
-func newSink(t *testing.T) *Sink {
+// testSink is a sink whose requests testkit's Faults decide.
+type testSink struct {
+	*Sink
+	*testkit.Faults
+}
+
+func newSink(t *testing.T) *testSink {
 	t.Helper()
 	s, err := NewSink()
 	if err != nil {
 		t.Fatal(err)
 	}
+	f := &testkit.Faults{}
+	s.Gate = f.Gate
 	t.Cleanup(func() { _ = s.Close() })
-	return s
+	t.Cleanup(f.Unhold)
+	return &testSink{s, f}
 }
 
-func newClient(t *testing.T, s *Sink, protocol string) *Client {
+func newClient(t *testing.T, s *testSink, protocol string) *Client {
 	t.Helper()
 	endpoint := s.GRPCEndpoint()
 	if protocol == HTTP {
@@ -114,7 +122,7 @@ func TestFailNext(t *testing.T) {
 		if retry, _ := Retryable(err); !retry || (p == GRPC && status.Code(err) != codes.Unavailable) {
 			t.Errorf("%s: %v, want a retryable Unavailable / 503", p, err)
 		}
-		s.FailWith(codes.InvalidArgument, http.StatusBadRequest)
+		s.FailWith(status.Error(codes.InvalidArgument, "the sink refused the request"))
 		s.FailNext(1)
 		err = c.SendLogs(ctx, logs(2))
 		var he *HTTPError
