@@ -26,6 +26,7 @@ import (
 
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor"
+	"github.com/prometheus/procfs"
 )
 
 // The flood sends distinct records through a dedup processor's bounded
@@ -260,12 +261,15 @@ func heapInUse() uint64 {
 // selfRSS is this process's peak and current resident set; 0 where there
 // is no /proc.
 func selfRSS() (peak, now uint64) {
-	h, err := thisHost()
+	p, err := procfs.Self()
 	if err != nil {
 		return 0, 0
 	}
-	p, n, _ := h.rss(os.Getpid())
-	return uint64(p), uint64(n)
+	st, err := p.NewStatus()
+	if err != nil {
+		return 0, 0
+	}
+	return st.VmHWM, st.VmRSS
 }
 
 var (

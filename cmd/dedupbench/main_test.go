@@ -106,8 +106,7 @@ func TestRunEndToEnd(t *testing.T) {
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	o := options{bin: bin, out: dir, phases: "e2e,profile", compression: "gzip",
-		redisBenchmark: "redis-benchmark", reps: 1, records: 5000, loadMax: 100}
+	o := options{bin: bin, out: dir, phases: "e2e,profile", compression: "gzip", reps: 1, records: 5000}
 	if err := run(ctx, o); err != nil {
 		t.Fatal(err)
 	}
