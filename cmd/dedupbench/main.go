@@ -117,10 +117,7 @@ func run(ctx context.Context, o options) error {
 	if phases["e2e"] || phases["profile"] {
 		h := &harness{}
 		defer h.close()
-		redis, err := startRedis(h)
-		if err != nil {
-			return err
-		}
+		redis := redistest.Standalone(h) // no persistence, a loopback port of its own
 		logf("%s on %s", res.Redis, redis.Addr())
 		phase("e2e", func() error { return endToEnd(ctx, o, res, redis, logf) })
 		phase("profile", func() error { return profiles(ctx, o, res, redis, logf) })

@@ -227,18 +227,17 @@ func usage(root string, pid int) (cpu float64, peakRSS int64, err error) {
 }
 
 // harness runs redistest's Redis outside a test: it is the testkit.TB the
-// harness asks for, a failure ends the run with an error (Fatalf panics,
-// startRedis recovers), and close runs the cleanups.
+// harness asks for, and a failure stops what it started and ends the run.
 type harness struct{ cleanups []func() }
-
-type harnessFailure string
 
 func (h *harness) Helper() {}
 func (h *harness) Errorf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "dedupbench: "+format+"\n", args...)
 }
 func (h *harness) Fatalf(format string, args ...any) {
-	panic(harnessFailure(fmt.Sprintf(format, args...)))
+	h.Errorf(format, args...)
+	h.close()
+	os.Exit(1)
 }
 func (h *harness) Cleanup(f func()) { h.cleanups = append(h.cleanups, f) }
 
@@ -255,17 +254,7 @@ func (h *harness) close() {
 	for i := len(h.cleanups) - 1; i >= 0; i-- {
 		h.cleanups[i]()
 	}
-}
-
-// startRedis starts a standalone redis-server (no persistence, a loopback
-// port of its own) with redistest; h.close stops it.
-func startRedis(h *harness) (s *redistest.Server, err error) {
-	defer func() {
-		if f, ok := recover().(harnessFailure); ok {
-			err = errors.New(string(f))
-		}
-	}()
-	return redistest.Standalone(h), nil
+	h.cleanups = nil
 }
 
 // RedisCounts is the server's side of a run, from INFO: its CPU time
