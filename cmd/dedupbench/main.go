@@ -172,22 +172,6 @@ func goTest(ctx context.Context, o options, res *results, w io.Writer) error {
 	return os.WriteFile(filepath.Join(o.out, "benchstat.txt"), out, 0o644)
 }
 
-// measure runs one mode, emptying the Redis server first, and checks what
-// was delivered.
-func measure(ctx context.Context, o options, redis *redistest.Server, mode string, dupPct int, profile string) (Run, error) {
-	if err := flushRedis(ctx, redis); err != nil {
-		return Run{}, err
-	}
-	r, err := RunCollector(ctx, o, mode, redis, float64(dupPct)/100, profile)
-	if err == nil {
-		err = r.Exact(o.records)
-	}
-	if err != nil {
-		return r, fmt.Errorf("%s, %d%% copies: %w", mode, dupPct, err)
-	}
-	return r, nil
-}
-
 func describe(r Run, dupPct int) string {
 	return fmt.Sprintf("%-12s %2d%% copies: %.2f µs CPU/record, peak RSS %.1f MiB, %s records/s, latency p50 %.2f ms p99 %.2f ms; "+
 		"delivered %d (distinct %d), dropped %d; redis CPU %.2f µs/record, %d round trips, %d commands",

@@ -11,7 +11,7 @@ const redisBenchmarkCSV = `"test","rps","avg_latency_ms","min_latency_ms","p50_l
 `
 
 func TestParseRedisBenchmarkCSV(t *testing.T) {
-	rps, err := ParseRedisBenchmarkCSV([]byte(redisBenchmarkCSV))
+	rps, err := ParseRedisBenchmarkCSV([]byte(redisBenchmarkCSV), nil)
 	if err != nil || rps != 353356.91 {
 		t.Fatalf("got %v, %v; want 353356.91", rps, err)
 	}
@@ -21,7 +21,7 @@ func TestParseRedisBenchmarkCSV(t *testing.T) {
 		`"a","b"` + "\n" + `"SET","1"` + "\n",
 		`"test","rps"` + "\n" + `"SET","fast"` + "\n",
 	} {
-		if _, err := ParseRedisBenchmarkCSV([]byte(bad)); err == nil {
+		if _, err := ParseRedisBenchmarkCSV([]byte(bad), nil); err == nil {
 			t.Errorf("%q: no error", bad)
 		}
 	}

@@ -12,7 +12,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/prometheus/procfs"
@@ -114,26 +113,35 @@ func (r Run) Exact(records int64) error {
 	return nil
 }
 
-// RunCollector starts the binary with mode's config (files in o.out), sends
-// the load through it to a fresh sink, measures the collector (and Redis,
-// in ModeRedis) until the sink has every record it should, then stops the
-// collector: the Run is for Exact after the stop, so a record the collector
-// sends late counts too. With a profile path the collector writes its CPU
-// profile there.
-func RunCollector(ctx context.Context, o options, mode string, redis *redistest.Server, duplicates float64, profile string) (Run, error) {
-	run := Run{Mode: mode}
+// measure empties Redis, starts the binary with mode's config (files in
+// o.out), sends the load through it to a fresh sink, measures the collector
+// (and Redis, in ModeRedis) until the sink has every record it should, then
+// stops the collector and checks the run with Exact, so that a record the
+// collector sends late counts too. With a profile path the collector writes
+// its CPU profile there.
+func measure(ctx context.Context, o options, redis *redistest.Server, mode string, dupPct int, profile string) (run Run, err error) {
+	defer func() {
+		if err == nil {
+			err = run.Exact(o.records)
+		}
+		if err != nil {
+			err = fmt.Errorf("%s, %d%% copies: %w", mode, dupPct, err)
+		}
+	}()
+	run.Mode = mode
+	if err := flushRedis(ctx, redis); err != nil {
+		return run, err
+	}
 	sink, err := otlp.NewSink()
 	if err != nil {
 		return run, err
 	}
 	defer sink.Close()
 	// The load's event.id attribute is the same in every copy of a record:
-	// the distinct ones are the identities delivered.
-	var mu sync.Mutex
+	// the distinct ones are the identities delivered. OnLogs runs under the
+	// sink's lock, which LogRecordCount takes before ids is read.
 	ids := map[string]struct{}{}
 	sink.OnLogs = func(ld plog.Logs) {
-		mu.Lock()
-		defer mu.Unlock()
 		for _, rl := range ld.ResourceLogs().All() {
 			for _, sl := range rl.ScopeLogs().All() {
 				for _, lr := range sl.LogRecords().All() {
@@ -163,7 +171,7 @@ func RunCollector(ctx context.Context, o options, mode string, redis *redistest.
 	if err != nil {
 		return run, err
 	}
-	load := loadgen.Config{Endpoint: c.Ports.OTLPGRPC, Records: o.records, Duplicates: duplicates, Batch: batch, Senders: senders, Seed: 1}
+	load := loadgen.Config{Endpoint: c.Ports.OTLPGRPC, Records: o.records, Duplicates: float64(dupPct) / 100, Batch: batch, Senders: senders, Seed: 1}
 	if run.Load, err = loadgen.Run(ctx, load); err != nil {
 		return run, err
 	}
@@ -188,9 +196,8 @@ func RunCollector(ctx context.Context, o options, mode string, redis *redistest.
 	if err := c.Stop(30 * time.Second); err != nil {
 		return run, fmt.Errorf("stop: %w (log: %s)", err, logPath)
 	}
-	mu.Lock()
-	run.Delivered, run.Distinct = int64(sink.LogRecordCount()), int64(len(ids))
-	mu.Unlock()
+	run.Delivered = int64(sink.LogRecordCount())
+	run.Distinct = int64(len(ids))
 	// After the stop: the processor sends a batch's commit after its
 	// request is answered, and flushes the last ones on shutdown.
 	if mode == ModeRedis {
@@ -230,16 +237,15 @@ func usage(root string, pid int) (cpu float64, peakRSS int64, err error) {
 // harness asks for, and a failure stops what it started and ends the run.
 type harness struct{ cleanups []func() }
 
-func (h *harness) Helper() {}
-func (h *harness) Errorf(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "dedupbench: "+format+"\n", args...)
-}
-func (h *harness) Fatalf(format string, args ...any) {
-	h.Errorf(format, args...)
+func (h *harness) Helper()                   {}
+func (h *harness) Cleanup(f func())          { h.cleanups = append(h.cleanups, f) }
+func (h *harness) Errorf(f string, a ...any) { fmt.Fprintf(os.Stderr, "dedupbench: "+f+"\n", a...) }
+
+func (h *harness) Fatalf(f string, a ...any) {
+	h.Errorf(f, a...)
 	h.close()
 	os.Exit(1)
 }
-func (h *harness) Cleanup(f func()) { h.cleanups = append(h.cleanups, f) }
 
 func (h *harness) TempDir() string {
 	dir, err := os.MkdirTemp("", "dedupbench-redis-")
@@ -328,9 +334,12 @@ func RedisBenchmarkArgs(port, n int) []string {
 }
 
 // ParseRedisBenchmarkCSV returns the requests per second of the last test
-// of redis-benchmark --csv output: a header line, then one line per test,
-// `"SET ...","454545.45","0.563",...`.
-func ParseRedisBenchmarkCSV(out []byte) (float64, error) {
+// of redis-benchmark --csv output (or its error): a header line, then one
+// line per test, `"SET ...","454545.45","0.563",...`.
+func ParseRedisBenchmarkCSV(out []byte, err error) (float64, error) {
+	if err != nil {
+		return 0, fmt.Errorf("redis-benchmark: %w", err)
+	}
 	recs, err := csv.NewReader(bytes.NewReader(out)).ReadAll()
 	if err != nil || len(recs) < 2 || len(recs[0]) < 2 || recs[0][1] != "rps" || len(recs[len(recs)-1]) < 2 {
 		return 0, fmt.Errorf(`redis-benchmark csv: want a "test","rps",... header and a result line (%v)`, err)
@@ -356,14 +365,11 @@ func runRedisBenchmark(ctx context.Context, s *redistest.Server, n int) (Ceiling
 	if err != nil {
 		return Ceiling{}, err
 	}
-	var stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, "redis-benchmark", RedisBenchmarkArgs(s.Port(), n)...)
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return Ceiling{}, fmt.Errorf("redis-benchmark: %w: %s", err, bytes.TrimSpace(stderr.Bytes()))
+	out, err := exec.CommandContext(ctx, "redis-benchmark", RedisBenchmarkArgs(s.Port(), n)...).Output()
+	if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
+		err = fmt.Errorf("%w: %s", err, bytes.TrimSpace(ee.Stderr))
 	}
-	rps, err := ParseRedisBenchmarkCSV(out)
+	rps, err := ParseRedisBenchmarkCSV(out, err)
 	if err != nil {
 		return Ceiling{}, err
 	}
