@@ -98,10 +98,10 @@ run: build
 demo: build
 	$(GO) run ./cmd/dedupload -demo -bin $(BIN) -config $(CONFIG) -data testdata/demo-logs.json
 
-# Regenerates the demo sample (deterministic; cmd/dedupload's tests check the
-# shipped file matches).
+# Regenerates the demo sample (deterministic: the generator is
+# cmd/dedupload's test, which checks the shipped file matches).
 demo-data:
-	$(GO) run ./cmd/dedupload -demo -generate testdata/demo-logs.json
+	$(GO) test ./cmd/dedupload -count=1 -run '^TestSampleIsGenerated$$' -update
 
 # The end-to-end tests (internal/e2e) use the binaries built here
 # (OTELCOL_DEDUP_BIN, OTELCOL_AGENT_BIN); run alone with go test they build

@@ -89,7 +89,7 @@ cpu >"$dir/cpu-before"
 
 # One sender sends each request to both collectors at the same moment.
 go run ./cmd/dedupload -endpoint 127.0.0.1:$((base + 10)),127.0.0.1:$((base + 20)) -records "$records" \
-	-batch "$batch" -duplicates 0 -key event.id -senders 1 -seed 7 -json -progress never >"$dir/load.json"
+	-batch "$batch" -duplicates 0 -senders 1 -seed 7 >"$dir/load.json"
 
 counter() { # metric, label filter: the sum over both collectors
 	for i in 1 2; do curl -s "127.0.0.1:$((base + 10 * i + 2))/metrics"; done |

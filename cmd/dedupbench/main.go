@@ -1,37 +1,13 @@
 // Command dedupbench is `make bench`: the performance targets of the dedup
-// processor and the otelcol-dedup distribution in one run.
+// processor and the otelcol-dedup distribution in one run, after a wait (at
+// most -load-wait) for the 1-minute load to drop below 1. Its phases:
+// gotest (the processor's Go benchmarks, benchstat), e2e (-reps rounds of
+// the pass-through, the local and the Redis tier on the same load, every
+// delivery checked, and redis-benchmark on the same server) and profile
+// (the collector's CPU profile in each mode). BENCHMARKS.md says what each
+// measures and records table.md and profile.md, which it writes to -out.
 //
 //	go run ./cmd/dedupbench -bin bin/otelcol-dedup -out _bench
-//
-// A run waits (at most -load-wait) for the machine's 1-minute load to drop
-// below -load-max, then:
-//
-//   - gotest: the processor module's Go benchmarks (BenchmarkConsumeLogs at
-//     batch 1000, BenchmarkMemoryPerKey) with go test -bench, -count times
-//     on one core, summarized by benchstat;
-//   - e2e: -reps rounds, each running the pass-through, the local tier and
-//     the Redis tier (a standalone redis-server) in turn on the same
-//     workload (-records OTLP logs from the dedupload engine, 30% exact
-//     copies, then 0%, batches of 1000, 4 senders, exported over OTLP to a
-//     sink that checks exactly what arrived: every identity once, 0 leaked,
-//     0 lost), plus redis-benchmark's pipelined SET NX PX on the same
-//     server; each mode's figures are divided by its round's pass-through's
-//     and the medians of those ratios reported;
-//   - profile: one more run of each mode at each share of copies with the
-//     pprof extension writing the collector's CPU profile, and the
-//     functions whose CPU per record differs most between the three.
-//
-// Everything goes to -out (git ignores _bench): the targets table
-// (table.md) and the profiles' table (profile.md), which BENCHMARKS.md
-// records, benchstat's summary, the report, runs.json, the raw benchmark
-// output and the profiles.
-//
-// With -flood it does one thing instead: the flood (flood.go), 10^7
-// distinct keys through a dedup processor's 10^6-entry cache in-process,
-// its result printed as one line of JSON.
-//
-//	go run ./cmd/dedupbench -flood
-//	go run ./cmd/dedupbench -flood -keys 1000000 -max-entries 100000 -senders 2
 package main
 
 import (
@@ -47,11 +23,13 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
-	"github.com/otelcol-dedup/otelcol-dedup/internal/loadgen"
+	"github.com/prometheus/procfs"
+
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
 )
 
@@ -63,11 +41,10 @@ const (
 var dupPcts = []int{30, 0}
 
 type options struct {
-	bin, out, phases, compression, redisBenchmark string
-	count, reps                                   int
-	records                                       int64
-	loadMax                                       float64
-	loadWait                                      time.Duration
+	bin, out, phases, compression string
+	count, reps                   int
+	records                       int64
+	loadWait                      time.Duration
 }
 
 func main() {
@@ -78,51 +55,22 @@ func main() {
 	flag.IntVar(&o.count, "count", 6, "repetitions of each Go benchmark (go test -count)")
 	flag.IntVar(&o.reps, "reps", 3, "rounds of the end-to-end runs (each mode once per round; medians reported)")
 	flag.Int64Var(&o.records, "records", 1_000_000, "records of each end-to-end run")
-	flag.Float64Var(&o.loadMax, "load-max", 1.0, "wait for the 1-minute load average to drop below this before measuring")
-	flag.DurationVar(&o.loadWait, "load-wait", 10*time.Minute, "the longest wait for -load-max; then measure anyway and say so")
+	flag.DurationVar(&o.loadWait, "load-wait", 10*time.Minute, "the longest wait for the 1-minute load to drop below 1; then measure anyway and say so")
 	flag.StringVar(&o.compression, "compression", "gzip", "the collector's OTLP exporter compression: gzip (its default) or none")
-	flag.StringVar(&o.redisBenchmark, "redis-benchmark", "redis-benchmark", "redis-benchmark binary")
-	flood := flag.Bool("flood", false, "instead: flood a dedup processor in-process with -keys distinct records through a -max-entries cache, print the result as JSON, exit 1 if a check failed")
-	fc := FloodConfig{Batch: batch}
-	flag.Int64Var(&fc.Keys, "keys", 10_000_000, "with -flood: distinct records to send")
-	flag.IntVar(&fc.MaxEntries, "max-entries", 1_000_000, "with -flood: the processor's cache.max_entries")
-	flag.DurationVar(&fc.Window, "window", time.Hour, "with -flood: the processor's window")
-	flag.IntVar(&fc.Senders, "senders", 1, "with -flood: goroutines sending at once")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if *flood {
-		os.Exit(runFlood(ctx, fc, os.Stdout, os.Stderr))
-	}
 	if err := run(ctx, o); err != nil {
 		fmt.Fprintln(os.Stderr, "dedupbench:", err)
 		os.Exit(1)
 	}
 }
 
-// runFlood is -flood: it prints the result as one line of JSON and returns
-// the exit status.
-func runFlood(ctx context.Context, cfg FloodConfig, stdout, stderr io.Writer) int {
-	res, err := Flood(ctx, cfg)
-	if err != nil {
-		fmt.Fprintln(stderr, "dedupbench -flood:", err)
-		return 1
-	}
-	b, _ := json.Marshal(res)
-	fmt.Fprintln(stdout, string(b))
-	problems := res.Check(raceEnabled)
-	for _, p := range problems {
-		fmt.Fprintln(stderr, "dedupbench -flood: FAIL:", p)
-	}
-	return min(len(problems), 1)
-}
-
 // results is what a run measured; runs.json is its JSON form.
 type results struct {
 	Date, Source, Machine, Go, Redis, Load string
-	Records                                int64
 	GoBench                                []GoBench
-	Runs                                   map[int][]Run // by duplicate %: rounds of Modes in order
+	Runs                                   map[int][]Run // by duplicate %: rounds of modes in order
 	Ceiling                                []Ceiling
 	Profiles                               []Run
 	Errors                                 map[string]string // by phase
@@ -131,7 +79,7 @@ type results struct {
 func run(ctx context.Context, o options) error {
 	phases := map[string]bool{}
 	for _, p := range strings.Split(o.phases, ",") {
-		if p = strings.TrimSpace(p); !slices.Contains([]string{"gotest", "e2e", "profile"}, p) {
+		if !slices.Contains([]string{"gotest", "e2e", "profile"}, p) {
 			return fmt.Errorf("-phases: unknown phase %q; want gotest, e2e or profile", p)
 		}
 		phases[p] = true
@@ -147,27 +95,10 @@ func run(ctx context.Context, o options) error {
 	w := io.MultiWriter(os.Stdout, report)
 	logf := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
 
-	h, err := thisHost()
-	if err != nil {
-		return err
-	}
-	machine, err := h.machine()
-	if err != nil {
-		return err
-	}
-	res := &results{Date: time.Now().UTC().Format(time.RFC3339), Source: source(ctx), Machine: machine, Go: runtime.Version(),
-		Redis: redisVersion(), Records: o.records, Runs: map[int][]Run{}, Errors: map[string]string{}}
+	res := &results{Date: time.Now().UTC().Format(time.RFC3339), Source: "commit " + output(ctx, "git", "describe", "--always", "--dirty"),
+		Machine: machine(procfs.DefaultMountPoint), Go: runtime.Version(), Redis: redisVersion(ctx), Runs: map[int][]Run{}, Errors: map[string]string{}}
 	logf("dedupbench: %s; %s; %s; %s; %s", res.Date, res.Source, res.Machine, res.Go, res.Redis)
-	load, quiet, err := waitForQuiet(o.loadMax, o.loadWait, 15*time.Second, h.loadAvg, time.Sleep, func(l LoadAvg, waited time.Duration) {
-		logf("load %s (1-min >= %.2f): waiting (%s of at most %s)", l, o.loadMax, waited.Round(time.Second), o.loadWait)
-	})
-	if err != nil {
-		return err
-	}
-	res.Load = load.String()
-	if !quiet {
-		res.Load += " (never below -load-max: figures of a busy machine)"
-	}
+	res.Load = waitForQuiet(ctx, "/proc/loadavg", o.loadWait, 15*time.Second, logf)
 	logf("load %s: measuring", res.Load)
 
 	phase := func(name string, fn func() error) {
@@ -184,12 +115,9 @@ func run(ctx context.Context, o options) error {
 	}
 	phase("gotest", func() error { return goTest(ctx, o, res, w) })
 	if phases["e2e"] || phases["profile"] {
-		rh := &harness{}
-		defer rh.close()
-		redis, err := startRedis(rh)
-		if err != nil {
-			return err
-		}
+		h := &harness{}
+		defer h.close()
+		redis := redistest.Standalone(h) // no persistence, a loopback port of its own
 		logf("%s on %s", res.Redis, redis.Addr())
 		phase("e2e", func() error { return endToEnd(ctx, o, res, redis, logf) })
 		phase("profile", func() error { return profiles(ctx, o, res, redis, logf) })
@@ -205,7 +133,7 @@ func run(ctx context.Context, o options) error {
 			return err
 		}
 	}
-	logf("written to %s: table.md, profile.md, benchstat.txt, report.txt, runs.json, gotest.txt, profile-*.pprof, profile-*.top.txt", o.out)
+	logf("written to %s", o.out)
 	if len(res.Errors) > 0 {
 		return fmt.Errorf("%d phase(s) failed", len(res.Errors))
 	}
@@ -220,7 +148,7 @@ func goTest(ctx context.Context, o options, res *results, w io.Writer) error {
 		{"./internal/localcache", `^BenchmarkMemoryPerKey$`},
 	} {
 		args := []string{"test", "-run", "^$", "-bench", job[1], "-benchmem", "-cpu", "1", "-count", fmt.Sprint(o.count), job[0]}
-		fmt.Fprintf(w, "$ (cd %s && go %s)\n", processorDir, shellJoin(args))
+		fmt.Fprintf(w, "$ (cd %s && go %s)\n", processorDir, strings.Join(args, " "))
 		cmd := exec.CommandContext(ctx, "go", args...)
 		cmd.Dir = processorDir
 		cmd.Stdout, cmd.Stderr = io.MultiWriter(&raw, w), w
@@ -244,27 +172,10 @@ func goTest(ctx context.Context, o options, res *results, w io.Writer) error {
 	return os.WriteFile(filepath.Join(o.out, "benchstat.txt"), out, 0o644)
 }
 
-// measure runs one mode, emptying the Redis server first, and checks what
-// was delivered.
-func measure(ctx context.Context, o options, redis *redistest.Server, mode string, dupPct int, profile string) (Run, error) {
-	if err := flushRedis(ctx, redis); err != nil {
-		return Run{}, err
-	}
-	if mode != ModeRedis {
-		redis = nil
-	}
-	load := loadgen.Config{Records: o.records, Duplicates: float64(dupPct) / 100, Batch: batch, Senders: senders, Seed: 1}
-	r, err := RunCollector(ctx, o.bin, o.out, mode, redis, load, o.compression, profile)
-	if err != nil {
-		return r, fmt.Errorf("%s, %d%% copies: %w", mode, dupPct, err)
-	}
-	return r, r.Exact(o.records)
-}
-
 func describe(r Run, dupPct int) string {
-	return fmt.Sprintf("%-12s %2d%% copies: %.2f µs CPU/record, peak RSS %s, %s records/s, latency p50 %.2f ms p99 %.2f ms; "+
+	return fmt.Sprintf("%-12s %2d%% copies: %.2f µs CPU/record, peak RSS %.1f MiB, %s records/s, latency p50 %.2f ms p99 %.2f ms; "+
 		"delivered %d (distinct %d), dropped %d; redis CPU %.2f µs/record, %d round trips, %d commands",
-		r.Mode, dupPct, r.CPUPerRecord()*1e6, MiB(r.PeakRSS), Rate(r.Load.RecordsPerSecond), r.Load.LatencyP50*1e3,
+		r.Mode, dupPct, r.CPUPerRecord()*1e6, float64(r.PeakRSS)/(1<<20), Rate(r.Load.RecordsPerSecond), r.Load.LatencyP50*1e3,
 		r.Load.LatencyP99*1e3, r.Delivered, r.Distinct, r.Dropped, r.Redis.CPUSeconds*1e6/float64(r.Load.Sent), r.RoundTrips, r.Redis.Calls)
 }
 
@@ -285,13 +196,13 @@ func endToEnd(ctx context.Context, o options, res *results, redis *redistest.Ser
 		if err := flushRedis(ctx, redis); err != nil {
 			return err
 		}
-		c, err := runRedisBenchmark(ctx, o.redisBenchmark, redis, senders, batch, int(o.records))
+		c, err := runRedisBenchmark(ctx, redis, int(o.records))
 		if err != nil {
 			return err
 		}
 		res.Ceiling = append(res.Ceiling, c)
-		logf("round %d: %s %s: %s ops/s, redis CPU %.3f µs/op", rep+1, o.redisBenchmark,
-			shellJoin(RedisBenchmarkArgs(redis.Port(), senders, batch, int(o.records))), Rate(c.OpsPerSecond), c.CPUPerOp()*1e6)
+		logf("round %d: redis-benchmark %s: %s ops/s, redis CPU %.3f µs/op", rep+1,
+			strings.Join(RedisBenchmarkArgs(redis.Port(), int(o.records)), " "), Rate(c.OpsPerSecond), c.CPUPerOp()*1e6)
 	}
 	return nil
 }
@@ -338,35 +249,52 @@ func profiles(ctx context.Context, o options, res *results, redis *redistest.Ser
 	return os.WriteFile(filepath.Join(o.out, "profile.md"), []byte(doc), 0o644)
 }
 
-func shellJoin(args []string) string {
-	q := make([]string, len(args))
-	for i, a := range args {
-		q[i] = a
-		if a == "" || strings.ContainsAny(a, " '\"*$%\\()^|[]{}?<>;&") {
-			q[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
-		}
-	}
-	return strings.Join(q, " ")
-}
-
-// source names the commit measured, and whether the working tree differs.
-func source(ctx context.Context) string {
-	out, err := exec.CommandContext(ctx, "git", "describe", "--always", "--dirty").Output()
+// output is a command's trimmed output, or its error.
+func output(ctx context.Context, name string, args ...string) string {
+	out, err := exec.CommandContext(ctx, name, args...).Output()
 	if err != nil {
-		return "commit unknown (no git)"
-	}
-	return "commit " + strings.TrimSpace(string(out))
-}
-
-func redisVersion() string {
-	out, err := exec.Command("redis-server", "--version").Output()
-	if err != nil {
-		return "redis-server: " + err.Error()
-	}
-	for _, f := range strings.Fields(string(out)) {
-		if v, ok := strings.CutPrefix(f, "v="); ok {
-			return "Redis " + v
-		}
+		return name + ": " + err.Error()
 	}
 	return strings.TrimSpace(string(out))
+}
+
+// machine describes the host from the proc file system at root: "<CPU
+// model>, <n> cores, <memory> GiB".
+func machine(root string) string {
+	fs, err := procfs.NewFS(root)
+	if err != nil {
+		return err.Error()
+	}
+	cpus, err1 := fs.CPUInfo()
+	mem, err2 := fs.Meminfo()
+	if err1 != nil || err2 != nil || len(cpus) == 0 || mem.MemTotalBytes == nil {
+		return fmt.Sprintf("machine unknown (cpuinfo: %v, meminfo: %v)", err1, err2)
+	}
+	return fmt.Sprintf("%s, %d cores, %.1f GiB", cpus[0].ModelName, len(cpus), float64(*mem.MemTotalBytes)/(1<<30))
+}
+
+// waitForQuiet reads the load averages (a /proc/loadavg) every poll until
+// the 1-minute one is below 1 or wait has passed, and returns the last
+// reading, marked if it never was below 1: a machine that stays busy delays
+// the run by wait at most, and the table records the load it ran under.
+func waitForQuiet(ctx context.Context, loadavg string, wait, poll time.Duration, logf func(string, ...any)) string {
+	for waited := time.Duration(0); ; waited += poll {
+		b, err := os.ReadFile(loadavg)
+		f := strings.Fields(string(b))
+		if err != nil || len(f) < 3 {
+			return fmt.Sprintf("unknown (%s: %v)", loadavg, err)
+		}
+		load := strings.Join(f[:3], " ")
+		if one, err := strconv.ParseFloat(f[0], 64); err != nil || one < 1 {
+			return load
+		}
+		if waited >= wait || ctx.Err() != nil {
+			return load + " (never below 1: figures of a busy machine)"
+		}
+		logf("load %s (1-min >= 1): waiting (%s of at most %s)", load, waited, wait)
+		select {
+		case <-time.After(poll):
+		case <-ctx.Done():
+		}
+	}
 }

@@ -12,8 +12,8 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/otelcol-dedup/otelcol-dedup/internal/e2e"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/loadgen"
+	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -94,7 +94,7 @@ func TestTargetRowsMissing(t *testing.T) {
 // the real binary and redis-server: every run delivers exactly what it
 // should, and the table and profiles are written.
 func TestRunEndToEnd(t *testing.T) {
-	bin, err := e2e.Distribution(os.Stderr)
+	bin, err := testkit.Distribution(os.Stderr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,8 +106,7 @@ func TestRunEndToEnd(t *testing.T) {
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	o := options{bin: bin, out: dir, phases: "e2e,profile", compression: "gzip",
-		redisBenchmark: "redis-benchmark", reps: 1, records: 5000, loadMax: 100}
+	o := options{bin: bin, out: dir, phases: "e2e,profile", compression: "gzip", reps: 1, records: 5000}
 	if err := run(ctx, o); err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -8,11 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/procfs"
+
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 )
 
 // sampleProc writes a proc file system of sample files: process 4242 (a
-// command name with a space and a ')' in it), the load, the CPU times, two
+// command name with a space and a ')' in it), a process without VmHWM, two
 // CPUs and the memory.
 func sampleProc(t *testing.T) string {
 	t.Helper()
@@ -23,10 +26,8 @@ func sampleProc(t *testing.T) string {
 			"94592431345664 94592431365545 140725379876544 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0 94592431381552 94592431383168 94593465847808 140725379877377 140725379877397 140725379877397 140725379878891 0\n",
 		"4242/status": "Name:\totelcol-dedup\nUmask:\t0022\nState:\tS (sleeping)\nVmPeak:\t 1912344 kB\nVmSize:\t 1912344 kB\n" +
 			"VmHWM:\t   81236 kB\nVmRSS:\t   80012 kB\nThreads:\t12\n",
-		// Two threads: 100 + 20 and 7 + 3 context switches.
 		"4343/stat":   "4343 (idle) S 1 4343 4343 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 1 1 1 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0 0 0 0 0 0 0 0 0\n",
 		"4343/status": "Name:\tidle\nThreads:\t1\n",
-		"loadavg":     "0.42 1.50 3.75 2/181 9876\n",
 		"stat": "cpu  650204 0 125888 445004 4459 0 4849 275 0 0\ncpu0 325102 0 62944 222502 2229 0 2424 137 0 0\n" +
 			"cpu1 325102 0 62944 222502 2230 0 2425 138 0 0\nintr 1 2 3\nctxt 100\nbtime 1763900000\nprocesses 50\nprocs_running 1\nprocs_blocked 0\n",
 		"cpuinfo": "processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 7B13\nflags\t\t: fpu\n\nprocessor\t: 1\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 7B13\nflags\t\t: fpu\n\n",
@@ -45,28 +46,18 @@ func sampleProc(t *testing.T) string {
 }
 
 func TestHostReadsSampleFiles(t *testing.T) {
-	h, err := newHost(sampleProc(t))
-	if err != nil {
-		t.Fatal(err)
+	root := sampleProc(t)
+	if cpu, peak, err := usage(root, 4242); err != nil || cpu != 18.01 || peak != 81236*1024 {
+		t.Errorf("usage(4242) = %v s, %d bytes, %v; want 18.01 s, %d bytes", cpu, peak, err, 81236*1024)
 	}
-	if cpu, err := h.procCPU(4242); err != nil || cpu != 18010*time.Millisecond {
-		t.Errorf("procCPU(4242) = %v, %v; want 18.01s", cpu, err)
+	if _, _, err := usage(root, 4343); err == nil {
+		t.Error("usage of a status without VmHWM: no error")
 	}
-	if peak, now, err := h.rss(4242); err != nil || peak != 81236*1024 || now != 80012*1024 {
-		t.Errorf("rss(4242) = %d, %d, %v; want %d, %d", peak, now, err, 81236*1024, 80012*1024)
+	if _, _, err := usage(root, 99999); err == nil {
+		t.Error("usage of a missing process: no error")
 	}
-	if _, _, err := h.rss(4343); err == nil {
-		t.Error("rss of a status without VmHWM: no error")
-	}
-	if _, err := h.procCPU(99999); err == nil {
-		t.Error("procCPU of a missing process: no error")
-	}
-	l, err := h.loadAvg()
-	if err != nil || l != (LoadAvg{0.42, 1.5, 3.75}) || l.String() != "0.42 1.50 3.75" {
-		t.Errorf("loadAvg = %+v (%q), %v", l, l.String(), err)
-	}
-	if m, err := h.machine(); err != nil || m != "AMD EPYC 7B13, 2 cores, 23.5 GiB" {
-		t.Errorf("machine = %q, %v", m, err)
+	if m := machine(root); m != "AMD EPYC 7B13, 2 cores, 23.5 GiB" {
+		t.Errorf("machine = %q", m)
 	}
 }
 
@@ -74,12 +65,8 @@ func TestHostReadsSampleFiles(t *testing.T) {
 // grows while it computes, and its peak resident set covers memory it
 // touched.
 func TestThisHost(t *testing.T) {
-	h, err := thisHost()
-	if err != nil {
-		t.Fatal(err)
-	}
 	pid := os.Getpid()
-	before, err := h.procCPU(pid)
+	before, _, err := usage(procfs.DefaultMountPoint, pid)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +77,7 @@ func TestThisHost(t *testing.T) {
 		for range 1_000_000 {
 			x = x*6364136223846793005 + 1442695040888963407
 		}
-		after, err := h.procCPU(pid)
+		after, _, err := usage(procfs.DefaultMountPoint, pid)
 		return err == nil && after > before
 	}, func() string { return fmt.Sprint(x) })
 	mem := make([]byte, 64<<20)
@@ -99,48 +86,43 @@ func TestThisHost(t *testing.T) {
 			mem[i] = 1
 		}
 	}
-	peak, _, err := h.rss(pid)
+	_, peak, err := usage(procfs.DefaultMountPoint, pid)
 	runtime.KeepAlive(mem)
 	if err != nil || peak < 64<<20 {
 		t.Errorf("peak RSS %d, %v after touching 64 MiB", peak, err)
 	}
-	if _, err := h.machine(); err != nil {
-		t.Error(err)
-	}
-	if _, err := h.loadAvg(); err != nil {
-		t.Error(err)
-	}
 }
 
 func TestWaitForQuiet(t *testing.T) {
-	reads := func(loads ...float64) func() (LoadAvg, error) {
-		i := 0
-		return func() (LoadAvg, error) {
-			l := LoadAvg{One: loads[min(i, len(loads)-1)]}
-			i++
-			return l, nil
+	path := filepath.Join(t.TempDir(), "loadavg")
+	write := func(s string) {
+		if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
 		}
 	}
-	var slept time.Duration
-	sleep := func(d time.Duration) { slept += d }
-	var logged int
-	log := func(LoadAvg, time.Duration) { logged++ }
-
-	// Quiet on the third reading: two sleeps.
-	l, quiet, err := waitForQuiet(1.0, time.Minute, 15*time.Second, reads(2.5, 1.0, 0.7), sleep, log)
-	if err != nil || !quiet || l.One != 0.7 || slept != 30*time.Second {
-		t.Fatalf("got %v %v %v after %v; want 0.7 quiet after 30s", l, quiet, err, slept)
+	ctx := context.Background()
+	// Quiet at once.
+	write("0.42 1.50 3.75 2/181 9876\n")
+	if got := waitForQuiet(ctx, path, time.Hour, time.Millisecond, t.Fatalf); got != "0.42 1.50 3.75" {
+		t.Fatalf("quiet: %q", got)
+	}
+	// Busy, then quiet by the second reading: one wait logged.
+	write("2.50 1.50 1.00 2/181 9876\n")
+	var logs []string
+	got := waitForQuiet(ctx, path, time.Hour, time.Millisecond, func(format string, args ...any) {
+		logs = append(logs, fmt.Sprintf(format, args...))
+		write("0.70 1.40 1.00 2/181 9876\n")
+	})
+	if got != "0.70 1.40 1.00" || len(logs) != 1 || logs[0] != "load 2.50 1.50 1.00 (1-min >= 1): waiting (0s of at most 1h0m0s)" {
+		t.Fatalf("busy then quiet: %q after %q", got, logs)
 	}
 	// Never quiet: gives up after the bound with the last reading.
-	slept, logged = 0, 0
-	l, quiet, err = waitForQuiet(1.0, time.Minute, 15*time.Second, reads(3), sleep, log)
-	if err != nil || quiet || l.One != 3 || slept != time.Minute || logged != 4 {
-		t.Fatalf("got %v %v %v after %v, %d logs; want 3, not quiet, after 1m, 4 logs", l, quiet, err, slept, logged)
-	}
-	// A zero bound reads once.
-	slept = 0
-	_, quiet, _ = waitForQuiet(1.0, 0, 15*time.Second, reads(3), sleep, log)
-	if quiet || slept != 0 {
-		t.Fatalf("zero wait: quiet %v, slept %v", quiet, slept)
+	write("3.00 3.00 3.00 2/181 9876\n")
+	logs = nil
+	got = waitForQuiet(ctx, path, 3*time.Millisecond, time.Millisecond, func(format string, args ...any) {
+		logs = append(logs, fmt.Sprintf(format, args...))
+	})
+	if got != "3.00 3.00 3.00 (never below 1: figures of a busy machine)" || len(logs) != 3 {
+		t.Fatalf("never quiet: %q after %d waits, want 3", got, len(logs))
 	}
 }

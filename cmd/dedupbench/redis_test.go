@@ -2,7 +2,6 @@ package main
 
 import (
 	"slices"
-	"strings"
 	"testing"
 )
 
@@ -12,7 +11,7 @@ const redisBenchmarkCSV = `"test","rps","avg_latency_ms","min_latency_ms","p50_l
 `
 
 func TestParseRedisBenchmarkCSV(t *testing.T) {
-	rps, err := ParseRedisBenchmarkCSV(strings.NewReader(redisBenchmarkCSV))
+	rps, err := ParseRedisBenchmarkCSV([]byte(redisBenchmarkCSV), nil)
 	if err != nil || rps != 353356.91 {
 		t.Fatalf("got %v, %v; want 353356.91", rps, err)
 	}
@@ -22,14 +21,14 @@ func TestParseRedisBenchmarkCSV(t *testing.T) {
 		`"a","b"` + "\n" + `"SET","1"` + "\n",
 		`"test","rps"` + "\n" + `"SET","fast"` + "\n",
 	} {
-		if _, err := ParseRedisBenchmarkCSV(strings.NewReader(bad)); err == nil {
+		if _, err := ParseRedisBenchmarkCSV([]byte(bad), nil); err == nil {
 			t.Errorf("%q: no error", bad)
 		}
 	}
 }
 
 func TestRedisBenchmarkArgs(t *testing.T) {
-	got := RedisBenchmarkArgs(6380, 4, 1000, 1000000)
+	got := RedisBenchmarkArgs(6380, 1000000)
 	want := []string{"-h", "127.0.0.1", "-p", "6380", "-c", "4", "-P", "1000", "-n", "1000000", "-r", "1000000000", "--csv",
 		"SET", "otelcol-dedup:bench:__rand_int__", "AAAAAAAAAAAAAAAA", "NX", "PX", "600000"}
 	if !slices.Equal(got, want) {

@@ -1,24 +1,28 @@
 package main
 
 import (
+	"bufio"
+	"cmp"
 	"fmt"
+	"io"
+	"maps"
 	"math"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
-	"unicode/utf8"
+	"time"
 )
 
-// Verdict is how a measured figure compares with its target.
-type Verdict string
-
+// The verdicts of a row of the targets table.
 const (
-	Met    Verdict = "met"
-	NotMet Verdict = "NOT MET"
-	Info   Verdict = "-"            // a figure reported for context, with no target of its own
-	Failed Verdict = "NOT MEASURED" // the row's Measured says why
+	Met    = "met"
+	NotMet = "NOT MET"
+	Info   = "-"            // a figure reported for context, with no target of its own
+	Failed = "NOT MEASURED" // the row's Measured says why
 )
 
-// Check returns Met if ok, NotMet otherwise.
-func Check(ok bool) Verdict {
+func check(ok bool) string {
 	if ok {
 		return Met
 	}
@@ -26,10 +30,7 @@ func Check(ok bool) Verdict {
 }
 
 // Row is one line of the targets table (BENCHMARKS.md#targets).
-type Row struct {
-	Target, Figure, Measured, Goal string
-	Verdict                        Verdict
-}
+type Row struct{ Target, Figure, Measured, Goal, Verdict string }
 
 // targetRows builds the table; a figure not measured says which phase
 // failed or did not run.
@@ -41,7 +42,7 @@ func targetRows(res *results) []Row {
 		}
 		return Row{target, fig, why, goal, Failed}
 	}
-	cpu := func(r Run) float64 { return r.CPUPerRecord() }
+	cpu := Run.CPUPerRecord
 	// A ratio is taken within each round, of a mode's figure over the
 	// pass-through's; the row reports the median of those.
 	ratioRow := func(target, mode string, dup int, fig string, bound float64, goal string) Row {
@@ -61,7 +62,7 @@ func targetRows(res *results) []Row {
 		m, _ := median(res.Runs[dup], mode, cpu)
 		p, _ := median(res.Runs[dup], ModePassThrough, cpu)
 		return Row{target, fmt.Sprintf("%s; median of %d paired runs", fig, len(rs)),
-			fmt.Sprintf("%.2fx (%.2f µs / %.2f µs)", mr, m*1e6, p*1e6), goal, Check(mr <= bound)}
+			fmt.Sprintf("%.2fx (%.2f µs / %.2f µs)", mr, m*1e6, p*1e6), goal, check(mr <= bound)}
 	}
 	rows := []Row{
 		ratioRow("1", ModeLocal, 30, "collector CPU per record, local tier / pass-through, 30% copies", 1.00, "<= 1.00x"),
@@ -80,7 +81,7 @@ func targetRows(res *results) []Row {
 			continue
 		}
 		rows = append(rows, Row{"4", fmt.Sprintf("%s; median of %d", fig, n),
-			fmt.Sprintf("%.0f ns/record, %.3f allocs/record", ns, allocs/batch), goal4, Check(ns <= 150 && allocs/batch < 0.01)})
+			fmt.Sprintf("%.0f ns/record, %.3f allocs/record", ns, allocs/batch), goal4, check(ns <= 150 && allocs/batch < 0.01)})
 	}
 	// Every record of the 0% runs is a key in the window: the median over
 	// rounds of (local peak RSS - pass-through peak RSS) / keys.
@@ -95,7 +96,7 @@ func targetRows(res *results) []Row {
 		}
 	}
 	if over, ok := Median(perKey); ok {
-		rows = append(rows, Row{"5", figRSS, fmt.Sprintf("%.0f bytes/key", over), "<= 64 bytes/key", Check(over <= 64)})
+		rows = append(rows, Row{"5", figRSS, fmt.Sprintf("%.0f bytes/key", over), "<= 64 bytes/key", check(over <= 64)})
 	} else {
 		rows = append(rows, missing("5", figRSS, "<= 64 bytes/key", "e2e"))
 	}
@@ -123,8 +124,8 @@ func redisRows(res *results) []Row {
 	if !ok {
 		return nil
 	}
-	collector, _ := median(runs, ModeRedis, func(r Run) float64 { return r.CPUPerRecord() })
-	pass, _ := median(runs, ModePassThrough, func(r Run) float64 { return r.CPUPerRecord() })
+	collector, _ := median(runs, ModeRedis, Run.CPUPerRecord)
+	pass, _ := median(runs, ModePassThrough, Run.CPUPerRecord)
 	lat := func(q func(Run) float64) string {
 		var parts []string
 		for _, mode := range []string{ModeLocal, ModeRedis} {
@@ -159,38 +160,18 @@ func redisRows(res *results) []Row {
 	return rows
 }
 
-// FormatTable renders rows as a Markdown table whose columns are padded to
-// line up, so that it reads the same in a terminal and in BENCHMARKS.md.
+// FormatTable renders rows as a Markdown table.
 func FormatTable(rows []Row) string {
-	cells := [][]string{{"#", "figure", "measured", "target", "result"}}
+	b := "| # | figure | measured | target | result |\n| --- | --- | --- | --- | --- |\n"
 	for _, r := range rows {
-		cells = append(cells, []string{r.Target, r.Figure, r.Measured, r.Goal, string(r.Verdict)})
+		b += fmt.Sprintf("| %s | %s | %s | %s | %s |\n", r.Target, r.Figure, r.Measured, r.Goal, r.Verdict)
 	}
-	width := make([]int, 5)
-	for _, row := range cells {
-		for i, c := range row {
-			width[i] = max(width[i], utf8.RuneCountInString(c))
-		}
-	}
-	var b strings.Builder
-	for n, row := range cells {
-		for i, c := range row {
-			fmt.Fprintf(&b, "| %s%s ", c, strings.Repeat(" ", width[i]-utf8.RuneCountInString(c)))
-		}
-		b.WriteString("|\n")
-		if n == 0 {
-			for _, w := range width {
-				b.WriteString("|" + strings.Repeat("-", w+2))
-			}
-			b.WriteString("|\n")
-		}
-	}
-	return b.String()
+	return b
 }
 
 // Summary counts the verdicts: "5 met, 2 not met, 0 not measured".
 func Summary(rows []Row) string {
-	n := map[Verdict]int{}
+	n := map[string]int{}
 	for _, r := range rows {
 		n[r.Verdict]++
 	}
@@ -201,20 +182,181 @@ func Summary(rows []Row) string {
 // digits: 2.51M, 403k, 950.
 func Rate(v float64) string {
 	unit := ""
-	switch a := math.Abs(v); {
-	case a >= 1e6:
+	if a := math.Abs(v); a >= 1e6 {
 		v, unit = v/1e6, "M"
-	case a >= 1e3:
+	} else if a >= 1e3 {
 		v, unit = v/1e3, "k"
 	}
-	switch a := math.Abs(v); {
-	case a >= 100:
-		return fmt.Sprintf("%.0f%s", v, unit)
-	case a >= 10:
-		return fmt.Sprintf("%.1f%s", v, unit)
+	digits := 2
+	if a := math.Abs(v); a >= 100 {
+		digits = 0
+	} else if a >= 10 {
+		digits = 1
 	}
-	return fmt.Sprintf("%.2f%s", v, unit)
+	return strconv.FormatFloat(v, 'f', digits, 64) + unit
 }
 
-// MiB formats bytes in MiB with one decimal.
-func MiB(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+// GoBench is one result line of `go test -bench` output: the benchmark's
+// name as printed and its metrics by unit ("ns/op", "allocs/op" and every
+// b.ReportMetric unit: "ns/record", "bytes/key", ...).
+type GoBench struct {
+	Name    string
+	Metrics map[string]float64
+}
+
+// ParseGoBench reads `go test -bench` output (several packages and -count
+// repetitions welcome) and returns its result lines in order. Other lines
+// are skipped; a result line whose value does not parse is an error.
+func ParseGoBench(r io.Reader) ([]GoBench, error) {
+	var out []GoBench
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		// A benchmark's own log lines start with its name too; a result has
+		// the iteration count second and value/unit pairs after it.
+		f := strings.Fields(sc.Text())
+		if len(f) < 4 || len(f)%2 != 0 || !strings.HasPrefix(f[0], "Benchmark") {
+			continue
+		}
+		if _, err := strconv.ParseInt(f[1], 10, 64); err != nil {
+			continue
+		}
+		b := GoBench{Name: f[0], Metrics: map[string]float64{}}
+		for i := 2; i < len(f); i += 2 {
+			v, err := strconv.ParseFloat(f[i], 64)
+			if err != nil {
+				return nil, fmt.Errorf("%q: value %q of %s: %w", sc.Text(), f[i], f[i+1], err)
+			}
+			b.Metrics[f[i+1]] = v
+		}
+		out = append(out, b)
+	}
+	return out, sc.Err()
+}
+
+// procsSuffix is the -GOMAXPROCS suffix go test adds when GOMAXPROCS > 1.
+var procsSuffix = regexp.MustCompile(`-\d+$`)
+
+// MedianOf is the median of the unit's values of every result named name
+// (with or without the -GOMAXPROCS suffix) and how many there are.
+func MedianOf(rs []GoBench, name, unit string) (float64, int, bool) {
+	var vs []float64
+	for _, r := range rs {
+		if v, ok := r.Metrics[unit]; ok && procsSuffix.ReplaceAllString(r.Name, "") == name {
+			vs = append(vs, v)
+		}
+	}
+	m, ok := Median(vs)
+	return m, len(vs), ok
+}
+
+// Median is the median of vs (the mean of the middle two for an even
+// count), which is also what benchstat centres its summaries on. ok is false
+// for no values.
+func Median(vs []float64) (m float64, ok bool) {
+	if len(vs) == 0 {
+		return 0, false
+	}
+	s := slices.Sorted(slices.Values(vs))
+	return (s[(len(s)-1)/2] + s[len(s)/2]) / 2, true
+}
+
+// FuncCPU is one function's CPU time in a profile: Flat in the function
+// itself, Cum with what it calls.
+type FuncCPU struct{ Flat, Cum time.Duration }
+
+// ParsePprofTop reads `go tool pprof -top` output into CPU time by function.
+func ParsePprofTop(r io.Reader) (map[string]FuncCPU, error) {
+	out := map[string]FuncCPU{}
+	sc := bufio.NewScanner(r)
+	header := false
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if !header {
+			header = len(f) >= 5 && f[0] == "flat" && f[1] == "flat%"
+			continue
+		}
+		if len(f) < 6 {
+			continue
+		}
+		flat, err1 := time.ParseDuration(f[0])
+		cum, err2 := time.ParseDuration(f[3])
+		if err1 != nil || err2 != nil {
+			return nil, fmt.Errorf("pprof -top: bad line %q", sc.Text())
+		}
+		name := shortName(strings.Join(f[5:], " "))
+		prev := out[name]
+		out[name] = FuncCPU{Flat: prev.Flat + flat, Cum: max(prev.Cum, cum)}
+	}
+	if !header {
+		return nil, fmt.Errorf("pprof -top: no header line")
+	}
+	return out, sc.Err()
+}
+
+// shortName drops the type arguments of a generic function's name
+// ("queue.(*asyncQueue[go.shape.interface { ... }]).Start" becomes
+// "queue.(*asyncQueue[...]).Start") and pprof's " (inline)" mark, so that
+// the table stays readable and an inlined copy adds to its function.
+func shortName(name string) string {
+	var b strings.Builder
+	depth := 0
+	for _, r := range strings.TrimSuffix(name, " (inline)") {
+		switch {
+		case r == '[':
+			if depth == 0 {
+				b.WriteString("[...]")
+			}
+			depth++
+		case r == ']':
+			depth--
+		case depth == 0:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// ProfileDiff is the table of the n functions whose CPU per record (flat,
+// or cumulative if cum) differs most between the modes' profiles and the
+// first mode's (the pass-through), in nanoseconds per record; each mode's
+// profile is divided by the records of its run. A row of all functions'
+// flat CPU comes first.
+func ProfileDiff(modes []string, profiles []map[string]FuncCPU, records []int64, n int, cum bool) string {
+	per := func(i int, name string) float64 {
+		d := profiles[i][name].Flat
+		if cum {
+			d = profiles[i][name].Cum
+		}
+		return float64(d.Nanoseconds()) / float64(records[i])
+	}
+	names := map[string]bool{}
+	kind, b := "flat", ""
+	if cum {
+		kind = "cumulative"
+	}
+	b = fmt.Sprintf("| function (%s CPU, ns per record) | %s |\n| --- |%s\n| **all functions** |", kind,
+		strings.Join(modes, " | "), strings.Repeat(" ---: |", len(modes)))
+	for i, p := range profiles {
+		var total time.Duration
+		for name, fc := range p {
+			names[name] = true
+			total += fc.Flat
+		}
+		b += fmt.Sprintf(" **%.0f** |", float64(total.Nanoseconds())/float64(records[i]))
+	}
+	diff := func(name string) float64 {
+		d := 0.0
+		for i := 1; i < len(profiles); i++ {
+			d = max(d, math.Abs(per(i, name)-per(0, name)))
+		}
+		return d
+	}
+	sorted := slices.SortedFunc(maps.Keys(names), func(a, b string) int { return cmp.Or(cmp.Compare(diff(b), diff(a)), strings.Compare(a, b)) })
+	for _, name := range sorted[:min(n, len(sorted))] {
+		b += "\n| `" + name + "` |"
+		for i := range profiles {
+			b += fmt.Sprintf(" %.1f |", per(i, name))
+		}
+	}
+	return b + "\n"
+}

@@ -22,7 +22,7 @@ func TestIssuerWritesVariablesAndServes(t *testing.T) {
 	env := filepath.Join(t.TempDir(), "issuer.env")
 	stop := make(chan os.Signal)
 	done := make(chan error, 1)
-	go func() { done <- run(env, "otelcol-dedup", "", []string{"acme", "globex-2"}, stop) }()
+	go func() { done <- run(env, []string{"acme", "globex-2"}, stop) }()
 	var text string
 	for deadline := time.Now().Add(30 * time.Second); text == ""; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {

@@ -6,14 +6,15 @@ import (
 	"encoding/json"
 	"io"
 	"math"
-	"net/http"
 	"strings"
 	"testing"
 
 	"go.uber.org/goleak"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/otelcol-dedup/otelcol-dedup/internal/otlp"
+	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 )
 
 func TestMain(m *testing.M) {
@@ -30,8 +31,10 @@ func newSink(t *testing.T, reject bool) *otlp.Sink {
 	}
 	t.Cleanup(func() { _ = s.Close() })
 	if reject {
-		s.FailWith(codes.InvalidArgument, http.StatusBadRequest)
-		s.FailNext(math.MaxInt)
+		f := &testkit.Faults{}
+		f.FailWith(status.Error(codes.InvalidArgument, "the sink refused the request"))
+		f.FailNext(math.MaxInt)
+		s.Gate = f.Gate
 	}
 	return s
 }
@@ -39,7 +42,7 @@ func newSink(t *testing.T, reject bool) *otlp.Sink {
 func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code = run(context.Background(), args, make(chan struct{}), &out, &errb)
+	code = run(context.Background(), args, &out, &errb)
 	return code, out.String(), errb.String()
 }
 
@@ -68,7 +71,7 @@ func parseSummary(t *testing.T, line string) summary {
 	return s
 }
 
-func TestJSONOnly(t *testing.T) {
+func TestPrintsOneJSONLine(t *testing.T) {
 	for _, p := range []string{"grpc", "http"} {
 		t.Run(p, func(t *testing.T) {
 			s := newSink(t, false)
@@ -77,15 +80,12 @@ func TestJSONOnly(t *testing.T) {
 				ep = s.HTTPEndpoint()
 			}
 			code, out, errOut := runCLI(t, "-protocol", p, "-endpoint", ep, "-records", "1000", "-batch", "100",
-				"-duplicates", "0.25", "-senders", "3", "-seed", "7", "-json", "-headers", "X-Scope-OrgID=t1")
-			if code != 0 {
+				"-duplicates", "0.25", "-senders", "3", "-seed", "7")
+			if code != 0 || errOut != "" {
 				t.Fatalf("exit %d, stderr %q", code, errOut)
 			}
 			if strings.Count(out, "\n") != 1 || !strings.HasPrefix(out, "{") {
-				t.Fatalf("-json stdout is not one JSON line: %q", out)
-			}
-			if errOut != "" {
-				t.Errorf("stderr not a terminal, yet %q", errOut)
+				t.Fatalf("stdout is not one JSON line: %q", out)
 			}
 			sum := parseSummary(t, strings.TrimSpace(out))
 			if sum.Sent != 1000 || sum.Duplicates != 250 || sum.Unique != 750 || sum.Requests != 10 || sum.Errors != 0 || sum.Seed != 7 {
@@ -98,71 +98,51 @@ func TestJSONOnly(t *testing.T) {
 	}
 }
 
-func TestHumanSummaryThenJSON(t *testing.T) {
+// Without -seed a random seed is drawn and reported.
+func TestRandomSeedReported(t *testing.T) {
 	s := newSink(t, false)
-	code, out, _ := runCLI(t, "-endpoint", s.GRPCEndpoint(), "-records", "300", "-batch", "100", "-progress", "never")
-	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if code != 0 || len(lines) < 2 || !strings.Contains(lines[0], "300/300 records acknowledged") {
-		t.Fatalf("exit %d, stdout %q", code, out)
-	}
-	sum := parseSummary(t, lines[len(lines)-1])
-	if sum.Duplicates != 90 || sum.Seed == 0 || !strings.Contains(out, "-seed ") {
-		t.Errorf("summary %+v (a random seed must be reported), stdout %q", sum, out)
-	}
-}
-
-func TestProgressAlways(t *testing.T) {
-	s := newSink(t, false)
-	code, _, errOut := runCLI(t, "-endpoint", s.GRPCEndpoint(), "-records", "2000", "-batch", "100", "-rate", "10000", "-progress", "always", "-json")
-	if code != 0 || !strings.Contains(errOut, "records") || !strings.Contains(errOut, "\r") {
-		t.Errorf("exit %d, stderr %q", code, errOut)
+	code, out, _ := runCLI(t, "-endpoint", s.GRPCEndpoint(), "-records", "300", "-batch", "100")
+	sum := parseSummary(t, strings.TrimSpace(out))
+	if code != 0 || sum.Duplicates != 90 || sum.Seed == 0 {
+		t.Errorf("exit %d, summary %+v (a random seed must be reported)", code, sum)
 	}
 }
 
 func TestExitStatusOnErrors(t *testing.T) {
 	s := newSink(t, true)
-	code, out, _ := runCLI(t, "-protocol", "http", "-endpoint", s.HTTPEndpoint(), "-records", "200", "-batch", "100", "-json")
+	code, out, _ := runCLI(t, "-protocol", "http", "-endpoint", s.HTTPEndpoint(), "-records", "200", "-batch", "100")
 	sum := parseSummary(t, strings.TrimSpace(out))
 	if code != 1 || sum.Errors != 2 || sum.FailedRecords != 200 || sum.Retries != 0 {
 		t.Errorf("exit %d, summary %+v", code, sum)
-	}
-	code, _, _ = runCLI(t, "-protocol", "http", "-endpoint", s.HTTPEndpoint(), "-records", "200", "-batch", "100", "-json", "-ignore-errors")
-	if code != 0 {
-		t.Errorf("-ignore-errors: exit %d", code)
 	}
 }
 
 func TestInterrupted(t *testing.T) {
 	s := newSink(t, false)
-	stop := make(chan struct{})
-	close(stop)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
 	var out bytes.Buffer
-	code := run(context.Background(), []string{"-endpoint", s.GRPCEndpoint(), "-json"}, stop, &out, io.Discard)
+	code := run(ctx, []string{"-endpoint", s.GRPCEndpoint()}, &out, io.Discard)
 	if code != exitInterrupted || !strings.Contains(out.String(), `"sent":0`) {
 		t.Errorf("exit %d, stdout %q", code, out.String())
 	}
 }
 
 func TestUsageErrors(t *testing.T) {
-	for _, args := range [][]string{
-		{"-duplicates", "1.5"},
-		{"-protocol", "udp"},
-		{"-key", "body"},
-		{"-headers", "novalue"},
-		{"-records", "0"},
-		{"-batch", "0"},
-		{"-timeout", "0s"},
-		{"-start-time", "yesterday"},
-		{"-progress", "sometimes"},
-		{"-no-such-flag"},
-		{"extra-argument"},
+	for args, want := range map[string]string{
+		"-duplicates 1.5": "dedupload: duplicates must be in [0, 1) (a fraction of records)",
+		"-protocol udp":   "dedupload: protocol must be grpc or http, got udp",
+		"-records 0":      "dedupload: want flags only, and -records, -batch and -senders >= 1",
+		"-batch 0":        "dedupload: want flags only, and -records, -batch and -senders >= 1",
+		"extra-argument":  "dedupload: want flags only, and -records, -batch and -senders >= 1",
+		"-no-such-flag":   "flag provided but not defined: -no-such-flag",
 	} {
-		code, out, errOut := runCLI(t, args...)
-		if code != exitUsage || out != "" || !strings.Contains(errOut, "dedupload") && !strings.Contains(errOut, "flag") {
-			t.Errorf("%v: exit %d, stdout %q, stderr %q", args, code, out, errOut)
+		code, out, errOut := runCLI(t, strings.Fields(args)...)
+		if code != exitUsage || out != "" || !strings.HasPrefix(errOut, want+"\n") {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want %q", args, code, out, errOut, want)
 		}
 	}
-	if code, _, errOut := runCLI(t, "-h"); code != 0 || !strings.Contains(errOut, "Examples:") {
+	if code, _, errOut := runCLI(t, "-h"); code != 0 || !strings.Contains(errOut, "-duplicates") {
 		t.Errorf("-h: exit %d, %q", code, errOut)
 	}
 }

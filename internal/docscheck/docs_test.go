@@ -18,7 +18,7 @@ import (
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor"
 )
 
-// The Markdown files whose YAML blocks this package checks (see doc.go for
+// The Markdown files whose YAML blocks this package checks (see doc_test.go for
 // the rule each block follows): the user docs.
 var docFiles = []string{
 	"README.md",
@@ -94,7 +94,7 @@ func docBlocks(t *testing.T) []docBlock {
 }
 
 // TestDocSnippetsValidate checks every YAML block of the docs as printed,
-// by the rule of doc.go, never completing one silently: a collector config
+// by the rule of doc_test.go, never completing one silently: a collector config
 // passes `otelcol-dedup validate` as it stands; a fragment (its text says so,
 // naming the shipped config that completes it) passes validate merged over
 // that config, as `validate --config FILE --config fragment.yaml` merges
@@ -117,7 +117,7 @@ func TestDocSnippetsValidate(t *testing.T) {
 		case b.mark == "ocb":
 			kind = "ocb"
 		case b.mark != "":
-			t.Errorf("%s: unknown docscheck mark %q (see doc.go)", b, b.mark)
+			t.Errorf("%s: unknown docscheck mark %q (see doc_test.go)", b, b.mark)
 			continue
 		case doc["dist"] != nil:
 			kind = "manifest"

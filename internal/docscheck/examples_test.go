@@ -21,7 +21,6 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/otelcol-dedup/otelcol-dedup/internal/e2e"
-	"github.com/otelcol-dedup/otelcol-dedup/internal/otlp"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
 )
 
@@ -146,7 +145,7 @@ func exampleOverride(t *testing.T, file string) string {
 
 // runExample starts examples/file with the override, OTLP_BACKEND at the
 // sink (gRPC, or HTTP for otlp_http) and extra env.
-func runExample(t *testing.T, file string, sink *otlp.Sink, httpBackend bool, env ...string) *collector {
+func runExample(t *testing.T, file string, sink *testSink, httpBackend bool, env ...string) *collector {
 	t.Helper()
 	backend := sink.GRPCEndpoint()
 	if httpBackend {

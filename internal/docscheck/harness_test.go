@@ -17,6 +17,7 @@ import (
 
 	"github.com/otelcol-dedup/otelcol-dedup/internal/e2e"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/otlp"
+	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -31,7 +32,7 @@ const (
 // root is the repository root.
 func root(t *testing.T) string {
 	t.Helper()
-	r, err := e2e.RepoRoot()
+	r, err := testkit.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +43,7 @@ func root(t *testing.T) string {
 // one the e2e harness builds with ocb (once per test process).
 func binary(t *testing.T) string {
 	t.Helper()
-	bin, err := e2e.Distribution(os.Stderr)
+	bin, err := testkit.Distribution(os.Stderr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,15 +206,24 @@ func (c *collector) grpcSender() *otlp.Client {
 	return s
 }
 
+// testSink is an OTLP sink whose requests testkit's Faults decide.
+type testSink struct {
+	*otlp.Sink
+	*testkit.Faults
+}
+
 // newSink starts an OTLP sink, closed when the test ends.
-func newSink(t *testing.T) *otlp.Sink {
+func newSink(t testing.TB) *testSink {
 	t.Helper()
 	s, err := otlp.NewSink()
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("sink: %v", err)
 	}
+	f := &testkit.Faults{}
+	s.Gate = f.Gate
 	t.Cleanup(func() { _ = s.Close() })
-	return s
+	t.Cleanup(f.Unhold) // first: held requests go before the servers stop
+	return &testSink{s, f}
 }
 
 // listenYAML is the extensions and receivers sections that put a

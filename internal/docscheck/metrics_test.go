@@ -17,7 +17,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/otelcol-dedup/otelcol-dedup/internal/e2e"
-	"github.com/otelcol-dedup/otelcol-dedup/internal/otlp"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
 )
@@ -108,7 +107,7 @@ func gaugeBatch(replica string, ts time.Time) pmetric.Metrics {
 //	traces:  one request with the same span twice
 //	metrics: the same point in two requests (no election labels), then a
 //	         point of replica a and one of replica b of cluster team-1
-func exercise(t *testing.T, c *collector, sink *otlp.Sink) e2e.Scrape {
+func exercise(t *testing.T, c *collector, sink *testSink) e2e.Scrape {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()

@@ -27,7 +27,7 @@ func agentBinary(t *testing.T) string {
 			t.Logf("built the test agent in %s", d.Round(100*time.Millisecond))
 		}
 	}()
-	bin, err := AgentDistribution(os.Stderr)
+	bin, err := testkit.AgentDistribution(os.Stderr)
 	if err != nil {
 		t.Fatal(err)
 	}

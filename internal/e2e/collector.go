@@ -1,3 +1,12 @@
+// Package e2e runs the otelcol-dedup distribution the way users do: it
+// starts the binary (testkit builds it for the tests) with its listeners on
+// port 0 of loopback addresses and reads back the ports they got, and reads
+// its Prometheus metrics endpoint; package otlp sends it OTLP and receives
+// what it exports.
+//
+// The harness (this package's non-test files) is shared by the end-to-end
+// tests beside it, internal/docscheck's tests, dedupload's demo and the
+// benchmark driver. Every process it starts is stopped by PID.
 package e2e
 
 import (
@@ -15,8 +24,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-
-	"github.com/otelcol-dedup/otelcol-dedup/internal/otlp"
 )
 
 // The loopback addresses a collector's listeners bind, each with port 0: the
@@ -63,7 +70,10 @@ const (
 // a sink, two exporters to it, SinkGRPCExporter and SinkHTTPExporter,
 // without retry_on_failure and sending_queue, so that an export error goes
 // straight back to the processor and the sender. It defines no pipeline.
-func Config(level string, sink *otlp.Sink, at Ports) map[string]any {
+func Config(level string, sink interface {
+	GRPCEndpoint() string
+	HTTPEndpoint() string
+}, at Ports) map[string]any {
 	or := func(addr, fresh string) string {
 		if addr != "" {
 			return addr

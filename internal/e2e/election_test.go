@@ -17,7 +17,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/otelcol-dedup/otelcol-dedup/internal/otlp"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
 )
@@ -148,7 +147,7 @@ type testPoint struct {
 
 // testPoints returns the ha_test_value points the sinks received, in
 // timestamp order, staleness markers left out.
-func testPoints(sinks ...*otlp.Sink) []testPoint {
+func testPoints(sinks ...*testSink) []testPoint {
 	var out []testPoint
 	for _, s := range sinks {
 		for _, md := range s.Metrics() {
@@ -187,7 +186,7 @@ func testPoints(sinks ...*otlp.Sink) []testPoint {
 }
 
 // waitPoints waits, bounded, until cond holds for the sinks' points.
-func waitPoints(t *testing.T, what string, within time.Duration, cond func([]testPoint) bool, sinks ...*otlp.Sink) []testPoint {
+func waitPoints(t *testing.T, what string, within time.Duration, cond func([]testPoint) bool, sinks ...*testSink) []testPoint {
 	t.Helper()
 	var pts []testPoint
 	testkit.WaitFor(t, what, within, func() bool {
@@ -227,7 +226,7 @@ func countAgent(pts []testPoint, agent int) int {
 // continuing the series within the failover timeout; never both.
 func runAgentsFailover(t *testing.T, gateways []*running) {
 	tg := newTarget(t)
-	sinks := make([]*otlp.Sink, len(gateways))
+	sinks := make([]*testSink, len(gateways))
 	for i, g := range gateways {
 		sinks[i] = g.sink
 	}
@@ -396,7 +395,7 @@ func TestElectionRefusedBatchDoesNotElect(t *testing.T) {
 				mustSend(t, "b", b.SendMetrics(ctx, generated(electionReplicaB, s)))
 			}
 			scs := make([]Scrape, len(gs))
-			sinks := make([]*otlp.Sink, len(gs))
+			sinks := make([]*testSink, len(gs))
 			for i, g := range gs {
 				scs[i], sinks[i] = g.scrape(), g.sink
 			}

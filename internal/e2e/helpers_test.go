@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -31,7 +32,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func collectorBinary(t *testing.T) string {
 	t.Helper()
 	start := time.Now()
-	bin, err := Distribution(os.Stderr)
+	bin, err := testkit.Distribution(os.Stderr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,21 +56,30 @@ type running struct {
 	t     *testing.T
 	col   *Collector
 	ports Ports
-	sink  *otlp.Sink
+	sink  *testSink
 	log   string // path of the collector's stdout and stderr
 
 	httpSenders []*otlp.Client // closed (idle connections) before stop
 }
 
+// testSink is an OTLP sink whose requests testkit's Faults decide.
+type testSink struct {
+	*otlp.Sink
+	*testkit.Faults
+}
+
 // newSink starts an OTLP sink, closed when the test ends.
-func newSink(t *testing.T) *otlp.Sink {
+func newSink(t testing.TB) *testSink {
 	t.Helper()
-	sink, err := otlp.NewSink()
+	s, err := otlp.NewSink()
 	if err != nil {
 		t.Fatalf("sink: %v", err)
 	}
-	t.Cleanup(func() { _ = sink.Close() })
-	return sink
+	f := &testkit.Faults{}
+	s.Gate = f.Gate
+	t.Cleanup(func() { _ = s.Close() })
+	t.Cleanup(f.Unhold) // first: held requests go before the servers stop
+	return &testSink{s, f}
 }
 
 // startCollector starts the binary with, in this order of precedence
@@ -138,7 +148,7 @@ func launch(t *testing.T, binary string, base map[string]any, shipped, yamls []s
 // startFails starts the binary like startCollector, checks that it refuses
 // to start (it exits with an error before it is ready), and returns its
 // output and its sink.
-func startFails(t *testing.T, yamls ...string) (string, *otlp.Sink) {
+func startFails(t *testing.T, yamls ...string) (string, *testSink) {
 	t.Helper()
 	sink := newSink(t)
 	r, err := launch(t, collectorBinary(t), Config("detailed", sink, Ports{}), nil, yamls)
@@ -306,7 +316,7 @@ func span(lo, hi int) []int {
 
 // delivered returns every record the sink accepted, marshaled, with how many
 // times each one arrived.
-func delivered(sink *otlp.Sink) (map[string]int, int) {
+func delivered(sink *testSink) (map[string]int, int) {
 	m := plog.ProtoMarshaler{}
 	counts := map[string]int{}
 	total := 0
@@ -338,14 +348,14 @@ func (c *corpus) recordKey(i int) string {
 
 // wantEachOnce checks the sink holds exactly the corpus records at indices,
 // each exactly once, and nothing else.
-func wantEachOnce(t *testing.T, sink *otlp.Sink, c *corpus, indices []int) {
+func wantEachOnce(t *testing.T, sink *testSink, c *corpus, indices []int) {
 	t.Helper()
 	wantEach(t, sink, c, indices, 1)
 }
 
 // wantEach checks that the sink holds exactly the records of indices, each
 // delivered times times.
-func wantEach(t *testing.T, sink *otlp.Sink, c *corpus, indices []int, times int) {
+func wantEach(t *testing.T, sink *testSink, c *corpus, indices []int, times int) {
 	t.Helper()
 	counts, _ := delivered(sink)
 	want := make([]string, len(indices))
@@ -390,4 +400,10 @@ receivers:
       receivers: [%s]
       exporters: [%s]
 `, name, settings, strings.Join(exporters, ""), name, strings.Join(ids, ", "))
+}
+
+// tail returns the last n lines of b.
+func tail(b []byte, n int) []byte {
+	lines := bytes.Split(bytes.TrimRight(b, "\n"), []byte("\n"))
+	return bytes.Join(lines[max(len(lines)-n, 0):], []byte("\n"))
 }

@@ -14,7 +14,6 @@ import (
 	"go.opentelemetry.io/collector/pdata/pmetric"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 
-	"github.com/otelcol-dedup/otelcol-dedup/internal/otlp"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
 )
 
@@ -143,11 +142,7 @@ func TestReceiverPayloadsThroughTheBinary(t *testing.T) {
 // each pipeline catches the retries on its own.
 func TestTwoPipelinesOneRedis(t *testing.T) {
 	srv := redistest.Standalone(t)
-	second, err := otlp.NewSink()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = second.Close() })
+	second := newSink(t)
 	r := startCollector(t, nil, fmt.Sprintf(`
 processors:
   dedup/a:
@@ -176,7 +171,7 @@ service:
 			t.Fatal(err)
 		}
 	}
-	for name, s := range map[string]*otlp.Sink{"a": r.sink, "b": second} {
+	for name, s := range map[string]*testSink{"a": r.sink, "b": second} {
 		if n := s.LogRecordCount(); n != 100 {
 			t.Errorf("backend %s received %d records, want 100", name, n)
 		}

@@ -18,7 +18,6 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/otelcol-dedup/otelcol-dedup/internal/otlp"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 )
 
@@ -72,7 +71,7 @@ func journalRemote(t *testing.T) string {
 	t.Helper()
 	p := os.Getenv(EnvJournalRemote)
 	if p == "" {
-		root, err := RepoRoot()
+		root, err := testkit.RepoRoot()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -177,7 +176,7 @@ type journaldRecord struct {
 	timeUS          int64
 }
 
-func journaldRecords(t *testing.T, s *otlp.Sink) []journaldRecord {
+func journaldRecords(t *testing.T, s *testSink) []journaldRecord {
 	t.Helper()
 	var recs []journaldRecord
 	for _, ld := range s.Logs() {

@@ -20,7 +20,6 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/plog"
 
-	"github.com/otelcol-dedup/otelcol-dedup/internal/otlp"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
 )
@@ -39,7 +38,7 @@ const (
 // does not retry), and the autocommit interval.
 func kafkaGateway(t *testing.T, broker, encoding, redisAddr, autocommit string) *running {
 	t.Helper()
-	root, err := RepoRoot()
+	root, err := testkit.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +191,7 @@ func groupCaughtUp(ctx context.Context, cl *kgo.Client) (bool, string, error) {
 // waitCommitted waits until the sink holds as many records as Redis holds
 // digest keys whose claim is committed, and both have held still for
 // 100 ms.
-func waitCommitted(t *testing.T, rdb *redistest.Server, sink *otlp.Sink) {
+func waitCommitted(t *testing.T, rdb *redistest.Server, sink *testSink) {
 	t.Helper()
 	committed, since := -1, time.Now()
 	testkit.WaitFor(t, "Redis's committed keys matching the sink's records", 2*time.Minute, func() bool {
@@ -219,7 +218,7 @@ func waitCommitted(t *testing.T, rdb *redistest.Server, sink *otlp.Sink) {
 }
 
 // sinkBodies counts the bodies of the records the sinks hold.
-func sinkBodies(sinks ...*otlp.Sink) (map[string]int, int) {
+func sinkBodies(sinks ...*testSink) (map[string]int, int) {
 	got := map[string]int{}
 	total := 0
 	for _, s := range sinks {

@@ -49,7 +49,7 @@ var transports = []transport{
 // records and 40 byte-identical copies of them, 20 in the same request as
 // their original and 20 in later requests, arrive as exactly the 100.
 func TestDefaultConfigDropsRetries(t *testing.T) {
-	root, err := RepoRoot()
+	root, err := testkit.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}

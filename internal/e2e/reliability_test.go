@@ -29,7 +29,6 @@ import (
 	"go.opentelemetry.io/collector/pdata/plog"
 
 	"github.com/otelcol-dedup/otelcol-dedup/internal/loadgen"
-	"github.com/otelcol-dedup/otelcol-dedup/internal/otlp"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
 )
@@ -52,7 +51,7 @@ const (
 type relHarness struct {
 	t      *testing.T
 	binary string
-	sink   *otlp.Sink
+	sink   *testSink
 	ports  Ports  // the first collector's; the later ones listen there again
 	store  string // file_storage directory
 }
@@ -95,7 +94,7 @@ type relCollector struct{ *running }
 func (h *relHarness) start(extra string) *relCollector { return h.startTo(h.sink, extra) }
 
 // startTo is start with the collector exporting to sink.
-func (h *relHarness) startTo(sink *otlp.Sink, extra string) *relCollector {
+func (h *relHarness) startTo(sink *testSink, extra string) *relCollector {
 	h.t.Helper()
 	rc, err := h.launch(sink, extra)
 	if err != nil {
@@ -107,7 +106,7 @@ func (h *relHarness) startTo(sink *otlp.Sink, extra string) *relCollector {
 
 // launch starts a collector and waits until it is ready or exited; the
 // error says which. It is stopped by PID in the test's cleanup.
-func (h *relHarness) launch(sink *otlp.Sink, extra string) (*relCollector, error) {
+func (h *relHarness) launch(sink *testSink, extra string) (*relCollector, error) {
 	h.t.Helper()
 	r, err := launch(h.t, h.binary, Config("detailed", sink, h.ports), nil, []string{h.relPipeline(extra)})
 	if err == nil && h.ports == (Ports{}) {
@@ -206,7 +205,7 @@ func relStreamIDs(t *testing.T, cfg loadgen.Config) []string {
 }
 
 // eventIDs counts the records the sinks accepted by event.id.
-func relEventIDs(sinks ...*otlp.Sink) (map[string]int, int) {
+func relEventIDs(sinks ...*testSink) (map[string]int, int) {
 	counts := map[string]int{}
 	total := 0
 	var all []plog.Logs
@@ -438,7 +437,7 @@ func relSendAsync(r *running, ld plog.Logs) <-chan error {
 	return done
 }
 
-func relWaitHolding(t *testing.T, s *otlp.Sink, n int) {
+func relWaitHolding(t *testing.T, s *testSink, n int) {
 	t.Helper()
 	testkit.WaitFor(t, fmt.Sprintf("%d requests held at the sink", n), opTimeout, func() bool { return s.Holding() >= n })
 }
@@ -522,7 +521,7 @@ func TestReliabilityGracefulShutdownInFlight(t *testing.T) {
 // up, as they do once the sink's server sees their collector's connection
 // close: releasing the hold earlier could still record a request whose
 // sender was already told it failed.
-func relWaitAbandoned(t *testing.T, sink *otlp.Sink) {
+func relWaitAbandoned(t *testing.T, sink *testSink) {
 	t.Helper()
 	testkit.WaitFor(t, "the requests of a stopped collector released by the sink", opTimeout, func() bool { return sink.Holding() == 0 })
 }

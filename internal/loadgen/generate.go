@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/bits"
 	"math/rand/v2"
-	"sort"
 	"strconv"
 	"time"
 
@@ -24,63 +23,50 @@ import (
 //     always an original;
 //   - originals are numbered in stream order: that number is the record's
 //     identity (ID), and the record is a pure function of (seed, ID);
-//   - a copy points at an earlier original: one of the same batch (about a
-//     quarter of copies, when the batch has one before it), one of the
-//     batches just before (about half: the last 2*Senders batches, the
+//   - a copy is byte-identical to an earlier original: one of the same batch
+//     (about a quarter of copies, when the batch has one before it), one of
+//     the batches just before (about half: the last 2*Senders batches, the
 //     same sender's and the others'), or any earlier one.
 //
 // So nothing proportional to N is stored: a batch is computed from its index
-// alone, and the batch holding an original is found by binary search.
-// Generator is safe for concurrent use.
+// alone. Generator is safe for concurrent use.
 type Generator struct {
 	seed     uint64
 	seedHash uint64
 	n        uint64 // records
 	d        uint64 // copies
 	batch    uint64
-	senders  uint64
 	batches  uint64
 	recent   uint64 // originals in the "recent" window
-	key      Key
-	base     int64 // unix nanos of ID 0's timestamp
 }
 
-// NewGenerator returns the generator of cfg's stream (after Defaults and
-// Validate).
+// startTime is the base of the records' timestamps: fixed, so that a seed
+// alone decides the stream.
+var startTime = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+
+// NewGenerator returns the generator of cfg's stream.
 func NewGenerator(cfg Config) (*Generator, error) {
-	cfg = cfg.Defaults()
-	if err := cfg.Validate(); err != nil {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	g := &Generator{
 		seed:     cfg.Seed,
 		seedHash: mix64(cfg.Seed + 0x9e3779b97f4a7c15),
 		n:        uint64(cfg.Records),
-		d:        uint64(cfg.Copies()),
+		d:        uint64(cfg.copies()),
 		batch:    uint64(cfg.Batch),
-		senders:  uint64(cfg.Senders),
-		key:      cfg.Key,
-		base:     cfg.StartTime.UnixNano(),
 	}
 	g.batches = (g.n + g.batch - 1) / g.batch
-	g.recent = 2 * g.senders * g.batch
+	g.recent = 2 * uint64(cfg.Senders) * g.batch
 	return g, nil
 }
-
-// Records is the stream's length.
-func (g *Generator) Records() int64 { return int64(g.n) }
-
-// Copies is how many of the records are copies.
-func (g *Generator) Copies() int64 { return int64(g.d) }
 
 // Uniques is how many distinct identities the stream holds.
 func (g *Generator) Uniques() int64 { return int64(g.n - g.d) }
 
 // Batches is how many requests the stream is cut into.
 func (g *Generator) Batches() int64 { return int64(g.batches) }
-
-// Sender is the sender of batch b.
-func (g *Generator) Sender(b int64) int { return int(uint64(b) % g.senders) }
 
 // BatchLen is how many records batch b holds.
 func (g *Generator) BatchLen(b int64) int {
@@ -99,38 +85,19 @@ func (g *Generator) copiesBefore(pos uint64) uint64 {
 // the next original gets.
 func (g *Generator) uniquesBefore(pos uint64) uint64 { return pos - g.copiesBefore(pos) }
 
-// batchOf is the batch holding the original with this ID.
-func (g *Generator) batchOf(id uint64) int64 {
-	// The last batch whose first original's ID is <= id.
-	b := sort.Search(int(g.batches), func(b int) bool {
-		return g.uniquesBefore(uint64(b)*g.batch) > id
-	})
-	return int64(b - 1)
-}
-
 // Truth is the ground truth of one record of a batch.
 type Truth struct {
-	// Position is the record's place in the stream.
-	Position int64
-	// ID is its identity: records with the same ID are copies of each other
-	// (byte-identical with KeyContent, the same event.id with KeyEventID).
+	// ID is its identity: records with the same ID are byte-identical.
 	ID uint64
 	// Copy tells a copy from an original (the first record with its ID).
 	Copy bool
-	// From is the batch of the original, for a copy.
-	From int64
 }
 
 // Batch is one request's worth of the stream.
 type Batch struct {
-	Index  int64
-	Sender int
-	Logs   plog.Logs
+	Logs plog.Logs
 	// Truth lists the records in stream order (Logs groups them by resource).
 	Truth []Truth
-	// Copies of this batch, by where their original is: this batch, an
-	// earlier batch of the same sender, a batch of another sender.
-	Copies, InBatch, SameSender, OtherSender int64
 }
 
 // Batch computes batch b (0 <= b < Batches()).
@@ -144,7 +111,7 @@ func (g *Generator) Batch(b int64) *Batch {
 	firstID := start - cb
 
 	rng := rand.New(rand.NewPCG(g.seed, ub^0x5851f42d4c957f2d))
-	out := &Batch{Index: b, Sender: g.Sender(b), Truth: make([]Truth, n), Copies: int64(c)}
+	out := &Batch{Truth: make([]Truth, n)}
 
 	// Which slots are copies: selection sampling (Knuth's algorithm S), an
 	// exact count c among slots [lo, n).
@@ -156,7 +123,6 @@ func (g *Generator) Batch(b int64) *Batch {
 	next := firstID
 	for i := range n {
 		t := &out.Truth[i]
-		t.Position = int64(start) + int64(i)
 		isCopy := false
 		if i >= lo && need > 0 && rng.IntN(n-i) < need {
 			isCopy = true
@@ -164,33 +130,19 @@ func (g *Generator) Batch(b int64) *Batch {
 		}
 		if !isCopy {
 			t.ID = next
-			t.From = b
 			next++
 			continue
 		}
 		t.Copy = true
 		inBatch := next - firstID // originals of this batch before slot i
-		r := rng.IntN(4)
-		switch {
+		switch r := rng.IntN(4); {
 		case inBatch > 0 && (r == 0 || firstID == 0):
 			t.ID = firstID + rng.Uint64N(inBatch)
-			t.From = b
-			out.InBatch++
+		case r <= 2:
+			from := firstID - min(firstID, g.recent)
+			t.ID = from + rng.Uint64N(firstID-from)
 		default:
-			var id uint64
-			if r <= 2 {
-				from := firstID - min(firstID, g.recent)
-				id = from + rng.Uint64N(firstID-from)
-			} else {
-				id = rng.Uint64N(firstID)
-			}
-			t.ID = id
-			t.From = g.batchOf(id)
-			if uint64(t.From)%g.senders == ub%g.senders {
-				out.SameSender++
-			} else {
-				out.OtherSender++
-			}
+			t.ID = rng.Uint64N(firstID)
 		}
 	}
 	out.Logs = g.build(out.Truth)
@@ -241,8 +193,7 @@ func (g *Generator) build(truth []Truth) plog.Logs {
 			slices[r] = sl.LogRecords()
 			slices[r].EnsureCapacity(len(truth)/numResources + 8)
 		}
-		replay := t.Copy && g.key == KeyEventID
-		g.fill(slices[r].AppendEmpty(), t.ID, h, replay, uint64(t.Position))
+		g.fill(slices[r].AppendEmpty(), t.ID, h)
 	}
 	return ld
 }
@@ -255,21 +206,12 @@ var bodies = [...]string{
 	"call to inventory for item %d timed out after %dms",
 }
 
-// fill writes the record with this identity. A replay (an event.id copy at
-// stream position pos) keeps the identity attributes but is re-stamped and
-// its body reports another latency.
-func (g *Generator) fill(lr plog.LogRecord, id, h uint64, replay bool, pos uint64) {
+// fill writes the record with this identity.
+func (g *Generator) fill(lr plog.LogRecord, id, h uint64) {
 	h2 := mix64(h + 0x632be59bd9b4e019)
-	ts := g.base + int64(id)*int64(100*time.Microsecond) + int64(h2%uint64(100*time.Microsecond))
+	ts := startTime + int64(id)*int64(100*time.Microsecond) + int64(h2%uint64(100*time.Microsecond))
 	observed := ts + int64((h2>>24)%uint64(5*time.Millisecond))
 	latency := 1 + (h2>>40)%2000
-	if replay {
-		// Re-stamped a second or more later, a microsecond apart per
-		// position: two replays of one record differ too.
-		ts += int64(time.Second) + int64(pos)*int64(time.Microsecond)
-		observed = ts + int64((mix64(pos^g.seedHash)>>24)%uint64(5*time.Millisecond))
-		latency = 1 + mix64(pos+g.seedHash)%2000
-	}
 	lr.SetTimestamp(pcommon.Timestamp(ts))
 	lr.SetObservedTimestamp(pcommon.Timestamp(observed))
 

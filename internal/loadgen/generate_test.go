@@ -21,63 +21,54 @@ func mustGen(t testing.TB, cfg Config) *Generator {
 }
 
 // checkStream walks the whole stream in order and checks the ground truth
-// against the generation contract and the records themselves.
-func checkStream(t *testing.T, cfg Config) {
+// against the generation contract and the records themselves; it returns
+// the copies by where their original is: the same batch, an earlier batch
+// of the same sender, a batch of another sender.
+func checkStream(t *testing.T, cfg Config) (inBatch, sameSender, otherSender int64) {
 	t.Helper()
 	g := mustGen(t, cfg)
 	wantCopies := int64(math.Round(float64(cfg.Records) * cfg.Duplicates))
-	if g.Copies() != wantCopies {
-		t.Fatalf("Copies() = %d, want %d", g.Copies(), wantCopies)
-	}
 	batchOfID := map[uint64]int64{} // test-side memory: fine at test sizes
-	var pos, copies, inBatch, same, other int64
+	var records, copies int64
 	contentByID := map[uint64][32]byte{}
 	contents := map[[32]byte]bool{}
 	for b := range g.Batches() {
 		bt := g.Batch(b)
-		if bt.Index != b || bt.Sender != int(b%int64(cfg.Senders)) {
-			t.Fatalf("batch %d: index %d sender %d", b, bt.Index, bt.Sender)
-		}
 		if len(bt.Truth) != g.BatchLen(b) || bt.Logs.LogRecordCount() != len(bt.Truth) {
 			t.Fatalf("batch %d: %d truths, %d records, BatchLen %d", b, len(bt.Truth), bt.Logs.LogRecordCount(), g.BatchLen(b))
 		}
-		var bc, bin, bsame, bother int64
+		// Every batch has its share of the copies: floor(end*D/N) - floor(start*D/N).
+		start, end := b*int64(cfg.Batch), b*int64(cfg.Batch)+int64(len(bt.Truth))
+		wantBatchCopies := end*wantCopies/cfg.Records - start*wantCopies/cfg.Records
+		var bc int64
 		for _, tr := range bt.Truth {
-			if tr.Position != pos {
-				t.Fatalf("position %d, want %d", tr.Position, pos)
-			}
-			pos++
+			records++
 			if !tr.Copy {
-				if tr.ID != uint64(len(batchOfID)) || tr.From != b {
-					t.Fatalf("original at %d: ID %d From %d, want ID %d From %d", tr.Position, tr.ID, tr.From, len(batchOfID), b)
+				if tr.ID != uint64(len(batchOfID)) {
+					t.Fatalf("original at %d: ID %d, want %d", records-1, tr.ID, len(batchOfID))
 				}
 				batchOfID[tr.ID] = b
 				continue
 			}
 			bc++
 			from, ok := batchOfID[tr.ID]
-			if !ok {
-				t.Fatalf("copy at %d refers to ID %d, not generated before it", tr.Position, tr.ID)
-			}
-			if from != tr.From {
-				t.Fatalf("copy at %d: From %d, original is in batch %d", tr.Position, tr.From, from)
-			}
 			switch {
+			case !ok:
+				t.Fatalf("copy at %d refers to ID %d, not generated before it", records-1, tr.ID)
 			case from == b:
-				bin++
+				inBatch++
 			case from%int64(cfg.Senders) == b%int64(cfg.Senders):
-				bsame++
+				sameSender++
 			default:
-				bother++
+				otherSender++
 			}
 		}
-		if bc != bt.Copies || bin != bt.InBatch || bsame != bt.SameSender || bother != bt.OtherSender {
-			t.Fatalf("batch %d: counted copies %d/%d/%d/%d, batch says %d/%d/%d/%d",
-				b, bc, bin, bsame, bother, bt.Copies, bt.InBatch, bt.SameSender, bt.OtherSender)
+		if bc != wantBatchCopies {
+			t.Fatalf("batch %d: %d copies, want %d", b, bc, wantBatchCopies)
 		}
-		copies, inBatch, same, other = copies+bc, inBatch+bin, same+bsame, other+bother
+		copies += bc
 
-		// The records: identities by event.id, content per key mode.
+		// The records: identities by event.id, copies byte-identical.
 		idOf := map[string]uint64{}
 		for _, tr := range bt.Truth {
 			idOf[g.EventID(tr.ID)] = tr.ID
@@ -92,32 +83,21 @@ func checkStream(t *testing.T, cfg Config) {
 				t.Fatalf("event.id %q is no identity of batch %d", ev.Str(), b)
 			}
 			c := contentID(res, scope, lr)
-			if cfg.Key == KeyEventID && contents[c] {
-				t.Fatalf("event.id mode: record content repeated (ID %d)", id)
-			}
 			contents[c] = true
-			if prev, ok := contentByID[id]; ok && cfg.Key == KeyContent && prev != c {
-				t.Fatalf("content mode: copies of ID %d differ", id)
+			if prev, ok := contentByID[id]; ok && prev != c {
+				t.Fatalf("copies of ID %d differ", id)
 			}
-			if _, ok := contentByID[id]; !ok {
-				contentByID[id] = c
-			}
+			contentByID[id] = c
 		})
 	}
-	if pos != cfg.Records || copies != wantCopies || int64(len(batchOfID)) != cfg.Records-wantCopies {
-		t.Fatalf("stream: %d records, %d copies, %d originals; want %d, %d, %d",
-			pos, copies, len(batchOfID), cfg.Records, wantCopies, cfg.Records-wantCopies)
+	if records != cfg.Records || copies != wantCopies || int64(len(batchOfID)) != cfg.Records-wantCopies || g.Uniques() != cfg.Records-wantCopies {
+		t.Fatalf("stream: %d records, %d copies, %d originals (Uniques %d); want %d, %d, %d",
+			records, copies, len(batchOfID), g.Uniques(), cfg.Records, wantCopies, cfg.Records-wantCopies)
 	}
-	if inBatch+same+other != copies {
-		t.Fatalf("copy sources %d+%d+%d != %d", inBatch, same, other, copies)
+	if int64(len(contents)) != cfg.Records-wantCopies {
+		t.Fatalf("%d distinct contents, want one per identity: %d", len(contents), cfg.Records-wantCopies)
 	}
-	wantContents := cfg.Records - wantCopies // content mode: one content per identity
-	if cfg.Key == KeyEventID {
-		wantContents = cfg.Records
-	}
-	if int64(len(contents)) != wantContents {
-		t.Fatalf("%d distinct contents, want %d", len(contents), wantContents)
-	}
+	return inBatch, sameSender, otherSender
 }
 
 func forEachRecord(ld plog.Logs, f func(res, scope string, lr plog.LogRecord)) {
@@ -142,9 +122,8 @@ func TestGeneratorExact(t *testing.T) {
 		{Records: 2, Duplicates: 0.5, Batch: 2, Senders: 3},
 		{Records: 10, Duplicates: 0.5, Batch: 3, Senders: 2},
 		{Records: 1000, Duplicates: 0.3, Batch: 100, Senders: 4},
-		{Records: 1000, Duplicates: 0.3, Batch: 100, Senders: 4, Key: KeyEventID},
 		{Records: 5000, Duplicates: 0.999, Batch: 7, Senders: 1},
-		{Records: 4321, Duplicates: 0.77, Batch: 1000, Senders: 3, Key: KeyEventID},
+		{Records: 4321, Duplicates: 0.77, Batch: 1000, Senders: 3},
 		{Records: 777, Duplicates: 0.0001, Batch: 50, Senders: 5},
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -153,31 +132,22 @@ func TestGeneratorExact(t *testing.T) {
 		cases = append(cases, Config{
 			Records: n, Duplicates: rng.Float64() * 0.95, Batch: 1 + rng.IntN(400),
 			Senders: 1 + rng.IntN(6), Seed: rng.Uint64(),
-			Key: []Key{KeyContent, KeyEventID}[rng.IntN(2)],
 		})
 	}
 	for _, c := range cases {
-		t.Run(fmt.Sprintf("n=%d,dup=%.4f,batch=%d,senders=%d,key=%s", c.Records, c.Duplicates, c.Batch, c.Senders, c.Key), func(t *testing.T) {
+		t.Run(fmt.Sprintf("n=%d,dup=%.4f,batch=%d,senders=%d", c.Records, c.Duplicates, c.Batch, c.Senders), func(t *testing.T) {
 			checkStream(t, c)
 		})
 	}
 }
 
-// The copies come from everywhere the issue asks: the same request, the same
-// sender's earlier requests, the other senders' requests, most of them
-// from earlier requests.
+// The copies come from everywhere: the same request, the same sender's
+// earlier requests, the other senders' requests, most of them from earlier
+// requests.
 func TestGeneratorCopySources(t *testing.T) {
-	g := mustGen(t, Config{Records: 100_000, Duplicates: 0.3, Batch: 1000, Senders: 4})
-	var c, in, same, other int64
-	for b := range g.Batches() {
-		bt := g.Batch(b)
-		c, in, same, other = c+bt.Copies, in+bt.InBatch, same+bt.SameSender, other+bt.OtherSender
-	}
-	t.Logf("copies %d: in batch %d, same sender %d, other senders %d", c, in, same, other)
-	if c != 30_000 || in+same+other != c {
-		t.Fatalf("copies %d (in %d same %d other %d), want 30000", c, in, same, other)
-	}
-	if in == 0 || same == 0 || other == 0 || in >= c/2 {
+	in, same, other := checkStream(t, Config{Records: 100_000, Duplicates: 0.3, Batch: 1000, Senders: 4})
+	t.Logf("copies: in batch %d, same sender %d, other senders %d", in, same, other)
+	if in == 0 || same == 0 || other == 0 || in >= 15_000 {
 		t.Fatalf("copy sources in %d same %d other %d: want all > 0 and most from earlier batches", in, same, other)
 	}
 }
@@ -191,19 +161,17 @@ func marshalBatch(t testing.TB, g *Generator, b int64) []byte {
 }
 
 func TestGeneratorDeterministic(t *testing.T) {
-	for _, key := range []Key{KeyContent, KeyEventID} {
-		cfg := Config{Records: 5000, Duplicates: 0.4, Batch: 250, Senders: 3, Seed: 42, Key: key}
-		g1, g2 := mustGen(t, cfg), mustGen(t, cfg)
-		cfg.Seed = 43
-		g3 := mustGen(t, cfg)
-		for b := range g1.Batches() {
-			a, a2, c := marshalBatch(t, g1, b), marshalBatch(t, g2, b), marshalBatch(t, g3, b)
-			if !bytes.Equal(a, a2) {
-				t.Fatalf("key %s batch %d: two generators with one seed differ", key, b)
-			}
-			if bytes.Equal(a, c) {
-				t.Fatalf("key %s batch %d: seeds 42 and 43 give the same batch", key, b)
-			}
+	cfg := Config{Records: 5000, Duplicates: 0.4, Batch: 250, Senders: 3, Seed: 42}
+	g1, g2 := mustGen(t, cfg), mustGen(t, cfg)
+	cfg.Seed = 43
+	g3 := mustGen(t, cfg)
+	for b := range g1.Batches() {
+		a, a2, c := marshalBatch(t, g1, b), marshalBatch(t, g2, b), marshalBatch(t, g3, b)
+		if !bytes.Equal(a, a2) {
+			t.Fatalf("batch %d: two generators with one seed differ", b)
+		}
+		if bytes.Equal(a, c) {
+			t.Fatalf("batch %d: seeds 42 and 43 give the same batch", b)
 		}
 	}
 }
@@ -212,21 +180,25 @@ func TestGeneratorDeterministic(t *testing.T) {
 // computed from its index.
 func TestGeneratorLarge(t *testing.T) {
 	g := mustGen(t, Config{Records: 10_000_000, Duplicates: 0.3, Batch: 1000, Senders: 4})
-	if g.Batches() != 10_000 || g.Copies() != 3_000_000 || g.Uniques() != 7_000_000 {
-		t.Fatalf("batches %d copies %d uniques %d", g.Batches(), g.Copies(), g.Uniques())
+	if g.Batches() != 10_000 || g.Uniques() != 7_000_000 {
+		t.Fatalf("batches %d uniques %d", g.Batches(), g.Uniques())
 	}
 	for _, b := range []int64{0, 1, 4_999, 9_999} {
-		bt := g.Batch(b)
-		if bt.Copies != 300 {
-			t.Fatalf("batch %d has %d copies, want 300", b, bt.Copies)
-		}
-		for _, tr := range bt.Truth {
-			if tr.ID >= uint64(g.Uniques()) || tr.From > b || g.batchOf(tr.ID) != tr.From {
+		copies := 0
+		for _, tr := range g.Batch(b).Truth {
+			if tr.Copy {
+				copies++
+			}
+			// An ID is below the originals generated up to this batch's end.
+			if tr.ID >= g.uniquesBefore(uint64(b+1)*1000) {
 				t.Fatalf("batch %d: truth %+v", b, tr)
 			}
 		}
+		if copies != 300 {
+			t.Fatalf("batch %d has %d copies, want 300", b, copies)
+		}
 	}
-	if got := g.uniquesBefore(uint64(g.Records())); got != uint64(g.Uniques()) {
+	if got := g.uniquesBefore(10_000_000); got != uint64(g.Uniques()) {
 		t.Fatalf("uniquesBefore(N) = %d", got)
 	}
 }

@@ -3,7 +3,6 @@ package loadgen
 import (
 	"crypto/sha256"
 	"fmt"
-	"net/http"
 	"sort"
 	"sync"
 	"testing"
@@ -12,21 +11,22 @@ import (
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/pdata/plog/plogotlp"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/otelcol-dedup/otelcol-dedup/internal/otlp"
+	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 )
 
 // sink is an otlp.Sink that counts what a run delivered: records, distinct
-// identities (whole content and event.id), each request's payload and
-// headers.
+// identities (whole content and event.id), each request's payload.
 type sink struct {
 	*otlp.Sink
+	*testkit.Faults
 
 	mu        sync.Mutex
 	byContent map[[32]byte]int // accepted records by whole content
 	byEventID map[string]int   // accepted records by event.id
 	payloads  []string         // sha256 of each accepted request's payload
-	headers   []http.Header
 }
 
 func newSink(t testing.TB) *sink {
@@ -35,8 +35,10 @@ func newSink(t testing.TB) *sink {
 	if err != nil {
 		t.Fatal(err)
 	}
+	f := &testkit.Faults{}
+	o.Gate = f.Gate
 	t.Cleanup(func() { _ = o.Close() })
-	s := &sink{Sink: o, byContent: map[[32]byte]int{}, byEventID: map[string]int{}}
+	s := &sink{Sink: o, Faults: f, byContent: map[[32]byte]int{}, byEventID: map[string]int{}}
 	o.OnLogs = s.accept
 	return s
 }
@@ -49,19 +51,19 @@ func (s *sink) endpoint(protocol string) string {
 	return s.GRPCEndpoint()
 }
 
-// fail makes the next n requests fail: gRPC code c, HTTP status h.
-func (s *sink) fail(n int, c codes.Code, h int) {
-	s.FailWith(c, h)
+// fail makes the next n requests fail with gRPC code c (over HTTP, the
+// matching status).
+func (s *sink) fail(n int, c codes.Code) {
+	s.FailWith(status.Error(c, "the sink refused the request"))
 	s.FailNext(n)
 }
 
-func (s *sink) accept(ld plog.Logs, h http.Header) {
+func (s *sink) accept(ld plog.Logs) {
 	raw, _ := plogotlp.NewExportRequestFromLogs(ld).MarshalProto()
 	sum := sha256.Sum256(raw)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.payloads = append(s.payloads, string(sum[:]))
-	s.headers = append(s.headers, h)
 	for _, rl := range ld.ResourceLogs().All() {
 		res := fmt.Sprint(rl.Resource().Attributes().AsRaw())
 		for _, sl := range rl.ScopeLogs().All() {
@@ -98,10 +100,4 @@ func (s *sink) counts() sinkCounts {
 		attempts: s.Requests(), refused: s.Refused(), records: s.LogRecordCount(),
 		distinctContent: len(s.byContent), distinctEventID: len(s.byEventID), payloads: p,
 	}
-}
-
-func (s *sink) allHeaders() []http.Header {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]http.Header(nil), s.headers...)
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"net"
-	"net/http"
-	"sync"
 	"testing"
 	"time"
 
@@ -25,17 +23,26 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 var protocols = []string{GRPC, HTTP}
 
-func newSink(t *testing.T) *Sink {
+// testSink is a sink whose requests testkit's Faults decide.
+type testSink struct {
+	*Sink
+	*testkit.Faults
+}
+
+func newSink(t *testing.T) *testSink {
 	t.Helper()
 	s, err := NewSink()
 	if err != nil {
 		t.Fatal(err)
 	}
+	f := &testkit.Faults{}
+	s.Gate = f.Gate
 	t.Cleanup(func() { _ = s.Close() })
-	return s
+	t.Cleanup(f.Unhold)
+	return &testSink{s, f}
 }
 
-func newClient(t *testing.T, s *Sink, protocol string) *Client {
+func newClient(t *testing.T, s *testSink, protocol string) *Client {
 	t.Helper()
 	endpoint := s.GRPCEndpoint()
 	if protocol == HTTP {
@@ -64,53 +71,41 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
-// Every signal arrives over either protocol, gzipped or not, with the
-// client's headers; the sink keeps copies and counts items.
+// Every signal arrives over either protocol; the sink keeps copies and
+// counts items.
 func TestSendEverySignal(t *testing.T) {
 	for _, p := range protocols {
-		for _, gz := range []bool{false, true} {
-			s := newSink(t)
-			c := newClient(t, s, p)
-			c.Gzip = gz
-			ctx := ctxT(t)
-			td := ptrace.NewTraces()
-			td.ResourceSpans().AppendEmpty().ScopeSpans().AppendEmpty().Spans().AppendEmpty().SetName("s")
-			md := pmetric.NewMetrics()
-			md.ResourceMetrics().AppendEmpty().ScopeMetrics().AppendEmpty().Metrics().AppendEmpty().SetEmptyGauge().DataPoints().AppendEmpty()
-			for _, err := range []error{c.SendLogs(ctx, logs(3)), c.SendTraces(ctx, td), c.SendMetrics(ctx, md), c.SendMetrics(ctx, md)} {
-				if err != nil {
-					t.Fatalf("%s gzip %v: %v", p, gz, err)
-				}
+		s := newSink(t)
+		c := newClient(t, s, p)
+		ctx := ctxT(t)
+		td := ptrace.NewTraces()
+		td.ResourceSpans().AppendEmpty().ScopeSpans().AppendEmpty().Spans().AppendEmpty().SetName("s")
+		md := pmetric.NewMetrics()
+		md.ResourceMetrics().AppendEmpty().ScopeMetrics().AppendEmpty().Metrics().AppendEmpty().SetEmptyGauge().DataPoints().AppendEmpty()
+		for _, err := range []error{c.SendLogs(ctx, logs(3)), c.SendTraces(ctx, td), c.SendMetrics(ctx, md), c.SendMetrics(ctx, md)} {
+			if err != nil {
+				t.Fatalf("%s: %v", p, err)
 			}
-			got := [...]int{s.LogRecordCount(), s.SpanCount(), s.DataPointCount(), len(s.Logs()), len(s.Traces()), len(s.Metrics()), s.Requests()}
-			if got != [...]int{3, 1, 2, 1, 1, 2, 4} {
-				t.Errorf("%s gzip %v: [logs spans points, requests kept of each, requests] = %v", p, gz, got)
-			}
+		}
+		got := [...]int{s.LogRecordCount(), s.SpanCount(), s.DataPointCount(), len(s.Logs()), len(s.Traces()), len(s.Metrics()), s.Requests()}
+		if got != [...]int{3, 1, 2, 1, 1, 2, 4} {
+			t.Errorf("%s: [logs spans points, requests kept of each, requests] = %v", p, got)
 		}
 	}
 }
 
-// OnLogs takes the logs instead of the sink, with the request's headers;
-// the partial success reaches the client.
-func TestOnLogsHeadersAndPartialSuccess(t *testing.T) {
+// OnLogs takes the logs instead of the sink.
+func TestOnLogs(t *testing.T) {
 	for _, p := range protocols {
 		s := newSink(t)
-		var mu sync.Mutex
-		var seen []string
-		s.OnLogs = func(ld plog.Logs, h http.Header) {
-			mu.Lock()
-			seen = append(seen, h.Get("X-Scope-OrgID"))
-			mu.Unlock()
-		}
-		s.RejectEach(2)
+		seen := 0
+		s.OnLogs = func(ld plog.Logs) { seen += ld.LogRecordCount() } // under the sink's lock
 		c := newClient(t, s, p)
-		c.Header = http.Header{"X-Scope-OrgID": {"team-a"}}
-		rejected, err := c.ExportLogs(ctxT(t), logs(5))
-		if err != nil || rejected != 2 {
-			t.Fatalf("%s: rejected %d, %v; want 2", p, rejected, err)
+		if err := c.SendLogs(ctxT(t), logs(5)); err != nil {
+			t.Fatal(err)
 		}
-		if len(seen) != 1 || seen[0] != "team-a" || len(s.Logs()) != 0 || s.LogRecordCount() != 5 {
-			t.Errorf("%s: OnLogs saw %q, the sink kept %d requests and counts %d records", p, seen, len(s.Logs()), s.LogRecordCount())
+		if seen != 5 || len(s.Logs()) != 0 || s.LogRecordCount() != 5 {
+			t.Errorf("%s: OnLogs saw %d records, the sink kept %d requests and counts %d records", p, seen, len(s.Logs()), s.LogRecordCount())
 		}
 	}
 }
@@ -127,7 +122,7 @@ func TestFailNext(t *testing.T) {
 		if retry, _ := Retryable(err); !retry || (p == GRPC && status.Code(err) != codes.Unavailable) {
 			t.Errorf("%s: %v, want a retryable Unavailable / 503", p, err)
 		}
-		s.FailWith(codes.InvalidArgument, http.StatusBadRequest)
+		s.FailWith(status.Error(codes.InvalidArgument, "the sink refused the request"))
 		s.FailNext(1)
 		err = c.SendLogs(ctx, logs(2))
 		var he *HTTPError
@@ -204,14 +199,6 @@ func TestRetryable(t *testing.T) {
 	}
 	if retry, _ := Retryable(&net.OpError{Op: "dial", Err: errors.New("connection refused")}); !retry {
 		t.Error("a refused connection is not retried")
-	}
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	for v, want := range map[string]time.Duration{
-		"": 0, "0": 0, "5": 5 * time.Second, "junk": 0, now.Add(90 * time.Second).Format(http.TimeFormat): 90 * time.Second,
-	} {
-		if got := retryAfter(v, now); got != want {
-			t.Errorf("retryAfter(%q) = %v, want %v", v, got, want)
-		}
 	}
 }
 

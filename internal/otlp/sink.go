@@ -9,7 +9,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"sync"
@@ -23,42 +22,37 @@ import (
 	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
 // Sink is an OTLP backend on 127.0.0.1: an OTLP/gRPC server and an OTLP/HTTP
 // server (protobuf, gzip or not) for logs, traces and metrics, each on a
 // port of its own that it holds from the start. It keeps a copy of every
-// request it accepts, unless OnLogs takes the logs, and it can be told to
-// refuse requests (the next ones, or a share of them at random), to answer
-// slowly, to reject records in a partial success, or to hold requests until
-// told to let them through. Its methods are safe for concurrent use.
+// request it accepts, unless OnLogs takes the logs. Its methods are safe for
+// concurrent use.
 type Sink struct {
 	// OnLogs, if set before the first request, is called with every
-	// accepted logs request and its headers (gRPC metadata) instead of the
-	// sink keeping a copy: a tool counting millions of records holds none.
-	// It runs with the sink's lock held.
-	OnLogs func(ld plog.Logs, header http.Header)
+	// accepted logs request instead of the sink keeping a copy: a tool
+	// counting millions of records holds none. It runs with the sink's lock
+	// held.
+	OnLogs func(ld plog.Logs)
+	// Gate, if set before the first request, decides each request of items
+	// (log records, spans or data points): it calls keep to accept it, or
+	// returns the refusal, which the client receives as its gRPC status
+	// (Unavailable if it is none) or the matching HTTP status. Tests refuse,
+	// delay and hold requests with it (testkit.Faults).
+	Gate func(ctx context.Context, items int, keep func()) error
 
 	grpcLis, httpLis net.Listener
 	grpcSrv          *grpc.Server
 	httpSrv          *http.Server
 	served           sync.WaitGroup
 
-	mu                                       sync.Mutex
-	items                                    [3]int // log records, spans and data points accepted
-	requests, refused, refusedItems, holding int    // holding: requests waiting on hold
-	failNext, failStatus                     int
-	failCode                                 codes.Code
-	failRand                                 *rand.Rand // not nil while FailRandomly is in force
-	failP                                    float64
-	reject                                   int64 // records each logs request's partial success rejects
-	latency                                  time.Duration
-	hold                                     chan struct{} // not nil while Hold is in force; closed by Unhold
-	logs                                     []plog.Logs
-	traces                                   []ptrace.Traces
-	metrics                                  []pmetric.Metrics
+	mu      sync.Mutex
+	items   [3]int // log records, spans and data points accepted
+	logs    []plog.Logs
+	traces  []ptrace.Traces
+	metrics []pmetric.Metrics
 }
 
 // NewSink starts a sink on two loopback ports the kernel picks. Close it
@@ -73,8 +67,7 @@ func NewSink() (*Sink, error) {
 		grpcLis.Close()
 		return nil, err
 	}
-	s := &Sink{grpcLis: grpcLis, httpLis: httpLis, failCode: codes.Unavailable, failStatus: http.StatusServiceUnavailable}
-	s.grpcSrv = grpc.NewServer()
+	s := &Sink{grpcLis: grpcLis, httpLis: httpLis, grpcSrv: grpc.NewServer()}
 	plogotlp.RegisterGRPCServer(s.grpcSrv, &logsServer{s: s})
 	ptraceotlp.RegisterGRPCServer(s.grpcSrv, &tracesServer{s: s})
 	pmetricotlp.RegisterGRPCServer(s.grpcSrv, &metricsServer{s: s})
@@ -94,80 +87,11 @@ func (s *Sink) HTTPEndpoint() string { return "http://" + s.httpLis.Addr().Strin
 
 // Close stops both servers, cutting open connections.
 func (s *Sink) Close() error {
-	s.Unhold()
 	s.grpcSrv.Stop()
 	err := s.httpSrv.Close()
 	s.served.Wait()
 	return err
 }
-
-// FailNext makes the next n requests, of any signal and over either
-// protocol, fail (see FailWith). Refused requests are not recorded.
-func (s *Sink) FailNext(n int) { set(s, &s.failNext, n) }
-
-// FailWith sets how a refused request fails: gRPC code, HTTP status
-// (default Unavailable and 503, which an exporter retries).
-func (s *Sink) FailWith(code codes.Code, httpStatus int) {
-	set(s, &s.failCode, code)
-	set(s, &s.failStatus, httpStatus)
-}
-
-// FailRandomly makes every request from now on fail, like FailNext, with
-// probability p (0 stops it), drawn from a generator seeded with seed: the
-// sink's n-th decision is the same on every run, whichever request it falls
-// to. FailNext and Hold are decided first.
-func (s *Sink) FailRandomly(p float64, seed uint64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.failP, s.failRand = p, nil
-	if p > 0 {
-		s.failRand = rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-	}
-}
-
-// RejectEach makes every accepted logs request answer a partial success
-// that rejects n of its records.
-func (s *Sink) RejectEach(n int64) { set(s, &s.reject, n) }
-
-// SetLatency makes every request from now on wait d before it is decided, as
-// a slow backend does; a request whose client gives up meanwhile is refused.
-func (s *Sink) SetLatency(d time.Duration) { set(s, &s.latency, d) }
-
-// Hold makes every request from now on wait, before it is recorded, until
-// Unhold, the sink closes or the client gives up; an exporter sending to the
-// sink blocks as on a stalled backend. FailNext(n) then Unhold makes n of
-// the held requests fail when released.
-func (s *Sink) Hold() {
-	s.mu.Lock()
-	if s.hold == nil {
-		s.hold = make(chan struct{})
-	}
-	s.mu.Unlock()
-}
-
-// Unhold lets the held requests, and later ones, through.
-func (s *Sink) Unhold() {
-	s.mu.Lock()
-	if s.hold != nil {
-		close(s.hold)
-		s.hold = nil
-	}
-	s.mu.Unlock()
-}
-
-// Holding is how many requests are waiting on Hold.
-func (s *Sink) Holding() int { return locked(s, func() int { return s.holding }) }
-
-// Requests is how many requests the sink answered, refused ones included.
-func (s *Sink) Requests() int { return locked(s, func() int { return s.requests }) }
-
-// Refused is how many requests the sink refused: on FailNext's or
-// FailRandomly's orders, or because their client gave up while they waited.
-func (s *Sink) Refused() int { return locked(s, func() int { return s.refused }) }
-
-// RefusedItems is how many log records, spans or data points the refused
-// requests carried.
-func (s *Sink) RefusedItems() int { return locked(s, func() int { return s.refusedItems }) }
 
 // LogRecordCount is how many log records the sink accepted.
 func (s *Sink) LogRecordCount() int { return locked(s, func() int { return s.items[0] }) }
@@ -199,82 +123,36 @@ func locked[T any](s *Sink, f func() T) T {
 	return f()
 }
 
-func set[T any](s *Sink, field *T, v T) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	*field = v
-}
-
 // receive decides on a request of n items and, if the sink accepts it,
-// records it with keep (lock held). It returns the refusal as a gRPC status
-// error. While Hold is in force the request first waits, then for the
-// latency; a request whose client gave up meanwhile is refused.
+// records it with keep (which the lock guards). It returns the refusal as a
+// gRPC status error.
 func (s *Sink) receive(ctx context.Context, n int, keep func()) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.requests++
-	refuse := func() error {
-		s.refused++
-		s.refusedItems += n
-		return status.Error(s.failCode, "the sink refused the request")
+	keepLocked := func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		keep()
 	}
-	if s.failNext > 0 {
-		s.failNext--
-		return refuse()
+	if s.Gate == nil {
+		keepLocked()
+		return nil
 	}
-	if hold := s.hold; hold != nil {
-		s.holding++
-		gaveUp := s.waitLocked(ctx, hold, nil)
-		s.holding--
-		// A FailNext given while the request waited applies to it: a
-		// backend that stalls, then fails.
-		if gaveUp || s.failNext > 0 {
-			if !gaveUp {
-				s.failNext--
-			}
-			return refuse()
+	if err := s.Gate(ctx, n, keepLocked); err != nil {
+		if _, ok := status.FromError(err); !ok {
+			err = status.Error(codes.Unavailable, err.Error())
 		}
+		return err
 	}
-	if s.latency > 0 {
-		timer := time.NewTimer(s.latency)
-		gaveUp := s.waitLocked(ctx, nil, timer.C)
-		timer.Stop()
-		if gaveUp {
-			return refuse()
-		}
-	}
-	if s.failRand != nil && s.failRand.Float64() < s.failP {
-		return refuse()
-	}
-	keep()
 	return nil
-}
-
-// waitLocked releases the lock until a or b is ready (nil channels never
-// are) or ctx ends, and reports whether ctx ended: the client gave up.
-func (s *Sink) waitLocked(ctx context.Context, a <-chan struct{}, b <-chan time.Time) (gaveUp bool) {
-	s.mu.Unlock()
-	defer s.mu.Lock()
-	select {
-	case <-a:
-	case <-b:
-	case <-ctx.Done():
-		return true
-	}
-	return false
 }
 
 // The keep functions record an accepted request (lock held), a copy of it:
 // the request's memory belongs to the server.
 
-func (s *Sink) keepLogs(ld plog.Logs, resp plogotlp.ExportResponse, header func() http.Header) func() {
+func (s *Sink) keepLogs(ld plog.Logs) func() {
 	return func() {
 		s.items[0] += ld.LogRecordCount()
-		if s.reject > 0 {
-			resp.PartialSuccess().SetRejectedLogRecords(s.reject)
-		}
 		if s.OnLogs != nil {
-			s.OnLogs(ld, header())
+			s.OnLogs(ld)
 			return
 		}
 		cp := plog.NewLogs()
@@ -307,16 +185,7 @@ type logsServer struct {
 }
 
 func (h *logsServer) Export(ctx context.Context, req plogotlp.ExportRequest) (plogotlp.ExportResponse, error) {
-	resp := plogotlp.NewExportResponse()
-	header := func() http.Header {
-		md, _ := metadata.FromIncomingContext(ctx)
-		out := http.Header{}
-		for k, vs := range md {
-			out[http.CanonicalHeaderKey(k)] = vs
-		}
-		return out
-	}
-	return resp, h.s.receive(ctx, req.Logs().LogRecordCount(), h.s.keepLogs(req.Logs(), resp, header))
+	return plogotlp.NewExportResponse(), h.s.receive(ctx, req.Logs().LogRecordCount(), h.s.keepLogs(req.Logs()))
 }
 
 type tracesServer struct {
@@ -337,6 +206,12 @@ func (h *metricsServer) Export(ctx context.Context, req pmetricotlp.ExportReques
 	return pmetricotlp.NewExportResponse(), h.s.receive(ctx, req.Metrics().DataPointCount(), h.s.keepMetrics(req.Metrics()))
 }
 
+// httpStatus is the OTLP/HTTP answer to a refusal with a gRPC code.
+var httpStatus = map[codes.Code]int{
+	codes.InvalidArgument: http.StatusBadRequest, codes.ResourceExhausted: http.StatusTooManyRequests,
+	codes.Unavailable: http.StatusServiceUnavailable, codes.DeadlineExceeded: http.StatusGatewayTimeout,
+}
+
 // serveHTTP is the OTLP/HTTP server: protobuf bodies, gzip or not, on
 // /v1/logs, /v1/traces and /v1/metrics.
 func (s *Sink) serveHTTP(w http.ResponseWriter, r *http.Request) {
@@ -350,9 +225,9 @@ func (s *Sink) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	var resp interface{ MarshalProto() ([]byte, error) }
 	switch r.URL.Path {
 	case "/v1/logs":
-		req, lresp := plogotlp.NewExportRequest(), plogotlp.NewExportResponse()
+		req := plogotlp.NewExportRequest()
 		err = req.UnmarshalProto(body)
-		n, keep, resp = req.Logs().LogRecordCount(), s.keepLogs(req.Logs(), lresp, func() http.Header { return r.Header }), lresp
+		n, keep, resp = req.Logs().LogRecordCount(), s.keepLogs(req.Logs()), plogotlp.NewExportResponse()
 	case "/v1/traces":
 		req := ptraceotlp.NewExportRequest()
 		err = req.UnmarshalProto(body)
@@ -370,7 +245,12 @@ func (s *Sink) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := s.receive(r.Context(), n, keep); err != nil {
-		http.Error(w, status.Convert(err).Message(), locked(s, func() int { return s.failStatus }))
+		st := status.Convert(err)
+		code, ok := httpStatus[st.Code()]
+		if !ok {
+			code = http.StatusInternalServerError
+		}
+		http.Error(w, st.Message(), code)
 		return
 	}
 	out, err := resp.MarshalProto()

@@ -1,7 +1,8 @@
 // Package testkit holds the helpers the repository's tests share: a bounded
 // wait on a condition, a fake clock, the exactly-once check over delivered
-// records, reads of an OpenTelemetry SDK ManualReader and CPU hogs that
-// make the host busy. The Redis harness
+// records, reads of an OpenTelemetry SDK ManualReader, CPU hogs that make
+// the host busy and the ocb-built binaries the end-to-end and docs tests
+// run. The Redis harness
 // is its sibling package redistest; faultproxy puts faults between a client
 // and Redis.
 package testkit

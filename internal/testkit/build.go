@@ -1,13 +1,7 @@
-// Package e2e runs the otelcol-dedup distribution the way users do: it builds
-// the binary with ocb, starts it with its listeners on port 0 of loopback
-// addresses and reads back the ports they got, sends OTLP over the network,
-// receives what it exports in a sink (package otlp), and reads its
-// Prometheus metrics endpoint.
-//
-// The harness (this package's non-test files) is shared by the end-to-end
-// tests beside it, internal/docscheck's tests, dedupload's demo and the
-// benchmark driver. Every process it starts is stopped by PID.
-package e2e
+package testkit
+
+// The binaries the end-to-end and docs tests run: built once per test
+// process by the Makefile's ocb targets, unless the environment names them.
 
 import (
 	"bytes"
@@ -59,7 +53,7 @@ func (b *build) get(log io.Writer) (string, error) {
 func (b *build) make(log io.Writer) (string, error) {
 	if p := os.Getenv(b.env); p != "" {
 		if _, err := os.Stat(p); err != nil {
-			return "", fmt.Errorf("e2e: %s=%q: %w", b.env, p, err)
+			return "", fmt.Errorf("testkit: %s=%q: %w", b.env, p, err)
 		}
 		return filepath.Abs(p)
 	}
@@ -76,18 +70,18 @@ func (b *build) make(log io.Writer) (string, error) {
 	}
 	defer lock.Close() // and unlocked
 	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return "", fmt.Errorf("e2e: lock _build/.lock: %w", err)
+		return "", fmt.Errorf("testkit: lock _build/.lock: %w", err)
 	}
-	fmt.Fprintf(log, "e2e: make %s (ocb; a cold build takes minutes, an unchanged one seconds)\n", b.target)
+	fmt.Fprintf(log, "testkit: make %s (ocb; a cold build takes minutes, an unchanged one seconds)\n", b.target)
 	start := time.Now()
 	cmd := exec.Command("make", "--no-print-directory", b.target)
 	cmd.Dir = root
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("e2e: make %s in %s: %w\n%s", b.target, root, err, tail(out.Bytes(), 60))
+		return "", fmt.Errorf("testkit: make %s in %s: %w\n%s", b.target, root, err, lastLines(out.Bytes(), 60))
 	}
-	fmt.Fprintf(log, "e2e: make %s done in %s\n", b.target, time.Since(start).Round(100*time.Millisecond))
+	fmt.Fprintf(log, "testkit: make %s done in %s\n", b.target, time.Since(start).Round(100*time.Millisecond))
 	return filepath.Join(root, b.bin), nil
 }
 
@@ -104,14 +98,14 @@ func RepoRoot() (string, error) {
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			return "", errors.New("e2e: builder-config.yaml not found in the working directory or any parent")
+			return "", errors.New("testkit: builder-config.yaml not found in the working directory or any parent")
 		}
 		dir = parent
 	}
 }
 
-// tail returns the last n lines of b.
-func tail(b []byte, n int) []byte {
+// lastLines returns the last n lines of b.
+func lastLines(b []byte, n int) []byte {
 	lines := bytes.Split(bytes.TrimRight(b, "\n"), []byte("\n"))
 	return bytes.Join(lines[max(len(lines)-n, 0):], []byte("\n"))
 }
