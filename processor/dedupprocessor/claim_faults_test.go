@@ -8,10 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/collector/consumer"
 	"go.opentelemetry.io/collector/consumer/consumertest"
-	"go.opentelemetry.io/collector/processor/processortest"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/faultproxy"
@@ -101,24 +98,6 @@ func TestClaimRenewedThroughFailedRenewals(t *testing.T) {
 	}
 }
 
-// startUnmanaged starts a logs processor that the test shuts down itself.
-func startUnmanaged(t *testing.T, cfg *Config, next consumer.Logs) *harness {
-	t.Helper()
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
-	set := processortest.NewNopSettings(componentType)
-	set.MeterProvider = mp
-	p, err := NewFactory().CreateLogs(context.Background(), set, cfg, next)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Start(context.Background(), nil); err != nil {
-		t.Fatal(err)
-	}
-	return &harness{t: t, proc: p, reader: reader, id: set.ID}
-}
-
 // keyValues returns the string keys matching pattern and their values.
 func keyValues(t *testing.T, srv *redistest.Server, pattern string) map[string]string {
 	t.Helper()
@@ -154,7 +133,7 @@ func TestShutdownWithBatchesInFlight(t *testing.T) {
 			cfg.Redis.Get().KeyPrefix = "shutdown:"
 			cfg.Redis.Get().Lease = time.Second
 			gate := newGatedLogs()
-			h := startUnmanaged(t, cfg, gate)
+			h := buildHarness(t, nil, cfg, gate, nil)
 			done := consumeAsync(h, events(1, 2))
 			<-gate.entered
 			stopped := make(chan error, 1)

@@ -58,9 +58,9 @@ func newClockedHarness(t *testing.T, cfg *Config, next consumer.Logs, clk clock.
 	return startHarness(t, nil, cfg, next, clk)
 }
 
-// startHarness starts a logs processor on host, with the clock clk unless
-// it is nil.
-func startHarness(t *testing.T, host component.Host, cfg *Config, next consumer.Logs, clk clock.Clock, logger ...*zap.Logger) *harness {
+// buildHarness starts a logs processor on host, with the clock clk unless
+// it is nil; the test shuts it down.
+func buildHarness(t *testing.T, host component.Host, cfg *Config, next consumer.Logs, clk clock.Clock, logger ...*zap.Logger) *harness {
 	t.Helper()
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
@@ -83,12 +83,19 @@ func startHarness(t *testing.T, host component.Host, cfg *Config, next consumer.
 	if err := proc.Start(context.Background(), host); err != nil {
 		t.Fatal(err)
 	}
+	return &harness{t: t, proc: proc, reader: reader, id: set.ID}
+}
+
+// startHarness is buildHarness, shut down when the test ends.
+func startHarness(t *testing.T, host component.Host, cfg *Config, next consumer.Logs, clk clock.Clock, logger ...*zap.Logger) *harness {
+	t.Helper()
+	h := buildHarness(t, host, cfg, next, clk, logger...)
 	t.Cleanup(func() {
-		if err := proc.Shutdown(context.Background()); err != nil {
+		if err := h.proc.Shutdown(context.Background()); err != nil {
 			t.Error(err)
 		}
 	})
-	return &harness{t: t, proc: proc, reader: reader, id: set.ID}
+	return h
 }
 
 // metric returns the value of an int64 counter or gauge series whose
