@@ -191,12 +191,14 @@ func TestStackedStagesDetected(t *testing.T) {
 }
 
 // TestContendingLooksEnd: two collectors wait for the same 2,000 records,
-// held by a third collector's batch, which then fails. Both look again at
-// once, each in its own order of the records, and the second half of each
-// look reaches Redis late, so that each would win half. Looks claim in one
-// order, stopping at the first record held, so one of them wins all and
-// the other then finds them delivered: both requests are acknowledged and
-// every record is delivered once.
+// held by a third collector's batch, which then fails. The looks of the two
+// are made to meet: each collector's first claim call of a look reaches
+// Redis together with the other's, its second call 100 ms later, and every
+// release later still. Each looks in its own order of the records, so that
+// each would win half and find the other half held, look after look. Looks
+// claim in one order, stopping at the first record held, so one of them
+// wins all and the other then finds them delivered: both requests are
+// acknowledged and every record is delivered once.
 func TestContendingLooksEnd(t *testing.T) {
 	srv := redistest.Standalone(t)
 	const n = 2000
@@ -214,21 +216,44 @@ func TestContendingLooksEnd(t *testing.T) {
 	gate := newGatedLogs()
 	holder := newHarness(t, newCfg(srv.Addr()), gate)
 	sinks := []*consumertest.LogsSink{new(consumertest.LogsSink), new(consumertest.LogsSink)}
+	var (
+		mu      sync.Mutex
+		waiting chan struct{} // the first claim call waiting for the other's
+	)
+	meet := func() <-chan struct{} {
+		mu.Lock()
+		defer mu.Unlock()
+		if ch := waiting; ch != nil {
+			waiting = nil
+			close(ch)
+			return ch
+		}
+		ch := make(chan struct{})
+		waiting = ch
+		time.AfterFunc(300*time.Millisecond, func() { // no other call comes
+			mu.Lock()
+			defer mu.Unlock()
+			if waiting == ch {
+				waiting = nil
+				close(ch)
+			}
+		})
+		return ch
+	}
+	release := faultproxy.Script(redistier.ScriptHash(redistier.ScriptRelease))
 	var waiters []*harness
 	for i := range 2 {
 		proxy := faultproxy.New(t, srv.Addr())
-		// Every second claim call on a connection reaches Redis late.
-		var mu sync.Mutex
-		calls := map[int]int{}
-		proxy.Add(&faultproxy.Rule{Fault: faultproxy.DelayRequest(100 * time.Millisecond), Match: func(c faultproxy.Command) bool {
+		calls := 0 // guarded by the proxy's lock
+		proxy.Add(&faultproxy.Rule{Fault: faultproxy.HoldRequestUntil(meet), Match: func(c faultproxy.Command) bool {
 			if c.Script() != claimScriptHash {
 				return false
 			}
-			mu.Lock()
-			defer mu.Unlock()
-			calls[c.Conn]++
-			return calls[c.Conn]%2 == 0
+			calls++
+			return calls%2 == 1
 		}})
+		proxy.Add(&faultproxy.Rule{Fault: faultproxy.DelayRequest(100 * time.Millisecond), Match: faultproxy.Script(claimScriptHash)})
+		proxy.Add(&faultproxy.Rule{Fault: faultproxy.DelayRequest(300 * time.Millisecond), Match: release})
 		waiters = append(waiters, newHarness(t, newCfg(proxy.Addr()), sinks[i]))
 	}
 	first := consumeAsync(holder, events(ids...))

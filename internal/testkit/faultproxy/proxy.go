@@ -14,12 +14,12 @@
 //
 // What each fault promises:
 //
-//   - DelayRequest, HoldRequest: the command reaches Redis no sooner than
-//     the delay after the proxy read it, or once the hold is released. The
-//     commands after it on the same connection wait behind it. If the client
-//     closes its connection meanwhile, the command is still delivered before
-//     the proxy closes its side towards Redis, as TCP delivers what was sent
-//     before a close.
+//   - DelayRequest, HoldRequest, HoldRequestUntil: the command reaches
+//     Redis no sooner than the delay after the proxy read it, or once the
+//     hold is released. The commands after it on the same connection wait
+//     behind it. If the client closes its connection meanwhile, the command
+//     is still delivered before the proxy closes its side towards Redis, as
+//     TCP delivers what was sent before a close.
 //   - DelayReply, HoldReply: the command ran; its reply reaches the client no
 //     sooner than the delay after Redis sent it, or once the hold is
 //     released. The replies after it wait behind it.
@@ -156,6 +156,7 @@ type Fault struct {
 	kind  faultKind
 	delay time.Duration
 	until <-chan struct{}
+	hold  func() <-chan struct{} // gives until when the command is judged
 }
 
 func (f Fault) onReply() bool { return f.kind >= delayReply }
@@ -169,6 +170,13 @@ func DelayRequest(d time.Duration) Fault { return Fault{kind: delayRequest, dela
 // HoldRequest makes the command reach Redis once release is closed.
 func HoldRequest(release <-chan struct{}) Fault {
 	return Fault{kind: delayRequest, until: release}
+}
+
+// HoldRequestUntil makes the command reach Redis once the channel that
+// until returns is closed. until runs when the proxy reads the command,
+// under the proxy's lock: it must be quick and must not call the Proxy.
+func HoldRequestUntil(until func() <-chan struct{}) Fault {
+	return Fault{kind: delayRequest, hold: until}
 }
 
 // DelayReply makes the command's reply reach the client d after Redis sent
@@ -463,6 +471,9 @@ func (p *Proxy) judge(cmd Command) (request, reply Fault) {
 		if slot.kind == noFault && (r.Match == nil || r.Match(cmd)) &&
 			(r.Rand == nil || r.Rand.Float64() < r.Probability) {
 			*slot = r.Fault
+			if slot.hold != nil {
+				slot.until = slot.hold()
+			}
 			r.fired++
 		}
 		if r.Times == 0 || r.fired < r.Times {

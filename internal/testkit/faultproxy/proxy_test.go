@@ -288,6 +288,32 @@ func TestDelayRequest(t *testing.T) {
 	})
 }
 
+// TestHoldRequestUntil: each command the rule fires on gets the hold until
+// gives when the proxy reads it, so one hold can be released before an
+// earlier one: the command on B lands while A's is still held.
+func TestHoldRequestUntil(t *testing.T) {
+	s := redistest.Standalone(t)
+	p := New(t, s.Addr())
+	var holds []chan struct{} // guarded by p's lock, where until runs
+	r := p.Add(&Rule{Match: Name("SET"), Fault: HoldRequestUntil(func() <-chan struct{} {
+		ch := make(chan struct{})
+		holds = append(holds, ch)
+		return ch
+	})})
+	a, b := dial(t, p.Addr()), dial(t, p.Addr())
+	write(t, a, encode("SET", "a", "1"))
+	testkit.WaitFor(t, "SET a read by the proxy", waitTimeout, func() bool { return r.Fired() == 1 })
+	write(t, b, encode("SET", "b", "1"))
+	testkit.WaitFor(t, "SET b read by the proxy", waitTimeout, func() bool { return r.Fired() == 2 })
+	close(holds[1])
+	testkit.WaitFor(t, "SET b landed", waitTimeout, func() bool { return get(t, s, "b") == "1" })
+	if v := get(t, s, "a"); v != "" {
+		t.Fatalf("a = %q while its hold is on, want nothing", v)
+	}
+	close(holds[0])
+	testkit.WaitFor(t, "SET a landed", waitTimeout, func() bool { return get(t, s, "a") == "1" })
+}
+
 // TestReorderAcrossConnections: a command held on connection A lands after
 // a command sent later on connection B, even after A's client gave up on it
 // (the race of a claim that lands after the release meant to undo it).
