@@ -1,7 +1,6 @@
 package dedupprocessor
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -49,28 +48,20 @@ const (
 
 var electionReasonNames = [numElectionReasons]string{"new", "failover"}
 
-// sharedElections is the part of the shared tier (redistier.Tier)
-// elections use.
-type sharedElections interface {
-	Elect(ctx context.Context, token string, failover time.Duration, e redistier.Election) (redistier.ElectionAnswer, error)
-	CommitElected(ctx context.Context, token string, failover time.Duration, es []redistier.Election, answers []redistier.ElectionAnswer) error
-	ReleaseElections(ctx context.Context, token string, failover time.Duration, keys []digest.Digest) error
-}
-
 // elector is a metrics processor's replica election: a stage of its own
 // before the batch's dedup, which settles with the batch's first call.
 type elector struct {
 	cfg              *Config
 	b                *batches
-	tier             sharedElections // nil: local only
-	cluster, replica string          // the label names
+	tier             *sharedStage // nil: local only
+	cluster, replica string       // the label names
 	strip            bool
 	failover         time.Duration
 	table            *election.Table
 	boxes            sync.Pool
 }
 
-func newElector(cfg *Config, ec *ElectionConfig, b *batches, tier sharedElections) *elector {
+func newElector(cfg *Config, ec *ElectionConfig, b *batches, tier *sharedStage) *elector {
 	return &elector{
 		cfg:      cfg,
 		b:        b,
@@ -318,13 +309,7 @@ func (e *elector) decide(ctx context.Context, box *ballotBox) error {
 	for i := range box.ballots {
 		box.order = append(box.order, int32(i))
 	}
-	slices.SortFunc(box.order, func(i, j int32) int {
-		x, y := box.ballots[i].ref.Key, box.ballots[j].ref.Key
-		if c := cmp.Compare(x.Hi, y.Hi); c != 0 {
-			return c
-		}
-		return cmp.Compare(x.Lo, y.Lo)
-	})
+	slices.SortFunc(box.order, func(i, j int32) int { return box.ballots[i].ref.Key.Compare(box.ballots[j].ref.Key) })
 	var w *wait
 	for {
 		pending := false

@@ -144,6 +144,8 @@ func (p *logsProcessor) send(ctx context.Context, ld plog.Logs) error {
 	return p.next.ConsumeLogs(ctx, ld)
 }
 
+func (p *logsProcessor) firstCallSettled(context.Context, error) {}
+
 func (p *logsProcessor) identify(ctx context.Context, b *batch, enc *identity.Encoder, ld plog.Logs) {
 	w := newWalk(ctx, p.engine, p.si, b, enc)
 	var view logView

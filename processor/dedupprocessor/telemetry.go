@@ -66,8 +66,7 @@ type telemetry struct {
 	redisDuration  metric.Float64Histogram
 	redisUnchecked metric.Int64Counter
 	unidentified   metric.Int64Counter
-	redisOpts      map[string]redisOpts // by "op/result"
-	breakers       atomic.Pointer[func() []redistier.NodeBreaker]
+	redisOpts      map[string]redisOpts           // by "op/result"
 	electionTable  atomic.Pointer[election.Table] // for the elected replicas' gauge
 	base           []attribute.KeyValue
 
@@ -192,8 +191,8 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, signal strin
 	t.registration, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		o.ObserveInt64(entries, int64(e.local.Len(e.now())), t.baseOpt)
 		o.ObserveInt64(evictions, e.local.Evictions(), t.baseOpt)
-		if breakers := t.breakers.Load(); breakers != nil {
-			for _, nb := range (*breakers)() {
+		if e.shared != nil {
+			for _, nb := range e.shared.Breakers() {
 				o.ObserveInt64(breaker, int64(nb.State), t.with(attribute.String("node", nb.Node)))
 			}
 		}
@@ -278,12 +277,6 @@ func (t *telemetry) observeElected(o metric.Observer, gauge metric.Int64Observab
 
 func (t *telemetry) shutdown() error {
 	return t.registration.Unregister()
-}
-
-// observeBreakers starts reporting the state of the tier's breakers.
-func (t *telemetry) observeBreakers(tier *redistier.Tier) {
-	breakers := tier.Breakers
-	t.breakers.Store(&breakers)
 }
 
 // throttledLog logs a recurring per-record problem at most once per

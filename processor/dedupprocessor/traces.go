@@ -175,6 +175,8 @@ func (p *tracesProcessor) send(ctx context.Context, td ptrace.Traces) error {
 	return p.next.ConsumeTraces(ctx, td)
 }
 
+func (p *tracesProcessor) firstCallSettled(context.Context, error) {}
+
 func (p *tracesProcessor) identify(ctx context.Context, b *batch, enc *identity.Encoder, td ptrace.Traces) {
 	w := newWalk(ctx, p.engine, p.si, b, enc)
 	var view spanView
