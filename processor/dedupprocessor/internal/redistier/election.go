@@ -97,25 +97,20 @@ func (t *Tier) Elect(ctx context.Context, token string, failover time.Duration, 
 // On an error the answers are left zero, and the writer sends the
 // confirmations again until they land or the lease ends.
 func (t *Tier) CommitElected(ctx context.Context, token string, failover time.Duration, es []Election, answers []ElectionAnswer) error {
-	t.w.drop(token)
 	answers = answers[:len(es)]
 	clear(answers)
-	if len(es) == 0 {
-		return nil
-	}
-	c, err := t.connected(OpCommit)
-	if err != nil {
-		t.lost(OpCommit, err)
+	c, err := t.ending(OpCommit, token, len(es))
+	if c == nil {
 		return err
 	}
 	ws := make([]write, len(es))
 	for i, el := range es {
 		ws[i] = write{op: OpCommit, token: token, election: &electionWrite{key: el.Key, replica: el.Replica, failover: failover}}
 	}
-	calls := t.writeCalls(ctx, c, ws)
-	if err := t.run(ctx, c, calls, t.opts.Timeout); err != nil {
-		// The batch was delivered: the other collectors must learn it.
-		t.retry(t.readWrites(ws, calls))
+	// The batch was delivered: the other collectors must learn it, so the
+	// writer retries what fails.
+	calls, err := t.send(ctx, c, ws)
+	if err != nil {
 		return err
 	}
 	for i, cl := range calls {
@@ -134,13 +129,8 @@ func (t *Tier) CommitElected(ctx context.Context, token string, failover time.Du
 // an Elect of token arriving late takes nothing. It is idempotent; what
 // fails is sent again by the writer while the lease lasts.
 func (t *Tier) ReleaseElections(ctx context.Context, token string, failover time.Duration, keys []digest.Digest) error {
-	t.w.drop(token)
-	if len(keys) == 0 {
-		return nil
-	}
-	c, err := t.connected(OpRelease)
-	if err != nil {
-		t.lost(OpRelease, err)
+	c, err := t.ending(OpRelease, token, len(keys))
+	if c == nil {
 		return err
 	}
 	ws := make([]write, len(keys))
@@ -149,8 +139,7 @@ func (t *Tier) ReleaseElections(ctx context.Context, token string, failover time
 	}
 	// One left behind would stall its cluster everywhere for the lease:
 	// the writer retries it.
-	failed, err := t.send(ctx, c, ws)
-	t.retry(failed)
+	_, err = t.send(ctx, c, ws)
 	return err
 }
 
@@ -206,7 +195,7 @@ end
 // committed election; {1, previous replica or "", 0} when the token holds it
 // (taken now, or by an earlier try of the same call); {2, candidate, 0} for
 // another token's pending election; {3, "", 0} if the token was released.
-var electScript = newScript(electionLib + `
+var electScript = newScript(ScriptElect, electionLib+`
 if redis.call('EXISTS', KEYS[2]) == 1 then return {3, '', 0} end
 local rep, tok, lease, failover = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local t = now()
@@ -232,7 +221,7 @@ return {1, string.sub(prev, 2, 17), 0}
 // pending election, refreshes a committed one of the same replica, or takes
 // a free one committed: each answers {0, replica, failover}. Otherwise it
 // answers as electScript about what holds the election.
-var confirmScript = newScript(electionLib + `
+var confirmScript = newScript(ScriptConfirm, electionLib+`
 local rep, tok, failover = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local t = now()
 local v = redis.call('GET', KEYS[1])
@@ -253,7 +242,7 @@ return {0, rep, failover}
 // failover ms, lease ms. Leaves the marker for the lease and gives up the
 // token's pending election, restoring the committed value it replaced for
 // the rest of its time, if any is left. Answers 1 if it gave one up, else 0.
-var releaseElectionScript = newScript(electionLib + `
+var releaseElectionScript = newScript(ScriptReleaseElection, electionLib+`
 local tok, failover = ARGV[1], tonumber(ARGV[2])
 redis.call('SET', KEYS[2], '1', 'PX', ARGV[3])
 local v = redis.call('GET', KEYS[1])

@@ -460,13 +460,8 @@ func (t *Tier) Release(ctx context.Context, token string, ds []digest.Digest) er
 // them now if the queue is full or queue is false. A write that fails is
 // sent again until it lands or the claim's lease has ended.
 func (t *Tier) finish(ctx context.Context, op, token string, ds []digest.Digest, queue bool) error {
-	t.w.drop(token)
-	if len(ds) == 0 {
-		return nil
-	}
-	c, err := t.connected(op)
-	if err != nil {
-		t.lost(op, err)
+	c, err := t.ending(op, token, len(ds))
+	if c == nil {
 		return err
 	}
 	b := c.prepare(ds)
@@ -486,9 +481,23 @@ func (t *Tier) finish(ctx context.Context, op, token string, ds []digest.Digest,
 	if queue && t.w.enqueue(ws) {
 		return nil
 	}
-	failed, err := t.send(ctx, c, ws)
-	t.retry(failed)
+	_, err = t.send(ctx, c, ws)
 	return err
+}
+
+// ending begins a commit or release of n keys of token: the token's
+// renewals stop. It returns the connection, or nil if there is nothing to
+// send or no connection (then the write is lost, and the error says why).
+func (t *Tier) ending(op, token string, n int) (*conn, error) {
+	t.w.drop(token)
+	if n == 0 {
+		return nil, nil
+	}
+	c, err := t.connected(op)
+	if err != nil {
+		t.lost(op, err)
+	}
+	return c, err
 }
 
 // errClosed fails the calls made after Close.
