@@ -138,6 +138,17 @@ func newSignalIdentity[K any](spec *signalSpec[K], set component.TelemetrySettin
 	return si, nil
 }
 
+// newParts makes what every signal's processor has: an engine and an
+// identity.
+func newParts[K any](spec *signalSpec[K], sc SignalConfig, set component.TelemetrySettings, id component.ID, cfg *Config) (*engine, *signalIdentity[K], error) {
+	si, err := newSignalIdentity(spec, set, sc)
+	if err != nil {
+		return nil, nil, err
+	}
+	e, err := newEngine(cfg, set, id, spec.name)
+	return e, si, err
+}
+
 // encodeKey encodes the key expressions and reports whether all had a
 // value: an identity built from the parts present would merge units that
 // differ in the absent part.

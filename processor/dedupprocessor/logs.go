@@ -119,11 +119,7 @@ type logsProcessor struct {
 }
 
 func newLogsProcessor(set component.TelemetrySettings, id component.ID, cfg *Config, next consumer.Logs) (*logsProcessor, error) {
-	si, err := newSignalIdentity(logSpec, set, cfg.Logs)
-	if err != nil {
-		return nil, err
-	}
-	e, err := newEngine(cfg, set, id, "logs")
+	e, si, err := newParts(logSpec, cfg.Logs, set, id, cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -120,11 +120,7 @@ type metricsProcessor struct {
 }
 
 func newMetricsProcessor(set component.TelemetrySettings, id component.ID, cfg *Config, next consumer.Metrics) (*metricsProcessor, error) {
-	si, err := newSignalIdentity(dataPointSpec, set, cfg.Metrics.SignalConfig)
-	if err != nil {
-		return nil, err
-	}
-	e, err := newEngine(cfg, set, id, "metrics")
+	e, si, err := newParts(dataPointSpec, cfg.Metrics.SignalConfig, set, id, cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -150,11 +150,7 @@ type tracesProcessor struct {
 }
 
 func newTracesProcessor(set component.TelemetrySettings, id component.ID, cfg *Config, next consumer.Traces) (*tracesProcessor, error) {
-	si, err := newSignalIdentity(spanSpec, set, cfg.Traces)
-	if err != nil {
-		return nil, err
-	}
-	e, err := newEngine(cfg, set, id, "traces")
+	e, si, err := newParts(spanSpec, cfg.Traces, set, id, cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -15,10 +15,10 @@ import (
 // collectors sharing this Redis deliver.
 //
 // An election is one key, so it is atomic on one node: KeyPrefix + "elect:{"
-// + the hex of the caller's digest of tenant and cluster + "}" (the tag
-// spreads elections over a Cluster's masters; hex, so no digest byte forms a
-// tag). Its value holds only digests, a token and a time in ms from the
-// server's clock (TIME, so skewed collectors agree):
+// + the hex of the digest of tenant and cluster + "}" (the tag spreads
+// elections over a Cluster's masters; hex, so no digest byte forms a tag).
+// Its value holds digests, a token and a time in ms from the server's clock
+// (TIME, so skewed collectors agree):
 //
 //	committed: "c" replica token refreshed-at
 //	pending:   "p" replica token taken-at "|" the committed value it replaces, if any
@@ -62,11 +62,10 @@ type ElectionAnswer struct {
 
 // Elect answers which replica of e's cluster is elected, in one round trip.
 // Where none is live or pending, it takes the election for e.Replica,
-// pending under token (unique to the batch: NewToken), its lease renewed in
-// the background until CommitElected or ReleaseElections. Retrying with the
-// same token is safe; once the token's release has landed, Elect takes
-// nothing. A batch asks one election at a time, in the order of their keys
-// (see Claim's look for why that ends contention).
+// pending under token (NewToken), its lease renewed until CommitElected or
+// ReleaseElections. Retrying with the same token is safe; once the token's
+// release has landed, Elect takes nothing. A batch asks one election at a
+// time, in the order of their keys (see Claim's look for why).
 func (t *Tier) Elect(ctx context.Context, token string, failover time.Duration, e Election) (ElectionAnswer, error) {
 	c, err := t.connected(OpElect)
 	if err != nil {
@@ -93,9 +92,8 @@ func (t *Tier) Elect(ctx context.Context, token string, failover time.Duration, 
 // CommitElected confirms the elections es, whose batch was delivered: it
 // commits token's pending ones, refreshes committed ones of the same
 // replica, and takes free ones committed, each answering ElectionLive for
-// the failover timeout. Elections held otherwise are answered as by Elect.
-// On an error the answers are left zero, and the writer sends the
-// confirmations again until they land or the lease ends.
+// the failover timeout; others are answered as by Elect. On an error the
+// answers are left zero, and the writer retries while the lease lasts.
 func (t *Tier) CommitElected(ctx context.Context, token string, failover time.Duration, es []Election, answers []ElectionAnswer) error {
 	answers = answers[:len(es)]
 	clear(answers)
@@ -126,8 +124,8 @@ func (t *Tier) CommitElected(ctx context.Context, token string, failover time.Du
 
 // ReleaseElections gives up the elections of keys that token holds pending,
 // restoring those they replaced, and leaves a marker for the lease so that
-// an Elect of token arriving late takes nothing. It is idempotent; what
-// fails is sent again by the writer while the lease lasts.
+// a late Elect of token takes nothing. It is idempotent; the writer retries
+// what fails while the lease lasts.
 func (t *Tier) ReleaseElections(ctx context.Context, token string, failover time.Duration, keys []digest.Digest) error {
 	c, err := t.ending(OpRelease, token, len(keys))
 	if c == nil {
@@ -154,7 +152,7 @@ func (t *Tier) electionMarker(k digest.Digest, token string) string {
 }
 
 // electionAnswer decodes the election scripts' reply: {state, replica,
-// remaining ms}, state 0 live, 1 taken, 2 pending.
+// remaining ms}.
 func electionAnswer(c *redis.Cmd) (ElectionAnswer, error) {
 	vals, err := c.Slice()
 	if err != nil {
