@@ -227,7 +227,7 @@ func (f *clusterFleet) check(t *testing.T, healthy time.Time) {
 func (f *clusterFleet) breakerStates(t *testing.T, h *harness) map[string]int64 {
 	t.Helper()
 	states := map[string]int64{}
-	for _, nb := range h.proc.(*logsProcessor).shared.(*sharedStage).Breakers() {
+	for _, nb := range h.proc.(*logsProcessor).shared.Breakers() {
 		states[nb.Node] = h.metric("otelcol_processor_dedup_redis_breaker_state", attribute.String("node", nb.Node))
 	}
 	return states

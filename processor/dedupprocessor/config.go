@@ -264,7 +264,8 @@ func (cfg *Config) Validate() error {
 	if r := cfg.Redis.Get(); r != nil {
 		r.validate(&p, cfg.Window)
 	}
-	set := nopTelemetry()
+	// OTTL parsing needs telemetry settings; Validate has none.
+	set := component.TelemetrySettings{Logger: zap.NewNop(), MeterProvider: noop.NewMeterProvider(), TracerProvider: tracenoop.NewTracerProvider()}
 	_, errLogs := newSignalIdentity(logSpec, set, cfg.Logs)
 	_, errTraces := newSignalIdentity(spanSpec, set, cfg.Traces)
 	_, errMetrics := newSignalIdentity(dataPointSpec, set, cfg.Metrics.SignalConfig)
@@ -278,9 +279,7 @@ func (cfg *Config) Validate() error {
 // problems collects the errors of a configuration.
 type problems []error
 
-func (p *problems) add(format string, args ...any) {
-	*p = append(*p, fmt.Errorf(format, args...))
-}
+func (p *problems) add(format string, args ...any) { *p = append(*p, fmt.Errorf(format, args...)) }
 
 // check adds the error of format and args if bad.
 func (p *problems) check(bad bool, format string, args ...any) {
@@ -336,8 +335,7 @@ func (r *RedisConfig) validate(p *problems, window time.Duration) {
 	p.check(r.DB < 0, "redis.db must be >= 0, got %d", r.DB)
 	p.check(r.Timeout <= 0, "redis.timeout must be > 0, got %q", r.Timeout)
 	p.check(r.Lease < minDuration, "redis.lease must be >= 1ms, got %q", r.Lease)
-	// The lease has a default and the window has another: the error names
-	// the setting to change, as the user may have written neither.
+	// The user may have written neither: the error names what to change.
 	p.check(window > 0 && r.Lease > window,
 		"redis.lease must be <= window (%s), got %q: redis.lease is %s unless set; set it to at most the window (e.g. lease: %s), or a window of at least the lease",
 		window, r.Lease, defaultRedisLease, window)
@@ -347,25 +345,10 @@ func (r *RedisConfig) validate(p *problems, window time.Duration) {
 		`redis.key_prefix must not contain "{" or "}": a hash tag in the prefix puts every key of a Redis Cluster into one slot and breaks the tier's own tags (CROSSSLOT), got %q`, r.KeyPrefix)
 	p.check(r.OnError != ErrorPass && r.OnError != ErrorRefuse, `redis.on_error must be "pass" or "refuse", got %q`, r.OnError)
 	// The certificate files are read here, so that `validate` refuses a
-	// missing or unreadable one as the start would; settings configtls's
-	// own Validate refuses are reported by it alone.
+	// missing one as the start would; configtls's Validate reports the rest.
 	if tls := r.TLS.Get(); tls != nil && tls.Validate() == nil {
 		if _, err := tls.LoadTLSConfig(context.Background()); err != nil {
 			p.add("redis.tls: %v", err)
 		}
 	}
-}
-
-// nopTelemetry serves OTTL parsing in Validate.
-func nopTelemetry() component.TelemetrySettings {
-	return component.TelemetrySettings{
-		Logger:         zap.NewNop(),
-		MeterProvider:  noop.NewMeterProvider(),
-		TracerProvider: tracenoop.NewTracerProvider(),
-	}
-}
-
-// fieldError names the config field an error belongs to.
-func fieldError(field string, i int, expr string, err error) error {
-	return fmt.Errorf("%s[%d] %q: %w", field, i, expr, err)
 }

@@ -32,21 +32,19 @@ import (
 // waits for the records left for later and delivers those it wins in a
 // second call; a look that meets pending claims again releases its wins
 // first. So a batch waits only for batches that are exporting, which wait
-// for nobody: no chain of waits closes into a cycle, whatever the topology,
-// the request size or the atomicity of the claims. Elections (election.go)
-// obey the same rule. After pending_wait the request is refused for retry,
-// which drops the first call's records as copies; a request is acknowledged
-// only when both calls succeeded.
+// for nobody, whatever the topology, the request size or the atomicity of
+// the claims. Elections (election.go) obey the same rule. After pending_wait
+// the request is refused for retry (its retry drops the first call's
+// records as copies); it is acknowledged only when both calls succeeded.
 //
 // Contending looks end by design: looks claim in one global order (locally
 // one look at a time, in Redis by group and digest) and stop at the first
-// record another claim holds, so of looks that want the same records, the
-// one that got furthest is never stopped by another. A pending claim lives
-// while its batch is downstream (the tier renews its lease), so the lease
-// bounds only how long a dead collector's claims stand in the way. A release
-// leaves a marker for its token for the lease, which the same token's claim
-// refuses: a claim delayed on the network past its caller's timeout cannot
-// land after the release meant to undo it and stall the sender's retry.
+// record another claim holds, so the look that got furthest is never
+// stopped by another. A pending claim lives while its batch is downstream
+// (the tier renews its lease): the lease bounds only how long a dead
+// collector's claims stand in the way. A release leaves a marker for its
+// token, which the same token's claim refuses: a claim delayed past its
+// caller's timeout cannot land after its release and stall the retry.
 
 // adapter is a signal's side of the batch.
 type adapter[T any] interface {
@@ -54,19 +52,10 @@ type adapter[T any] interface {
 	apply(b *batch, data T)
 	clone(data T) T
 	send(ctx context.Context, data T) error
-}
-
-// firstCallSettler is an adapter with a stage of its own that settles
-// with the batch's first call (replica election): it is told how the call
-// ended (nil: accepted), or why the batch was refused before it.
-type firstCallSettler interface {
+	// firstCallSettled settles the adapter's own stage (replica election)
+	// with the batch's first call: err is how the call ended (nil:
+	// accepted), or why the batch was refused before it.
 	firstCallSettled(ctx context.Context, err error)
-}
-
-func firstCallSettled[T any](ctx context.Context, s adapter[T], err error) {
-	if fs, ok := s.(firstCallSettler); ok {
-		fs.firstCallSettled(ctx, err)
-	}
 }
 
 // consume is ConsumeLogs, ConsumeTraces and ConsumeMetrics.
@@ -84,7 +73,7 @@ func consume[T any](ctx context.Context, e *engine, s adapter[T], data T, items 
 	b.firstCopies(e.cfg.Action)
 	if err := e.claim(ctx, b, b.firsts, false); err != nil {
 		e.settle(ctx, b, roundReleased, true)
-		firstCallSettled(ctx, s, err)
+		s.firstCallSettled(ctx, err)
 		return err
 	}
 	b.countUnique(b.firsts)
@@ -93,7 +82,7 @@ func consume[T any](ctx context.Context, e *engine, s adapter[T], data T, items 
 		later = s.clone(data) // the first call changes data
 	}
 	err := deliver(ctx, e, b, s, data, change)
-	firstCallSettled(ctx, s, err)
+	s.firstCallSettled(ctx, err)
 	if err != nil || len(b.later) == 0 {
 		return err
 	}
@@ -190,8 +179,6 @@ func (b *batches) nextToken() uint64 {
 	}
 }
 
-// Identify: the signal's walk adds each record, in walk order.
-
 // keyed adds a record identified by d, kept unless claim finds otherwise.
 func (b *batch) keyed(d digest.Digest) {
 	b.keys = append(b.keys, key{d: d, at: int32(len(b.verdicts))})
@@ -218,7 +205,7 @@ func (b *batch) duplicate(by caughtBy, action Action) {
 	b.copyOf(len(b.verdicts)-1, by, action)
 }
 
-// copyOf makes the record at index at a duplicate caught by tier tr.
+// copyOf makes the record at index at a duplicate caught by by.
 func (b *batch) copyOf(at int, by caughtBy, action Action) {
 	b.caught[by]++
 	b.outcomes[outcomeDuplicate]++
@@ -261,20 +248,17 @@ func (b *batch) firstCopies(action Action) {
 	}
 }
 
-// Claim.
-
 // errSharedTier is returned to senders under on_error: refuse; receivers
 // make it retryable.
 var errSharedTier = errors.New("dedup: shared tier unavailable; retry later")
 
 // claim claims keys idx in the current round, locally, then in the shared
 // tier for the local wins. A key held by a committed claim becomes a
-// duplicate; one held by a pending claim is left for later, held by this
-// batch in neither tier. On error the batch is to be refused; the round
-// still holds what it claimed. look: the batch claims records it waited
-// for; looks claim locally one at a time (a look is then all or nothing
-// against the others), and in the shared tier in a fixed order (see
-// redistier's Claim), so that contending looks end by design.
+// duplicate; one held pending is left for later, held by this batch in
+// neither tier. On error the batch is to be refused; the round still holds
+// what it claimed. A look (records the batch waited for) claims locally
+// alone, so it is all or nothing against other looks, and in the shared
+// tier in a fixed order (see redistier's Claim).
 func (e *engine) claim(ctx context.Context, b *batch, idx []int32, look bool) error {
 	if len(idx) == 0 {
 		return nil
@@ -367,8 +351,6 @@ func (b *batch) countUnique(idx []int32) {
 	}
 }
 
-// Deliver.
-
 // deliver applies the verdicts if they change data, sends what is kept
 // (a call left with nothing is not made, and data is left as it came) and
 // settles the round on the answer.
@@ -427,8 +409,6 @@ func (a *applier) unit(attrs pcommon.Map) bool {
 	return false
 }
 
-// Settle: commit or release, and record.
-
 // roundState is where a round of claims stands.
 type roundState uint8
 
@@ -439,10 +419,10 @@ const (
 )
 
 // settleCall settles the round on its call's answer: committed if the next
-// consumer accepted it, else released so that the sender's retry is
-// delivered, not dropped as a copy of data that never arrived. A refusal
-// that names this round's own shared claim means a dedup processor after
-// this one shares its key space.
+// consumer accepted it, else released so that the sender's retry is not
+// dropped as a copy of data that never arrived. A refusal naming this
+// round's own shared claim means a dedup processor after this one shares
+// its key space.
 func (e *engine) settleCall(ctx context.Context, b *batch, err error) error {
 	if err == nil {
 		e.settle(ctx, b, roundCommitted, true)
@@ -450,7 +430,7 @@ func (e *engine) settleCall(ctx context.Context, b *batch, err error) error {
 		return nil
 	}
 	if b.redisToken != "" && strings.Contains(err.Error(), tokenName(b.redisToken)) {
-		e.stacked.log(b.now, err, zap.String("key_prefix", e.keyPrefix))
+		e.stacked.log(b.now, err, zap.String("key_prefix", e.shared.prefix))
 		e.tel.stacked.Add(ctx, 1, e.tel.baseOpt)
 	}
 	if n := e.settle(ctx, b, roundReleased, true); n > 0 {
@@ -461,9 +441,9 @@ func (e *engine) settleCall(ctx context.Context, b *batch, err error) error {
 
 // settle moves an open round to state: committed (at once locally, in the
 // background in the shared tier, where the claims stay pending, so safe,
-// until the commit reaches Redis) or released (in both tiers at once). With
-// wake it wakes the batches waiting for the round's records. It returns how
-// many records a release gave up.
+// until the commit lands) or released (in both tiers at once). With wake it
+// wakes the batches waiting for the round's records. It returns how many
+// records a release gave up.
 func (e *engine) settle(ctx context.Context, b *batch, state roundState, wake bool) (released int) {
 	if wake {
 		defer e.settled.broadcast()
@@ -495,16 +475,14 @@ func (e *engine) settle(ctx context.Context, b *batch, state roundState, wake bo
 	return released
 }
 
-// Wait, holding only committed claims, then the second call.
-
 // errInFlight: a record is still held by another batch's pending claim
 // after pending_wait. That batch may never deliver it, so dropping the copy
 // could lose it: the sender retries instead.
 var errInFlight = errors.New("dedup: a record of this batch is still being delivered by another batch; retry later")
 
 // refusal is errInFlight naming the shared claim the batch last met
-// pending. A dedup processor before this one that finds its own claim named
-// in the refusal knows that the two share one key space (settleCall).
+// pending, so that a dedup processor before this one can tell that the two
+// share one key space (settleCall).
 func (b *batch) refusal() error {
 	if b.holder == "" {
 		return errInFlight
@@ -515,9 +493,9 @@ func (b *batch) refusal() error {
 // tokenName is how a refusal names a shared claim token.
 func tokenName(token string) string { return hex.EncodeToString([]byte(token)) }
 
-// maxPause bounds the pause between two looks. Nothing wakes a batch when
-// another collector's claims settle, so the pause is how late it may see
-// them settle: short next to export times, while a look costs a round trip.
+// maxPause bounds the pause between two looks: nothing wakes a batch when
+// another collector's claims settle, so it is how late the batch may see
+// them settle; short next to export times, long next to a look's round trip.
 const maxPause = 16 * time.Millisecond
 
 // await waits, holding no pending claim, until the records left for later
@@ -592,8 +570,6 @@ func (e *engine) end(ctx context.Context, b *batch) {
 	*b = nb
 	batchPool.Put(b)
 }
-
-// The wait, for claims and elections alike.
 
 // wait is one batch's wait for the claims or elections of batches in flight.
 type wait struct {

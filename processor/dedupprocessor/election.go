@@ -1,7 +1,6 @@
 package dedupprocessor
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -49,28 +48,20 @@ const (
 
 var electionReasonNames = [numElectionReasons]string{"new", "failover"}
 
-// sharedElections is the part of the shared tier (redistier.Tier)
-// elections use.
-type sharedElections interface {
-	Elect(ctx context.Context, token string, failover time.Duration, e redistier.Election) (redistier.ElectionAnswer, error)
-	CommitElected(ctx context.Context, token string, failover time.Duration, es []redistier.Election, answers []redistier.ElectionAnswer) error
-	ReleaseElections(ctx context.Context, token string, failover time.Duration, keys []digest.Digest) error
-}
-
-// elector is a metrics processor's replica election: a stage of its own
-// before the batch's dedup, which settles with the batch's first call.
+// elector is a metrics processor's replica election, a stage before the
+// batch's dedup that settles with the batch's first call.
 type elector struct {
 	cfg              *Config
 	b                *batches
-	tier             sharedElections // nil: local only
-	cluster, replica string          // the label names
+	tier             *sharedStage // nil: local only
+	cluster, replica string       // the label names
 	strip            bool
 	failover         time.Duration
 	table            *election.Table
 	boxes            sync.Pool
 }
 
-func newElector(cfg *Config, ec *ElectionConfig, b *batches, tier sharedElections) *elector {
+func newElector(cfg *Config, ec *ElectionConfig, b *batches, tier *sharedStage) *elector {
 	return &elector{
 		cfg:      cfg,
 		b:        b,
@@ -309,22 +300,15 @@ func (e *elector) elect(ctx context.Context, md pmetric.Metrics) (*ballotBox, er
 // decide decides every ballot, one at a time in the order of their keys,
 // the same in every batch and collector. Meeting another batch's pending
 // election, it gives up the elections it took and waits holding none, then
-// looks again. Since a batch takes elections in key order and stops at the
-// first one pending elsewhere, of batches contending for the same
-// elections, the one that took the furthest is never stopped by another:
-// contention ends by this order, not by chance.
+// looks again. Taking in key order and stopping at the first election
+// pending elsewhere, the batch that took the furthest is never stopped by
+// another: contention ends by this order, not by chance.
 func (e *elector) decide(ctx context.Context, box *ballotBox) error {
 	box.order = box.order[:0]
 	for i := range box.ballots {
 		box.order = append(box.order, int32(i))
 	}
-	slices.SortFunc(box.order, func(i, j int32) int {
-		x, y := box.ballots[i].ref.Key, box.ballots[j].ref.Key
-		if c := cmp.Compare(x.Hi, y.Hi); c != 0 {
-			return c
-		}
-		return cmp.Compare(x.Lo, y.Lo)
-	})
+	slices.SortFunc(box.order, func(i, j int32) int { return box.ballots[i].ref.Key.Compare(box.ballots[j].ref.Key) })
 	var w *wait
 	for {
 		pending := false
@@ -379,11 +363,11 @@ func (e *elector) decide(ctx context.Context, box *ballotBox) error {
 }
 
 // ask asks the shared tier about ballot i and reports whether another
-// batch holds it pending. An answer lost leaves the election possibly
-// taken under the batch's token: it is released with the batch. Under
-// on_error: pass the ballot is then undecided, since a gateway deciding
-// alone could elect another replica than its peers, and each would drop
-// the points the other keeps; under refuse the batch is refused.
+// batch holds it pending. An answer lost leaves the election possibly taken
+// under the batch's token: it is released with the batch. Under on_error:
+// pass the ballot is then undecided (a gateway deciding alone could elect
+// another replica than its peers, and each would drop the points the other
+// keeps); under refuse the batch is refused.
 func (e *elector) ask(ctx context.Context, box *ballotBox, i int32) (pending bool, err error) {
 	bl := &box.ballots[i]
 	start := e.b.now()
@@ -409,16 +393,6 @@ func (e *elector) ask(ctx context.Context, box *ballotBox, i int32) (pending boo
 	return false, nil
 }
 
-// fill sets the shared tier's arguments for the ballots in box.asked.
-func (box *ballotBox) fill(replica func(*ballot) digest.Digest) {
-	box.es = box.es[:0]
-	for _, i := range box.asked {
-		bl := &box.ballots[i]
-		box.es = append(box.es, redistier.Election{Key: bl.ref.Key, Replica: replica(bl)})
-	}
-	box.answers = slices.Grow(box.answers[:0], len(box.es))[:len(box.es)]
-}
-
 // replicaOf returns the replica of digest d, named if one of ballot i's
 // votes is of d.
 func (box *ballotBox) replicaOf(i int32, d digest.Digest) election.Replica {
@@ -431,7 +405,7 @@ func (box *ballotBox) replicaOf(i int32, d digest.Digest) election.Replica {
 }
 
 // settle commits the batch's elections and refreshes if its first call was
-// accepted, else releases them. consume calls it once per batch.
+// accepted, else releases them.
 func (e *elector) settle(ctx context.Context, box *ballotBox, err error) {
 	if err != nil {
 		e.release(ctx, box, true)
@@ -463,9 +437,8 @@ func (e *elector) releaseShared(ctx context.Context, box *ballotBox, keys []dige
 }
 
 // releaseLocal gives up the batch's elections and refreshes in the table
-// and returns the keys of the elections it may hold in the shared tier;
-// with undecidedOnly, only those of undecided ballots (the others are
-// being committed).
+// and returns the keys of those it may hold in the shared tier; with
+// undecidedOnly, only those of undecided ballots (the rest are committed).
 func (e *elector) releaseLocal(box *ballotBox, undecidedOnly bool) (keys []digest.Digest) {
 	for i := range box.ballots {
 		bl := &box.ballots[i]
@@ -491,26 +464,26 @@ func (e *elector) commit(ctx context.Context, box *ballotBox) {
 	if e.tier != nil {
 		e.releaseShared(ctx, box, e.releaseLocal(box, true))
 	}
-	box.asked = box.asked[:0]
+	box.asked, box.es = box.asked[:0], box.es[:0]
 	for i := range box.ballots {
 		if bl := &box.ballots[i]; bl.state == ballotTaken || bl.refresh {
 			box.asked = append(box.asked, int32(i))
+			box.es = append(box.es, redistier.Election{Key: bl.ref.Key, Replica: bl.elected})
 		}
 	}
 	if len(box.asked) == 0 {
 		return
 	}
-	box.fill(func(bl *ballot) digest.Digest { return bl.elected })
+	box.answers = slices.Grow(box.answers[:0], len(box.es))[:len(box.es)]
 	start := e.b.now()
 	if e.tier == nil {
 		for k, el := range box.es {
 			box.answers[k] = redistier.ElectionAnswer{State: redistier.ElectionLive, Replica: el.Replica, Remaining: e.failover}
 		}
 	} else if err := e.tier.CommitElected(context.WithoutCancel(ctx), box.redisToken, e.failover, box.es, box.answers); err != nil {
-		// The shared tier retries the commit until it lands or the lease
-		// ends. Until Redis confirms, the table does not hold these
-		// elections (were the commit lost, this collector would elect
-		// another replica than its peers): the next batch asks Redis.
+		// The shared tier retries the commit. Until Redis confirms, the
+		// table does not hold these elections (were the commit lost, this
+		// collector would elect another replica than its peers).
 		e.b.tierError.log(start, err, zap.String("op", redistier.OpCommit))
 		e.releaseLocal(box, false)
 		return

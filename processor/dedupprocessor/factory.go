@@ -25,37 +25,30 @@ func NewFactory() processor.Factory {
 	return processor.NewFactory(
 		componentType,
 		createDefaultConfig,
-		processor.WithLogs(func(_ context.Context, set processor.Settings, cfg component.Config, next consumer.Logs) (processor.Logs, error) {
-			if err := b.add(set, cfg.(*Config), "logs"); err != nil {
-				return nil, err
-			}
-			p, err := newLogsProcessor(set.TelemetrySettings, set.ID, cfg.(*Config), next)
-			if err != nil {
-				return nil, err
-			}
-			return p, nil
-		}, stability),
-		processor.WithTraces(func(_ context.Context, set processor.Settings, cfg component.Config, next consumer.Traces) (processor.Traces, error) {
-			if err := b.add(set, cfg.(*Config), "traces"); err != nil {
-				return nil, err
-			}
-			p, err := newTracesProcessor(set.TelemetrySettings, set.ID, cfg.(*Config), next)
-			if err != nil {
-				return nil, err
-			}
-			return p, nil
-		}, stability),
-		processor.WithMetrics(func(_ context.Context, set processor.Settings, cfg component.Config, next consumer.Metrics) (processor.Metrics, error) {
-			if err := b.add(set, cfg.(*Config), "metrics"); err != nil {
-				return nil, err
-			}
-			p, err := newMetricsProcessor(set.TelemetrySettings, set.ID, cfg.(*Config), next)
-			if err != nil {
-				return nil, err
-			}
-			return p, nil
-		}, stability),
+		processor.WithLogs(create(b, "logs", func(set component.TelemetrySettings, id component.ID, cfg *Config, next consumer.Logs) (processor.Logs, error) {
+			return newLogsProcessor(set, id, cfg, next)
+		}), stability),
+		processor.WithTraces(create(b, "traces", func(set component.TelemetrySettings, id component.ID, cfg *Config, next consumer.Traces) (processor.Traces, error) {
+			return newTracesProcessor(set, id, cfg, next)
+		}), stability),
+		processor.WithMetrics(create(b, "metrics", func(set component.TelemetrySettings, id component.ID, cfg *Config, next consumer.Metrics) (processor.Metrics, error) {
+			return newMetricsProcessor(set, id, cfg, next)
+		}), stability),
 	)
+}
+
+// create is one signal's create function: b.add, then build. On error it
+// returns a nil P, not build's typed nil pointer.
+func create[N, P any](b *built, signal string, build func(component.TelemetrySettings, component.ID, *Config, N) (P, error)) func(context.Context, processor.Settings, component.Config, N) (P, error) {
+	return func(_ context.Context, set processor.Settings, cfg component.Config, next N) (p P, err error) {
+		if err = b.add(set, cfg.(*Config), signal); err == nil {
+			p, err = build(set.TelemetrySettings, set.ID, cfg.(*Config), next)
+		}
+		if err != nil {
+			return *new(P), err
+		}
+		return p, nil
+	}
 }
 
 // built records what one factory has made. The collector takes fresh

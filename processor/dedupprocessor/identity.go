@@ -25,8 +25,8 @@ const (
 )
 
 // plainPath is a plain field access, evaluated on pdata without OTTL's
-// per-record evaluation and allocation. Each form returns what OTTL returns
-// for the same text, so the digest does not depend on the path taken.
+// per-record cost. Each form returns what OTTL returns for the same text,
+// so the digest does not depend on the path taken.
 type plainPath struct {
 	field string // "attributes", "resource.attributes", "body", ...
 	key   string // the map key for attribute paths
@@ -75,8 +75,8 @@ type signalIdentity[K any] struct {
 	needsOTTL  bool
 }
 
-// transformContext is an OTTL transform context: built for a unit only when
-// a key or condition needs OTTL, and closed after it.
+// transformContext is an OTTL transform context, built for a unit only when
+// a key or condition needs OTTL.
 type transformContext interface{ Close() }
 
 // unitView is one unit of pdata as the identity sees it.
@@ -108,7 +108,7 @@ func newSignalIdentity[K any](spec *signalSpec[K], set component.TelemetrySettin
 		}
 		ve, err := p.ParseValueExpression(expr)
 		if err != nil {
-			errs = append(errs, fieldError(spec.name+".key", i, expr, err))
+			errs = append(errs, fmt.Errorf("%s.key[%d] %q: %w", spec.name, i, expr, err))
 			continue
 		}
 		si.parts = append(si.parts, keyPart[K]{expr: ve})
@@ -121,7 +121,7 @@ func newSignalIdentity[K any](spec *signalSpec[K], set component.TelemetrySettin
 		}
 		c, err := p.ParseCondition(cond)
 		if err != nil {
-			errs = append(errs, fieldError(spec.name+".conditions", i, cond, err))
+			errs = append(errs, fmt.Errorf("%s.conditions[%d] %q: %w", spec.name, i, cond, err))
 			continue
 		}
 		si.conditions = append(si.conditions, c)
@@ -138,10 +138,20 @@ func newSignalIdentity[K any](spec *signalSpec[K], set component.TelemetrySettin
 	return si, nil
 }
 
-// encodeKey encodes the configured key expressions and reports whether all
-// had a value; it fails only if an expression does. A key is missing when
-// any expression yields no value: an identity built from the parts that are
-// present would merge units that differ in the absent part.
+// newParts makes what every signal's processor has: an engine and an
+// identity.
+func newParts[K any](spec *signalSpec[K], sc SignalConfig, set component.TelemetrySettings, id component.ID, cfg *Config) (*engine, *signalIdentity[K], error) {
+	si, err := newSignalIdentity(spec, set, sc)
+	if err != nil {
+		return nil, nil, err
+	}
+	e, err := newEngine(cfg, set, id, spec.name)
+	return e, si, err
+}
+
+// encodeKey encodes the key expressions and reports whether all had a
+// value: an identity built from the parts present would merge units that
+// differ in the absent part.
 func encodeKey[K transformContext, V unitView[K]](ctx context.Context, si *signalIdentity[K], e *identity.Encoder, tctx K, view V) (bool, error) {
 	for i := range si.parts {
 		part := &si.parts[i]
@@ -181,8 +191,8 @@ func (si *signalIdentity[K]) matches(ctx context.Context, tctx K) (bool, error) 
 	return false, firstErr
 }
 
-// scopeKey carries what every unit's identity starts with, computed once
-// per batch (tenant) or per group (the rest, for content identities).
+// scopeKey is what every unit's identity starts with, computed once per
+// batch (tenant) or per group (the rest, for content identities).
 type scopeKey struct {
 	tenant    [digest.Size]byte
 	resource  [digest.Size]byte
@@ -213,11 +223,8 @@ func (sk *scopeKey) contentPrefix(enc *identity.Encoder, tag byte) []byte {
 
 // decide derives one unit's identity: its digest (outcome unique), or the
 // outcome it passes under without one (skipped, key_error with the error,
-// missing_key). It is the one decision path of every signal.
-//
-// The view is a type parameter passed by value, not an interface, so each
-// signal gets direct calls and its views stay on the stack (no write
-// barriers while the GC runs).
+// missing_key). The view is a type parameter passed by value, not an
+// interface, so views stay on the stack (no write barriers during GC).
 func decide[K transformContext, V unitView[K]](ctx context.Context, policy MissingKeyPolicy, enc *identity.Encoder, si *signalIdentity[K], tctx K, view V, sk *scopeKey) (digest.Digest, outcome, error) {
 	if len(si.conditions) > 0 {
 		ok, err := si.matches(ctx, tctx)
@@ -250,7 +257,7 @@ func decide[K transformContext, V unitView[K]](ctx context.Context, policy Missi
 }
 
 // walk is one batch's walk over one signal's units: an adapter calls
-// resource, scope and unit as it enters each level of its pdata.
+// resource, scope and unit as it enters each level.
 type walk[K transformContext] struct {
 	ctx     context.Context
 	e       *engine
@@ -381,8 +388,7 @@ func skipFunc(m map[string]bool) func(string) bool {
 	return func(k string) bool { return m[k] }
 }
 
-// Field ids of the content identities: part of every content digest, so
-// fixed once released.
+// Field ids of the content identities: fixed, as part of every digest.
 const (
 	fieldResource byte = iota + 1
 	fieldScope
@@ -416,8 +422,7 @@ const (
 )
 
 // resourceDigest is the resource part of a content identity. Dropped
-// counts and schema URLs are written only when set, so the common resource
-// encodes as it would without them.
+// counts and schema URLs are written only when set.
 func (ign *contentIgnore) resourceDigest(e *identity.Encoder, res pcommon.Resource, schemaURL string) [digest.Size]byte {
 	e.Reset()
 	if !ign.fields.has(ignResource) {
@@ -448,7 +453,7 @@ func droppedAndSchema(e *identity.Encoder, dropped uint32, schemaURL string) {
 }
 
 // dropped32 writes a count of dropped attributes, events or links, if any:
-// two units that differ in what their sender had to drop are distinct.
+// units that differ in what their sender dropped are distinct.
 func dropped32(e *identity.Encoder, id byte, n uint32) {
 	if n != 0 {
 		e.FieldUint(id, uint64(n))

@@ -119,11 +119,7 @@ type logsProcessor struct {
 }
 
 func newLogsProcessor(set component.TelemetrySettings, id component.ID, cfg *Config, next consumer.Logs) (*logsProcessor, error) {
-	si, err := newSignalIdentity(logSpec, set, cfg.Logs)
-	if err != nil {
-		return nil, err
-	}
-	e, err := newEngine(cfg, set, id, "logs")
+	e, si, err := newParts(logSpec, cfg.Logs, set, id, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -143,6 +139,8 @@ func (p *logsProcessor) clone(ld plog.Logs) plog.Logs {
 func (p *logsProcessor) send(ctx context.Context, ld plog.Logs) error {
 	return p.next.ConsumeLogs(ctx, ld)
 }
+
+func (p *logsProcessor) firstCallSettled(context.Context, error) {}
 
 func (p *logsProcessor) identify(ctx context.Context, b *batch, enc *identity.Encoder, ld plog.Logs) {
 	w := newWalk(ctx, p.engine, p.si, b, enc)

@@ -120,23 +120,15 @@ type metricsProcessor struct {
 }
 
 func newMetricsProcessor(set component.TelemetrySettings, id component.ID, cfg *Config, next consumer.Metrics) (*metricsProcessor, error) {
-	si, err := newSignalIdentity(dataPointSpec, set, cfg.Metrics.SignalConfig)
-	if err != nil {
-		return nil, err
-	}
-	e, err := newEngine(cfg, set, id, "metrics")
+	e, si, err := newParts(dataPointSpec, cfg.Metrics.SignalConfig, set, id, cfg)
 	if err != nil {
 		return nil, err
 	}
 	p := &metricsProcessor{engine: e, si: si, next: next}
 	if ec := cfg.Metrics.ReplicaElection.Get(); ec != nil {
-		var tier sharedElections
-		if s, ok := e.shared.(*sharedStage); ok {
-			tier = s
-		}
-		p.elect = newElector(cfg, ec, e.batches, tier)
-		if tier != nil {
-			e.shared.(*sharedStage).forget = p.elect.table.ForgetCommitted
+		p.elect = newElector(cfg, ec, e.batches, e.shared)
+		if e.shared != nil {
+			e.shared.forget = p.elect.table.ForgetCommitted
 		}
 		e.tel.electionTable.Store(p.elect.table)
 	}

@@ -12,9 +12,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/clock"
-	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
-	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/localcache"
-	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/redistier"
 )
 
 // engine is the signal-independent core of a dedup processor, shared by the
@@ -22,15 +19,13 @@ import (
 type engine struct {
 	*batches
 	cfg      *Config
-	local    localTier
-	shared   sharedTier // nil: local only
+	local    *localStage
+	shared   *sharedStage // nil: local only
 	logger   *zap.Logger
 	keyError *throttledLog
 	stacked  *throttledLog
 	looks    sync.Mutex   // one look claims locally at a time
 	flying   atomic.Int64 // batches in flight
-	// keyPrefix is the shared tier's, for the log of stacked stages.
-	keyPrefix string
 }
 
 // batches is what every batch of a processor shares, replica election
@@ -67,19 +62,15 @@ func newEngine(cfg *Config, set component.TelemetrySettings, id component.ID, si
 			"give one of them another redis.key_prefix or processor ID"},
 	}
 	e.local = newLocalStage(cfg, id, signal, set.Logger, clk)
-	tel, err := newTelemetry(set, id, signal, e)
-	if err != nil {
-		return nil, err
-	}
-	e.tel = tel
+	var err error
 	if r := cfg.Redis.Get(); r != nil {
 		e.policy = r.OnError
-		shared, err := newSharedStage(cfg, r, id, set.Logger, e.batches)
-		if err != nil {
+		if e.shared, err = newSharedStage(cfg, r, id, set.Logger, e.batches); err != nil {
 			return nil, err
 		}
-		tel.observeBreakers(shared.Tier)
-		e.shared, e.keyPrefix = shared, shared.prefix
+	}
+	if e.tel, err = newTelemetry(set, id, signal, e); err != nil {
+		return nil, err
 	}
 	return e, nil
 }
@@ -133,31 +124,4 @@ func (e *engine) drain(ctx context.Context) {
 
 func (e *engine) Capabilities() consumer.Capabilities {
 	return consumer.Capabilities{MutatesData: true}
-}
-
-// The tiers, behind two small interfaces; each owns its life. Both are
-// safe for concurrent use.
-
-// localTier is the local cache of digests (localcache.Cache) and its
-// snapshots (local.go): start restores the last snapshot, close saves one.
-type localTier interface {
-	Begin(token uint64)
-	End(token uint64)
-	ClaimBatch(ds []digest.Digest, token uint64, now int64, out []localcache.Result)
-	ReleaseBatch(ds []digest.Digest, token uint64) int
-	Disown(d digest.Digest, token uint64)
-	Len(now int64) int
-	Evictions() int64
-	start(ctx context.Context, host component.Host) error
-	close(ctx context.Context) error
-}
-
-// sharedTier is the shared tier in Redis (redis.go): start connects, Close
-// sends the writes left within a bound and counts what does not land.
-type sharedTier interface {
-	Claim(ctx context.Context, token string, ds []digest.Digest, answers []redistier.Answer, look bool) (holder string, err error)
-	Commit(ctx context.Context, token string, ds []digest.Digest) error
-	Release(ctx context.Context, token string, ds []digest.Digest) error
-	start(ctx context.Context, host component.Host) error
-	Close() error
 }

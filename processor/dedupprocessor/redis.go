@@ -112,7 +112,8 @@ func newSharedStage(cfg *Config, r *RedisConfig, id component.ID, logger *zap.Lo
 		Timeout:    r.Timeout,
 		Window:     cfg.Window,
 		Lease:      r.Lease,
-		Observe:    b.tel.observeRedis,
+		// The telemetry is made after the tier, and observes its breakers.
+		Observe:    func(op, result string, d time.Duration) { b.tel.observeRedis(op, result, d) },
 		Clock:      b.clock,
 		OnTopology: s.topologyFound,
 		OnWriteError: func(err error) {

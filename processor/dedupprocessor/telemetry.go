@@ -66,8 +66,7 @@ type telemetry struct {
 	redisDuration  metric.Float64Histogram
 	redisUnchecked metric.Int64Counter
 	unidentified   metric.Int64Counter
-	redisOpts      map[string]redisOpts // by "op/result"
-	breakers       atomic.Pointer[func() []redistier.NodeBreaker]
+	redisOpts      map[string]redisOpts           // by "op/result"
 	electionTable  atomic.Pointer[election.Table] // for the elected replicas' gauge
 	base           []attribute.KeyValue
 
@@ -129,6 +128,11 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, signal strin
 		errs = errors.Join(errs, err)
 		return h
 	}
+	gauge := func(name, unit, desc string) metric.Int64ObservableGauge {
+		g, err := meter.Int64ObservableGauge(name, metric.WithDescription(desc), metric.WithUnit(unit))
+		errs = errors.Join(errs, err)
+		return g
+	}
 	t.records = counter("otelcol_processor_dedup_records", "{records}",
 		"Records the dedup processor saw, by outcome: unique, duplicate, missing_key, skipped, key_error.")
 	t.duplicates = counter("otelcol_processor_dedup_duplicates", "{records}",
@@ -144,9 +148,7 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, signal strin
 	t.waits = seconds("otelcol_processor_dedup_wait_duration",
 		"Seconds a batch waited for other batches' pending claims on its records, by how the wait ended: settled (the batch went on), refused (returned to the sender for retry after pending_wait).",
 		0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
-	entries, err := meter.Int64ObservableGauge("otelcol_processor_dedup_cache_entries",
-		metric.WithDescription("Keys held in the local cache."), metric.WithUnit("{keys}"))
-	errs = errors.Join(errs, err)
+	entries := gauge("otelcol_processor_dedup_cache_entries", "{keys}", "Keys held in the local cache.")
 	evictions, err := meter.Int64ObservableCounter("otelcol_processor_dedup_cache_evictions",
 		metric.WithDescription("Keys evicted from the full local cache before their window ended; a sign cache.max_entries is too small."),
 		metric.WithUnit("{keys}"))
@@ -160,10 +162,8 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, signal strin
 		"Records delivered on the local cache's word alone because the shared tier could not answer for them (redis.on_error: pass): another collector may deliver a copy of each.")
 	t.unidentified = counter("otelcol_processor_dedup_unidentified_records", "{records}",
 		"Records whose request lacked the auth_attributes identity, by reason: unauthenticated (no authenticated identity: a receiver without auth, or a batch processor in front of dedup), missing_attribute (the authenticator set no value for one of the attributes); they are deduplicated in one partition shared by all such requests.")
-	breaker, err := meter.Int64ObservableGauge("otelcol_processor_dedup_redis_breaker_state",
-		metric.WithDescription("The circuit breaker of each node of the shared tier (label node: a Cluster master's address, a standalone server's endpoint, a Sentinel master's name): 0 closed, 1 half-open (probing), 2 open (the node skipped)."),
-		metric.WithUnit("1"))
-	errs = errors.Join(errs, err)
+	breaker := gauge("otelcol_processor_dedup_redis_breaker_state", "1",
+		"The circuit breaker of each node of the shared tier (label node: a Cluster master's address, a standalone server's endpoint, a Sentinel master's name): 0 closed, 1 half-open (probing), 2 open (the node skipped).")
 	observed := []metric.Observable{entries, evictions, breaker}
 	var elected metric.Int64ObservableGauge
 	election := e.cfg.Metrics.ReplicaElection.Get()
@@ -171,10 +171,8 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, signal strin
 		election = nil
 	}
 	if election != nil {
-		elected, err = meter.Int64ObservableGauge("otelcol_processor_dedup_elected_replica",
-			metric.WithDescription("The replica elected for each cluster, as a series per cluster and replica label value; the value is the number of tenants whose cluster of that name elected that replica."),
-			metric.WithUnit("{clusters}"))
-		errs = errors.Join(errs, err)
+		elected = gauge("otelcol_processor_dedup_elected_replica", "{clusters}",
+			"The replica elected for each cluster, as a series per cluster and replica label value; the value is the number of tenants whose cluster of that name elected that replica.")
 		observed = append(observed, elected)
 	}
 	if errs != nil {
@@ -192,8 +190,8 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, signal strin
 	t.registration, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		o.ObserveInt64(entries, int64(e.local.Len(e.now())), t.baseOpt)
 		o.ObserveInt64(evictions, e.local.Evictions(), t.baseOpt)
-		if breakers := t.breakers.Load(); breakers != nil {
-			for _, nb := range (*breakers)() {
+		if e.shared != nil {
+			for _, nb := range e.shared.Breakers() {
 				o.ObserveInt64(breaker, int64(nb.State), t.with(attribute.String("node", nb.Node)))
 			}
 		}
@@ -278,12 +276,6 @@ func (t *telemetry) observeElected(o metric.Observer, gauge metric.Int64Observab
 
 func (t *telemetry) shutdown() error {
 	return t.registration.Unregister()
-}
-
-// observeBreakers starts reporting the state of the tier's breakers.
-func (t *telemetry) observeBreakers(tier *redistier.Tier) {
-	breakers := tier.Breakers
-	t.breakers.Store(&breakers)
 }
 
 // throttledLog logs a recurring per-record problem at most once per

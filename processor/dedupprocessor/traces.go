@@ -150,11 +150,7 @@ type tracesProcessor struct {
 }
 
 func newTracesProcessor(set component.TelemetrySettings, id component.ID, cfg *Config, next consumer.Traces) (*tracesProcessor, error) {
-	si, err := newSignalIdentity(spanSpec, set, cfg.Traces)
-	if err != nil {
-		return nil, err
-	}
-	e, err := newEngine(cfg, set, id, "traces")
+	e, si, err := newParts(spanSpec, cfg.Traces, set, id, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -174,6 +170,8 @@ func (p *tracesProcessor) clone(td ptrace.Traces) ptrace.Traces {
 func (p *tracesProcessor) send(ctx context.Context, td ptrace.Traces) error {
 	return p.next.ConsumeTraces(ctx, td)
 }
+
+func (p *tracesProcessor) firstCallSettled(context.Context, error) {}
 
 func (p *tracesProcessor) identify(ctx context.Context, b *batch, enc *identity.Encoder, td ptrace.Traces) {
 	w := newWalk(ctx, p.engine, p.si, b, enc)

@@ -3,6 +3,7 @@
 package digest
 
 import (
+	"cmp"
 	"encoding/binary"
 	"encoding/hex"
 
@@ -41,6 +42,11 @@ func (d Digest) AppendBinary(dst []byte) []byte {
 // FromBytes is the inverse of Bytes.
 func FromBytes(b [Size]byte) Digest {
 	return Digest{Hi: binary.BigEndian.Uint64(b[:8]), Lo: binary.BigEndian.Uint64(b[8:])}
+}
+
+// Compare orders digests by Hi, then Lo.
+func (d Digest) Compare(o Digest) int {
+	return cmp.Or(cmp.Compare(d.Hi, o.Hi), cmp.Compare(d.Lo, o.Lo))
 }
 
 // String returns the 32-character lowercase hex form.

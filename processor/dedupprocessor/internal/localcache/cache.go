@@ -38,9 +38,9 @@ const (
 // shared tier): it counts as committed, and Release never removes it.
 const noToken uint64 = 0
 
-// Cache is safe for concurrent use; no lock is held across more than one
-// shard. A key is held by the token that claimed it: pending while that
-// token is in flight (between Begin and End), committed after.
+// Cache is safe for concurrent use; no lock is held across shards. A key is
+// held by the token that claimed it: pending while that token is in flight
+// (between Begin and End), committed after.
 type Cache struct {
 	shards  []shard
 	mask    uint64
@@ -124,9 +124,8 @@ func (c *Cache) Begin(token uint64) {
 	c.flights.mu.Unlock()
 }
 
-// End takes token out of flight: the keys it still holds are committed from
-// now on. Release the keys of a batch that was not delivered before End, so
-// that no claim ever reads them as committed.
+// End takes token out of flight: the keys it still holds are committed.
+// Release a batch's keys before End if it was not delivered.
 func (c *Cache) End(token uint64) {
 	c.flights.mu.Lock()
 	delete(c.flights.tokens, token)
@@ -143,8 +142,7 @@ func (c *Cache) End(token uint64) {
 }
 
 // holds reports whether token is in flight. The caller holds the lock of
-// the shard where token holds a key, so a holder not in flight has ended
-// without releasing it: it committed.
+// the shard where token holds a key, so a holder not in flight committed.
 func (f *flights) holds(token uint64) bool {
 	if o := f.oldest.Load(); token == noToken || o == 0 || token < o {
 		return false
@@ -155,10 +153,9 @@ func (f *flights) holds(token uint64) bool {
 	return ok
 }
 
-// ClaimBatch claims every digest of ds for token, as Claim does one by one
-// in order, writing each result to out[i] (len(out) >= len(ds)). It takes
-// each shard's lock once, and prefetches the index cells the claims need so
-// their cache misses overlap.
+// ClaimBatch claims every digest of ds for token, in order, writing each
+// result to out[i]. It takes each shard's lock once, and prefetches the
+// index cells the claims need so their cache misses overlap.
 func (c *Cache) ClaimBatch(ds []digest.Digest, token uint64, now int64, out []Result) {
 	c.eachShard(ds, func(s *shard, group []int32) {
 		s.expire(now)
@@ -218,9 +215,8 @@ func (c *Cache) eachShard(ds []digest.Digest, fn func(s *shard, group []int32)) 
 }
 
 // expire pops expired keys and released slots from the head of the ring. A
-// key whose batch is still in flight stays, pending, past its window, so a
-// copy still waits for the export's outcome (keys behind it expire late
-// meanwhile, within the cache's bound).
+// key whose batch is in flight stays past its window, so a copy still waits
+// for the export's outcome (keys behind it expire late meanwhile).
 func (s *shard) expire(now int64) {
 	for s.used > 0 {
 		sl := &s.ring[s.head]
@@ -232,7 +228,7 @@ func (s *shard) expire(now int64) {
 }
 
 // prefetch reads the index cells the coming claims probe first, so these
-// independent loads overlap; the values are discarded.
+// independent loads overlap.
 func (s *shard) prefetch(ds []digest.Digest, group []int32) {
 	var acc cell
 	for _, i := range group {
@@ -263,8 +259,7 @@ func (s *shard) claim(d digest.Digest, token uint64, now, window int64) (Result,
 }
 
 // lookup returns d's ring slot and the index word holding its cell, or nil.
-// It probes past d's home bucket only while the mark says a live key
-// overflowed.
+// It probes past d's home bucket only while its mark says a key overflowed.
 func (s *shard) lookup(d digest.Digest) (*slot, uint64) {
 	fp := fingerprint(d)
 	b := s.home(fp)
@@ -289,8 +284,8 @@ func (s *shard) lookup(d digest.Digest) (*slot, uint64) {
 }
 
 // push appends a key at the tail, evicting the head when the ring is full,
-// and indexes it. A key from Insert may expire before keys ahead of it: it
-// stays until the head reaches it, and claim treats it as absent.
+// and indexes it. A key from Insert may expire before keys ahead of it:
+// claim then treats it as absent.
 func (s *shard) push(d digest.Digest, expires int64, token uint64, now int64) {
 	if s.used == s.size {
 		if s.ring[s.head].expires > now {
@@ -343,17 +338,16 @@ func (s *shard) forget(sl *slot, ci uint64) {
 //
 // An evicted or expired key's cell turns stale, without a write, once the
 // ring's head passes its sequence number, so evicting costs no random index
-// access; the next key placed in its bucket takes it over. Sequence numbers
-// compare modulo 2^32 against at most size < 2^32 keys, so a live cell is
-// always seen live; a stale one that looks live again is harmless, as a
-// lookup compares the whole digest.
+// access. Sequence numbers compare modulo 2^32 against fewer than 2^32
+// keys, so a live cell is always seen live; a stale one that looks live is
+// harmless, as a lookup compares the whole digest.
 //
 // Each bucket is one cache line: a mark (word 0) and 7 cells. A key whose
 // home bucket is full goes on to the next, and the full bucket's mark
-// records the key's sequence number. Keys leave in the order they came, so
-// a mark turns stale with the newest key that overflowed: nothing needs
-// purging. The index is mapped at full size (2.5 cells per ring slot) but
-// uses a growing prefix, so a cache holding few keys touches few pages.
+// records its sequence number. Keys leave in the order they came, so a mark
+// turns stale with the newest key that overflowed. The index is mapped at
+// full size (2.5 cells per ring slot) but uses a growing prefix, so a cache
+// holding few keys touches few pages.
 type cell uint64
 
 func (c cell) seq() uint32         { return uint32(c) }
@@ -450,8 +444,8 @@ type moving struct {
 	cells []cell
 }
 
-// grow moves the live cells into a prefix of the index four times as large
-// or more (up to full size), leaving stale cells and marks behind. Cells
+// grow moves the live cells into a prefix of the index at least four times
+// as large (up to full size), leaving stale cells and marks behind. Cells
 // move in place through a copy, so the old prefix's pages are reused; steps
 // are large because each moves every live cell.
 func (s *shard) grow() {
@@ -483,8 +477,7 @@ func (s *shard) grow() {
 }
 
 // ReleaseBatch forgets every digest of ds that token still holds, so a later
-// copy is claimed anew, batching by shard as ClaimBatch does. It returns how
-// many it released.
+// copy is claimed anew. It returns how many it released.
 func (c *Cache) ReleaseBatch(ds []digest.Digest, token uint64) int {
 	if token == noToken || len(ds) == 0 {
 		return 0
@@ -502,9 +495,9 @@ func (c *Cache) ReleaseBatch(ds []digest.Digest, token uint64) int {
 	return released
 }
 
-// Insert remembers d as held until expires (unix nanoseconds) without a
-// token, e.g. when restoring a snapshot. It returns false if d is already
-// held or expires is not after now.
+// Insert remembers d as held, committed, until expires (unix nanoseconds),
+// e.g. when restoring a snapshot. It returns false if d is already held or
+// expires is not after now.
 func (c *Cache) Insert(d digest.Digest, expires, now int64) bool {
 	if expires <= now {
 		return false
@@ -520,9 +513,8 @@ func (c *Cache) Insert(d digest.Digest, expires, now int64) bool {
 	return true
 }
 
-// Disown clears the token of d if token holds it, so it counts as committed
-// and a later Release keeps it: the shared tier said another instance
-// delivered it.
+// Disown makes d committed if token holds it, so a later Release keeps it:
+// the shared tier said another instance delivered it.
 func (c *Cache) Disown(d digest.Digest, token uint64) {
 	s := &c.shards[d.Lo&c.mask]
 	s.mu.Lock()
@@ -552,8 +544,7 @@ func (c *Cache) Len(now int64) int {
 	return n
 }
 
-// Evictions is the number of keys evicted before their window ended: a sign
-// that maxEntries is too small for the traffic.
+// Evictions is the number of keys evicted before their window ended.
 func (c *Cache) Evictions() int64 {
 	var n int64
 	c.eachLocked(func(s *shard) { n += s.evicted })

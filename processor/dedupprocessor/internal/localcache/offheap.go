@@ -33,17 +33,6 @@ func alloc[T any](a *arena, n int) []T {
 	return unsafe.Slice((*T)(unsafe.Pointer(&b[0])), n)
 }
 
-// size is the number of bytes mapped.
-func (a *arena) size() int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	n := 0
-	for _, m := range a.mapped {
-		n += len(m)
-	}
-	return n
-}
-
 // freeAll unmaps everything: the cache that used the arena is gone.
 func (a *arena) freeAll() {
 	a.mu.Lock()

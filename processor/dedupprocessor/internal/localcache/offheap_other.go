@@ -8,5 +8,4 @@ type arena struct{}
 
 func alloc[T any](_ *arena, n int) []T { return make([]T, n) }
 func (a *arena) freeAll()              {}
-func (a *arena) size() int             { return 0 }
 func populate[T any](_ []T) bool       { return false }

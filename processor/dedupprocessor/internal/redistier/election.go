@@ -15,10 +15,10 @@ import (
 // collectors sharing this Redis deliver.
 //
 // An election is one key, so it is atomic on one node: KeyPrefix + "elect:{"
-// + the hex of the caller's digest of tenant and cluster + "}" (the tag
-// spreads elections over a Cluster's masters; hex, so no digest byte forms a
-// tag). Its value holds only digests, a token and a time in ms from the
-// server's clock (TIME, so skewed collectors agree):
+// + the hex of the digest of tenant and cluster + "}" (the tag spreads
+// elections over a Cluster's masters; hex, so no digest byte forms a tag).
+// Its value holds digests, a token and a time in ms from the server's clock
+// (TIME, so skewed collectors agree):
 //
 //	committed: "c" replica token refreshed-at
 //	pending:   "p" replica token taken-at "|" the committed value it replaces, if any
@@ -62,11 +62,10 @@ type ElectionAnswer struct {
 
 // Elect answers which replica of e's cluster is elected, in one round trip.
 // Where none is live or pending, it takes the election for e.Replica,
-// pending under token (unique to the batch: NewToken), its lease renewed in
-// the background until CommitElected or ReleaseElections. Retrying with the
-// same token is safe; once the token's release has landed, Elect takes
-// nothing. A batch asks one election at a time, in the order of their keys
-// (see Claim's look for why that ends contention).
+// pending under token (NewToken), its lease renewed until CommitElected or
+// ReleaseElections. Retrying with the same token is safe; once the token's
+// release has landed, Elect takes nothing. A batch asks one election at a
+// time, in the order of their keys (see Claim's look for why).
 func (t *Tier) Elect(ctx context.Context, token string, failover time.Duration, e Election) (ElectionAnswer, error) {
 	c, err := t.connected(OpElect)
 	if err != nil {
@@ -93,29 +92,23 @@ func (t *Tier) Elect(ctx context.Context, token string, failover time.Duration, 
 // CommitElected confirms the elections es, whose batch was delivered: it
 // commits token's pending ones, refreshes committed ones of the same
 // replica, and takes free ones committed, each answering ElectionLive for
-// the failover timeout. Elections held otherwise are answered as by Elect.
-// On an error the answers are left zero, and the writer sends the
-// confirmations again until they land or the lease ends.
+// the failover timeout; others are answered as by Elect. On an error the
+// answers are left zero, and the writer retries while the lease lasts.
 func (t *Tier) CommitElected(ctx context.Context, token string, failover time.Duration, es []Election, answers []ElectionAnswer) error {
-	t.w.drop(token)
 	answers = answers[:len(es)]
 	clear(answers)
-	if len(es) == 0 {
-		return nil
-	}
-	c, err := t.connected(OpCommit)
-	if err != nil {
-		t.lost(OpCommit, err)
+	c, err := t.ending(OpCommit, token, len(es))
+	if c == nil {
 		return err
 	}
 	ws := make([]write, len(es))
 	for i, el := range es {
 		ws[i] = write{op: OpCommit, token: token, election: &electionWrite{key: el.Key, replica: el.Replica, failover: failover}}
 	}
-	calls := t.writeCalls(ctx, c, ws)
-	if err := t.run(ctx, c, calls, t.opts.Timeout); err != nil {
-		// The batch was delivered: the other collectors must learn it.
-		t.retry(t.readWrites(ws, calls))
+	// The batch was delivered: the other collectors must learn it, so the
+	// writer retries what fails.
+	calls, err := t.send(ctx, c, ws)
+	if err != nil {
 		return err
 	}
 	for i, cl := range calls {
@@ -131,16 +124,11 @@ func (t *Tier) CommitElected(ctx context.Context, token string, failover time.Du
 
 // ReleaseElections gives up the elections of keys that token holds pending,
 // restoring those they replaced, and leaves a marker for the lease so that
-// an Elect of token arriving late takes nothing. It is idempotent; what
-// fails is sent again by the writer while the lease lasts.
+// a late Elect of token takes nothing. It is idempotent; the writer retries
+// what fails while the lease lasts.
 func (t *Tier) ReleaseElections(ctx context.Context, token string, failover time.Duration, keys []digest.Digest) error {
-	t.w.drop(token)
-	if len(keys) == 0 {
-		return nil
-	}
-	c, err := t.connected(OpRelease)
-	if err != nil {
-		t.lost(OpRelease, err)
+	c, err := t.ending(OpRelease, token, len(keys))
+	if c == nil {
 		return err
 	}
 	ws := make([]write, len(keys))
@@ -149,8 +137,7 @@ func (t *Tier) ReleaseElections(ctx context.Context, token string, failover time
 	}
 	// One left behind would stall its cluster everywhere for the lease:
 	// the writer retries it.
-	failed, err := t.send(ctx, c, ws)
-	t.retry(failed)
+	_, err = t.send(ctx, c, ws)
 	return err
 }
 
@@ -165,7 +152,7 @@ func (t *Tier) electionMarker(k digest.Digest, token string) string {
 }
 
 // electionAnswer decodes the election scripts' reply: {state, replica,
-// remaining ms}, state 0 live, 1 taken, 2 pending.
+// remaining ms}.
 func electionAnswer(c *redis.Cmd) (ElectionAnswer, error) {
 	vals, err := c.Slice()
 	if err != nil {
@@ -206,7 +193,7 @@ end
 // committed election; {1, previous replica or "", 0} when the token holds it
 // (taken now, or by an earlier try of the same call); {2, candidate, 0} for
 // another token's pending election; {3, "", 0} if the token was released.
-var electScript = newScript(electionLib + `
+var electScript = newScript(ScriptElect, electionLib+`
 if redis.call('EXISTS', KEYS[2]) == 1 then return {3, '', 0} end
 local rep, tok, lease, failover = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local t = now()
@@ -232,7 +219,7 @@ return {1, string.sub(prev, 2, 17), 0}
 // pending election, refreshes a committed one of the same replica, or takes
 // a free one committed: each answers {0, replica, failover}. Otherwise it
 // answers as electScript about what holds the election.
-var confirmScript = newScript(electionLib + `
+var confirmScript = newScript(ScriptConfirm, electionLib+`
 local rep, tok, failover = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local t = now()
 local v = redis.call('GET', KEYS[1])
@@ -253,7 +240,7 @@ return {0, rep, failover}
 // failover ms, lease ms. Leaves the marker for the lease and gives up the
 // token's pending election, restoring the committed value it replaced for
 // the rest of its time, if any is left. Answers 1 if it gave one up, else 0.
-var releaseElectionScript = newScript(electionLib + `
+var releaseElectionScript = newScript(ScriptReleaseElection, electionLib+`
 local tok, failover = ARGV[1], tonumber(ARGV[2])
 redis.call('SET', KEYS[2], '1', 'PX', ARGV[3])
 local v = redis.call('GET', KEYS[1])

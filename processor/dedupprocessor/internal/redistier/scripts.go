@@ -2,8 +2,9 @@ package redistier
 
 import "github.com/redis/go-redis/v9"
 
-// scriptSources maps each script's hash to its source, for withSource.
-var scriptSources = map[string]string{}
+// scriptSources maps each script's hash to its source, for withSource;
+// scriptHashes each script's name to its hash, for ScriptHash.
+var scriptSources, scriptHashes = map[string]string{}, map[string]string{}
 
 // Script names, for ScriptHash.
 const (
@@ -18,17 +19,11 @@ const (
 
 // ScriptHash returns the SHA1 of a script by name: what a test that injects
 // faults into the tier's traffic matches its calls by.
-func ScriptHash(name string) string {
-	return map[string]string{
-		ScriptClaim: claimScript.Hash(), ScriptCommit: commitScript.Hash(), ScriptRelease: releaseScript.Hash(),
-		ScriptRenew: renewScript.Hash(), ScriptElect: electScript.Hash(), ScriptConfirm: confirmScript.Hash(),
-		ScriptReleaseElection: releaseElectionScript.Hash(),
-	}[name]
-}
+func ScriptHash(name string) string { return scriptHashes[name] }
 
-func newScript(src string) *redis.Script {
+func newScript(name, src string) *redis.Script {
 	s := redis.NewScript(src)
-	scriptSources[s.Hash()] = src
+	scriptSources[s.Hash()], scriptHashes[name] = src, s.Hash()
 	return s
 }
 
@@ -53,7 +48,7 @@ func newScript(src string) *redis.Script {
 // whose status reply Lua turns into a table.
 //
 // ARGV: token, lease ms, window ms, status key prefix of the group, stop.
-var claimScript = newScript(`
+var claimScript = newScript(ScriptClaim, `
 if redis.call('GET', KEYS[1]) == 'r' then return 'r' end
 local tok, window, sp, stop = ARGV[1], ARGV[3], ARGV[4], ARGV[5] == '1'
 local out, live, any, blocker = nil, {}, false, ''
@@ -96,7 +91,7 @@ return #KEYS - 1
 // releaseScript deletes the digest keys that still hold the token and
 // leaves the release's marker in the status key for the lease. It answers
 // how many digest keys it deleted. ARGV: token, lease ms.
-var releaseScript = newScript(`
+var releaseScript = newScript(ScriptRelease, `
 local tok, n = ARGV[1], 0
 for i = 2, #KEYS do
   if redis.call('GET', KEYS[i]) == tok then
@@ -116,7 +111,7 @@ return n
 // digest keys still holding the token are the delivered records', and a
 // claim of the token arriving late then claims nothing pending. A released
 // claim is never revived. ARGV: window ms.
-var commitScript = newScript(`
+var commitScript = newScript(ScriptCommit, `
 local s = redis.call('GET', KEYS[1])
 if s == 'c' then return 1 end
 if s == 'r' then return 0 end
@@ -129,7 +124,7 @@ return 0
 // key, ARGV[2] empty) or of an election pending under the token ARGV[2]
 // (KEYS[1] its key; see electionLib for the value). It answers 1 if it was
 // pending, 0 if it had ended. ARGV: lease ms, token.
-var renewScript = newScript(`
+var renewScript = newScript(ScriptRenew, `
 local v = redis.call('GET', KEYS[1])
 if v == 'p' or (ARGV[2] ~= '' and v and string.sub(v, 1, 1) == 'p' and string.sub(v, 18, 33) == ARGV[2]) then
   redis.call('PEXPIRE', KEYS[1], ARGV[1])

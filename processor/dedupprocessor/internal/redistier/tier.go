@@ -13,7 +13,6 @@
 package redistier
 
 import (
-	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/tls"
@@ -75,23 +74,19 @@ type Options struct {
 	// Clock is the tier's time: leases, retries, renewals, breakers and
 	// durations; nil is the wall clock.
 	Clock clock.Clock
-	// Observe, if set, is called once per call (a round of the writer is
-	// one call per operation) with the operation, the worst result of its
-	// groups and its duration (zero when no round trip was made), and once
-	// more with ResultLost and no duration per claim lost. It is called
-	// synchronously and concurrently, and must be cheap.
+	// Observe, if set, is called once per operation of a call with the
+	// worst result of its groups and its duration (zero: no round trip),
+	// and with ResultLost per claim lost. Called concurrently: keep it cheap.
 	Observe func(op, result string, d time.Duration)
-	// OnNewServer, if set, is called when a Redis server the tier has not
-	// seen before answers after the tier connected: a master restarted, or
-	// a replica promoted. Either may have lost the last writes, or all of
-	// them: what the caller cached of Redis should be asked again. Called
-	// from go-redis's connection setup; it must be quick.
+	// OnNewServer, if set, is called when a Redis server not seen before
+	// answers after the tier connected (a restarted master, a promoted
+	// replica), which may have lost writes: what the caller cached of Redis
+	// should be asked again. Called from go-redis's connection setup.
 	OnNewServer func(runID string)
 	// OnTopology, if set, is called when a tier whose endpoints did not
-	// answer at Start learns what they are: the mode, or the error that
-	// says why it cannot work with them (the tier then keeps failing calls
-	// and asking). Called from a goroutine of the tier, as is OnWriteError,
-	// with the error of a writer round that failed or found claims ended.
+	// answer at Start learns their mode, or why it cannot work with them
+	// (it then keeps failing calls and asking). OnWriteError gets the error
+	// of a writer round. Both are called from the tier's goroutines.
 	OnTopology   func(Mode, error)
 	OnWriteError func(error)
 }
@@ -148,10 +143,9 @@ func New(opts Options) *Tier {
 }
 
 // Start finds out what the endpoints are and connects to them. It fails,
-// naming the setting to change, if they cannot work as the tier needs (see
-// decide). If no endpoint answers it does not fail: with a Mode set, the
-// tier connects as that mode; without, calls fail until the endpoints,
-// asked again in the background, answer (then OnTopology is called).
+// naming the setting to change, if they cannot work (see decide). If none
+// answers, a tier with a Mode connects as that mode; without, calls fail
+// until the endpoints, asked again in the background, answer.
 func (t *Tier) Start(ctx context.Context) error {
 	mode, err := t.discover(ctx)
 	switch {
@@ -250,10 +244,9 @@ func (t *Tier) Mode() Mode {
 	return ""
 }
 
-// Close stops the tier: from now on calls fail, the renewals stop, and the
-// writes left (commits, releases, retries) are sent until they land or
-// drainFor has passed; those that do not are reported lost. Then it closes
-// the connections. Call it once the batches using the tier have ended.
+// Close stops the tier: calls fail from now on, renewals stop, and the
+// writes left are sent until they land or drainFor has passed (the rest are
+// reported lost). Call it once the batches using the tier have ended.
 func (t *Tier) Close() error {
 	var err error
 	t.closed.Do(func() {
@@ -268,8 +261,7 @@ func (t *Tier) Close() error {
 	return err
 }
 
-// Breakers returns the state of every node's circuit breaker (a Cluster's
-// masters include, for a while, those that left the slot map); none while
+// Breakers returns the state of every node's circuit breaker; none while
 // the topology is unknown.
 func (t *Tier) Breakers() []NodeBreaker {
 	if c := t.conn.Load(); c != nil {
@@ -304,20 +296,17 @@ const (
 // one round trip (one per node in a Cluster), and sets answers[i] for ds[i].
 // Of concurrent claims of a digest, anywhere, exactly one gets Claimed.
 // Atomicity is per script call: one group's digests, at most
-// maxKeysPerScript. ds must not repeat a digest; answers needs len(ds)
-// elements; token must be unique to the claim (NewToken). The new claim is
-// pending, its lease renewed in the background, and must end with Commit or
-// Release whatever the answers. A failed group's digests answer Unavailable
-// and the error says why; a call that timed out is sent again (see
-// patiently). Retrying with the same token is safe. It returns the token of
-// a pending claim that holds one of ds, if it met one.
+// maxKeysPerScript. ds must not repeat a digest; token must be unique to
+// the claim (NewToken). The claim is pending, its lease renewed in the
+// background, and must end with Commit or Release whatever the answers. A
+// failed group's digests answer Unavailable. Retrying with the same token
+// is safe. It returns the token of a pending claim it met, if any.
 //
-// With look (a batch claiming records it waited for, OpRecheck), the
-// digests are claimed one script call at a time in the order of (group,
-// digest), and the claim stops at the first digest another claim holds
-// pending: the digests after it answer Pending, untried. A look then holds
-// no digest ordered after one that another look holds, so of looks that
-// contend, the one furthest along is never stopped by another and wins.
+// With look (OpRecheck), the digests are claimed one script call at a time
+// in the order of (group, digest), stopping at the first digest another
+// claim holds pending: the rest answer Pending, untried. A look then holds
+// no digest ordered after one another look holds, so of contending looks
+// the one furthest along is never stopped by another.
 func (t *Tier) Claim(ctx context.Context, token string, ds []digest.Digest, answers []Answer, look bool) (holder string, err error) {
 	op := OpClaim
 	if look {
@@ -337,7 +326,7 @@ func (t *Tier) Claim(ctx context.Context, token string, ds []digest.Digest, answ
 	if look {
 		b.sortGroups(ds)
 	}
-	calls := t.claimCalls(ctx, c, b, token, ds, look)
+	calls := t.claimCalls(ctx, c, b, op, token, ds, look)
 	if look {
 		for i, cl := range calls {
 			err = errors.Join(err, t.patiently(ctx, c, calls[i:i+1]))
@@ -368,7 +357,7 @@ func (t *Tier) Claim(ctx context.Context, token string, ds []digest.Digest, answ
 		if holder == "" {
 			holder = owner
 		}
-		if anyClaimed(cl, answers) {
+		if slices.ContainsFunc(cl.idx, func(i int32) bool { return answers[i] == Claimed }) {
 			if key := c.layout.statusKey(cl.group, token); len(held) == 0 || held[len(held)-1] != key {
 				held = append(held, key)
 			}
@@ -388,11 +377,10 @@ func pendingIn(cl *call) bool {
 }
 
 // patiently runs calls within the timeout, then sends again, with twice the
-// time each try, the calls that timed out, while their node's breaker lets
-// them and a third of the lease has not passed: a Redis that answers late,
-// because it or this host is short of CPU or the call is large, costs
-// latency, not an answer. Every call it retries is idempotent for its
-// token.
+// time each try, those that timed out, while their node's breaker lets them
+// and a third of the lease has not passed: a Redis that answers late (short
+// of CPU, or a large call) costs latency, not an answer. Every call it
+// retries is idempotent for its token.
 func (t *Tier) patiently(ctx context.Context, c *conn, calls []*call) error {
 	start := t.opts.Clock.Now()
 	timeout := t.opts.Timeout
@@ -413,17 +401,7 @@ func (t *Tier) patiently(ctx context.Context, c *conn, calls []*call) error {
 		}
 		_ = t.run(ctx, c, again, timeout)
 	}
-	return t.failure("", calls)
-}
-
-// anyClaimed reports whether the call claimed any of its digests.
-func anyClaimed(cl *call, answers []Answer) bool {
-	for _, i := range cl.idx {
-		if answers[i] == Claimed {
-			return true
-		}
-	}
-	return false
+	return t.failure(calls)
 }
 
 // readClaim sets the answers of one claim script call from its reply and
@@ -482,13 +460,8 @@ func (t *Tier) Release(ctx context.Context, token string, ds []digest.Digest) er
 // them now if the queue is full or queue is false. A write that fails is
 // sent again until it lands or the claim's lease has ended.
 func (t *Tier) finish(ctx context.Context, op, token string, ds []digest.Digest, queue bool) error {
-	t.w.drop(token)
-	if len(ds) == 0 {
-		return nil
-	}
-	c, err := t.connected(op)
-	if err != nil {
-		t.lost(op, err)
+	c, err := t.ending(op, token, len(ds))
+	if c == nil {
 		return err
 	}
 	b := c.prepare(ds)
@@ -508,9 +481,23 @@ func (t *Tier) finish(ctx context.Context, op, token string, ds []digest.Digest,
 	if queue && t.w.enqueue(ws) {
 		return nil
 	}
-	failed, err := t.send(ctx, c, ws)
-	t.retry(failed)
+	_, err = t.send(ctx, c, ws)
 	return err
+}
+
+// ending begins a commit or release of n keys of token: the token's
+// renewals stop. It returns the connection, or nil if there is nothing to
+// send or no connection (then the write is lost, and the error says why).
+func (t *Tier) ending(op, token string, n int) (*conn, error) {
+	t.w.drop(token)
+	if n == 0 {
+		return nil, nil
+	}
+	c, err := t.connected(op)
+	if err != nil {
+		t.lost(op, err)
+	}
+	return c, err
 }
 
 // errClosed fails the calls made after Close.
@@ -566,12 +553,12 @@ func (t *Tier) run(ctx context.Context, c *conn, calls []*call, timeout time.Dur
 			t.opts.Observe(r.op, r.result, 0)
 		}
 	}
-	return t.failure("", calls)
+	return t.failure(calls)
 }
 
 // failure returns an error naming how many of calls failed and the first
-// failure, or nil; op names the operation if the calls do not.
-func (t *Tier) failure(op string, calls []*call) error {
+// failure, or nil.
+func (t *Tier) failure(calls []*call) error {
 	var first *call
 	failed := 0
 	for _, cl := range calls {
@@ -585,10 +572,7 @@ func (t *Tier) failure(op string, calls []*call) error {
 	if first == nil {
 		return nil
 	}
-	if first.op != "" {
-		op = first.op
-	}
-	err := first.err
+	op, err := first.op, first.err
 	if first.node != "" {
 		err = fmt.Errorf("node %s: %w", first.node, err)
 	}
@@ -654,19 +638,13 @@ func (c *conn) prepare(ds []digest.Digest) *grouping {
 // in, the same in every collector.
 func (b *grouping) sortGroups(ds []digest.Digest) {
 	for _, g := range b.groups {
-		slices.SortFunc(b.order[b.bounds[g]:b.bounds[g+1]], func(i, j int32) int {
-			x, y := ds[i], ds[j]
-			if c := cmp.Compare(x.Hi, y.Hi); c != 0 {
-				return c
-			}
-			return cmp.Compare(x.Lo, y.Lo)
-		})
+		slices.SortFunc(b.order[b.bounds[g]:b.bounds[g+1]], func(i, j int32) int { return ds[i].Compare(ds[j]) })
 	}
 }
 
 // claimCalls builds one claim script call per group and chunk of at most
 // maxKeysPerScript digests; look makes each stop at its first pending key.
-func (t *Tier) claimCalls(ctx context.Context, c *conn, b *grouping, token string, ds []digest.Digest, look bool) []*call {
+func (t *Tier) claimCalls(ctx context.Context, c *conn, b *grouping, op, token string, ds []digest.Digest, look bool) []*call {
 	n := len(b.order)
 	l := &c.layout
 	// All keys are substrings of one string, and arguments point at them:
@@ -702,10 +680,6 @@ func (t *Tier) claimCalls(ctx context.Context, c *conn, b *grouping, token strin
 	calls := make([]call, chunks)
 	out := make([]*call, 0, chunks)
 	tok := &token
-	op := OpClaim
-	if look {
-		op = OpRecheck
-	}
 	for _, g := range b.groups {
 		lo, hi := int(b.bounds[g]), int(b.bounds[g+1])
 		for lo < hi {

@@ -18,16 +18,14 @@ import (
 // pending claims and elections whose batches are downstream, once a third
 // of the lease has passed since their last renewal landed (so the lease
 // bounds only how long a dead collector's claims stand in the way), sends
-// the queued commits together, and sends again, with a growing pause, the
-// writes that failed, until they land or their claim's lease has ended
-// (Redis has then freed the claim). All of a round's calls go out in one
-// round trip (one per master in a Cluster), renewals first. A renewal that
-// fails is tried again after retryFirst, while the lease lasts. Claims lost
-// on the way are reported as ResultLost.
+// the queued commits, and sends again, with a growing pause, the writes
+// that failed, until they land or their claim's lease has ended (Redis has
+// then freed the claim). A round is one round trip (one per master in a
+// Cluster). Claims lost on the way are reported as ResultLost.
 //
-// The queue holds at most maxQueued writes; a batch that finds it full
-// sends its own write and waits for it, so a Redis that cannot keep up
-// slows the senders instead of growing the queue.
+// A batch that finds the queue full (maxQueued) sends its own write and
+// waits for it: a Redis that cannot keep up slows the senders instead of
+// growing the queue.
 const (
 	maxQueued  = 4096
 	retryFirst = 100 * time.Millisecond
@@ -70,8 +68,8 @@ type writer struct {
 	wake   chan struct{}
 }
 
-// hold starts renewing, for token, the pending claims or elections of keys
-// (election says which), whose leases were set at now.
+// hold starts renewing token's pending claims or elections of keys, whose
+// leases were set at now.
 func (w *writer) hold(token string, keys []string, election bool, now time.Time) {
 	if len(keys) == 0 {
 		return
@@ -108,8 +106,7 @@ func (w *writer) forget(token string, r *renewal) bool {
 	return true
 }
 
-// enqueue queues ws unless the queue is full or closed, and reports whether
-// it did.
+// enqueue queues ws unless the queue is full or closed.
 func (w *writer) enqueue(ws []write) bool {
 	w.mu.Lock()
 	if w.closed || len(w.queue)+len(ws) > maxQueued {
@@ -129,9 +126,8 @@ func (w *writer) signal() {
 	}
 }
 
-// run is the writer's loop: a round when writes are queued, when a retry
-// or a renewal is due. Once the tier closes, it sends what is left until it
-// lands or drainFor has passed, and reports the rest lost.
+// run is the writer's loop: a round when writes are queued, or a retry or
+// a renewal is due. Once the tier closes, it drains (see Close).
 func (w *writer) run(t *Tier) {
 	clk := t.opts.Clock
 	next := time.Duration(0)
@@ -165,15 +161,12 @@ func (w *writer) run(t *Tier) {
 	left := append(w.queue, w.retry...)
 	w.queue, w.retry = nil, nil
 	w.mu.Unlock()
-	for _, wr := range left {
-		t.lost(wr.op, fmt.Errorf("dedup: redis %s: shut down before it landed", wr.op))
-	}
+	t.lostAll(left, "shut down before it landed")
 }
 
 // drainFor bounds the writer's work after Close: two tries of each write.
 func (t *Tier) drainFor() time.Duration { return 2*t.opts.Timeout + retryFirst }
 
-// left returns how many writes wait to be sent.
 func (w *writer) left() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -216,7 +209,7 @@ func (w *writer) round(t *Tier, ctx context.Context, now time.Time) time.Duratio
 		}
 	}
 	w.mu.Unlock()
-	t.unsent(expired)
+	t.lostAll(expired, "not sent before the claim's lease ended")
 	if len(ws) == 0 && len(renew) == 0 {
 		return w.nextRound(now, every)
 	}
@@ -276,7 +269,6 @@ func (w *writer) nextRound(now time.Time, every time.Duration) time.Duration {
 	return max(next, time.Millisecond)
 }
 
-// close stops the queue and the renewals; the writer then drains.
 func (w *writer) close() {
 	w.mu.Lock()
 	w.closed = true
@@ -287,18 +279,20 @@ func (w *writer) close() {
 // that a renewal that fails can be tried again before the lease ends.
 func (t *Tier) renewEvery() time.Duration { return max(t.opts.Lease/3, time.Millisecond) }
 
-// unsent reports the writes whose claim's lease ended before they landed.
-func (t *Tier) unsent(ws []write) {
+// lostAll reports the writes given up, and why.
+func (t *Tier) lostAll(ws []write, why string) {
 	for _, wr := range ws {
-		t.lost(wr.op, fmt.Errorf("dedup: redis %s: not sent before the claim's lease ended", wr.op))
+		t.lost(wr.op, fmt.Errorf("dedup: redis %s: %s", wr.op, why))
 	}
 }
 
-// send sends writes now and returns those that failed, and the error.
-func (t *Tier) send(ctx context.Context, c *conn, ws []write) ([]write, error) {
+// send sends writes now, hands those that failed to the writer, and
+// returns the calls and the error.
+func (t *Tier) send(ctx context.Context, c *conn, ws []write) ([]*call, error) {
 	calls := t.writeCalls(ctx, c, ws)
 	err := t.run(ctx, c, calls, t.opts.Timeout)
-	return t.readWrites(ws, calls), err
+	t.retry(t.readWrites(ws, calls))
+	return calls, err
 }
 
 // retry hands writes that failed outside a round to the writer; once the
@@ -318,9 +312,7 @@ func (t *Tier) retry(failed []write) {
 	t.w.mu.Lock()
 	if t.w.closed {
 		t.w.mu.Unlock()
-		for _, wr := range failed {
-			t.lost(wr.op, fmt.Errorf("dedup: redis %s: failed after the tier was shut down", wr.op))
-		}
+		t.lostAll(failed, "failed after the tier was shut down")
 		return
 	}
 	t.w.retry = append(t.w.retry, failed...)
