@@ -97,7 +97,7 @@ func (t *Tier) Elect(ctx context.Context, token string, failover time.Duration, 
 func (t *Tier) CommitElected(ctx context.Context, token string, failover time.Duration, es []Election, answers []ElectionAnswer) error {
 	answers = answers[:len(es)]
 	clear(answers)
-	c, err := t.ending(OpCommit, token, len(es))
+	c, err := t.beginSettle(OpCommit, token, len(es))
 	if c == nil {
 		return err
 	}
@@ -127,7 +127,7 @@ func (t *Tier) CommitElected(ctx context.Context, token string, failover time.Du
 // a late Elect of token takes nothing. It is idempotent; the writer retries
 // what fails while the lease lasts.
 func (t *Tier) ReleaseElections(ctx context.Context, token string, failover time.Duration, keys []digest.Digest) error {
-	c, err := t.ending(OpRelease, token, len(keys))
+	c, err := t.beginSettle(OpRelease, token, len(keys))
 	if c == nil {
 		return err
 	}

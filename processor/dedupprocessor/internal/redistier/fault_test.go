@@ -44,10 +44,10 @@ func TestKillAndRestart(t *testing.T) {
 	}
 	wantClaimed(t, claimed, false, false)
 	wantObserved(t, &obs, "claim/error")
-	if err := tr.finish(context.Background(), OpCommit, "tok", ds, false); err == nil {
+	if err := tr.settle(context.Background(), OpCommit, "tok", ds, false); err == nil {
 		t.Fatal("Commit against a killed server succeeded")
 	}
-	if err := tr.finish(context.Background(), OpRelease, "tok", ds, false); err == nil {
+	if err := tr.settle(context.Background(), OpRelease, "tok", ds, false); err == nil {
 		t.Fatal("Release against a killed server succeeded")
 	}
 	wantObservedBut(t, &obs, "commit/error", "release/error")
@@ -164,10 +164,10 @@ func TestBreaker(t *testing.T) {
 		}
 		wantClaimed(t, claimed, false, false, false)
 	}
-	if err := tr.finish(ctx, OpCommit, "tok", ds, false); !errors.Is(err, errBreakerOpen) {
+	if err := tr.settle(ctx, OpCommit, "tok", ds, false); !errors.Is(err, errBreakerOpen) {
 		t.Fatalf("Commit with the breaker open: %v", err)
 	}
-	if err := tr.finish(ctx, OpRelease, "tok", ds, false); !errors.Is(err, errBreakerOpen) {
+	if err := tr.settle(ctx, OpRelease, "tok", ds, false); !errors.Is(err, errBreakerOpen) {
 		t.Fatalf("Release with the breaker open: %v", err)
 	}
 	// INFO itself is the only command in between.

@@ -100,7 +100,7 @@ func testToken() string { return NewToken(ages.Add(1)) }
 // commit commits at once, where Commit queues.
 func commit(t testing.TB, tr *Tier, token string, ds ...digest.Digest) {
 	t.Helper()
-	if err := tr.finish(context.Background(), OpCommit, token, ds, false); err != nil {
+	if err := tr.settle(context.Background(), OpCommit, token, ds, false); err != nil {
 		t.Fatalf("Commit: %v", err)
 	}
 }
@@ -108,7 +108,7 @@ func commit(t testing.TB, tr *Tier, token string, ds ...digest.Digest) {
 // release releases at once, where Release queues.
 func release(t testing.TB, tr *Tier, token string, ds ...digest.Digest) {
 	t.Helper()
-	if err := tr.finish(context.Background(), OpRelease, token, ds, false); err != nil {
+	if err := tr.settle(context.Background(), OpRelease, token, ds, false); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
 }

@@ -445,7 +445,7 @@ func readClaim(cl *call, answers []Answer) (owner string, err error) {
 // A claim that was not pending any more, or not yet, is reported
 // ResultLost, and committed all the same: its records were delivered.
 func (t *Tier) Commit(ctx context.Context, token string, ds []digest.Digest) error {
-	return t.finish(ctx, OpCommit, token, ds, true)
+	return t.settle(ctx, OpCommit, token, ds, true)
 }
 
 // Release ends the claim of token on ds, so the digests can be claimed
@@ -453,14 +453,14 @@ func (t *Tier) Commit(ctx context.Context, token string, ds []digest.Digest) err
 // sent at once, not queued: the refused sender's retry should find its
 // records free. It is idempotent, and ends a committed claim too.
 func (t *Tier) Release(ctx context.Context, token string, ds []digest.Digest) error {
-	return t.finish(ctx, OpRelease, token, ds, false)
+	return t.settle(ctx, OpRelease, token, ds, false)
 }
 
-// finish queues the writes of a commit or release, one per group, or sends
+// settle queues the writes of a commit or release, one per group, or sends
 // them now if the queue is full or queue is false. A write that fails is
 // sent again until it lands or the claim's lease has ended.
-func (t *Tier) finish(ctx context.Context, op, token string, ds []digest.Digest, queue bool) error {
-	c, err := t.ending(op, token, len(ds))
+func (t *Tier) settle(ctx context.Context, op, token string, ds []digest.Digest, queue bool) error {
+	c, err := t.beginSettle(op, token, len(ds))
 	if c == nil {
 		return err
 	}
@@ -485,10 +485,10 @@ func (t *Tier) finish(ctx context.Context, op, token string, ds []digest.Digest,
 	return err
 }
 
-// ending begins a commit or release of n keys of token: the token's
+// beginSettle begins a commit or release of n keys of token: the token's
 // renewals stop. It returns the connection, or nil if there is nothing to
 // send or no connection (then the write is lost, and the error says why).
-func (t *Tier) ending(op, token string, n int) (*conn, error) {
+func (t *Tier) beginSettle(op, token string, n int) (*conn, error) {
 	t.w.drop(token)
 	if n == 0 {
 		return nil, nil
