@@ -42,25 +42,16 @@ func targetRows(res *results) []Row {
 		}
 		return Row{target, fig, why, goal, Failed}
 	}
-	cpu := Run.CPUPerRecord
 	// A ratio is taken within each round, of a mode's figure over the
 	// pass-through's; the row reports the median of those.
 	ratioRow := func(target, mode string, dup int, fig string, bound float64, goal string) Row {
-		var rs []float64
-		var pass float64
-		for _, r := range res.Runs[dup] {
-			if r.Mode == ModePassThrough {
-				pass = cpu(r)
-			} else if r.Mode == mode && pass > 0 {
-				rs = append(rs, cpu(r)/pass)
-			}
-		}
+		rs := paired(res.Runs[dup], mode, func(r, pass Run) float64 { return r.CPUPerRecord() / pass.CPUPerRecord() })
 		mr, ok := Median(rs)
 		if !ok {
 			return missing(target, fig, goal, "e2e")
 		}
-		m, _ := median(res.Runs[dup], mode, cpu)
-		p, _ := median(res.Runs[dup], ModePassThrough, cpu)
+		m, _ := median(res.Runs[dup], mode, Run.CPUPerRecord)
+		p, _ := median(res.Runs[dup], ModePassThrough, Run.CPUPerRecord)
 		return Row{target, fmt.Sprintf("%s; median of %d paired runs", fig, len(rs)),
 			fmt.Sprintf("%.2fx (%.2f µs / %.2f µs)", mr, m*1e6, p*1e6), goal, check(mr <= bound)}
 	}
@@ -86,15 +77,7 @@ func targetRows(res *results) []Row {
 	// Every record of the 0% runs is a key in the window: the median over
 	// rounds of (local peak RSS - pass-through peak RSS) / keys.
 	const figRSS = "peak RSS, local tier over the pass-through, per key in the window (0% copies: every record a key)"
-	var perKey []float64
-	var pass Run
-	for _, r := range res.Runs[0] {
-		if r.Mode == ModePassThrough {
-			pass = r
-		} else if r.Mode == ModeLocal && pass.Load.Unique > 0 {
-			perKey = append(perKey, float64(r.PeakRSS-pass.PeakRSS)/float64(r.Load.Unique))
-		}
-	}
+	perKey := paired(res.Runs[0], ModeLocal, func(r, pass Run) float64 { return float64(r.PeakRSS-pass.PeakRSS) / float64(r.Load.Unique) })
 	if over, ok := Median(perKey); ok {
 		rows = append(rows, Row{"5", figRSS, fmt.Sprintf("%.0f bytes/key", over), "<= 64 bytes/key", check(over <= 64)})
 	} else {
@@ -115,6 +98,21 @@ func median(runs []Run, mode string, fig func(Run) float64) (float64, bool) {
 		}
 	}
 	return Median(vs)
+}
+
+// paired is fig of every run of mode and the pass-through run of its round,
+// which a round runs first.
+func paired(runs []Run, mode string, fig func(r, pass Run) float64) []float64 {
+	var vs []float64
+	var pass *Run
+	for _, r := range runs {
+		if r.Mode == ModePassThrough {
+			pass = &r
+		} else if r.Mode == mode && pass != nil {
+			vs = append(vs, fig(r, *pass))
+		}
+	}
+	return vs
 }
 
 // redisRows are what the shared tier costs, beside what these cores allow.
