@@ -218,10 +218,8 @@ func profiles(ctx context.Context, o options, res *results, redis *redistest.Ser
 		var tops []map[string]FuncCPU
 		var records []int64
 		for _, mode := range Modes {
-			path, err := filepath.Abs(filepath.Join(o.out, fmt.Sprintf("profile-%s-%d.pprof", mode, dup)))
-			if err != nil {
-				return err
-			}
+			// The collector runs in this directory: it writes the profile here.
+			path := filepath.Join(o.out, fmt.Sprintf("profile-%s-%d.pprof", mode, dup))
 			r, err := measure(ctx, o, redis, mode, dup, path)
 			if err != nil {
 				return err

@@ -7,7 +7,6 @@ import (
 	"io"
 	"maps"
 	"math"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -231,15 +230,13 @@ func ParseGoBench(r io.Reader) ([]GoBench, error) {
 	return out, sc.Err()
 }
 
-// procsSuffix is the -GOMAXPROCS suffix go test adds when GOMAXPROCS > 1.
-var procsSuffix = regexp.MustCompile(`-\d+$`)
-
 // MedianOf is the median of the unit's values of every result named name
-// (with or without the -GOMAXPROCS suffix) and how many there are.
+// (goTest runs one CPU: go test adds no -GOMAXPROCS suffix) and how many
+// there are.
 func MedianOf(rs []GoBench, name, unit string) (float64, int, bool) {
 	var vs []float64
 	for _, r := range rs {
-		if v, ok := r.Metrics[unit]; ok && procsSuffix.ReplaceAllString(r.Name, "") == name {
+		if v, ok := r.Metrics[unit]; ok && r.Name == name {
 			vs = append(vs, v)
 		}
 	}
