@@ -88,11 +88,8 @@ func runDemo(bin, config, data string, w io.Writer) (err error) {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	listen, export, logPath := filepath.Join(dir, "listeners-and-sink.yaml"), filepath.Join(dir, "export-to-sink.yaml"), filepath.Join(dir, "collector.log")
+	listen, logPath := filepath.Join(dir, "listeners-and-sink.yaml"), filepath.Join(dir, "collector.log")
 	if err := e2e.WriteConfig(listen, e2e.Config("detailed", sink, e2e.Ports{})); err != nil {
-		return err
-	}
-	if err := os.WriteFile(export, []byte("service: {pipelines: {logs: {exporters: ["+e2e.SinkGRPCExporter+"]}}}\n"), 0o600); err != nil {
 		return err
 	}
 	defer func() {
@@ -102,6 +99,7 @@ func runDemo(bin, config, data string, w io.Writer) (err error) {
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	export := "yaml:service::pipelines::logs::exporters: [" + e2e.SinkGRPCExporter + "]"
 	col, err := e2e.Start(ctx, bin, logPath, nil, config, listen, export)
 	if err != nil {
 		return err
