@@ -141,20 +141,17 @@ func runDemo(bin, config, data string, w io.Writer) (err error) {
 			errs = append(errs, fmt.Errorf("%s = %d, want %d", what, got, want))
 		}
 	}
-	sum := func(name, label, value string) int {
-		l := e2e.Labels{"processor": "dedup", "otel_signal": "logs"}
-		if label != "" {
-			l[label] = value
-		}
+	sum := func(name string, l e2e.Labels) int {
+		l["processor"], l["otel_signal"] = "dedup", "logs"
 		return int(sc.Sum(name, l))
 	}
 	check("records delivered to the sink", delivered, smp.unique)
-	check(records+`{outcome="unique"}`, sum(records, "outcome", "unique"), delivered)
-	check(records+`{outcome="duplicate"}`, sum(records, "outcome", "duplicate"), dropped)
-	check(records+" (all outcomes)", sum(records, "", ""), smp.records)
-	check(duplicates+" (all tiers)", sum(duplicates, "", ""), dropped)
-	check(duplicates+`{tier="batch"}`, sum(duplicates, "tier", "batch"), smp.dupSameReq)
-	check(duplicates+`{tier="local"}`, sum(duplicates, "tier", "local"), smp.dupEarlier)
+	check(records+`{outcome="unique"}`, sum(records, e2e.Labels{"outcome": "unique"}), delivered)
+	check(records+`{outcome="duplicate"}`, sum(records, e2e.Labels{"outcome": "duplicate"}), dropped)
+	check(records+" (all outcomes)", sum(records, e2e.Labels{}), smp.records)
+	check(duplicates+" (all tiers)", sum(duplicates, e2e.Labels{}), dropped)
+	check(duplicates+`{tier="batch"}`, sum(duplicates, e2e.Labels{"tier": "batch"}), smp.dupSameReq)
+	check(duplicates+`{tier="local"}`, sum(duplicates, e2e.Labels{"tier": "local"}), smp.dupEarlier)
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
