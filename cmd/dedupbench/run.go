@@ -298,8 +298,7 @@ func ParseRedisCounts(info string) (RedisCounts, error) {
 	return c, nil
 }
 
-// redisVersion is "Redis <version>" of the redis-server on the PATH, which
-// the harness runs.
+// redisVersion is "Redis <version>" of the redis-server on the PATH.
 func redisVersion(ctx context.Context) string {
 	out := output(ctx, "redis-server", "--version")
 	for _, f := range strings.Fields(out) {
@@ -310,7 +309,6 @@ func redisVersion(ctx context.Context) string {
 	return out
 }
 
-// flushRedis empties the server and resets its command statistics.
 func flushRedis(ctx context.Context, s *redistest.Server) error {
 	if err := s.Client().FlushAll(ctx).Err(); err != nil {
 		return err
