@@ -69,7 +69,7 @@ func main() {
 // results is what a run measured; runs.json is its JSON form.
 type results struct {
 	Date, Source, Machine, Go, Redis, Load string
-	GoBench                                []GoBench
+	GoBench                                GoBench
 	Runs                                   map[int][]Run // by duplicate %: rounds of modes in order
 	Ceiling                                []Ceiling
 	Profiles                               []Run
