@@ -1,6 +1,7 @@
 package main
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -20,49 +21,31 @@ goos: linux
 goarch: amd64
 pkg: github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/localcache
 cpu: AMD EPYC
-BenchmarkMemoryPerKey-2 	       7	 162340695 ns/op	        49.30 bytes/key	65553072 B/op	     706 allocs/op
-BenchmarkMemoryPerKey-2 	       7	 162340695 ns/op	        51.70 bytes/key	65553072 B/op	     706 allocs/op
+BenchmarkMemoryPerKey 	       7	 162340695 ns/op	        49.30 bytes/key	65553072 B/op	     706 allocs/op
+BenchmarkMemoryPerKey 	       7	 162340695 ns/op	        51.70 bytes/key	65553072 B/op	     706 allocs/op
 BenchmarkClaimBatch/one-by-one         	    4203	    364931 ns/op	       364.9 ns/claim	       0 B/op	       0 allocs/op
 `
 
 func TestParseGoBench(t *testing.T) {
-	rs, err := ParseGoBench(strings.NewReader(goBenchSample))
+	got, err := ParseGoBench(strings.NewReader(goBenchSample))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rs) != 6 {
-		t.Fatalf("%d results, want 6: %+v", len(rs), rs)
+	want := GoBench{
+		"BenchmarkConsumeLogs/cache=1M/key=content/batch=1000/dup=30%": {
+			"ns/op": {561784, 540000, 600000}, "ns/record": {561.8, 540.0, 600.0}, "records/s": {1780049, 1851851, 1666666},
+			"B/op": {163, 160, 170}, "allocs/op": {5, 5, 6},
+		},
+		"BenchmarkMemoryPerKey": {
+			"ns/op": {162340695, 162340695}, "bytes/key": {49.30, 51.70}, "B/op": {65553072, 65553072}, "allocs/op": {706, 706},
+		},
+		"BenchmarkClaimBatch/one-by-one": {"ns/op": {364931}, "ns/claim": {364.9}, "B/op": {0}, "allocs/op": {0}},
 	}
-	r := rs[0]
-	if r.Name != "BenchmarkConsumeLogs/cache=1M/key=content/batch=1000/dup=30%" {
-		t.Fatalf("first result %+v", r)
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %v\nwant %v", got, want)
 	}
-	want := map[string]float64{"ns/op": 561784, "ns/record": 561.8, "records/s": 1780049, "B/op": 163, "allocs/op": 5}
-	for u, v := range want {
-		if r.Metrics[u] != v {
-			t.Errorf("%s = %v, want %v", u, r.Metrics[u], v)
-		}
-	}
-	if len(r.Metrics) != len(want) {
-		t.Errorf("metrics %v", r.Metrics)
-	}
-	if rs[3].Name != "BenchmarkMemoryPerKey-2" {
-		t.Errorf("fourth result %+v", rs[3])
-	}
-
-	m, n, ok := MedianOf(rs, "BenchmarkConsumeLogs/cache=1M/key=content/batch=1000/dup=30%", "ns/record")
-	if !ok || n != 3 || m != 561.8 {
-		t.Errorf("median ns/record = %v of %d (%v), want 561.8 of 3", m, n, ok)
-	}
-	m, n, ok = MedianOf(rs, "BenchmarkMemoryPerKey", "bytes/key")
-	if !ok || n != 2 || m != 50.5 {
-		t.Errorf("median bytes/key = %v of %d (%v), want 50.5 of 2 (the -2 suffix dropped)", m, n, ok)
-	}
-	if _, _, ok := MedianOf(rs, "BenchmarkNope", "ns/op"); ok {
-		t.Error("a missing benchmark has a median")
-	}
-	if _, _, ok := MedianOf(rs, "BenchmarkClaimBatch/one-by-one", "bytes/key"); ok {
-		t.Error("a missing unit has a median")
+	if m, ok := Median(got["BenchmarkMemoryPerKey"]["bytes/key"]); !ok || m != 50.5 {
+		t.Errorf("median bytes/key = %v (%v), want 50.5", m, ok)
 	}
 }
 

@@ -69,7 +69,7 @@ func main() {
 // results is what a run measured; runs.json is its JSON form.
 type results struct {
 	Date, Source, Machine, Go, Redis, Load string
-	GoBench                                []GoBench
+	GoBench                                GoBench
 	Runs                                   map[int][]Run // by duplicate %: rounds of modes in order
 	Ceiling                                []Ceiling
 	Profiles                               []Run
@@ -218,10 +218,8 @@ func profiles(ctx context.Context, o options, res *results, redis *redistest.Ser
 		var tops []map[string]FuncCPU
 		var records []int64
 		for _, mode := range Modes {
-			path, err := filepath.Abs(filepath.Join(o.out, fmt.Sprintf("profile-%s-%d.pprof", mode, dup)))
-			if err != nil {
-				return err
-			}
+			// The collector runs in this directory: it writes the profile here.
+			path := filepath.Join(o.out, fmt.Sprintf("profile-%s-%d.pprof", mode, dup))
 			r, err := measure(ctx, o, redis, mode, dup, path)
 			if err != nil {
 				return err

@@ -34,13 +34,11 @@ const (
 
 var Modes = []string{ModePassThrough, ModeLocal, ModeRedis}
 
-// CollectorConfig is the otelcol-dedup config of a mode: e2e.Config's
-// listeners and telemetry (level normal), the OTLP/gRPC exporter to sink
-// with its defaults (a sending queue) but compression (gzip or none), and
-// dedup with its defaults (content identity, 10 m window, 10^6 cache
-// entries) plus, in ModeRedis, the shared tier at redisAddr. A profile path
-// adds the pprof extension, which writes the collector's CPU profile there
-// from start to shutdown.
+// CollectorConfig is the otelcol-dedup config of a mode: the exporter and
+// dedup with their defaults, as users run them, but the exporter's
+// compression and, in ModeRedis, the shared tier at redisAddr. A profile
+// path adds the pprof extension, which writes the collector's CPU profile
+// there from start to shutdown.
 func CollectorConfig(mode, sink, compression, redisAddr, profile string) map[string]any {
 	dedup := map[string]any{}
 	processors := []string{"dedup"}
@@ -90,16 +88,21 @@ type Run struct {
 // CPUPerRecord is the collector's CPU seconds per record received.
 func (r Run) CPUPerRecord() float64 { return r.CPUSeconds / float64(r.Load.Sent) }
 
+// want is the records the sink should receive: each identity once with
+// dedup, every record without.
+func (r Run) want() int64 {
+	if r.Mode == ModePassThrough {
+		return r.Load.Sent
+	}
+	return r.Load.Unique
+}
+
 // Exact checks what was delivered against the load's ground truth: every
 // record acknowledged, every identity delivered (0 lost) and, with dedup,
 // each exactly once (0 leaked) and every copy counted as dropped.
 func (r Run) Exact(records int64) error {
-	want := r.Load.Sent
-	if r.Mode != ModePassThrough {
-		want = r.Load.Unique
-		if r.Dropped != r.Load.Duplicates {
-			return fmt.Errorf("%s: dedup counted %d duplicates, the load sent %d", r.Mode, r.Dropped, r.Load.Duplicates)
-		}
+	if r.Mode != ModePassThrough && r.Dropped != r.Load.Duplicates {
+		return fmt.Errorf("%s: dedup counted %d duplicates, the load sent %d", r.Mode, r.Dropped, r.Load.Duplicates)
 	}
 	switch {
 	case r.Load.Sent != records || r.Load.Errors > 0:
@@ -107,18 +110,16 @@ func (r Run) Exact(records int64) error {
 			r.Mode, r.Load.Sent, records, r.Load.Errors, r.Load.LastError)
 	case r.Distinct != r.Load.Unique:
 		return fmt.Errorf("%s: %d identities delivered, want %d (%d lost)", r.Mode, r.Distinct, r.Load.Unique, r.Load.Unique-r.Distinct)
-	case r.Delivered != want:
-		return fmt.Errorf("%s: %d records delivered, want %d (%d leaked)", r.Mode, r.Delivered, want, r.Delivered-want)
+	case r.Delivered != r.want():
+		return fmt.Errorf("%s: %d records delivered, want %d (%d leaked)", r.Mode, r.Delivered, r.want(), r.Delivered-r.want())
 	}
 	return nil
 }
 
-// measure empties Redis, starts the binary with mode's config (files in
-// o.out), sends the load through it to a fresh sink, measures the collector
-// (and Redis, in ModeRedis) until the sink has every record it should, then
-// stops the collector and checks the run with Exact, so that a record the
-// collector sends late counts too. With a profile path the collector writes
-// its CPU profile there.
+// measure runs the load through a collector of mode (its config and log in
+// o.out) to a fresh sink, measures the collector and Redis until the sink
+// has every record it should, then stops the collector and checks the run
+// with Exact, so that a record the collector sends late counts too.
 func measure(ctx context.Context, o options, redis *redistest.Server, mode string, dupPct int, profile string) (run Run, err error) {
 	defer func() {
 		if err == nil {
@@ -175,11 +176,7 @@ func measure(ctx context.Context, o options, redis *redistest.Server, mode strin
 	if run.Load, err = loadgen.Run(ctx, load); err != nil {
 		return run, err
 	}
-	want := run.Load.Sent
-	if mode != ModePassThrough {
-		want = run.Load.Unique
-	}
-	for deadline := time.Now().Add(time.Minute); int64(sink.LogRecordCount()) < want && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(time.Minute); int64(sink.LogRecordCount()) < run.want() && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond)
 	}
 	cpuAfter, peak, err := usage(procfs.DefaultMountPoint, c.PID)
@@ -211,8 +208,7 @@ func measure(ctx context.Context, o options, redis *redistest.Server, mode strin
 }
 
 // usage is a process's user+system CPU seconds so far (all its threads, not
-// its children) and its peak resident set (VmHWM) in bytes, from the proc
-// file system at root.
+// its children) and its peak resident set (VmHWM) in bytes.
 func usage(root string, pid int) (cpu float64, peakRSS int64, err error) {
 	fs, err := procfs.NewFS(root)
 	if err != nil {
@@ -279,8 +275,8 @@ func redisCounts(ctx context.Context, s *redistest.Server) (RedisCounts, error) 
 	return ParseRedisCounts(txt)
 }
 
-// ParseRedisCounts reads INFO output: used_cpu_user and used_cpu_sys, and
-// the calls= of every cmdstat_ line (cmdstat_set:calls=12,usec=34,...).
+// ParseRedisCounts reads INFO's used_cpu_user, used_cpu_sys and the calls=
+// of every cmdstat_ line (cmdstat_set:calls=12,usec=34,...).
 func ParseRedisCounts(info string) (RedisCounts, error) {
 	var c RedisCounts
 	cpu := regexp.MustCompile(`(?m)^used_cpu_(?:user|sys):([0-9.]+)\r?$`).FindAllStringSubmatch(info, -1)
@@ -313,7 +309,6 @@ func redisVersion(ctx context.Context) string {
 	return out
 }
 
-// flushRedis empties the server and resets its command statistics.
 func flushRedis(ctx context.Context, s *redistest.Server) error {
 	if err := s.Client().FlushAll(ctx).Err(); err != nil {
 		return err
@@ -358,8 +353,8 @@ type Ceiling struct {
 // CPUPerOp is the server's CPU seconds per SET NX PX.
 func (c Ceiling) CPUPerOp() float64 { return c.CPUSeconds / float64(c.Ops) }
 
-// runRedisBenchmark runs redis-benchmark with RedisBenchmarkArgs against s
-// and reads the server's CPU time around it.
+// runRedisBenchmark runs redis-benchmark against s, with the server's CPU
+// time around it.
 func runRedisBenchmark(ctx context.Context, s *redistest.Server, n int) (Ceiling, error) {
 	before, err := redisCounts(ctx, s)
 	if err != nil {

@@ -7,7 +7,6 @@ import (
 	"io"
 	"maps"
 	"math"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -42,25 +41,16 @@ func targetRows(res *results) []Row {
 		}
 		return Row{target, fig, why, goal, Failed}
 	}
-	cpu := Run.CPUPerRecord
 	// A ratio is taken within each round, of a mode's figure over the
 	// pass-through's; the row reports the median of those.
 	ratioRow := func(target, mode string, dup int, fig string, bound float64, goal string) Row {
-		var rs []float64
-		var pass float64
-		for _, r := range res.Runs[dup] {
-			if r.Mode == ModePassThrough {
-				pass = cpu(r)
-			} else if r.Mode == mode && pass > 0 {
-				rs = append(rs, cpu(r)/pass)
-			}
-		}
+		rs := paired(res.Runs[dup], mode, func(r, pass Run) float64 { return r.CPUPerRecord() / pass.CPUPerRecord() })
 		mr, ok := Median(rs)
 		if !ok {
 			return missing(target, fig, goal, "e2e")
 		}
-		m, _ := median(res.Runs[dup], mode, cpu)
-		p, _ := median(res.Runs[dup], ModePassThrough, cpu)
+		m, _ := median(res.Runs[dup], mode, Run.CPUPerRecord)
+		p, _ := median(res.Runs[dup], ModePassThrough, Run.CPUPerRecord)
 		return Row{target, fmt.Sprintf("%s; median of %d paired runs", fig, len(rs)),
 			fmt.Sprintf("%.2fx (%.2f µs / %.2f µs)", mr, m*1e6, p*1e6), goal, check(mr <= bound)}
 	}
@@ -74,33 +64,25 @@ func targetRows(res *results) []Row {
 	for _, key := range []string{"content", "event.id"} {
 		name := "BenchmarkConsumeLogs/cache=empty/key=" + key + "/batch=1000/dup=30%"
 		fig := fmt.Sprintf("BenchmarkConsumeLogs, empty cache, key %s, batch 1000, 30%% copies, 1 core", key)
-		ns, n, ok := MedianOf(res.GoBench, name, "ns/record")
-		allocs, _, _ := MedianOf(res.GoBench, name, "allocs/op")
+		ns, ok := Median(res.GoBench[name]["ns/record"])
+		allocs, _ := Median(res.GoBench[name]["allocs/op"])
 		if !ok {
 			rows = append(rows, missing("4", fig, goal4, "gotest"))
 			continue
 		}
-		rows = append(rows, Row{"4", fmt.Sprintf("%s; median of %d", fig, n),
+		rows = append(rows, Row{"4", fmt.Sprintf("%s; median of %d", fig, len(res.GoBench[name]["ns/record"])),
 			fmt.Sprintf("%.0f ns/record, %.3f allocs/record", ns, allocs/batch), goal4, check(ns <= 150 && allocs/batch < 0.01)})
 	}
 	// Every record of the 0% runs is a key in the window: the median over
 	// rounds of (local peak RSS - pass-through peak RSS) / keys.
 	const figRSS = "peak RSS, local tier over the pass-through, per key in the window (0% copies: every record a key)"
-	var perKey []float64
-	var pass Run
-	for _, r := range res.Runs[0] {
-		if r.Mode == ModePassThrough {
-			pass = r
-		} else if r.Mode == ModeLocal && pass.Load.Unique > 0 {
-			perKey = append(perKey, float64(r.PeakRSS-pass.PeakRSS)/float64(r.Load.Unique))
-		}
-	}
+	perKey := paired(res.Runs[0], ModeLocal, func(r, pass Run) float64 { return float64(r.PeakRSS-pass.PeakRSS) / float64(r.Load.Unique) })
 	if over, ok := Median(perKey); ok {
 		rows = append(rows, Row{"5", figRSS, fmt.Sprintf("%.0f bytes/key", over), "<= 64 bytes/key", check(over <= 64)})
 	} else {
 		rows = append(rows, missing("5", figRSS, "<= 64 bytes/key", "e2e"))
 	}
-	if mb, _, ok := MedianOf(res.GoBench, "BenchmarkMemoryPerKey", "bytes/key"); ok {
+	if mb, ok := Median(res.GoBench["BenchmarkMemoryPerKey"]["bytes/key"]); ok {
 		rows = append(rows, Row{"5", "local cache heap per key at 10^6 keys (BenchmarkMemoryPerKey)", fmt.Sprintf("%.1f bytes/key", mb), "", Info})
 	}
 	return append(rows, redisRows(res)...)
@@ -115,6 +97,21 @@ func median(runs []Run, mode string, fig func(Run) float64) (float64, bool) {
 		}
 	}
 	return Median(vs)
+}
+
+// paired is fig of every run of mode and the pass-through run of its round,
+// which a round runs first.
+func paired(runs []Run, mode string, fig func(r, pass Run) float64) []float64 {
+	var vs []float64
+	var pass *Run
+	for _, r := range runs {
+		if r.Mode == ModePassThrough {
+			pass = &r
+		} else if r.Mode == mode && pass != nil {
+			vs = append(vs, fig(r, *pass))
+		}
+	}
+	return vs
 }
 
 // redisRows are what the shared tier costs, beside what these cores allow.
@@ -196,19 +193,16 @@ func Rate(v float64) string {
 	return strconv.FormatFloat(v, 'f', digits, 64) + unit
 }
 
-// GoBench is one result line of `go test -bench` output: the benchmark's
-// name as printed and its metrics by unit ("ns/op", "allocs/op" and every
-// b.ReportMetric unit: "ns/record", "bytes/key", ...).
-type GoBench struct {
-	Name    string
-	Metrics map[string]float64
-}
+// GoBench is `go test -bench` output (several packages and -count
+// repetitions welcome): every result's values, by benchmark name (goTest
+// runs one CPU: go test adds no -GOMAXPROCS suffix) and unit ("ns/op",
+// "allocs/op" and every b.ReportMetric unit: "ns/record", "bytes/key", ...).
+type GoBench map[string]map[string][]float64
 
-// ParseGoBench reads `go test -bench` output (several packages and -count
-// repetitions welcome) and returns its result lines in order. Other lines
-// are skipped; a result line whose value does not parse is an error.
-func ParseGoBench(r io.Reader) ([]GoBench, error) {
-	var out []GoBench
+// ParseGoBench reads the result lines of `go test -bench` output. Other
+// lines are skipped; a result line whose value does not parse is an error.
+func ParseGoBench(r io.Reader) (GoBench, error) {
+	out := GoBench{}
 	sc := bufio.NewScanner(r)
 	for sc.Scan() {
 		// A benchmark's own log lines start with its name too; a result has
@@ -220,33 +214,18 @@ func ParseGoBench(r io.Reader) ([]GoBench, error) {
 		if _, err := strconv.ParseInt(f[1], 10, 64); err != nil {
 			continue
 		}
-		b := GoBench{Name: f[0], Metrics: map[string]float64{}}
+		if out[f[0]] == nil {
+			out[f[0]] = map[string][]float64{}
+		}
 		for i := 2; i < len(f); i += 2 {
 			v, err := strconv.ParseFloat(f[i], 64)
 			if err != nil {
 				return nil, fmt.Errorf("%q: value %q of %s: %w", sc.Text(), f[i], f[i+1], err)
 			}
-			b.Metrics[f[i+1]] = v
+			out[f[0]][f[i+1]] = append(out[f[0]][f[i+1]], v)
 		}
-		out = append(out, b)
 	}
 	return out, sc.Err()
-}
-
-// procsSuffix is the -GOMAXPROCS suffix go test adds when GOMAXPROCS > 1.
-var procsSuffix = regexp.MustCompile(`-\d+$`)
-
-// MedianOf is the median of the unit's values of every result named name
-// (with or without the -GOMAXPROCS suffix) and how many there are.
-func MedianOf(rs []GoBench, name, unit string) (float64, int, bool) {
-	var vs []float64
-	for _, r := range rs {
-		if v, ok := r.Metrics[unit]; ok && procsSuffix.ReplaceAllString(r.Name, "") == name {
-			vs = append(vs, v)
-		}
-	}
-	m, ok := Median(vs)
-	return m, len(vs), ok
 }
 
 // Median is the median of vs (the mean of the middle two for an even

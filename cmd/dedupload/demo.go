@@ -88,11 +88,8 @@ func runDemo(bin, config, data string, w io.Writer) (err error) {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	listen, export, logPath := filepath.Join(dir, "listeners-and-sink.yaml"), filepath.Join(dir, "export-to-sink.yaml"), filepath.Join(dir, "collector.log")
+	listen, logPath := filepath.Join(dir, "listeners-and-sink.yaml"), filepath.Join(dir, "collector.log")
 	if err := e2e.WriteConfig(listen, e2e.Config("detailed", sink, e2e.Ports{})); err != nil {
-		return err
-	}
-	if err := os.WriteFile(export, []byte("service: {pipelines: {logs: {exporters: ["+e2e.SinkGRPCExporter+"]}}}\n"), 0o600); err != nil {
 		return err
 	}
 	defer func() {
@@ -102,6 +99,7 @@ func runDemo(bin, config, data string, w io.Writer) (err error) {
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	export := "yaml:service::pipelines::logs::exporters: [" + e2e.SinkGRPCExporter + "]"
 	col, err := e2e.Start(ctx, bin, logPath, nil, config, listen, export)
 	if err != nil {
 		return err
@@ -143,20 +141,17 @@ func runDemo(bin, config, data string, w io.Writer) (err error) {
 			errs = append(errs, fmt.Errorf("%s = %d, want %d", what, got, want))
 		}
 	}
-	sum := func(name, label, value string) int {
-		l := e2e.Labels{"processor": "dedup", "otel_signal": "logs"}
-		if label != "" {
-			l[label] = value
-		}
+	sum := func(name string, l e2e.Labels) int {
+		l["processor"], l["otel_signal"] = "dedup", "logs"
 		return int(sc.Sum(name, l))
 	}
 	check("records delivered to the sink", delivered, smp.unique)
-	check(records+`{outcome="unique"}`, sum(records, "outcome", "unique"), delivered)
-	check(records+`{outcome="duplicate"}`, sum(records, "outcome", "duplicate"), dropped)
-	check(records+" (all outcomes)", sum(records, "", ""), smp.records)
-	check(duplicates+" (all tiers)", sum(duplicates, "", ""), dropped)
-	check(duplicates+`{tier="batch"}`, sum(duplicates, "tier", "batch"), smp.dupSameReq)
-	check(duplicates+`{tier="local"}`, sum(duplicates, "tier", "local"), smp.dupEarlier)
+	check(records+`{outcome="unique"}`, sum(records, e2e.Labels{"outcome": "unique"}), delivered)
+	check(records+`{outcome="duplicate"}`, sum(records, e2e.Labels{"outcome": "duplicate"}), dropped)
+	check(records+" (all outcomes)", sum(records, e2e.Labels{}), smp.records)
+	check(duplicates+" (all tiers)", sum(duplicates, e2e.Labels{}), dropped)
+	check(duplicates+`{tier="batch"}`, sum(duplicates, e2e.Labels{"tier": "batch"}), smp.dupSameReq)
+	check(duplicates+`{tier="local"}`, sum(duplicates, e2e.Labels{"tier": "local"}), smp.dupEarlier)
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}

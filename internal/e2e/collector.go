@@ -12,18 +12,19 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/prometheus/procfs"
 )
 
 // The loopback addresses a collector's listeners bind, each with port 0: the
@@ -44,9 +45,6 @@ const (
 // Ports are the addresses (host:port) a running collector listens on, read
 // back once it is ready; empty where it has no such listener.
 type Ports struct{ OTLPGRPC, OTLPHTTP, Metrics, Health, Extra string }
-
-// HealthURL is the collector's health_check endpoint.
-func (p Ports) HealthURL() string { return "http://" + p.Health + "/" }
 
 // MetricsURL is the collector's internal metrics endpoint.
 func (p Ports) MetricsURL() string { return "http://" + p.Metrics + "/metrics" }
@@ -185,14 +183,13 @@ func (c *Collector) waitReady(ctx context.Context) error {
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		if err := c.readPorts(); err != nil {
-			return err
-		}
+		c.readPorts()
 		if c.Ports.Health != "" {
-			if resp, err := client.Get(c.Ports.HealthURL()); err == nil {
+			if resp, err := client.Get("http://" + c.Ports.Health + "/"); err == nil {
 				resp.Body.Close()
 				if resp.StatusCode == http.StatusOK {
-					return c.readPorts() // every listener is up once the collector is ready
+					c.readPorts() // every listener is up once the collector is ready
+					return nil
 				}
 			}
 		}
@@ -207,45 +204,29 @@ func (c *Collector) waitReady(ctx context.Context) error {
 }
 
 // readPorts sets Ports from the process's listening TCP sockets: the
-// socket inodes among its open files (/proc/PID/fd) that /proc/PID/net/tcp
-// lists in state LISTEN (0A), by the address each is bound to.
-func (c *Collector) readPorts() error {
-	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", c.PID))
-	if err != nil {
-		return nil // exited, or not yet: the caller sees which
+// sockets among its open files that its /proc/PID/net/tcp lists in state
+// LISTEN, by the address each is bound to. It leaves Ports as they are
+// while the process has no /proc (exited, or not yet).
+func (c *Collector) readPorts() {
+	p, err1 := procfs.NewProc(c.PID)
+	fs, err2 := procfs.NewFS(fmt.Sprintf("/proc/%d", c.PID))
+	if err1 != nil || err2 != nil {
+		return
 	}
-	inodes := map[string]bool{}
-	for _, fd := range fds {
-		l, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", c.PID, fd.Name()))
-		if ino, ok := strings.CutPrefix(l, "socket:["); ok {
-			inodes[strings.TrimSuffix(ino, "]")] = true
-		}
-	}
-	table, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/tcp", c.PID))
-	if err != nil {
-		return nil
+	fds, err1 := p.FileDescriptorTargets()
+	tcp, err2 := fs.NetTCP()
+	if err1 != nil || err2 != nil {
+		return
 	}
 	byHost := map[string]string{}
-	for _, line := range strings.Split(string(table), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 10 || f[3] != "0A" || !inodes[f[9]] {
-			continue
+	for _, l := range tcp {
+		if l.St == 0x0A && slices.Contains(fds, fmt.Sprintf("socket:[%d]", l.Inode)) {
+			byHost[l.LocalAddr.String()] = net.JoinHostPort(l.LocalAddr.String(), strconv.FormatUint(l.LocalPort, 10))
 		}
-		// local_address is IPv4 in host byte order (little-endian here)
-		// and the port, both in hex: 0101007F:82EB is 127.0.1.1:33515.
-		hexIP, hexPort, _ := strings.Cut(f[1], ":")
-		ip, err1 := strconv.ParseUint(hexIP, 16, 32)
-		port, err2 := strconv.ParseUint(hexPort, 16, 16)
-		if err := errors.Join(err1, err2); err != nil {
-			return fmt.Errorf("e2e: /proc/%d/net/tcp: %q: %w", c.PID, f[1], err)
-		}
-		host := netip.AddrFrom4([4]byte{byte(ip), byte(ip >> 8), byte(ip >> 16), byte(ip >> 24)}).String()
-		byHost[host] = net.JoinHostPort(host, strconv.FormatUint(port, 10))
 	}
 	hostOf := func(listen string) string { h, _, _ := net.SplitHostPort(listen); return h }
 	c.Ports = Ports{OTLPGRPC: byHost[hostOf(ListenOTLPGRPC)], OTLPHTTP: byHost[hostOf(ListenOTLPHTTP)],
 		Metrics: byHost[MetricsHost], Health: byHost[hostOf(ListenHealth)], Extra: byHost[hostOf(ListenExtra)]}
-	return nil
 }
 
 // Stop sends SIGTERM, waits up to grace for a clean shutdown (the collector

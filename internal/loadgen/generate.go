@@ -81,10 +81,6 @@ func (g *Generator) copiesBefore(pos uint64) uint64 {
 	return q
 }
 
-// uniquesBefore is the number of originals among positions [0, pos): the ID
-// the next original gets.
-func (g *Generator) uniquesBefore(pos uint64) uint64 { return pos - g.copiesBefore(pos) }
-
 // Truth is the ground truth of one record of a batch.
 type Truth struct {
 	// ID is its identity: records with the same ID are byte-identical.
@@ -215,40 +211,24 @@ func (g *Generator) fill(lr plog.LogRecord, id, h uint64) {
 	lr.SetTimestamp(pcommon.Timestamp(ts))
 	lr.SetObservedTimestamp(pcommon.Timestamp(observed))
 
-	sev := (h >> 8) % 100
-	var status int64
-	switch {
-	case sev < 4:
-		lr.SetSeverityNumber(plog.SeverityNumberError)
-		lr.SetSeverityText("ERROR")
-		status = 500 + int64((h>>16)%4)
-	case sev < 14:
-		lr.SetSeverityNumber(plog.SeverityNumberWarn)
-		lr.SetSeverityText("WARN")
-		status = []int64{404, 409, 429}[(h>>16)%3]
-	case sev < 90:
-		lr.SetSeverityNumber(plog.SeverityNumberInfo)
-		lr.SetSeverityText("INFO")
-		status = 200 + int64((h>>16)%2)
-	default:
-		lr.SetSeverityNumber(plog.SeverityNumberDebug)
-		lr.SetSeverityText("DEBUG")
-		status = 200
+	sev, text, status := plog.SeverityNumberDebug, "DEBUG", int64(200)
+	switch p := (h >> 8) % 100; {
+	case p < 4:
+		sev, text, status = plog.SeverityNumberError, "ERROR", 500+int64((h>>16)%4)
+	case p < 14:
+		sev, text, status = plog.SeverityNumberWarn, "WARN", []int64{404, 409, 429}[(h>>16)%3]
+	case p < 90:
+		sev, text, status = plog.SeverityNumberInfo, "INFO", 200+int64((h>>16)%2)
 	}
+	lr.SetSeverityNumber(sev)
+	lr.SetSeverityText(text)
 
-	var buf [96]byte
-	b := buf[:0]
-	tmpl := bodies[(h>>32)%uint64(len(bodies))]
-	b = appendBody(b, tmpl, (h>>20)%1_000_000, latency)
-	lr.Body().SetStr(string(b))
-
+	lr.Body().SetStr(fmt.Sprintf(bodies[(h>>32)%uint64(len(bodies))], (h>>20)%1_000_000, latency))
 	attrs := lr.Attributes()
 	attrs.EnsureCapacity(3)
 	attrs.PutStr("event.id", g.EventID(id))
 	attrs.PutInt("http.status_code", status)
-	b = append(buf[:0], "user-"...)
-	b = strconv.AppendUint(b, (h>>44)%100_000, 10)
-	attrs.PutStr("user.id", string(b))
+	attrs.PutStr("user.id", "user-"+strconv.FormatUint((h>>44)%100_000, 10))
 
 	if (h>>60)&1 == 0 { // half of the records belong to a trace
 		var tid pcommon.TraceID
@@ -271,21 +251,6 @@ func (g *Generator) EventID(id uint64) string {
 	binary.BigEndian.PutUint64(raw[8:], mix64(id+g.seedHash))
 	h := hex.EncodeToString(raw[:])
 	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
-}
-
-func appendBody(b []byte, tmpl string, x, ms uint64) []byte {
-	args := [2]uint64{x, ms}
-	ai := 0
-	for i := 0; i < len(tmpl); i++ {
-		if tmpl[i] == '%' && i+1 < len(tmpl) && tmpl[i+1] == 'd' && ai < 2 {
-			b = strconv.AppendUint(b, args[ai], 10)
-			ai++
-			i++
-			continue
-		}
-		b = append(b, tmpl[i])
-	}
-	return b
 }
 
 // mix64 is SplitMix64's finalizer: a bijection on uint64 that scatters bits.

@@ -11,6 +11,10 @@ import (
 	"go.opentelemetry.io/collector/pdata/plog/plogotlp"
 )
 
+// uniquesBefore is the number of originals among positions [0, pos): the ID
+// the next original gets.
+func (g *Generator) uniquesBefore(pos uint64) uint64 { return pos - g.copiesBefore(pos) }
+
 func mustGen(t testing.TB, cfg Config) *Generator {
 	t.Helper()
 	g, err := NewGenerator(cfg)

@@ -1,14 +1,9 @@
 // Package loadgen sends OTLP logs with an exact share of duplicates to an
 // OTLP/gRPC or OTLP/HTTP endpoint, retrying like an exporter, and reports
-// what was acknowledged. It is the engine of dedupload, of the benchmark
-// driver's runs and of end-to-end tests:
-//
-//	sum, err := loadgen.Run(ctx, loadgen.Config{
-//		Endpoint: "127.0.0.1:4317", Records: 100_000, Duplicates: 0.3, Seed: 1,
-//	})
-//
-// The record stream is a pure function of the seed, the records, the
-// duplicate share, the batch size and the senders: see Generator.
+// what was acknowledged: the engine of dedupload (cmd/dedupload/README.md),
+// of the benchmark driver's runs and of end-to-end tests. The record stream
+// is a pure function of the seed, the records, the duplicate share, the
+// batch size and the senders: see Generator.
 package loadgen
 
 import (
@@ -27,7 +22,7 @@ import (
 	"github.com/otelcol-dedup/otelcol-dedup/internal/otlp"
 )
 
-// Protocols.
+// The protocols, otlp's.
 const (
 	GRPC = otlp.GRPC
 	HTTP = otlp.HTTP
@@ -74,7 +69,6 @@ func orDefault[T comparable](v *T, def T) {
 	}
 }
 
-// withDefaults returns cfg with every zero field set to its default.
 func (cfg Config) withDefaults() Config {
 	orDefault(&cfg.Protocol, GRPC)
 	if cfg.Protocol == HTTP {
@@ -142,11 +136,10 @@ func (s Summary) JSON() string {
 	return string(b)
 }
 
-// Run sends cfg's stream and returns what was delivered. It returns an error
-// for an invalid configuration or an endpoint it cannot use, or, with the
-// partial summary, ctx's error if ctx ended the run (requests in flight are
-// then cut and counted as errors). Failed requests are counted in the
-// summary, not returned.
+// Run sends cfg's stream and returns what was delivered; failed requests
+// are counted in it. The error is an invalid configuration or endpoint, or,
+// with the partial summary, ctx's if ctx ended the run (requests in flight
+// are then cut and counted as errors).
 func Run(ctx context.Context, cfg Config) (Summary, error) {
 	gen, err := NewGenerator(cfg)
 	if err != nil {
@@ -254,12 +247,7 @@ func (r *runner) export(b *Batch) error {
 		wg.Go(func() { errs[i] = c.SendLogs(ctx, b.Logs) })
 	}
 	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+	return errors.Join(errs...)
 }
 
 func (r *runner) ack(b *Batch, latency time.Duration) {

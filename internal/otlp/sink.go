@@ -68,10 +68,15 @@ func NewSink() (*Sink, error) {
 		return nil, err
 	}
 	s := &Sink{grpcLis: grpcLis, httpLis: httpLis, grpcSrv: grpc.NewServer()}
-	plogotlp.RegisterGRPCServer(s.grpcSrv, &logsServer{s: s})
-	ptraceotlp.RegisterGRPCServer(s.grpcSrv, &tracesServer{s: s})
-	pmetricotlp.RegisterGRPCServer(s.grpcSrv, &metricsServer{s: s})
-	s.httpSrv = &http.Server{Handler: http.HandlerFunc(s.serveHTTP), ReadHeaderTimeout: 10 * time.Second}
+	logs, traces, metrics := &logsServer{s: s}, &tracesServer{s: s}, &metricsServer{s: s}
+	plogotlp.RegisterGRPCServer(s.grpcSrv, logs)
+	ptraceotlp.RegisterGRPCServer(s.grpcSrv, traces)
+	pmetricotlp.RegisterGRPCServer(s.grpcSrv, metrics)
+	mux := http.NewServeMux()
+	mux.Handle("/v1/logs", serveHTTP(plogotlp.NewExportRequest, logs.Export))
+	mux.Handle("/v1/traces", serveHTTP(ptraceotlp.NewExportRequest, traces.Export))
+	mux.Handle("/v1/metrics", serveHTTP(pmetricotlp.NewExportRequest, metrics.Export))
+	s.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	s.served.Go(func() { _ = s.grpcSrv.Serve(grpcLis) })
 	s.served.Go(func() { _ = s.httpSrv.Serve(httpLis) })
 	return s, nil
@@ -123,20 +128,27 @@ func locked[T any](s *Sink, f func() T) T {
 	return f()
 }
 
-// receive decides on a request of n items and, if the sink accepts it,
-// records it with keep (which the lock guards). It returns the refusal as a
-// gRPC status error.
-func (s *Sink) receive(ctx context.Context, n int, keep func()) error {
-	keepLocked := func() {
+// receive decides on a request of n items (signal i) and, if the sink
+// accepts it, counts it and keeps a copy in kept: the request's memory
+// belongs to the server. It returns the refusal as a gRPC status error.
+func receive[T interface{ CopyTo(T) }](ctx context.Context, s *Sink, i, n int, data T, fresh func() T, kept *[]T) error {
+	keep := func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		keep()
+		s.items[i] += n
+		if ld, ok := any(data).(plog.Logs); ok && s.OnLogs != nil {
+			s.OnLogs(ld)
+			return
+		}
+		cp := fresh()
+		data.CopyTo(cp)
+		*kept = append(*kept, cp)
 	}
 	if s.Gate == nil {
-		keepLocked()
+		keep()
 		return nil
 	}
-	if err := s.Gate(ctx, n, keepLocked); err != nil {
+	if err := s.Gate(ctx, n, keep); err != nil {
 		if _, ok := status.FromError(err); !ok {
 			err = status.Error(codes.Unavailable, err.Error())
 		}
@@ -145,47 +157,13 @@ func (s *Sink) receive(ctx context.Context, n int, keep func()) error {
 	return nil
 }
 
-// The keep functions record an accepted request (lock held), a copy of it:
-// the request's memory belongs to the server.
-
-func (s *Sink) keepLogs(ld plog.Logs) func() {
-	return func() {
-		s.items[0] += ld.LogRecordCount()
-		if s.OnLogs != nil {
-			s.OnLogs(ld)
-			return
-		}
-		cp := plog.NewLogs()
-		ld.CopyTo(cp)
-		s.logs = append(s.logs, cp)
-	}
-}
-
-func (s *Sink) keepTraces(td ptrace.Traces) func() {
-	return func() {
-		s.items[1] += td.SpanCount()
-		cp := ptrace.NewTraces()
-		td.CopyTo(cp)
-		s.traces = append(s.traces, cp)
-	}
-}
-
-func (s *Sink) keepMetrics(md pmetric.Metrics) func() {
-	return func() {
-		s.items[2] += md.DataPointCount()
-		cp := pmetric.NewMetrics()
-		md.CopyTo(cp)
-		s.metrics = append(s.metrics, cp)
-	}
-}
-
 type logsServer struct {
 	plogotlp.UnimplementedGRPCServer
 	s *Sink
 }
 
 func (h *logsServer) Export(ctx context.Context, req plogotlp.ExportRequest) (plogotlp.ExportResponse, error) {
-	return plogotlp.NewExportResponse(), h.s.receive(ctx, req.Logs().LogRecordCount(), h.s.keepLogs(req.Logs()))
+	return plogotlp.NewExportResponse(), receive(ctx, h.s, 0, req.Logs().LogRecordCount(), req.Logs(), plog.NewLogs, &h.s.logs)
 }
 
 type tracesServer struct {
@@ -194,7 +172,7 @@ type tracesServer struct {
 }
 
 func (h *tracesServer) Export(ctx context.Context, req ptraceotlp.ExportRequest) (ptraceotlp.ExportResponse, error) {
-	return ptraceotlp.NewExportResponse(), h.s.receive(ctx, req.Traces().SpanCount(), h.s.keepTraces(req.Traces()))
+	return ptraceotlp.NewExportResponse(), receive(ctx, h.s, 1, req.Traces().SpanCount(), req.Traces(), ptrace.NewTraces, &h.s.traces)
 }
 
 type metricsServer struct {
@@ -203,7 +181,7 @@ type metricsServer struct {
 }
 
 func (h *metricsServer) Export(ctx context.Context, req pmetricotlp.ExportRequest) (pmetricotlp.ExportResponse, error) {
-	return pmetricotlp.NewExportResponse(), h.s.receive(ctx, req.Metrics().DataPointCount(), h.s.keepMetrics(req.Metrics()))
+	return pmetricotlp.NewExportResponse(), receive(ctx, h.s, 2, req.Metrics().DataPointCount(), req.Metrics(), pmetric.NewMetrics, &h.s.metrics)
 }
 
 // httpStatus is the OTLP/HTTP answer to a refusal with a gRPC code.
@@ -212,54 +190,39 @@ var httpStatus = map[codes.Code]int{
 	codes.Unavailable: http.StatusServiceUnavailable, codes.DeadlineExceeded: http.StatusGatewayTimeout,
 }
 
-// serveHTTP is the OTLP/HTTP server: protobuf bodies, gzip or not, on
-// /v1/logs, /v1/traces and /v1/metrics.
-func (s *Sink) serveHTTP(w http.ResponseWriter, r *http.Request) {
-	body, err := readBody(r)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	var n int
-	var keep func()
-	var resp interface{ MarshalProto() ([]byte, error) }
-	switch r.URL.Path {
-	case "/v1/logs":
-		req := plogotlp.NewExportRequest()
-		err = req.UnmarshalProto(body)
-		n, keep, resp = req.Logs().LogRecordCount(), s.keepLogs(req.Logs()), plogotlp.NewExportResponse()
-	case "/v1/traces":
-		req := ptraceotlp.NewExportRequest()
-		err = req.UnmarshalProto(body)
-		n, keep, resp = req.Traces().SpanCount(), s.keepTraces(req.Traces()), ptraceotlp.NewExportResponse()
-	case "/v1/metrics":
-		req := pmetricotlp.NewExportRequest()
-		err = req.UnmarshalProto(body)
-		n, keep, resp = req.Metrics().DataPointCount(), s.keepMetrics(req.Metrics()), pmetricotlp.NewExportResponse()
-	default:
-		http.NotFound(w, r)
-		return
-	}
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	if err := s.receive(r.Context(), n, keep); err != nil {
-		st := status.Convert(err)
-		code, ok := httpStatus[st.Code()]
-		if !ok {
-			code = http.StatusInternalServerError
+// serveHTTP answers OTLP/HTTP requests (protobuf, gzip or not) of one signal
+// with its gRPC server's export.
+func serveHTTP[Req interface{ UnmarshalProto([]byte) error }, Resp interface{ MarshalProto() ([]byte, error) }](
+	newReq func() Req, export func(context.Context, Req) (Resp, error),
+) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		req := newReq()
+		body, err := readBody(r)
+		if err == nil {
+			err = req.UnmarshalProto(body)
 		}
-		http.Error(w, st.Message(), code)
-		return
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		resp, err := export(r.Context(), req)
+		if err != nil {
+			st := status.Convert(err)
+			code, ok := httpStatus[st.Code()]
+			if !ok {
+				code = http.StatusInternalServerError
+			}
+			http.Error(w, st.Message(), code)
+			return
+		}
+		out, err := resp.MarshalProto()
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		_, _ = w.Write(out)
 	}
-	out, err := resp.MarshalProto()
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusInternalServerError)
-		return
-	}
-	w.Header().Set("Content-Type", "application/x-protobuf")
-	_, _ = w.Write(out)
 }
 
 // readBody reads a protobuf request body, gunzipped if it says so.
