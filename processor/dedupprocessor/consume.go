@@ -452,7 +452,11 @@ func (e *engine) settle(ctx context.Context, b *batch, state roundState, wake bo
 		return 0
 	}
 	b.round = state
-	ctx = context.WithoutCancel(ctx)
+	if e.shared != nil {
+		// The writes outlive a sender that gave up: the records were
+		// delivered or must be freed either way.
+		ctx = context.WithoutCancel(ctx)
+	}
 	switch state {
 	case roundCommitted:
 		e.local.End(b.token)
