@@ -1,0 +1,154 @@
+package redistier
+
+import (
+	"context"
+	"crypto/rand"
+	"math/bits"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
+)
+
+// BenchmarkLayout weighs the tier's key layout against a compact one on
+// what a remembered record costs Redis: used_memory and CPU per record once
+// b.N batches of benchBatch unique records are committed (-benchtime 10000x
+// is 10^7 keys), for a 1-hour and a 7-day window.
+//
+//   - keys: the tier as it is, one string key per record.
+//   - hashes: records as fields of small hashes that stay listpacks, one
+//     hash per (window-long epoch, digest shard), about 32 records a shard
+//     at the end. The field is the digest without its first 2 bytes (the
+//     shard has them), the value a 4-byte claim id whose status key is as
+//     the tier's. A claim looks in the previous epoch's hash, then sets the
+//     field in the current one: a record is remembered for at least the
+//     window and at most two. The variants differ in how an epoch's hashes
+//     get their expiry (the end of the next epoch): expiry=each gives it
+//     with every record set, expiry=once only with a record of a shard this
+//     client has not given it yet in this epoch, expiry=none never (the
+//     cost of a layout whose old hashes are deleted some other way).
+//
+// The compact layouts are sketches of the claim, not the tier: no look, no
+// Cluster, and the epoch taken from the client's clock.
+func BenchmarkLayout(b *testing.B) {
+	for _, window := range []time.Duration{time.Hour, 7 * 24 * time.Hour} {
+		w := "/window=" + window.String()
+		b.Run("layout=keys"+w, func(b *testing.B) {
+			srv := redistest.Standalone(b)
+			tr := newTier(b, Options{Endpoints: []string{srv.Addr()}, KeyPrefix: "otelcol-dedup:", Window: window, Timeout: 5 * time.Second})
+			runBatches(b, srv.Client(), func(ctx context.Context, ds []digest.Digest, claimed []bool) error {
+				tok := testToken()
+				if err := tr.claimBools(ctx, tok, ds, claimed); err != nil {
+					return err
+				}
+				return tr.settle(ctx, OpCommit, tok, ds, false)
+			})
+		})
+		for _, expiry := range []string{"each", "once", "none"} {
+			b.Run("layout=hashes/expiry="+expiry+w, func(b *testing.B) {
+				srv := redistest.Standalone(b)
+				c := srv.Client()
+				h := hashLayout{prefix: "otelcol-dedup:", window: window, expiry: expiry}
+				h.shardBits = max(1, bits.Len(uint(b.N*benchBatch/32))-1)
+				h.given = make([]atomic.Bool, 1<<h.shardBits)
+				runBatches(b, c, func(ctx context.Context, ds []digest.Digest, claimed []bool) error {
+					return h.claimCommit(ctx, c, ds, claimed)
+				})
+			})
+		}
+	}
+}
+
+type hashLayout struct {
+	prefix    string
+	window    time.Duration
+	expiry    string
+	shardBits int
+	given     []atomic.Bool // expiry=once: the shards this client gave their expiry
+}
+
+// hashClaim claims the records of KEYS[2..] (pairs: the current and the
+// previous epoch's hash of a record) and ARGV[6..] (their fields) under the
+// claim id ARGV[1], and answers one byte per record, '1' claimed. ARGV: id,
+// lease ms, expiry of the current epoch's hashes (unix ms), status key
+// prefix, one byte per record: '1' if its hash is to be given the expiry.
+var hashClaim = redis.NewScript(`
+local id, expat, sp, give = ARGV[1], ARGV[3], ARGV[4], ARGV[5]
+local live, out, any = {}, {}, false
+for i = 2, #KEYS, 2 do
+  local cur, f = KEYS[i], ARGV[5 + i / 2]
+  local owner = redis.call('HGET', KEYS[i + 1], f)
+  local won = false
+  if not owner then
+    if redis.call('HSETNX', cur, f, id) == 1 then
+      won = true
+      if string.byte(give, i / 2) == 49 then redis.call('PEXPIREAT', cur, expat, 'NX') end
+    else
+      owner = redis.call('HGET', cur, f)
+    end
+  end
+  if owner then
+    if owner == id then
+      won = true
+    else
+      local state = live[owner]
+      if state == nil then
+        state = redis.call('GET', sp .. owner) or false
+        live[owner] = state
+      end
+      if not state or state == 'r' then
+        redis.call('HSET', cur, f, id)
+        won = true
+      end
+    end
+  end
+  any = any or won
+  out[i / 2] = won and '1' or '0'
+end
+if any then redis.call('SET', KEYS[1], 'p', 'NX', 'PX', ARGV[2]) end
+return table.concat(out)
+`)
+
+func (h *hashLayout) claimCommit(ctx context.Context, c *redis.Client, ds []digest.Digest, claimed []bool) error {
+	var id [4]byte
+	_, _ = rand.Read(id[:])
+	epoch := time.Now().UnixMilli() / h.window.Milliseconds()
+	cur := h.prefix + "h" + strconv.FormatInt(epoch, 36) + ":"
+	prev := h.prefix + "h" + strconv.FormatInt(epoch-1, 36) + ":"
+	status := h.prefix + "s:" + string(id[:])
+	expat := strconv.FormatInt((epoch+2)*h.window.Milliseconds(), 10)
+	give := make([]byte, len(ds))
+	keys := make([]string, 0, 1+2*len(ds))
+	args := make([]any, 0, 5+len(ds))
+	keys = append(keys, status)
+	for i, d := range ds {
+		shard := d.Hi >> (64 - h.shardBits)
+		give[i] = '0'
+		if h.expiry == "each" || h.expiry == "once" && !h.given[shard].Load() {
+			give[i] = '1'
+		}
+		s := strconv.FormatUint(shard, 36)
+		keys = append(keys, cur+s, prev+s)
+	}
+	args = append(args, string(id[:]), 30000, expat, h.prefix+"s:", string(give))
+	for _, d := range ds {
+		bs := d.Bytes()
+		args = append(args, string(bs[2:]))
+	}
+	out, err := hashClaim.Run(ctx, c, keys, args...).Text()
+	if err != nil {
+		return err
+	}
+	for i := range claimed {
+		claimed[i] = out[i] == '1'
+		if claimed[i] {
+			h.given[ds[i].Hi>>(64-h.shardBits)].Store(true)
+		}
+	}
+	return c.Set(ctx, status, "c", 2*h.window).Err()
+}
