@@ -32,6 +32,11 @@ import (
 //     with every record set, expiry=once only with a record of a shard this
 //     client has not given it yet in this epoch, expiry=none never (the
 //     cost of a layout whose old hashes are deleted some other way).
+//     expiry=roll keeps one hash per shard, for every epoch: the value
+//     carries the claim's epoch, a claim sets the field with HSETNX alone,
+//     and the first record of a shard this client claims in an epoch first
+//     deletes the shard's fields older than the previous epoch and sets the
+//     hash's expiry to three epochs.
 //
 // The compact layouts are sketches of the claim, not the tier: no look, no
 // Cluster, and the epoch taken from the client's clock.
@@ -49,7 +54,7 @@ func BenchmarkLayout(b *testing.B) {
 				return tr.settle(ctx, OpCommit, tok, ds, false)
 			})
 		})
-		for _, expiry := range []string{"each", "once", "none"} {
+		for _, expiry := range []string{"each", "once", "none", "roll"} {
 			b.Run("layout=hashes/expiry="+expiry+w, func(b *testing.B) {
 				srv := redistest.Standalone(b)
 				c := srv.Client()
@@ -57,6 +62,9 @@ func BenchmarkLayout(b *testing.B) {
 				h.shardBits = max(1, bits.Len(uint(b.N*benchBatch/32))-1)
 				h.given = make([]atomic.Bool, 1<<h.shardBits)
 				runBatches(b, c, func(ctx context.Context, ds []digest.Digest, claimed []bool) error {
+					if expiry == "roll" {
+						return h.rollCommit(ctx, c, ds, claimed)
+					}
 					return h.claimCommit(ctx, c, ds, claimed)
 				})
 			})
@@ -141,6 +149,90 @@ func (h *hashLayout) claimCommit(ctx context.Context, c *redis.Client, ds []dige
 		args = append(args, string(bs[2:]))
 	}
 	out, err := hashClaim.Run(ctx, c, keys, args...).Text()
+	if err != nil {
+		return err
+	}
+	for i := range claimed {
+		claimed[i] = out[i] == '1'
+		if claimed[i] {
+			h.given[ds[i].Hi>>(64-h.shardBits)].Store(true)
+		}
+	}
+	return c.Set(ctx, status, "c", 2*h.window).Err()
+}
+
+// rollClaim is hashClaim on one hash per shard (KEYS[2..]), the value the
+// claim id and the epoch's byte: ARGV[5] gives, per record, '1' if its
+// shard is to be rolled (its fields of epochs before the previous one
+// deleted, and its expiry set to three epochs) first. ARGV: id, lease ms,
+// epoch byte, status key prefix, roll bytes, three epochs in ms, fields.
+var rollClaim = redis.NewScript(`
+local id, e, sp, roll = ARGV[1], string.byte(ARGV[3]), ARGV[4], ARGV[5]
+local v = id .. ARGV[3]
+local live, out, any = {}, {}, false
+for i = 2, #KEYS do
+  local key, f = KEYS[i], ARGV[5 + i]
+  if string.byte(roll, i - 1) == 49 then
+    local all, old = redis.call('HGETALL', key), {}
+    for j = 2, #all, 2 do
+      local age = (e - string.byte(all[j], 5)) % 256
+      if age > 1 then old[#old + 1] = all[j - 1] end
+    end
+    if #old > 0 then redis.call('HDEL', key, unpack(old)) end
+    redis.call('PEXPIRE', key, ARGV[6])
+  end
+  local won = redis.call('HSETNX', key, f, v) == 1
+  if not won then
+    local owner = redis.call('HGET', key, f)
+    local age = (e - string.byte(owner, 5)) % 256
+    owner = string.sub(owner, 1, 4)
+    if owner == id then
+      won = true
+    else
+      local state = false
+      if age <= 1 then
+        state = live[owner]
+        if state == nil then
+          state = redis.call('GET', sp .. owner) or false
+          live[owner] = state
+        end
+      end
+      if not state or state == 'r' then
+        redis.call('HSET', key, f, v)
+        won = true
+      end
+    end
+  end
+  any = any or won
+  out[i - 1] = won and '1' or '0'
+end
+if any then redis.call('SET', KEYS[1], 'p', 'NX', 'PX', ARGV[2]) end
+return table.concat(out)
+`)
+
+func (h *hashLayout) rollCommit(ctx context.Context, c *redis.Client, ds []digest.Digest, claimed []bool) error {
+	var id [4]byte
+	_, _ = rand.Read(id[:])
+	epoch := time.Now().UnixMilli() / h.window.Milliseconds()
+	status := h.prefix + "s:" + string(id[:])
+	roll := make([]byte, len(ds))
+	keys := make([]string, 0, 1+len(ds))
+	args := make([]any, 0, 5+len(ds))
+	keys = append(keys, status)
+	for i, d := range ds {
+		shard := d.Hi >> (64 - h.shardBits)
+		roll[i] = '0'
+		if !h.given[shard].Load() {
+			roll[i] = '1'
+		}
+		keys = append(keys, h.prefix+"r:"+strconv.FormatUint(shard, 36))
+	}
+	args = append(args, string(id[:]), 30000, string([]byte{byte(epoch)}), h.prefix+"s:", string(roll), 3*h.window.Milliseconds())
+	for _, d := range ds {
+		bs := d.Bytes()
+		args = append(args, string(bs[2:]))
+	}
+	out, err := rollClaim.Run(ctx, c, keys, args...).Text()
 	if err != nil {
 		return err
 	}
