@@ -203,20 +203,17 @@ func TestRetryable(t *testing.T) {
 }
 
 func TestNewClientEndpoints(t *testing.T) {
-	for in, want := range map[string][2]string{
-		"127.0.0.1:4318":                {"http://127.0.0.1:4318", "/v1/logs"},
-		"http://gw:4318/":               {"http://gw:4318", "/v1/logs"},
-		"https://gw.example:443":        {"https://gw.example:443", "/v1/logs"},
-		"http://gw:4318/custom/v1/logs": {"http://gw:4318", "/custom/v1/logs"},
+	for in, want := range map[string]string{
+		"127.0.0.1:4318":         "http://127.0.0.1:4318",
+		"http://gw:4318/":        "http://gw:4318",
+		"https://gw.example:443": "https://gw.example:443",
 	} {
 		c, err := NewClient(HTTP, in)
-		if err != nil || [2]string{c.base, c.logsPath} != want {
+		if err != nil || c.base != want {
 			t.Errorf("NewClient(http, %q): %v; want %v", in, err, want)
 		}
 	}
-	for _, bad := range [][2]string{{HTTP, "ftp://x"}, {"udp", "127.0.0.1:1"}} {
-		if _, err := NewClient(bad[0], bad[1]); err == nil {
-			t.Errorf("NewClient(%q, %q) accepted", bad[0], bad[1])
-		}
+	if _, err := NewClient("udp", "127.0.0.1:1"); err == nil {
+		t.Error("NewClient(udp) accepted")
 	}
 }
