@@ -11,19 +11,31 @@ package e2e
 
 import (
 	"context"
+	"crypto"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
+	"maps"
+	"math/big"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"os"
 	"os/exec"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/procfs"
 )
 
@@ -265,4 +277,197 @@ func (c *Collector) Kill() {
 			<-c.done
 		}
 	})
+}
+
+// Labels are a series' label pairs; as a filter, a subset to match.
+type Labels map[string]string
+
+// Series is one sample of a scrape.
+type Series struct {
+	Name   string
+	Labels Labels
+	Value  float64
+}
+
+func (s Series) String() string {
+	parts := make([]string, 0, len(s.Labels))
+	for _, k := range slices.Sorted(maps.Keys(s.Labels)) {
+		parts = append(parts, fmt.Sprintf("%s=%q", k, s.Labels[k]))
+	}
+	return fmt.Sprintf("%s{%s} %g", s.Name, strings.Join(parts, ","), s.Value)
+}
+
+// Scrape is every series of one scrape.
+type Scrape []Series
+
+// Find returns the series called name whose labels include every pair of
+// filter.
+func (sc Scrape) Find(name string, filter Labels) []Series {
+	var out []Series
+	for _, s := range sc {
+		match := s.Name == name
+		for k, v := range filter {
+			if got, ok := s.Labels[k]; !ok || got != v {
+				match = false
+			}
+		}
+		if match {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// Sum adds the values of the series Find returns; 0 when there are none (a
+// counter that was never incremented is not exported).
+func (sc Scrape) Sum(name string, filter Labels) float64 {
+	var v float64
+	for _, s := range sc.Find(name, filter) {
+		v += s.Value
+	}
+	return v
+}
+
+// Names returns the distinct series names with the given prefix, sorted.
+func (sc Scrape) Names(prefix string) []string {
+	var names []string
+	for _, s := range sc {
+		if strings.HasPrefix(s.Name, prefix) && !slices.Contains(names, s.Name) {
+			names = append(names, s.Name)
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+// ScrapeMetrics fetches url (a collector's internal metrics endpoint) and
+// parses the Prometheus text format.
+func ScrapeMetrics(ctx context.Context, url string) (Scrape, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	// The classic text format; OpenMetrics would add _total and EOF lines.
+	req.Header.Set("Accept", "text/plain;version=0.0.4")
+	// A client of its own, closed at once: nothing lingers for goleak.
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("e2e: scrape %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("e2e: scrape %s: status %s", url, resp.Status)
+	}
+	sc, err := ParsePrometheusText(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("e2e: scrape %s: %w", url, err)
+	}
+	return sc, nil
+}
+
+// ParsePrometheusText parses the Prometheus text exposition format (version
+// 0.0.4) into one Series per sample: a histogram's _bucket, _sum and _count.
+func ParsePrometheusText(r io.Reader) (Scrape, error) {
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(r)
+	if err != nil {
+		return nil, err
+	}
+	var sc Scrape
+	for _, name := range slices.Sorted(maps.Keys(families)) {
+		samples, err := expfmt.ExtractSamples(&expfmt.DecodeOptions{}, families[name])
+		if err != nil {
+			return nil, err
+		}
+		for _, smp := range samples {
+			s := Series{Labels: Labels{}, Value: float64(smp.Value)}
+			for k, v := range smp.Metric {
+				if k == model.MetricNameLabel {
+					s.Name = string(v)
+				} else {
+					s.Labels[string(k)] = string(v)
+				}
+			}
+			sc = append(sc, s)
+		}
+	}
+	return sc, nil
+}
+
+// Issuer is an OpenID Connect issuer on 127.0.0.1, as the collector's oidc
+// authenticator extension sees one: a discovery document and a key set
+// (JWKS) over HTTP, and ID tokens signed with a key made at start. Tokens
+// are made with the standard library (RS256), so the tests need no JWT
+// module.
+type Issuer struct {
+	// URL is the issuer's URL, the oidc extension's issuer_url.
+	URL string
+
+	srv *httptest.Server
+	key *rsa.PrivateKey
+}
+
+const issuerKeyID = "e2e"
+
+// NewIssuer starts an issuer on a free loopback port; Close stops it.
+func NewIssuer() (*Issuer, error) {
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return nil, err
+	}
+	iss := &Issuer{key: key}
+	mux := http.NewServeMux()
+	// The discovery document's fields the oidc extension (go-oidc) reads:
+	// it verifies tokens and never sends a user to log in.
+	mux.HandleFunc("GET /.well-known/openid-configuration", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, map[string]any{"issuer": iss.URL, "jwks_uri": iss.URL + "/jwks",
+			"id_token_signing_alg_values_supported": []string{"RS256"}})
+	})
+	mux.HandleFunc("GET /jwks", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, map[string]any{"keys": []any{map[string]any{
+			"kty": "RSA", "use": "sig", "alg": "RS256", "kid": issuerKeyID,
+			"n": b64(key.N.Bytes()),
+			"e": b64(big.NewInt(int64(key.E)).Bytes()),
+		}}})
+	})
+	iss.srv = httptest.NewServer(mux) // listens on 127.0.0.1
+	iss.URL = iss.srv.URL
+	return iss, nil
+}
+
+// Close stops the issuer's server.
+func (i *Issuer) Close() { i.srv.Close() }
+
+// Token returns an ID token for subject with audience, valid for an hour,
+// with the extra claims given (e.g. "groups", "team").
+func (i *Issuer) Token(audience, subject string, extra map[string]any) (string, error) {
+	now := time.Now()
+	claims := map[string]any{
+		"iss": i.URL, "sub": subject, "aud": audience,
+		"iat": now.Unix(), "exp": now.Add(time.Hour).Unix(),
+	}
+	for k, v := range extra {
+		claims[k] = v
+	}
+	header, _ := json.Marshal(map[string]string{"alg": "RS256", "typ": "JWT", "kid": issuerKeyID}) // cannot fail
+	payload, err := json.Marshal(claims)
+	if err != nil {
+		return "", err
+	}
+	signed := b64(header) + "." + b64(payload)
+	sum := sha256.Sum256([]byte(signed))
+	sig, err := rsa.SignPKCS1v15(nil, i.key, crypto.SHA256, sum[:])
+	if err != nil {
+		return "", fmt.Errorf("e2e: sign token: %w", err)
+	}
+	return signed + "." + b64(sig), nil
+}
+
+func b64(b []byte) string { return base64.RawURLEncoding.EncodeToString(b) }
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
 }
