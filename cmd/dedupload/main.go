@@ -1,11 +1,11 @@
 // Command dedupload sends OTLP logs with an exact share of duplicates to an
-// OTLP/gRPC or OTLP/HTTP endpoint (an otelcol-dedup collector, or any OTLP
-// receiver), at a set rate or as fast as it can, retrying like an exporter,
-// and prints what was acknowledged as one line of JSON. With -demo it runs
-// `make demo` instead (runDemo).
+// OTLP/gRPC endpoint (an otelcol-dedup collector, or any OTLP receiver), at
+// a set rate or as fast as it can, retrying like an exporter, and prints
+// what was acknowledged as one line of JSON. With -demo it runs `make demo`
+// instead (runDemo).
 //
 //	dedupload -records 1000000 -duplicates 0.3 -senders 4
-//	dedupload -protocol http -rate 50000 -seed 7
+//	dedupload -rate 50000 -seed 7
 //	dedupload -demo -bin bin/otelcol-dedup
 //
 // See README.md beside this file; the engine is internal/loadgen.
@@ -51,8 +51,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("dedupload", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var cfg loadgen.Config
-	fs.StringVar(&cfg.Endpoint, "endpoint", "", "OTLP endpoint: host:port (gRPC), host:port or base URL (HTTP) (default 127.0.0.1:4317 for grpc, 127.0.0.1:4318 for http); a comma-separated list sends each request to every endpoint at once")
-	fs.StringVar(&cfg.Protocol, "protocol", loadgen.GRPC, "grpc or http (OTLP/HTTP protobuf)")
+	fs.StringVar(&cfg.Endpoint, "endpoint", "127.0.0.1:4317", "OTLP/gRPC endpoint, host:port; a comma-separated list sends each request to every endpoint at once")
 	fs.Int64Var(&cfg.Records, "records", 100_000, "records to send in all")
 	fs.Float64Var(&cfg.Duplicates, "duplicates", 0.3, "fraction of the records that are byte-identical copies of earlier ones, in [0, 1): exactly round(records*duplicates)")
 	fs.IntVar(&cfg.Batch, "batch", 1000, "records per request")

@@ -10,6 +10,7 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"crypto"
 	"crypto/rand"
@@ -84,22 +85,15 @@ func Config(level string, sink interface {
 	GRPCEndpoint() string
 	HTTPEndpoint() string
 }, at Ports) map[string]any {
-	or := func(addr, fresh string) string {
-		if addr != "" {
-			return addr
-		}
-		return fresh
-	}
 	metricsPort := 0
 	if at.Metrics != "" {
-		ap := netip.MustParseAddrPort(at.Metrics)
-		metricsPort = int(ap.Port())
+		metricsPort = int(netip.MustParseAddrPort(at.Metrics).Port())
 	}
 	cfg := map[string]any{
-		"extensions": map[string]any{"health_check": map[string]any{"endpoint": or(at.Health, ListenHealth)}},
+		"extensions": map[string]any{"health_check": map[string]any{"endpoint": cmp.Or(at.Health, ListenHealth)}},
 		"receivers": map[string]any{"otlp": map[string]any{"protocols": map[string]any{
-			"grpc": map[string]any{"endpoint": or(at.OTLPGRPC, ListenOTLPGRPC)},
-			"http": map[string]any{"endpoint": or(at.OTLPHTTP, ListenOTLPHTTP)},
+			"grpc": map[string]any{"endpoint": cmp.Or(at.OTLPGRPC, ListenOTLPGRPC)},
+			"http": map[string]any{"endpoint": cmp.Or(at.OTLPHTTP, ListenOTLPHTTP)},
 		}}},
 		"service": map[string]any{
 			"extensions": []string{"health_check"},
@@ -112,14 +106,11 @@ func Config(level string, sink interface {
 		},
 	}
 	if sink != nil {
-		noRetry := func(m map[string]any) map[string]any {
-			m["retry_on_failure"] = map[string]any{"enabled": false}
-			m["sending_queue"] = map[string]any{"enabled": false}
-			return m
-		}
+		off := map[string]any{"enabled": false}
 		cfg["exporters"] = map[string]any{
-			SinkGRPCExporter: noRetry(map[string]any{"endpoint": sink.GRPCEndpoint(), "tls": map[string]any{"insecure": true}}),
-			SinkHTTPExporter: noRetry(map[string]any{"endpoint": sink.HTTPEndpoint()}),
+			SinkGRPCExporter: map[string]any{"endpoint": sink.GRPCEndpoint(), "tls": map[string]any{"insecure": true},
+				"retry_on_failure": off, "sending_queue": off},
+			SinkHTTPExporter: map[string]any{"endpoint": sink.HTTPEndpoint(), "retry_on_failure": off, "sending_queue": off},
 		}
 	}
 	return cfg

@@ -165,8 +165,7 @@ func (rc *relCollector) restoredKeys() int {
 // like an exporter (100 ms first backoff, up to 60 s).
 func (h *relHarness) load(seed uint64, records int64, extra func(*loadgen.Config)) loadgen.Config {
 	cfg := loadgen.Config{
-		Endpoint: h.ports.OTLPGRPC, Protocol: loadgen.GRPC,
-		Records: records, Duplicates: 0.2, Batch: 250, Senders: 4, Seed: seed,
+		Endpoint: h.ports.OTLPGRPC, Records: records, Duplicates: 0.2, Batch: 250, Senders: 4, Seed: seed,
 		Retry: loadgen.RetryConfig{InitialInterval: 100 * time.Millisecond, MaxInterval: time.Second, MaxElapsedTime: time.Minute},
 	}
 	if extra != nil {

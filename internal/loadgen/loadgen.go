@@ -1,5 +1,5 @@
 // Package loadgen sends OTLP logs with an exact share of duplicates to an
-// OTLP/gRPC or OTLP/HTTP endpoint, retrying like an exporter, and reports
+// OTLP/gRPC endpoint, retrying like an exporter, and reports
 // what was acknowledged: the engine of dedupload (cmd/dedupload/README.md),
 // of the benchmark driver's runs and of end-to-end tests. The record stream
 // is a pure function of the seed, the records, the duplicate share, the
@@ -7,6 +7,7 @@
 package loadgen
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"encoding/hex"
@@ -29,21 +30,13 @@ import (
 	"github.com/otelcol-dedup/otelcol-dedup/internal/otlp"
 )
 
-// The protocols, otlp's.
-const (
-	GRPC = otlp.GRPC
-	HTTP = otlp.HTTP
-)
-
 // Config is one load run. A zero field takes its default, except Duplicates
 // (zero: none).
 type Config struct {
-	// Endpoint: see otlp.NewClient (default 127.0.0.1:4317 for gRPC,
-	// 127.0.0.1:4318 for HTTP). A comma-separated list sends each request to
-	// every endpoint at once: copies racing across a fleet.
+	// Endpoint is host:port (127.0.0.1:4317). A comma-separated list sends
+	// each request to every endpoint at once: copies racing across a fleet.
 	Endpoint string
-	Protocol string // GRPC (default) or HTTP
-	Records  int64  // records to send in all (100000)
+	Records  int64 // records to send in all (100000)
 	// Duplicates is the fraction of Records that are copies of records
 	// generated earlier, in [0, 1): exactly round(Records*Duplicates) are.
 	Duplicates float64
@@ -69,25 +62,15 @@ type RetryConfig struct {
 // attemptTimeout bounds one attempt; a timeout is retried.
 const attemptTimeout = 10 * time.Second
 
-func orDefault[T comparable](v *T, def T) {
-	var zero T
-	if *v == zero {
-		*v = def
-	}
-}
-
 func (cfg Config) withDefaults() Config {
-	orDefault(&cfg.Protocol, GRPC)
-	if cfg.Protocol == HTTP {
-		orDefault(&cfg.Endpoint, "127.0.0.1:4318")
-	}
-	orDefault(&cfg.Endpoint, "127.0.0.1:4317")
-	orDefault(&cfg.Records, 100_000)
-	orDefault(&cfg.Batch, 1000)
-	orDefault(&cfg.Senders, 4)
-	orDefault(&cfg.Retry.InitialInterval, 100*time.Millisecond)
-	orDefault(&cfg.Retry.MaxInterval, 5*time.Second)
-	orDefault(&cfg.Retry.MaxElapsedTime, time.Minute)
+	cfg.Endpoint = cmp.Or(cfg.Endpoint, "127.0.0.1:4317")
+	cfg.Records = cmp.Or(cfg.Records, 100_000)
+	cfg.Batch = cmp.Or(cfg.Batch, 1000)
+	cfg.Senders = cmp.Or(cfg.Senders, 4)
+	r := &cfg.Retry
+	r.InitialInterval = cmp.Or(r.InitialInterval, 100*time.Millisecond)
+	r.MaxInterval = cmp.Or(r.MaxInterval, 5*time.Second)
+	r.MaxElapsedTime = cmp.Or(r.MaxElapsedTime, time.Minute)
 	return cfg
 }
 
@@ -104,7 +87,6 @@ func (cfg Config) validate() error {
 			errs = append(errs, errors.New(msg))
 		}
 	}
-	check(cfg.Protocol != GRPC && cfg.Protocol != HTTP, "protocol must be grpc or http, got "+cfg.Protocol)
 	check(cfg.Records < 1, "records must be >= 1")
 	check(!(cfg.Duplicates >= 0 && cfg.Duplicates < 1), "duplicates must be in [0, 1) (a fraction of records)")
 	check(cfg.Records >= 1 && cfg.copies() >= cfg.Records, "duplicates leaves no original to copy: lower it")
@@ -160,7 +142,7 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 		}
 	}()
 	for _, ep := range strings.Split(cfg.Endpoint, ",") {
-		c, err := otlp.NewClient(cfg.Protocol, strings.TrimSpace(ep))
+		c, err := otlp.NewClient(otlp.GRPC, strings.TrimSpace(ep))
 		if err != nil {
 			return Summary{}, err
 		}
