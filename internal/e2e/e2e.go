@@ -1,12 +1,8 @@
 // Package e2e runs the otelcol-dedup distribution the way users do: it
-// starts the binary (testkit builds it for the tests) with its listeners on
-// port 0 of loopback addresses and reads back the ports they got, and reads
-// its Prometheus metrics endpoint; package otlp sends it OTLP and receives
-// what it exports.
-//
-// The harness (this package's non-test files) is shared by the end-to-end
-// tests beside it, internal/docscheck's tests, dedupload's demo and the
-// benchmark driver. Every process it starts is stopped by PID.
+// starts the binary with its listeners on port 0 of loopback addresses,
+// reads back the ports they got and scrapes its metrics. The end-to-end
+// tests beside it, internal/docscheck, dedupload's demo and the benchmark
+// driver share it. Every process it starts is stopped by PID.
 package e2e
 
 import (
@@ -40,13 +36,11 @@ import (
 	"github.com/prometheus/procfs"
 )
 
-// The loopback addresses a collector's listeners bind, each with port 0: the
-// kernel picks a free port as the collector makes the listener, so no other
-// process can take it between a pick and a bind, and the address tells
-// Start which listener a port belongs to. ListenExtra is for a receiver of
-// a test's own (syslog, Fluent Forward). Nothing else listens on these
-// addresses with a wildcard, so a restarted collector can bind the ports of
-// the one before it again.
+// The loopback addresses a collector's listeners bind, each with port 0:
+// the kernel picks a free port as the collector binds, and the address tells
+// Start which listener a port belongs to. ListenExtra is for a test's own
+// receiver (syslog, Fluent Forward). Nothing else binds these addresses, so
+// a restarted collector can bind the ports of the one before it again.
 const (
 	ListenOTLPGRPC = "127.0.1.1:0"
 	ListenOTLPHTTP = "127.0.1.2:0"
@@ -72,15 +66,12 @@ const (
 )
 
 // Config is the part of a collector's config that says where it listens and
-// where it exports, for the collector to merge with the configs that say
-// what it does (later --config files override earlier ones; maps merge,
-// lists are replaced): health_check, the otlp receiver (gRPC and HTTP) and
-// its own metrics at level (Prometheus text, named exactly as the
-// instruments write them: no unit or type suffix, no scope labels), on the
-// addresses of at, or port 0 of the Listen addresses where at has none. With
-// a sink, two exporters to it, SinkGRPCExporter and SinkHTTPExporter,
-// without retry_on_failure and sending_queue, so that an export error goes
-// straight back to the processor and the sender. It defines no pipeline.
+// exports, to merge with configs that say what it does: health_check, the
+// otlp receiver and its own metrics at level (Prometheus, named as the
+// instruments write them), on the addresses of at, or the Listen addresses
+// where at has none. With a sink, SinkGRPCExporter and SinkHTTPExporter to
+// it, without retry or queue, so that an export error goes straight back to
+// the processor and the sender. It defines no pipeline.
 func Config(level string, sink interface {
 	GRPCEndpoint() string
 	HTTPEndpoint() string
@@ -139,13 +130,11 @@ type Collector struct {
 	stopErr  error
 }
 
-// Start starts binary with the --config arguments (files or confmap URIs,
-// merged in order), env added to its environment, its output written to the
-// file log. It waits, bounded by ctx, until health_check reports ready (the
-// collector has started every component), then reads the ports its
-// listeners got from /proc. If the process exits first (a bad config, a
-// component that fails to start) or ctx ends, the process is stopped and
-// the error says which; log tells why.
+// Start starts binary with the --config arguments (files or confmap URIs),
+// env added to its environment, its output written to the file log, and
+// waits, bounded by ctx, until health_check reports ready; then it reads the
+// ports its listeners got. If the process exits first or ctx ends, the
+// process is stopped and the error says which; log tells why.
 func Start(ctx context.Context, binary, log string, env []string, configs ...string) (*Collector, error) {
 	out, err := os.Create(log)
 	if err != nil {
@@ -206,10 +195,9 @@ func (c *Collector) waitReady(ctx context.Context) error {
 	}
 }
 
-// readPorts sets Ports from the process's listening TCP sockets: the
-// sockets among its open files that its /proc/PID/net/tcp lists in state
-// LISTEN, by the address each is bound to. It leaves Ports as they are
-// while the process has no /proc (exited, or not yet).
+// readPorts sets Ports from the process's open sockets that its
+// /proc/PID/net/tcp lists as LISTEN, by address; it leaves Ports as they are
+// while the process has no /proc.
 func (c *Collector) readPorts() {
 	p, err1 := procfs.NewProc(c.PID)
 	fs, err2 := procfs.NewFS(fmt.Sprintf("/proc/%d", c.PID))
@@ -319,18 +307,6 @@ func (sc Scrape) Sum(name string, filter Labels) float64 {
 	return v
 }
 
-// Names returns the distinct series names with the given prefix, sorted.
-func (sc Scrape) Names(prefix string) []string {
-	var names []string
-	for _, s := range sc {
-		if strings.HasPrefix(s.Name, prefix) && !slices.Contains(names, s.Name) {
-			names = append(names, s.Name)
-		}
-	}
-	slices.Sort(names)
-	return names
-}
-
 // ScrapeMetrics fetches url (a collector's internal metrics endpoint) and
 // parses the Prometheus text format.
 func ScrapeMetrics(ctx context.Context, url string) (Scrape, error) {
@@ -387,11 +363,9 @@ func ParsePrometheusText(r io.Reader) (Scrape, error) {
 	return sc, nil
 }
 
-// Issuer is an OpenID Connect issuer on 127.0.0.1, as the collector's oidc
-// authenticator extension sees one: a discovery document and a key set
-// (JWKS) over HTTP, and ID tokens signed with a key made at start. Tokens
-// are made with the standard library (RS256), so the tests need no JWT
-// module.
+// Issuer is an OpenID Connect issuer on 127.0.0.1 for the collector's oidc
+// extension: a discovery document, a key set (JWKS) and ID tokens signed
+// (RS256, with the standard library) with a key made at start.
 type Issuer struct {
 	// URL is the issuer's URL, the oidc extension's issuer_url.
 	URL string
