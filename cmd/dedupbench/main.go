@@ -130,9 +130,8 @@ func run(ctx context.Context, o options) error {
 		phase("profile", func() error { return profiles(ctx, o, res, redis, logf) })
 	}
 
-	rows := targetRows(res)
-	table := fmt.Sprintf("`make bench` of %s, %s, on %s; %s; %s; load %s; %s records per end-to-end run, exporter compression %s.\n\n%s\n%s\n",
-		res.Date, res.Source, res.Machine, res.Go, res.Redis, res.Load, Rate(float64(o.records)), o.compression, FormatTable(rows), Summary(rows))
+	table := fmt.Sprintf("`make bench` of %s, %s, on %s; %s; %s; load %s; %s records per end-to-end run, exporter compression %s.\n\n%s",
+		res.Date, res.Source, res.Machine, res.Go, res.Redis, res.Load, Rate(float64(o.records)), o.compression, FormatTable(targetRows(res)))
 	logf("\n%s", table)
 	js, _ := json.MarshalIndent(res, "", "  ")
 	for name, b := range map[string][]byte{"table.md": []byte(table), "runs.json": js} {
@@ -315,11 +314,10 @@ const (
 
 var Modes = []string{ModePassThrough, ModeLocal, ModeRedis}
 
-// CollectorConfig is the otelcol-dedup config of a mode: the exporter and
-// dedup with their defaults, as users run them, but the exporter's
-// compression and, in ModeRedis, the shared tier at redisAddr. A profile
-// path adds the pprof extension, which writes the collector's CPU profile
-// there from start to shutdown.
+// CollectorConfig is the config of a mode: the exporter and dedup with
+// their defaults but the exporter's compression and, in ModeRedis, the
+// shared tier at redisAddr. A profile path adds the pprof extension, which
+// writes the CPU profile there from start to shutdown.
 func CollectorConfig(mode, sink, compression, redisAddr, profile string) map[string]any {
 	dedup := map[string]any{}
 	processors := []string{"dedup"}
@@ -582,10 +580,8 @@ func ParseRedisCounts(info string) (RedisCounts, error) {
 // redisVersion is "Redis <version>" of the redis-server on the PATH.
 func redisVersion(ctx context.Context) string {
 	out := output(ctx, "redis-server", "--version")
-	for _, f := range strings.Fields(out) {
-		if v, ok := strings.CutPrefix(f, "v="); ok {
-			return "Redis " + v
-		}
+	if m := regexp.MustCompile(`\bv=(\S+)`).FindStringSubmatch(out); m != nil {
+		return "Redis " + m[1]
 	}
 	return out
 }

@@ -157,22 +157,15 @@ func redisRows(res *results) []Row {
 	return rows
 }
 
-// FormatTable renders rows as a Markdown table.
+// FormatTable renders rows as a Markdown table, then counts the verdicts:
+// "5 met, 2 not met, 0 not measured".
 func FormatTable(rows []Row) string {
-	b := "| # | figure | measured | target | result |\n| --- | --- | --- | --- | --- |\n"
+	b, n := "| # | figure | measured | target | result |\n| --- | --- | --- | --- | --- |\n", map[string]int{}
 	for _, r := range rows {
 		b += fmt.Sprintf("| %s | %s | %s | %s | %s |\n", r.Target, r.Figure, r.Measured, r.Goal, r.Verdict)
-	}
-	return b
-}
-
-// Summary counts the verdicts: "5 met, 2 not met, 0 not measured".
-func Summary(rows []Row) string {
-	n := map[string]int{}
-	for _, r := range rows {
 		n[r.Verdict]++
 	}
-	return fmt.Sprintf("%d met, %d not met, %d not measured", n[Met], n[NotMet], n[Failed])
+	return b + fmt.Sprintf("\n%d met, %d not met, %d not measured\n", n[Met], n[NotMet], n[Failed])
 }
 
 // Rate formats a per-second rate with an SI prefix and 3 significant
