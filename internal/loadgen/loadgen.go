@@ -148,9 +148,6 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 		}
 		r.clients = append(r.clients, c)
 	}
-	if cfg.Rate > 0 {
-		r.pace = &pacer{per: float64(time.Second) / cfg.Rate}
-	}
 	start := time.Now()
 	var senders sync.WaitGroup
 	for s := range cfg.Senders {
@@ -165,7 +162,9 @@ type runner struct {
 	gen     *Generator
 	clients []*otlp.Client  // one per endpoint: each request goes to all
 	ctx     context.Context // ends the run and cuts requests in flight
-	pace    *pacer
+
+	paceMu   sync.Mutex
+	nextSlot time.Time // of the next batch, with Rate
 
 	seen []uint64 // bitset of acknowledged identities
 
@@ -192,7 +191,7 @@ func (r *runner) sleep(d time.Duration) bool {
 func (r *runner) sender(s int) {
 	rng := rand.New(rand.NewPCG(r.cfg.Seed, uint64(s)+1)) // backoff jitter
 	for b := int64(s); b < r.gen.Batches(); b += int64(r.cfg.Senders) {
-		if r.ctx.Err() != nil || r.pace != nil && !r.sleep(time.Until(r.pace.reserve(r.gen.BatchLen(b)))) {
+		if r.ctx.Err() != nil || r.cfg.Rate > 0 && !r.sleep(r.slot(r.gen.BatchLen(b))) {
 			return
 		}
 		r.send(r.gen.Batch(b), rng)
@@ -271,24 +270,18 @@ func (r *runner) summary(elapsed time.Duration) Summary {
 	return s
 }
 
-// pacer spreads records over time at a fixed rate for all senders: each
-// batch reserves the slot after the previous one. A pacer that fell behind
-// does not catch up in a burst.
-type pacer struct {
-	mu   sync.Mutex
-	next time.Time
-	per  float64 // nanoseconds per record
-}
-
-func (p *pacer) reserve(n int) time.Time {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if now := time.Now(); p.next.Before(now) {
-		p.next = now
+// slot reserves the time of a batch of n records at Rate over all senders,
+// after the batch before it, and returns the wait until then. Senders that
+// fell behind do not catch up in a burst.
+func (r *runner) slot(n int) time.Duration {
+	r.paceMu.Lock()
+	defer r.paceMu.Unlock()
+	if now := time.Now(); r.nextSlot.Before(now) {
+		r.nextSlot = now
 	}
-	at := p.next
-	p.next = at.Add(time.Duration(float64(n) * p.per))
-	return at
+	at := r.nextSlot
+	r.nextSlot = at.Add(time.Duration(float64(n) * float64(time.Second) / r.cfg.Rate))
+	return time.Until(at)
 }
 
 // Generator makes the record stream of a run. The stream is N positions cut
@@ -381,32 +374,22 @@ func (g *Generator) Batch(b int64) *Batch {
 	end := min(start+g.batch, g.n)
 	n := int(end - start)
 	cb := g.copiesBefore(start)
-	c := int(g.copiesBefore(end) - cb)
+	need := int(g.copiesBefore(end) - cb) // copies among the batch's slots
 	firstID := start - cb
+	next := firstID
 
 	rng := rand.New(rand.NewPCG(g.seed, ub^0x5851f42d4c957f2d))
 	out := &Batch{Truth: make([]Truth, n)}
-
-	// Which slots are copies: selection sampling (Knuth's algorithm S), an
-	// exact count c among slots [lo, n).
-	lo := 0
-	if b == 0 {
-		lo = 1
-	}
-	need := c
-	next := firstID
 	for i := range n {
 		t := &out.Truth[i]
-		isCopy := false
-		if i >= lo && need > 0 && rng.IntN(n-i) < need {
-			isCopy = true
-			need--
-		}
-		if !isCopy {
+		// Which slots are copies: selection sampling (Knuth's algorithm S),
+		// exactly need of them, never batch 0's first.
+		if b == 0 && i == 0 || need == 0 || rng.IntN(n-i) >= need {
 			t.ID = next
 			next++
 			continue
 		}
+		need--
 		t.Copy = true
 		inBatch := next - firstID // originals of this batch before slot i
 		switch r := rng.IntN(4); {
@@ -432,16 +415,7 @@ const (
 	scopeVersion    = "1.0.0"
 )
 
-var (
-	serviceNames = [numServices]string{"checkout", "cart", "payment", "frontend", "inventory", "auth", "shipping", "search"}
-	hostNames    [numResources]string
-)
-
-func init() {
-	for r := range numResources {
-		hostNames[r] = fmt.Sprintf("%s-%d", serviceNames[r/hostsPerService], r%hostsPerService)
-	}
-}
+var serviceNames = [numServices]string{"checkout", "cart", "payment", "frontend", "inventory", "auth", "shipping", "search"}
 
 // build assembles the records of a batch, grouped by resource in order of
 // first appearance.
@@ -459,7 +433,7 @@ func (g *Generator) build(truth []Truth) plog.Logs {
 			ra := rl.Resource().Attributes()
 			ra.EnsureCapacity(3)
 			ra.PutStr("service.name", serviceNames[r/hostsPerService])
-			ra.PutStr("host.name", hostNames[r])
+			ra.PutStr("host.name", fmt.Sprintf("%s-%d", serviceNames[r/hostsPerService], r%hostsPerService))
 			ra.PutStr("telemetry.sdk.language", "go")
 			sl := rl.ScopeLogs().AppendEmpty()
 			sl.Scope().SetName(scopeName)
