@@ -26,6 +26,9 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/plog"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/otelcol-dedup/otelcol-dedup/internal/otlp"
 )
@@ -209,7 +212,7 @@ func (r *runner) send(b *Batch, rng *rand.Rand) {
 			r.ack(b, time.Since(first))
 			return
 		}
-		again, throttle := otlp.Retryable(err)
+		again, throttle := retryable(err)
 		delay := max(time.Duration(float64(interval)*(0.5+rng.Float64())), throttle)
 		interval = min(interval*3/2, retry.MaxInterval)
 		if !again || r.ctx.Err() != nil || time.Since(first)+delay > retry.MaxElapsedTime || !r.sleep(delay) {
@@ -221,6 +224,29 @@ func (r *runner) send(b *Batch, rng *rand.Rand) {
 		}
 		r.retries.Add(1)
 	}
+}
+
+// retryable reports whether an OTLP exporter sends a request again after
+// err, and how long the server asked it to wait first (RetryInfo): the OTLP
+// specification's retryable gRPC codes, with ResourceExhausted always
+// retried, and a connection that failed or timed out.
+func retryable(err error) (bool, time.Duration) {
+	st, ok := status.FromError(err)
+	if !ok {
+		return true, 0
+	}
+	switch st.Code() {
+	case codes.Canceled, codes.DeadlineExceeded, codes.ResourceExhausted, codes.Aborted,
+		codes.OutOfRange, codes.Unavailable, codes.DataLoss:
+	default:
+		return false, 0
+	}
+	for _, d := range st.Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok {
+			return true, ri.GetRetryDelay().AsDuration()
+		}
+	}
+	return true, 0
 }
 
 // export sends a request to every endpoint at the same moment, so that

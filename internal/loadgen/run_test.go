@@ -10,7 +10,10 @@ import (
 	"time"
 
 	"go.opentelemetry.io/collector/pdata/plog"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 // fastRetry keeps retry tests short; the jitter stays on.
@@ -247,4 +250,25 @@ func BenchmarkRun(b *testing.B) {
 		sent += sum.Sent
 	}
 	b.ReportMetric(float64(sent)/b.Elapsed().Seconds(), "records/s")
+}
+
+func TestRetryable(t *testing.T) {
+	st, err := status.New(codes.ResourceExhausted, "slow down").WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(3 * time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if retry, d := retryable(st.Err()); !retry || d != 3*time.Second {
+		t.Errorf("RetryInfo: %v %v", retry, d)
+	}
+	for c, want := range map[codes.Code]bool{
+		codes.Unavailable: true, codes.DeadlineExceeded: true, codes.ResourceExhausted: true, codes.Aborted: true,
+		codes.InvalidArgument: false, codes.Unauthenticated: false, codes.PermissionDenied: false, codes.Internal: false, codes.Unimplemented: false,
+	} {
+		if got, _ := retryable(status.Error(c, "x")); got != want {
+			t.Errorf("%v retryable = %v, want %v", c, got, want)
+		}
+	}
+	if retry, _ := retryable(&net.OpError{Op: "dial", Err: errors.New("connection refused")}); !retry {
+		t.Error("a refused connection is not retried")
+	}
 }

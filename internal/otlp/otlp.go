@@ -8,12 +8,10 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -24,7 +22,6 @@ import (
 	"go.opentelemetry.io/collector/pdata/pmetric/pmetricotlp"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -43,9 +40,8 @@ const (
 
 // Client sends OTLP export requests to one endpoint the way an SDK or a
 // collector's exporter does: one call per request, the server's refusal
-// returned as the error, a gRPC status or an *HTTPError (Retryable tells
-// whether an exporter would retry it). Set Header before the first request;
-// it is safe for concurrent use.
+// returned as the error, a gRPC status or an *HTTPError. Set Header before
+// the first request; it is safe for concurrent use.
 type Client struct {
 	// Header is sent with every request: HTTP headers, or gRPC metadata.
 	Header http.Header
@@ -150,74 +146,32 @@ func (c *Client) post(ctx context.Context, path string, req interface{ MarshalPr
 	if msg == "" {
 		msg = http.StatusText(r.StatusCode)
 	}
-	e := &HTTPError{StatusCode: r.StatusCode, Message: msg[:min(len(msg), 200)]}
-	if s, err := strconv.Atoi(r.Header.Get("Retry-After")); err == nil && s > 0 {
-		e.RetryAfter = time.Duration(s) * time.Second
-	}
-	return e
+	return &HTTPError{StatusCode: r.StatusCode, Message: msg[:min(len(msg), 200)]}
 }
 
 // HTTPError is a non-2xx answer of an OTLP/HTTP receiver.
 type HTTPError struct {
 	StatusCode int
 	Message    string
-	// RetryAfter is the wait the server asked for (Retry-After, in
-	// seconds), if any.
-	RetryAfter time.Duration
 }
 
 func (e *HTTPError) Error() string {
 	return fmt.Sprintf("OTLP/HTTP status %d: %s", e.StatusCode, e.Message)
 }
 
-// Retryable reports whether an OTLP exporter sends a request again after
-// err, and how long the server asked it to wait first (gRPC RetryInfo, HTTP
-// Retry-After). Retryable are the OTLP specification's gRPC codes, with
-// ResourceExhausted always retried; HTTP 429, 502, 503 and 504; and a
-// connection that failed or timed out.
-func Retryable(err error) (bool, time.Duration) {
-	var he *HTTPError
-	if errors.As(err, &he) {
-		switch he.StatusCode {
-		case http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
-			return true, he.RetryAfter
-		}
-		return false, 0
-	}
-	st, ok := status.FromError(err)
-	if !ok {
-		return true, 0
-	}
-	switch st.Code() {
-	case codes.Canceled, codes.DeadlineExceeded, codes.ResourceExhausted, codes.Aborted,
-		codes.OutOfRange, codes.Unavailable, codes.DataLoss:
-	default:
-		return false, 0
-	}
-	for _, d := range st.Details() {
-		if ri, ok := d.(*errdetails.RetryInfo); ok {
-			return true, ri.GetRetryDelay().AsDuration()
-		}
-	}
-	return true, 0
-}
-
-// Sink is an OTLP backend on 127.0.0.1: an OTLP/gRPC server and an OTLP/HTTP
-// server (protobuf, gzip or not) for logs, traces and metrics, each on a
-// port of its own that it holds from the start. It keeps a copy of every
-// request it accepts, unless OnLogs takes the logs. Its methods are safe for
-// concurrent use.
+// Sink is an OTLP backend on 127.0.0.1: OTLP/gRPC and OTLP/HTTP (protobuf,
+// gzip or not) servers for logs, traces and metrics, on ports of their own.
+// It keeps a copy of every request it accepts, unless OnLogs takes the logs.
+// Its methods are safe for concurrent use.
 type Sink struct {
-	// OnLogs, if set before the first request, is called with every
-	// accepted logs request instead of the sink keeping a copy: a tool
-	// counting millions of records holds none. It runs with the sink's lock
-	// held.
+	// OnLogs, if set before the first request, takes every accepted logs
+	// request instead of the sink keeping a copy. It runs under the sink's
+	// lock.
 	OnLogs func(ld plog.Logs)
 	// Gate, if set before the first request, decides each request of items
 	// (log records, spans or data points): it calls keep to accept it, or
 	// returns the refusal, which the client receives as its gRPC status
-	// (Unavailable if it is none) or the matching HTTP status. Tests refuse,
-	// delay and hold requests with it (testkit.Faults).
+	// (Unavailable if it is none) or the matching HTTP status.
 	Gate func(ctx context.Context, items int, keep func()) error
 
 	grpcLis, httpLis net.Listener
@@ -232,8 +186,7 @@ type Sink struct {
 	metrics []pmetric.Metrics
 }
 
-// NewSink starts a sink on two loopback ports the kernel picks. Close it
-// when done.
+// NewSink starts a sink on two loopback ports the kernel picks.
 func NewSink() (*Sink, error) {
 	grpcLis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -259,12 +212,10 @@ func NewSink() (*Sink, error) {
 	return s, nil
 }
 
-// GRPCEndpoint is the host:port of the OTLP/gRPC server (an otlp_grpc
-// exporter's endpoint, with tls.insecure).
+// GRPCEndpoint is the host:port of the OTLP/gRPC server.
 func (s *Sink) GRPCEndpoint() string { return s.grpcLis.Addr().String() }
 
-// HTTPEndpoint is the base URL of the OTLP/HTTP server (an otlp_http
-// exporter's endpoint).
+// HTTPEndpoint is the base URL of the OTLP/HTTP server.
 func (s *Sink) HTTPEndpoint() string { return "http://" + s.httpLis.Addr().String() }
 
 // Close stops both servers, cutting open connections.
