@@ -177,12 +177,8 @@ func Rate(v float64) string {
 	} else if a >= 1e3 {
 		v, unit = v/1e3, "k"
 	}
-	digits := 2
-	if a := math.Abs(v); a >= 100 {
-		digits = 0
-	} else if a >= 10 {
-		digits = 1
-	}
+	// 3 significant digits: as many decimals as the integer part leaves.
+	digits := max(0, 3-len(strconv.Itoa(int(math.Abs(v)))))
 	return strconv.FormatFloat(v, 'f', digits, 64) + unit
 }
 

@@ -282,19 +282,14 @@ type Scrape []Series
 // Find returns the series called name whose labels include every pair of
 // filter.
 func (sc Scrape) Find(name string, filter Labels) []Series {
-	var out []Series
-	for _, s := range sc {
-		match := s.Name == name
+	return slices.DeleteFunc(slices.Clone(sc), func(s Series) bool {
 		for k, v := range filter {
 			if got, ok := s.Labels[k]; !ok || got != v {
-				match = false
+				return true
 			}
 		}
-		if match {
-			out = append(out, s)
-		}
-	}
-	return out
+		return s.Name != name
+	})
 }
 
 // Sum adds the values of the series Find returns; 0 when there are none (a
