@@ -199,7 +199,7 @@ func endToEnd(ctx context.Context, o options, res *results, redis *redistest.Ser
 				logf("round %d: %s", rep+1, describe(r, dup))
 			}
 		}
-		if err := flushRedis(ctx, redis); err != nil {
+		if err := redis.Client().FlushAll(ctx).Err(); err != nil {
 			return err
 		}
 		c, err := runRedisBenchmark(ctx, redis, int(o.records))
@@ -409,7 +409,7 @@ func measure(ctx context.Context, o options, redis *redistest.Server, mode strin
 		}
 	}()
 	run.Mode = mode
-	if err := flushRedis(ctx, redis); err != nil {
+	if err := redis.Client().FlushAll(ctx).Err(); err != nil {
 		return run, err
 	}
 	sink, err := otlp.NewSink()
@@ -584,13 +584,6 @@ func redisVersion(ctx context.Context) string {
 		return "Redis " + m[1]
 	}
 	return out
-}
-
-func flushRedis(ctx context.Context, s *redistest.Server) error {
-	if err := s.Client().FlushAll(ctx).Err(); err != nil {
-		return err
-	}
-	return s.Client().ConfigResetStat(ctx).Err()
 }
 
 // RedisBenchmarkArgs are the arguments of the baseline: n pipelined
