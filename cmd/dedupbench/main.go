@@ -224,7 +224,6 @@ func profiles(ctx context.Context, o options, res *results, redis *redistest.Ser
 		var tops []map[string]FuncCPU
 		var records []int64
 		for _, mode := range Modes {
-			// The collector runs in this directory: it writes the profile here.
 			path := filepath.Join(o.out, fmt.Sprintf("profile-%s-%d.pprof", mode, dup))
 			r, err := measure(ctx, o, redis, mode, dup, path)
 			if err != nil {
@@ -277,10 +276,9 @@ func machine(root string) string {
 	return fmt.Sprintf("%s, %d cores, %.1f GiB", cpus[0].ModelName, len(cpus), float64(*mem.MemTotalBytes)/(1<<30))
 }
 
-// waitForQuiet reads the load averages (a /proc/loadavg) every poll until
-// the 1-minute one is below 1 or wait has passed, and returns the last
-// reading, marked if it never was below 1: a machine that stays busy delays
-// the run by wait at most, and the table records the load it ran under.
+// waitForQuiet reads loadavg every poll until the 1-minute load is below 1
+// or wait has passed, and returns the last reading, marked if it never was
+// below 1: the table records the load the run had.
 func waitForQuiet(ctx context.Context, loadavg string, wait, poll time.Duration, logf func(string, ...any)) string {
 	for waited := time.Duration(0); ; waited += poll {
 		b, err := os.ReadFile(loadavg)
@@ -367,8 +365,7 @@ type Run struct {
 // CPUPerRecord is the collector's CPU seconds per record received.
 func (r Run) CPUPerRecord() float64 { return r.CPUSeconds / float64(r.Load.Sent) }
 
-// want is the records the sink should receive: each identity once with
-// dedup, every record without.
+// want is the records the sink should receive: with dedup, each identity once.
 func (r Run) want() int64 {
 	if r.Mode == ModePassThrough {
 		return r.Load.Sent
@@ -395,10 +392,9 @@ func (r Run) Exact(records int64) error {
 	return nil
 }
 
-// measure runs the load through a collector of mode (its config and log in
-// o.out) to a fresh sink, measures the collector and Redis until the sink
-// has every record it should, then stops the collector and checks the run
-// with Exact, so that a record the collector sends late counts too.
+// measure runs the load through a collector of mode (config and log in
+// o.out) to a fresh sink, measures until the sink has every record it
+// should, then stops the collector and checks the run with Exact.
 func measure(ctx context.Context, o options, redis *redistest.Server, mode string, dupPct int, profile string) (run Run, err error) {
 	defer func() {
 		if err == nil {
@@ -417,9 +413,8 @@ func measure(ctx context.Context, o options, redis *redistest.Server, mode strin
 		return run, err
 	}
 	defer sink.Close()
-	// The load's event.id attribute is the same in every copy of a record:
-	// the distinct ones are the identities delivered. OnLogs runs under the
-	// sink's lock, which LogRecordCount takes before ids is read.
+	// The distinct event.ids are the identities delivered. OnLogs runs under
+	// the sink's lock, which LogRecordCount takes before ids is read.
 	ids := map[string]struct{}{}
 	sink.OnLogs = func(ld plog.Logs) {
 		for _, rl := range ld.ResourceLogs().All() {
@@ -538,9 +533,8 @@ func (h *harness) close() {
 	h.cleanups = nil
 }
 
-// RedisCounts is the server's side of a run, from INFO: its CPU time
-// (used_cpu_user + used_cpu_sys) and the commands it ran (scripts and the
-// commands they call both counted).
+// RedisCounts is the server's side of a run, from INFO: its CPU time and
+// the commands it ran (scripts and the commands they call both counted).
 type RedisCounts struct {
 	CPUSeconds float64
 	Calls      int64

@@ -152,10 +152,9 @@ func readSample(path string) (*sample, error) {
 	return s, nil
 }
 
-// runDemo is `make demo`: it starts bin on config, with listeners of its
-// own and an OTLP sink as the logs pipeline's exporter, sends it the sample
-// file data over OTLP/HTTP, and prints what was sent, what the sink
-// received and what the processor's metrics say; it fails if they disagree.
+// runDemo is `make demo`: it starts bin on config exporting logs to a sink,
+// sends it the sample file data over OTLP/HTTP, and prints what was sent,
+// delivered and counted by the processor; it fails if they disagree.
 func runDemo(bin, config, data string, w io.Writer) (err error) {
 	smp, err := readSample(data)
 	if err != nil {

@@ -49,8 +49,7 @@ const (
 	ListenExtra    = "127.0.1.5:0"
 )
 
-// Ports are the addresses (host:port) a running collector listens on, read
-// back once it is ready; empty where it has no such listener.
+// Ports are the host:port a running collector listens on; empty if none.
 type Ports struct{ OTLPGRPC, OTLPHTTP, Metrics, Health, Extra string }
 
 // MetricsURL is the collector's internal metrics endpoint.
@@ -107,8 +106,7 @@ func Config(level string, sink interface {
 	return cfg
 }
 
-// WriteConfig writes a config (JSON is YAML) to path, readable only by its
-// owner.
+// WriteConfig writes cfg (JSON is YAML) to path, readable by its owner only.
 func WriteConfig(path string, cfg any) error {
 	b, err := json.MarshalIndent(cfg, "", "  ")
 	if err != nil {
@@ -167,8 +165,7 @@ func Start(ctx context.Context, binary, log string, env []string, configs ...str
 	return c, nil
 }
 
-// waitReady polls until the health_check listener answers 200, then reads
-// the ports.
+// waitReady polls until health_check answers 200, then reads the ports.
 func (c *Collector) waitReady(ctx context.Context) error {
 	client := &http.Client{Timeout: time.Second, Transport: &http.Transport{}}
 	defer client.CloseIdleConnections()
@@ -221,9 +218,8 @@ func (c *Collector) readPorts() {
 }
 
 // Stop sends SIGTERM, waits up to grace for a clean shutdown (the collector
-// drains its pipelines on the way), then sends SIGKILL. It returns an error
-// if the process had to be killed or did not exit cleanly. Stop is
-// idempotent.
+// drains its pipelines), then sends SIGKILL. It returns an error if the
+// process had to be killed or did not exit cleanly; it is idempotent.
 func (c *Collector) Stop(grace time.Duration) error {
 	c.stopOnce.Do(func() {
 		select {
@@ -279,8 +275,7 @@ func (s Series) String() string {
 // Scrape is every series of one scrape.
 type Scrape []Series
 
-// Find returns the series called name whose labels include every pair of
-// filter.
+// Find returns the series called name whose labels include filter's.
 func (sc Scrape) Find(name string, filter Labels) []Series {
 	return slices.DeleteFunc(slices.Clone(sc), func(s Series) bool {
 		for k, v := range filter {
@@ -302,8 +297,7 @@ func (sc Scrape) Sum(name string, filter Labels) float64 {
 	return v
 }
 
-// ScrapeMetrics fetches url (a collector's internal metrics endpoint) and
-// parses the Prometheus text format.
+// ScrapeMetrics fetches and parses a collector's metrics endpoint at url.
 func ScrapeMetrics(ctx context.Context, url string) (Scrape, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {

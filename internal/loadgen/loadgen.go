@@ -1,9 +1,8 @@
-// Package loadgen sends OTLP logs with an exact share of duplicates to an
-// OTLP/gRPC endpoint, retrying like an exporter, and reports
-// what was acknowledged: the engine of dedupload (cmd/dedupload/README.md),
-// of the benchmark driver's runs and of end-to-end tests. The record stream
-// is a pure function of the seed, the records, the duplicate share, the
-// batch size and the senders: see Generator.
+// Package loadgen sends OTLP logs with an exact share of duplicates over
+// OTLP/gRPC, retrying like an exporter, and reports what was acknowledged:
+// the engine of dedupload (cmd/dedupload/README.md), of the benchmark
+// driver and of end-to-end tests. The record stream is a pure function of
+// the seed, records, duplicate share, batch size and senders: see Generator.
 package loadgen
 
 import (
@@ -52,10 +51,9 @@ type Config struct {
 	Retry   RetryConfig
 }
 
-// RetryConfig is an exporter's retry_on_failure: a request refused with a
-// retryable error is sent again, unchanged, after an exponential backoff
-// (growing 1.5 times a retry, jittered by ±50%). Zero fields take the
-// defaults.
+// RetryConfig is an exporter's retry_on_failure: a refused request is sent
+// again, unchanged, after an exponential backoff (growing 1.5 times a retry,
+// jittered by ±50%). Zero fields take the defaults.
 type RetryConfig struct {
 	InitialInterval time.Duration // the first backoff (100ms)
 	MaxInterval     time.Duration // caps one backoff (5s)
@@ -128,10 +126,9 @@ func (s Summary) JSON() string {
 	return string(b)
 }
 
-// Run sends cfg's stream and returns what was delivered; failed requests
-// are counted in it. The error is an invalid configuration or endpoint, or,
-// with the partial summary, ctx's if ctx ended the run (requests in flight
-// are then cut and counted as errors).
+// Run sends cfg's stream and returns what was delivered, failed requests
+// counted. The error is an invalid configuration or endpoint, or, with the
+// partial summary, ctx's if it ended the run (cutting requests in flight).
 func Run(ctx context.Context, cfg Config) (Summary, error) {
 	gen, err := NewGenerator(cfg)
 	if err != nil {
@@ -249,9 +246,8 @@ func retryable(err error) (bool, time.Duration) {
 	return true, 0
 }
 
-// export sends a request to every endpoint at the same moment, so that
-// copies race across a fleet: an attempt succeeds when every endpoint
-// accepted it, and a retry goes to all of them again.
+// export sends a request to every endpoint at once, so that copies race
+// across a fleet: an attempt succeeds when every endpoint accepted it.
 func (r *runner) export(b *Batch) error {
 	ctx, cancel := context.WithTimeout(r.ctx, attemptTimeout)
 	defer cancel()
@@ -296,9 +292,8 @@ func (r *runner) summary(elapsed time.Duration) Summary {
 	return s
 }
 
-// slot reserves the time of a batch of n records at Rate over all senders,
-// after the batch before it, and returns the wait until then. Senders that
-// fell behind do not catch up in a burst.
+// slot reserves the time of a batch of n records at Rate, after the batch
+// before it, and returns the wait until then (no burst to catch up).
 func (r *runner) slot(n int) time.Duration {
 	r.paceMu.Lock()
 	defer r.paceMu.Unlock()

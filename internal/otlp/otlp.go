@@ -1,7 +1,6 @@
 // Package otlp is OTLP from both ends, for the tools and the tests: a Client
-// that sends logs, spans and metric points over gRPC or HTTP the way an SDK
-// or an exporter does, and a Sink, the backend a collector under test
-// exports to.
+// that sends like an SDK or an exporter, and a Sink that receives what a
+// collector under test exports.
 package otlp
 
 import (
@@ -38,9 +37,8 @@ const (
 	HTTP = "http" // OTLP/HTTP, protobuf
 )
 
-// Client sends OTLP export requests to one endpoint the way an SDK or a
-// collector's exporter does: one call per request, the server's refusal
-// returned as the error, a gRPC status or an *HTTPError. Set Header before
+// Client sends OTLP export requests to one endpoint, one call per request,
+// and returns a refusal as a gRPC status or an *HTTPError. Set Header before
 // the first request; it is safe for concurrent use.
 type Client struct {
 	// Header is sent with every request: HTTP headers, or gRPC metadata.
@@ -52,8 +50,7 @@ type Client struct {
 }
 
 // NewClient connects (lazily) to an OTLP receiver in plaintext: endpoint is
-// host:port, or for HTTP also a base URL (requests go to /v1/logs,
-// /v1/traces and /v1/metrics under it).
+// host:port, or for HTTP also a base URL.
 func NewClient(protocol, endpoint string) (*Client, error) {
 	switch protocol {
 	case GRPC:
@@ -95,8 +92,7 @@ func (c *Client) SendMetrics(ctx context.Context, md pmetric.Metrics) error {
 	return send(ctx, c, "/v1/metrics", pmetricotlp.NewExportRequestFromMetrics(md), pmetricotlp.NewGRPCClient)
 }
 
-// send exports req over gRPC with Header as metadata (gRPC lowercases keys;
-// the collector's client.Metadata looks them up case-insensitively), or
+// send exports req over gRPC, with Header as metadata (keys lowercased), or
 // posts it to path over HTTP.
 func send[Req interface{ MarshalProto() ([]byte, error) }, Resp any, G interface {
 	Export(context.Context, Req, ...grpc.CallOption) (Resp, error)
@@ -136,8 +132,7 @@ func (c *Client) post(ctx context.Context, path string, req interface{ MarshalPr
 	if r.StatusCode/100 == 2 {
 		return nil
 	}
-	// The message of a google.rpc.Status body, else the body's start, else
-	// the status text.
+	// A google.rpc.Status body's message, else the body, else the status.
 	msg := strings.TrimSpace(string(b))
 	var st spb.Status
 	if strings.HasPrefix(r.Header.Get("Content-Type"), "application/x-protobuf") && proto.Unmarshal(b, &st) == nil {
@@ -257,8 +252,8 @@ func locked[T any](s *Sink, f func() T) T {
 }
 
 // receive decides on a request of n items (signal i) and, if the sink
-// accepts it, counts it and keeps a copy in kept: the request's memory
-// belongs to the server. It returns the refusal as a gRPC status error.
+// accepts it, counts it and keeps a copy in kept (the request belongs to the
+// server). It returns a refusal as a gRPC status error.
 func receive[T interface{ CopyTo(T) }](ctx context.Context, s *Sink, i, n int, data T, fresh func() T, kept *[]T) error {
 	keep := func() {
 		s.mu.Lock()
@@ -318,8 +313,7 @@ var httpStatus = map[codes.Code]int{
 	codes.Unavailable: http.StatusServiceUnavailable, codes.DeadlineExceeded: http.StatusGatewayTimeout,
 }
 
-// serveHTTP answers OTLP/HTTP requests (protobuf, gzip or not) of one signal
-// with its gRPC server's export.
+// serveHTTP answers OTLP/HTTP requests of one signal with its gRPC export.
 func serveHTTP[Req interface{ UnmarshalProto([]byte) error }, Resp interface{ MarshalProto() ([]byte, error) }](
 	newReq func() Req, export func(context.Context, Req) (Resp, error),
 ) http.HandlerFunc {
