@@ -208,7 +208,7 @@ func endToEnd(ctx context.Context, o options, res *results, redis *redistest.Ser
 		}
 		res.Ceiling = append(res.Ceiling, c)
 		logf("round %d: redis-benchmark %s: %s ops/s, redis CPU %.3f µs/op", rep+1,
-			strings.Join(RedisBenchmarkArgs(redis.Port(), int(o.records)), " "), Rate(c.OpsPerSecond), c.CPUPerOp()*1e6)
+			strings.Join(RedisBenchmarkArgs(redis.Port(), int(o.records)), " "), Rate(c.OpsPerSecond), c.CPUPerOp*1e6)
 	}
 	return nil
 }
@@ -607,15 +607,8 @@ func ParseRedisBenchmarkCSV(out []byte, err error) (float64, error) {
 }
 
 // Ceiling is one redis-benchmark run: what the server alone does with the
-// cheapest command a dedup claim could be.
-type Ceiling struct {
-	Ops          int64
-	OpsPerSecond float64
-	CPUSeconds   float64 // the server's
-}
-
-// CPUPerOp is the server's CPU seconds per SET NX PX.
-func (c Ceiling) CPUPerOp() float64 { return c.CPUSeconds / float64(c.Ops) }
+// cheapest command a dedup claim could be, and its CPU seconds per command.
+type Ceiling struct{ OpsPerSecond, CPUPerOp float64 }
 
 // runRedisBenchmark runs redis-benchmark against s, with the server's CPU
 // time around it.
@@ -633,5 +626,5 @@ func runRedisBenchmark(ctx context.Context, s *redistest.Server, n int) (Ceiling
 		return Ceiling{}, err
 	}
 	after, err := redisCounts(ctx, s)
-	return Ceiling{Ops: int64(n), OpsPerSecond: rps, CPUSeconds: after.CPUSeconds - before.CPUSeconds}, err
+	return Ceiling{OpsPerSecond: rps, CPUPerOp: (after.CPUSeconds - before.CPUSeconds) / float64(n)}, err
 }

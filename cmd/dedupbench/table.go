@@ -21,12 +21,8 @@ const (
 	Failed = "NOT MEASURED" // the row's Measured says why
 )
 
-func check(ok bool) string {
-	if ok {
-		return Met
-	}
-	return NotMet
-}
+// verdict is a target's verdict by whether it was met.
+var verdict = map[bool]string{true: Met, false: NotMet}
 
 // Row is one line of the targets table (BENCHMARKS.md#targets).
 type Row struct{ Target, Figure, Measured, Goal, Verdict string }
@@ -52,7 +48,7 @@ func targetRows(res *results) []Row {
 		m, _ := median(res.Runs[dup], mode, Run.CPUPerRecord)
 		p, _ := median(res.Runs[dup], ModePassThrough, Run.CPUPerRecord)
 		return Row{target, fmt.Sprintf("%s; median of %d paired runs", fig, len(rs)),
-			fmt.Sprintf("%.2fx (%.2f µs / %.2f µs)", mr, m*1e6, p*1e6), goal, check(mr <= bound)}
+			fmt.Sprintf("%.2fx (%.2f µs / %.2f µs)", mr, m*1e6, p*1e6), goal, verdict[mr <= bound]}
 	}
 	rows := []Row{
 		ratioRow("1", ModeLocal, 30, "collector CPU per record, local tier / pass-through, 30% copies", 1.00, "<= 1.00x"),
@@ -71,14 +67,14 @@ func targetRows(res *results) []Row {
 			continue
 		}
 		rows = append(rows, Row{"4", fmt.Sprintf("%s; median of %d", fig, len(res.GoBench[name]["ns/record"])),
-			fmt.Sprintf("%.0f ns/record, %.3f allocs/record", ns, allocs/batch), goal4, check(ns <= 150 && allocs/batch < 0.01)})
+			fmt.Sprintf("%.0f ns/record, %.3f allocs/record", ns, allocs/batch), goal4, verdict[ns <= 150 && allocs/batch < 0.01]})
 	}
 	// Every record of the 0% runs is a key in the window: the median over
 	// rounds of (local peak RSS - pass-through peak RSS) / keys.
 	const figRSS = "peak RSS, local tier over the pass-through, per key in the window (0% copies: every record a key)"
 	perKey := paired(res.Runs[0], ModeLocal, func(r, pass Run) float64 { return float64(r.PeakRSS-pass.PeakRSS) / float64(r.Load.Unique) })
 	if over, ok := Median(perKey); ok {
-		rows = append(rows, Row{"5", figRSS, fmt.Sprintf("%.0f bytes/key", over), "<= 64 bytes/key", check(over <= 64)})
+		rows = append(rows, Row{"5", figRSS, fmt.Sprintf("%.0f bytes/key", over), "<= 64 bytes/key", verdict[over <= 64]})
 	} else {
 		rows = append(rows, missing("5", figRSS, "<= 64 bytes/key", "e2e"))
 	}
@@ -145,7 +141,7 @@ func redisRows(res *results) []Row {
 	}
 	var perOp, ops []float64
 	for _, c := range res.Ceiling {
-		perOp, ops = append(perOp, c.CPUPerOp()), append(ops, c.OpsPerSecond)
+		perOp, ops = append(perOp, c.CPUPerOp), append(ops, c.OpsPerSecond)
 	}
 	if p, ok := Median(perOp); ok {
 		o, _ := Median(ops)

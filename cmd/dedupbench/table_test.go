@@ -4,8 +4,8 @@ import "testing"
 
 func TestFormatTable(t *testing.T) {
 	rows := []Row{
-		{Target: "1", Figure: "ns per record", Measured: "183 ns", Goal: "<= 200 ns", Verdict: check(true)},
-		{Target: "3", Figure: "tier vs redis-benchmark", Measured: "72%", Goal: ">= 80%", Verdict: check(false)},
+		{Target: "1", Figure: "ns per record", Measured: "183 ns", Goal: "<= 200 ns", Verdict: Met},
+		{Target: "3", Figure: "tier vs redis-benchmark", Measured: "72%", Goal: ">= 80%", Verdict: NotMet},
 		{Target: "3", Figure: "server CPU", Measured: "2.3 µs", Verdict: Info},
 		{Target: "4", Figure: "cpu ratio", Measured: "phase e2e not run", Goal: "<= 1.15x", Verdict: Failed},
 	}

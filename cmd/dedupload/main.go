@@ -14,6 +14,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -170,10 +171,8 @@ func runDemo(bin, config, data string, w io.Writer) (err error) {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	listen, logPath := filepath.Join(dir, "listeners-and-sink.yaml"), filepath.Join(dir, "collector.log")
-	if err := e2e.WriteConfig(listen, e2e.Config("detailed", sink, e2e.Ports{})); err != nil {
-		return err
-	}
+	logPath := filepath.Join(dir, "collector.log")
+	listen, _ := json.Marshal(e2e.Config("detailed", sink, e2e.Ports{})) // JSON is YAML
 	defer func() {
 		if b, rerr := os.ReadFile(logPath); err != nil && rerr == nil {
 			fmt.Fprintf(w, "--- collector output ---\n%s--- end of collector output ---\n", b)
@@ -182,7 +181,7 @@ func runDemo(bin, config, data string, w io.Writer) (err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	export := "yaml:service::pipelines::logs::exporters: [" + e2e.SinkGRPCExporter + "]"
-	col, err := e2e.Start(ctx, bin, logPath, nil, config, listen, export)
+	col, err := e2e.Start(ctx, bin, logPath, nil, config, "yaml:"+string(listen), export)
 	if err != nil {
 		return err
 	}
