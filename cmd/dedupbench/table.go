@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/perf/benchfmt"
 )
 
 // The verdicts of a row of the targets table.
@@ -184,33 +186,28 @@ func Rate(v float64) string {
 // "allocs/op" and every b.ReportMetric unit: "ns/record", "bytes/key", ...).
 type GoBench map[string]map[string][]float64
 
-// ParseGoBench reads the result lines of `go test -bench` output. Other
-// lines are skipped; a result line whose value does not parse is an error.
+// ParseGoBench reads the results of `go test -bench` output; a result that
+// does not parse is an error.
 func ParseGoBench(r io.Reader) (GoBench, error) {
 	out := GoBench{}
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		// A benchmark's own log lines start with its name too; a result has
-		// the iteration count second and value/unit pairs after it.
-		f := strings.Fields(sc.Text())
-		if len(f) < 4 || len(f)%2 != 0 || !strings.HasPrefix(f[0], "Benchmark") {
-			continue
-		}
-		if _, err := strconv.ParseInt(f[1], 10, 64); err != nil {
-			continue
-		}
-		if out[f[0]] == nil {
-			out[f[0]] = map[string][]float64{}
-		}
-		for i := 2; i < len(f); i += 2 {
-			v, err := strconv.ParseFloat(f[i], 64)
-			if err != nil {
-				return nil, fmt.Errorf("%q: value %q of %s: %w", sc.Text(), f[i], f[i+1], err)
+	for br := benchfmt.NewReader(r, "gotest.txt"); br.Scan(); {
+		switch rec := br.Result().(type) {
+		case *benchfmt.SyntaxError:
+			return nil, rec
+		case *benchfmt.Result:
+			name := "Benchmark" + rec.Name.String()
+			if out[name] == nil {
+				out[name] = map[string][]float64{}
 			}
-			out[f[0]][f[i+1]] = append(out[f[0]][f[i+1]], v)
+			for _, v := range rec.Values {
+				if v.OrigUnit != "" { // as written, not tidied to sec/op
+					v.Value, v.Unit = v.OrigValue, v.OrigUnit
+				}
+				out[name][v.Unit] = append(out[name][v.Unit], v.Value)
+			}
 		}
 	}
-	return out, sc.Err()
+	return out, nil
 }
 
 // Median is the median of vs (the mean of the middle two for an even
