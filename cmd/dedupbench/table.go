@@ -290,12 +290,8 @@ func ProfileDiff(modes []string, profiles []map[string]FuncCPU, records []int64,
 		}
 		return float64(d.Nanoseconds()) / float64(records[i])
 	}
-	names := map[string]bool{}
-	kind, b := "flat", ""
-	if cum {
-		kind = "cumulative"
-	}
-	b = fmt.Sprintf("| function (%s CPU, ns per record) | %s |\n| --- |%s\n| **all functions** |", kind,
+	names, kind := map[string]bool{}, map[bool]string{false: "flat", true: "cumulative"}[cum]
+	b := fmt.Sprintf("| function (%s CPU, ns per record) | %s |\n| --- |%s\n| **all functions** |", kind,
 		strings.Join(modes, " | "), strings.Repeat(" ---: |", len(modes)))
 	for i, p := range profiles {
 		var total time.Duration

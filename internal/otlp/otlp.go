@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -231,19 +232,15 @@ func (s *Sink) SpanCount() int { return locked(s, func() int { return s.items[1]
 func (s *Sink) DataPointCount() int { return locked(s, func() int { return s.items[2] }) }
 
 // Logs returns the log requests the sink kept, in arrival order.
-func (s *Sink) Logs() []plog.Logs {
-	return locked(s, func() []plog.Logs { return append([]plog.Logs(nil), s.logs...) })
-}
+func (s *Sink) Logs() []plog.Logs { return kept(s, &s.logs) }
 
 // Traces returns the trace requests the sink kept, in arrival order.
-func (s *Sink) Traces() []ptrace.Traces {
-	return locked(s, func() []ptrace.Traces { return append([]ptrace.Traces(nil), s.traces...) })
-}
+func (s *Sink) Traces() []ptrace.Traces { return kept(s, &s.traces) }
 
 // Metrics returns the metric requests the sink kept, in arrival order.
-func (s *Sink) Metrics() []pmetric.Metrics {
-	return locked(s, func() []pmetric.Metrics { return append([]pmetric.Metrics(nil), s.metrics...) })
-}
+func (s *Sink) Metrics() []pmetric.Metrics { return kept(s, &s.metrics) }
+
+func kept[T any](s *Sink, list *[]T) []T { return locked(s, func() []T { return slices.Clone(*list) }) }
 
 func locked[T any](s *Sink, f func() T) T {
 	s.mu.Lock()
