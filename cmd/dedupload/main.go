@@ -90,7 +90,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "dedupload: %v\n", err)
 		return exitUsage
 	}
-	fmt.Fprintln(stdout, sum.JSON())
+	js, _ := json.Marshal(sum)
+	fmt.Fprintf(stdout, "%s\n", js)
 	switch {
 	case ctx.Err() != nil:
 		return exitInterrupted

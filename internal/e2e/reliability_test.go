@@ -184,7 +184,7 @@ func relRun(t *testing.T, cfg loadgen.Config) loadgen.Summary {
 		t.Fatalf("loadgen: %v", err)
 	}
 	if sum.Errors != 0 || sum.FailedRecords != 0 || sum.Sent != cfg.Records {
-		t.Fatalf("loadgen: %s, want every record acknowledged", sum.JSON())
+		t.Fatalf("loadgen: %+v, want every record acknowledged", sum)
 	}
 	return sum
 }
@@ -337,7 +337,7 @@ func TestReliabilitySIGKILLMidStream(t *testing.T) {
 	}
 	wg.Wait()
 	if loadErr != nil || sumB.Errors != 0 || sumB.FailedRecords != 0 || sumB.Sent != b.Records {
-		t.Fatalf("loadgen across the crash: %v %s, want every record acknowledged", loadErr, sumB.JSON())
+		t.Fatalf("loadgen across the crash: %v %+v, want every record acknowledged", loadErr, sumB)
 	}
 	// Agents re-send what they had buffered: both streams in full.
 	relRun(t, a)

@@ -10,7 +10,6 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -120,12 +119,6 @@ type Summary struct {
 	LastError  string  `json:"last_error,omitempty"`
 }
 
-// JSON is the summary as one line of JSON (no newline).
-func (s Summary) JSON() string {
-	b, _ := json.Marshal(s)
-	return string(b)
-}
-
 // Run sends cfg's stream and returns what was delivered, failed requests
 // counted. The error is an invalid configuration or endpoint, or, with the
 // partial summary, ctx's if it ended the run (cutting requests in flight).
@@ -177,10 +170,8 @@ type runner struct {
 
 // sleep waits d, or less if the run ends; it reports whether it waited d.
 func (r *runner) sleep(d time.Duration) bool {
-	t := time.NewTimer(max(d, 0))
-	defer t.Stop()
 	select {
-	case <-t.C:
+	case <-time.After(d):
 		return true
 	case <-r.ctx.Done():
 		return false

@@ -27,7 +27,7 @@ func run(t *testing.T, cfg Config) Summary {
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	t.Logf("summary: %s", sum.JSON())
+	t.Logf("summary: %+v", sum)
 	return sum
 }
 
