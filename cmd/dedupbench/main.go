@@ -345,11 +345,10 @@ func CollectorConfig(mode, sink, compression, redisAddr, profile string) map[str
 // Run is one end-to-end run of a mode.
 type Run struct {
 	Mode string
-	// Load is what the load tool had acknowledged: Sent records, Unique
-	// identities among them, request latencies.
-	Load loadgen.Summary
-	// Delivered is the records the sink received, Distinct the identities
-	// among them; Dropped the duplicates the processor counted.
+	// Load is what the load tool had acknowledged; Delivered the records
+	// the sink received, Distinct the identities among them, Dropped the
+	// duplicates the processor counted.
+	Load                         loadgen.Summary
 	Delivered, Distinct, Dropped int64
 	// CPUSeconds is the collector's user+system time from before the load
 	// to its last record's arrival at the sink; PeakRSS its VmHWM then.

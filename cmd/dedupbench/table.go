@@ -180,14 +180,12 @@ func Rate(v float64) string {
 	return strconv.FormatFloat(v, 'f', digits, 64) + unit
 }
 
-// GoBench is `go test -bench` output (several packages and -count
-// repetitions welcome): every result's values, by benchmark name (goTest
-// runs one CPU: go test adds no -GOMAXPROCS suffix) and unit ("ns/op",
-// "allocs/op" and every b.ReportMetric unit: "ns/record", "bytes/key", ...).
+// GoBench is the values of `go test -bench` results by benchmark name (one
+// CPU: no -GOMAXPROCS suffix) and unit ("ns/op", "allocs/op" and every
+// b.ReportMetric unit: "ns/record", "bytes/key", ...).
 type GoBench map[string]map[string][]float64
 
-// ParseGoBench reads the results of `go test -bench` output; a result that
-// does not parse is an error.
+// ParseGoBench reads `go test -bench` output; a bad result is an error.
 func ParseGoBench(r io.Reader) (GoBench, error) {
 	out := GoBench{}
 	for br := benchfmt.NewReader(r, "gotest.txt"); br.Scan(); {
@@ -211,8 +209,7 @@ func ParseGoBench(r io.Reader) (GoBench, error) {
 }
 
 // Median is the median of vs (the mean of the middle two for an even
-// count), which is also what benchstat centres its summaries on. ok is false
-// for no values.
+// count), as benchstat's; ok is false for no values.
 func Median(vs []float64) (m float64, ok bool) {
 	if len(vs) == 0 {
 		return 0, false
@@ -254,10 +251,8 @@ func ParsePprofTop(r io.Reader) (map[string]FuncCPU, error) {
 	return out, sc.Err()
 }
 
-// shortName drops the type arguments of a generic function's name
-// ("queue.(*asyncQueue[go.shape.interface { ... }]).Start" becomes
-// "queue.(*asyncQueue[...]).Start") and pprof's " (inline)" mark, so that
-// the table stays readable and an inlined copy adds to its function.
+// shortName drops a generic function's type arguments ("queue.(*q[...]).Start")
+// and pprof's " (inline)" mark, so that an inlined copy adds to its function.
 func shortName(name string) string {
 	var b strings.Builder
 	depth := 0
@@ -278,10 +273,9 @@ func shortName(name string) string {
 }
 
 // ProfileDiff is the table of the n functions whose CPU per record (flat,
-// or cumulative if cum) differs most between the modes' profiles and the
-// first mode's (the pass-through), in nanoseconds per record; each mode's
-// profile is divided by the records of its run. A row of all functions'
-// flat CPU comes first.
+// or cumulative if cum) differs most between each mode's profile and the
+// first mode's (the pass-through), in ns per record of each mode's run,
+// after a row of all functions' flat CPU.
 func ProfileDiff(modes []string, profiles []map[string]FuncCPU, records []int64, n int, cum bool) string {
 	per := func(i int, name string) float64 {
 		d := profiles[i][name].Flat

@@ -21,7 +21,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/netip"
 	"os"
 	"os/exec"
 	"slices"
@@ -75,10 +74,8 @@ func Config(level string, sink interface {
 	GRPCEndpoint() string
 	HTTPEndpoint() string
 }, at Ports) map[string]any {
-	metricsPort := 0
-	if at.Metrics != "" {
-		metricsPort = int(netip.MustParseAddrPort(at.Metrics).Port())
-	}
+	_, port, _ := net.SplitHostPort(at.Metrics)
+	metricsPort, _ := strconv.Atoi(port) // 0 where at has none
 	cfg := map[string]any{
 		"extensions": map[string]any{"health_check": map[string]any{"endpoint": cmp.Or(at.Health, ListenHealth)}},
 		"receivers": map[string]any{"otlp": map[string]any{"protocols": map[string]any{
@@ -172,14 +169,12 @@ func (c *Collector) waitReady(ctx context.Context) error {
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		c.readPorts()
-		if c.Ports.Health != "" {
-			if resp, err := client.Get("http://" + c.Ports.Health + "/"); err == nil {
-				resp.Body.Close()
-				if resp.StatusCode == http.StatusOK {
-					c.readPorts() // every listener is up once the collector is ready
-					return nil
-				}
+		c.readPorts() // no health port yet: the request fails at once
+		if resp, err := client.Get("http://" + c.Ports.Health + "/"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				c.readPorts() // every listener is up once the collector is ready
+				return nil
 			}
 		}
 		select {
@@ -338,14 +333,11 @@ func ParsePrometheusText(r io.Reader) (Scrape, error) {
 			return nil, err
 		}
 		for _, smp := range samples {
-			s := Series{Labels: Labels{}, Value: float64(smp.Value)}
+			s := Series{Name: string(smp.Metric[model.MetricNameLabel]), Labels: Labels{}, Value: float64(smp.Value)}
 			for k, v := range smp.Metric {
-				if k == model.MetricNameLabel {
-					s.Name = string(v)
-				} else {
-					s.Labels[string(k)] = string(v)
-				}
+				s.Labels[string(k)] = string(v)
 			}
+			delete(s.Labels, model.MetricNameLabel)
 			sc = append(sc, s)
 		}
 	}
