@@ -229,11 +229,8 @@ func ParsePprofTop(r io.Reader) (map[string]FuncCPU, error) {
 	header := false
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
-		if !header {
-			header = len(f) >= 5 && f[0] == "flat" && f[1] == "flat%"
-			continue
-		}
-		if len(f) < 6 {
+		if !header || len(f) < 6 { // the lines up to the header, then all but functions'
+			header = header || len(f) >= 5 && f[0] == "flat" && f[1] == "flat%"
 			continue
 		}
 		flat, err1 := time.ParseDuration(f[0])

@@ -101,11 +101,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-// sample is the demo sample (testdata/demo-logs.json: one OTLP/JSON request
-// per line) and what it holds, computed from the file alone: a record is a
-// repeat if an identical record (same resource, scope and record) came
-// earlier. The processor counts a repeat of a record already in its request
-// under tier batch, whatever came before, and any other under tier local.
+// sample is the demo's requests (one OTLP/JSON request a line) and what
+// they hold: a record is a repeat if an identical one (resource, scope and
+// record) came earlier. The processor counts a repeat of a record already in
+// its request under tier batch, whatever came before, any other under local.
 type sample struct {
 	requests                                []plog.Logs
 	records, unique, dupSameReq, dupEarlier int

@@ -66,10 +66,9 @@ const (
 // Config is the part of a collector's config that says where it listens and
 // exports, to merge with configs that say what it does: health_check, the
 // otlp receiver and its own metrics at level (Prometheus, named as the
-// instruments write them), on the addresses of at, or the Listen addresses
-// where at has none. With a sink, SinkGRPCExporter and SinkHTTPExporter to
-// it, without retry or queue, so that an export error goes straight back to
-// the processor and the sender. It defines no pipeline.
+// instruments write them) on the addresses of at, or the Listen addresses.
+// With a sink, SinkGRPCExporter and SinkHTTPExporter to it, without retry or
+// queue: an export error goes straight back. It defines no pipeline.
 func Config(level string, sink interface {
 	GRPCEndpoint() string
 	HTTPEndpoint() string
@@ -114,10 +113,8 @@ func WriteConfig(path string, cfg any) error {
 
 // Collector is one running collector process.
 type Collector struct {
-	// PID is the process id; Stop and Kill signal exactly this process.
-	PID int
-	// Ports are the addresses its listeners got.
-	Ports Ports
+	PID   int   // Stop and Kill signal exactly this process
+	Ports Ports // the addresses its listeners got
 
 	done     chan struct{} // closed once the process has exited
 	waitErr  error
@@ -394,9 +391,7 @@ func (i *Issuer) Token(audience, subject string, extra map[string]any) (string, 
 		"iss": i.URL, "sub": subject, "aud": audience,
 		"iat": now.Unix(), "exp": now.Add(time.Hour).Unix(),
 	}
-	for k, v := range extra {
-		claims[k] = v
-	}
+	maps.Copy(claims, extra)
 	header, _ := json.Marshal(map[string]string{"alg": "RS256", "typ": "JWT", "kid": issuerKeyID}) // cannot fail
 	payload, err := json.Marshal(claims)
 	if err != nil {

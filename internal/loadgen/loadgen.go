@@ -31,8 +31,7 @@ import (
 	"github.com/otelcol-dedup/otelcol-dedup/internal/otlp"
 )
 
-// Config is one load run. A zero field takes its default, except Duplicates
-// (zero: none).
+// Config is one load run. A zero field but Duplicates takes its default.
 type Config struct {
 	// Endpoint is host:port (127.0.0.1:4317). A comma-separated list sends
 	// each request to every endpoint at once: copies racing across a fleet.
@@ -156,16 +155,14 @@ type runner struct {
 	clients []*otlp.Client  // one per endpoint: each request goes to all
 	ctx     context.Context // ends the run and cuts requests in flight
 
-	paceMu   sync.Mutex
-	nextSlot time.Time // of the next batch, with Rate
+	mu        sync.Mutex
+	nextSlot  time.Time       // of the next batch, with Rate
+	latencies []time.Duration // of acknowledged requests
 
 	seen []uint64 // bitset of acknowledged identities
 
 	sent, requests, retries, errors, failed atomic.Int64
-	lastErr                                 atomic.Pointer[string]
-
-	latMu     sync.Mutex
-	latencies []time.Duration // of acknowledged requests
+	lastErr                                 atomic.Value // string
 }
 
 // sleep waits d, or less if the run ends; it reports whether it waited d.
@@ -206,8 +203,7 @@ func (r *runner) send(b *Batch, rng *rand.Rand) {
 		if !again || r.ctx.Err() != nil || time.Since(first)+delay > retry.MaxElapsedTime || !r.sleep(delay) {
 			r.errors.Add(1)
 			r.failed.Add(int64(len(b.Truth)))
-			msg := err.Error()
-			r.lastErr.Store(&msg)
+			r.lastErr.Store(err.Error())
 			return
 		}
 		r.retries.Add(1)
@@ -252,9 +248,9 @@ func (r *runner) export(b *Batch) error {
 }
 
 func (r *runner) ack(b *Batch, latency time.Duration) {
-	r.latMu.Lock()
+	r.mu.Lock()
 	r.latencies = append(r.latencies, latency)
-	r.latMu.Unlock()
+	r.mu.Unlock()
 	for _, t := range b.Truth {
 		atomic.OrUint64(&r.seen[t.ID>>6], 1<<(t.ID&63))
 	}
@@ -271,9 +267,7 @@ func (r *runner) summary(elapsed time.Duration) Summary {
 	if s.Seconds > 0 {
 		s.RecordsPerSecond = float64(s.Sent) / s.Seconds
 	}
-	if p := r.lastErr.Load(); p != nil {
-		s.LastError = *p
-	}
+	s.LastError, _ = r.lastErr.Load().(string)
 	// Nearest-rank percentiles; 0 if nothing was acknowledged.
 	slices.Sort(r.latencies)
 	if n := len(r.latencies); n > 0 {
@@ -286,8 +280,8 @@ func (r *runner) summary(elapsed time.Duration) Summary {
 // slot reserves the time of a batch of n records at Rate, after the batch
 // before it, and returns the wait until then (no burst to catch up).
 func (r *runner) slot(n int) time.Duration {
-	r.paceMu.Lock()
-	defer r.paceMu.Unlock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if now := time.Now(); r.nextSlot.Before(now) {
 		r.nextSlot = now
 	}
@@ -311,8 +305,8 @@ func (r *runner) slot(n int) time.Duration {
 //     the batches just before (about half: the last 2*Senders batches, the
 //     same sender's and the others'), or any earlier one.
 //
-// So nothing proportional to N is stored: a batch is computed from its index
-// alone. Generator is safe for concurrent use.
+// A batch is computed from its index alone, so nothing proportional to N is
+// stored; Generator is safe for concurrent use.
 type Generator struct {
 	seed     uint64
 	seedHash uint64

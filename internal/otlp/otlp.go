@@ -5,6 +5,7 @@ package otlp
 
 import (
 	"bytes"
+	"cmp"
 	"compress/gzip"
 	"context"
 	"fmt"
@@ -327,11 +328,7 @@ func serveHTTP[Req interface{ UnmarshalProto([]byte) error }, Resp interface{ Ma
 		resp, err := export(r.Context(), req)
 		if err != nil {
 			st := status.Convert(err)
-			code, ok := httpStatus[st.Code()]
-			if !ok {
-				code = http.StatusInternalServerError
-			}
-			http.Error(w, st.Message(), code)
+			http.Error(w, st.Message(), cmp.Or(httpStatus[st.Code()], http.StatusInternalServerError))
 			return
 		}
 		out, err := resp.MarshalProto()
