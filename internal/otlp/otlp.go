@@ -328,7 +328,8 @@ func serveHTTP[Req interface{ UnmarshalProto([]byte) error }, Resp interface{ Ma
 		resp, err := export(r.Context(), req)
 		if err != nil {
 			st := status.Convert(err)
-			http.Error(w, st.Message(), cmp.Or(httpStatus[st.Code()], http.StatusInternalServerError))
+			code := cmp.Or(httpStatus[st.Code()], http.StatusInternalServerError)
+			http.Error(w, st.Message(), code)
 			return
 		}
 		out, err := resp.MarshalProto()
