@@ -41,7 +41,7 @@ func TestTargetRows(t *testing.T) {
 		res.Runs[0] = append(res.Runs[0], run1(ModePassThrough, 0, cpu, 100<<20),
 			run1(ModeLocal, 0, cpu*1.05, 100<<20+60_000_000), run1(ModeRedis, 0, cpu*1.3, 150<<20))
 	}
-	res.Ceiling = []Ceiling{{Ops: 1_000_000, OpsPerSecond: 500_000, CPUSeconds: 0.7}}
+	res.Ceiling = []Ceiling{{OpsPerSecond: 500_000, CPUPerOp: 0.7e-6}}
 	three := func(v float64) []float64 { return []float64{v, v, v} }
 	res.GoBench = GoBench{
 		"BenchmarkConsumeLogs/cache=empty/key=content/batch=1000/dup=30%":  {"ns/record": three(140), "allocs/op": three(2)},

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/perf/benchfmt"
 )
 
 // The verdicts of a row of the targets table.
@@ -21,12 +23,8 @@ const (
 	Failed = "NOT MEASURED" // the row's Measured says why
 )
 
-func check(ok bool) string {
-	if ok {
-		return Met
-	}
-	return NotMet
-}
+// verdict is a target's verdict by whether it was met.
+var verdict = map[bool]string{true: Met, false: NotMet}
 
 // Row is one line of the targets table (BENCHMARKS.md#targets).
 type Row struct{ Target, Figure, Measured, Goal, Verdict string }
@@ -52,7 +50,7 @@ func targetRows(res *results) []Row {
 		m, _ := median(res.Runs[dup], mode, Run.CPUPerRecord)
 		p, _ := median(res.Runs[dup], ModePassThrough, Run.CPUPerRecord)
 		return Row{target, fmt.Sprintf("%s; median of %d paired runs", fig, len(rs)),
-			fmt.Sprintf("%.2fx (%.2f µs / %.2f µs)", mr, m*1e6, p*1e6), goal, check(mr <= bound)}
+			fmt.Sprintf("%.2fx (%.2f µs / %.2f µs)", mr, m*1e6, p*1e6), goal, verdict[mr <= bound]}
 	}
 	rows := []Row{
 		ratioRow("1", ModeLocal, 30, "collector CPU per record, local tier / pass-through, 30% copies", 1.00, "<= 1.00x"),
@@ -71,14 +69,14 @@ func targetRows(res *results) []Row {
 			continue
 		}
 		rows = append(rows, Row{"4", fmt.Sprintf("%s; median of %d", fig, len(res.GoBench[name]["ns/record"])),
-			fmt.Sprintf("%.0f ns/record, %.3f allocs/record", ns, allocs/batch), goal4, check(ns <= 150 && allocs/batch < 0.01)})
+			fmt.Sprintf("%.0f ns/record, %.3f allocs/record", ns, allocs/batch), goal4, verdict[ns <= 150 && allocs/batch < 0.01]})
 	}
 	// Every record of the 0% runs is a key in the window: the median over
 	// rounds of (local peak RSS - pass-through peak RSS) / keys.
 	const figRSS = "peak RSS, local tier over the pass-through, per key in the window (0% copies: every record a key)"
 	perKey := paired(res.Runs[0], ModeLocal, func(r, pass Run) float64 { return float64(r.PeakRSS-pass.PeakRSS) / float64(r.Load.Unique) })
 	if over, ok := Median(perKey); ok {
-		rows = append(rows, Row{"5", figRSS, fmt.Sprintf("%.0f bytes/key", over), "<= 64 bytes/key", check(over <= 64)})
+		rows = append(rows, Row{"5", figRSS, fmt.Sprintf("%.0f bytes/key", over), "<= 64 bytes/key", verdict[over <= 64]})
 	} else {
 		rows = append(rows, missing("5", figRSS, "<= 64 bytes/key", "e2e"))
 	}
@@ -145,7 +143,7 @@ func redisRows(res *results) []Row {
 	}
 	var perOp, ops []float64
 	for _, c := range res.Ceiling {
-		perOp, ops = append(perOp, c.CPUPerOp()), append(ops, c.OpsPerSecond)
+		perOp, ops = append(perOp, c.CPUPerOp), append(ops, c.OpsPerSecond)
 	}
 	if p, ok := Median(perOp); ok {
 		o, _ := Median(ops)
@@ -157,22 +155,15 @@ func redisRows(res *results) []Row {
 	return rows
 }
 
-// FormatTable renders rows as a Markdown table.
+// FormatTable renders rows as a Markdown table, then counts the verdicts:
+// "5 met, 2 not met, 0 not measured".
 func FormatTable(rows []Row) string {
-	b := "| # | figure | measured | target | result |\n| --- | --- | --- | --- | --- |\n"
+	b, n := "| # | figure | measured | target | result |\n| --- | --- | --- | --- | --- |\n", map[string]int{}
 	for _, r := range rows {
 		b += fmt.Sprintf("| %s | %s | %s | %s | %s |\n", r.Target, r.Figure, r.Measured, r.Goal, r.Verdict)
-	}
-	return b
-}
-
-// Summary counts the verdicts: "5 met, 2 not met, 0 not measured".
-func Summary(rows []Row) string {
-	n := map[string]int{}
-	for _, r := range rows {
 		n[r.Verdict]++
 	}
-	return fmt.Sprintf("%d met, %d not met, %d not measured", n[Met], n[NotMet], n[Failed])
+	return b + fmt.Sprintf("\n%d met, %d not met, %d not measured\n", n[Met], n[NotMet], n[Failed])
 }
 
 // Rate formats a per-second rate with an SI prefix and 3 significant
@@ -184,53 +175,41 @@ func Rate(v float64) string {
 	} else if a >= 1e3 {
 		v, unit = v/1e3, "k"
 	}
-	digits := 2
-	if a := math.Abs(v); a >= 100 {
-		digits = 0
-	} else if a >= 10 {
-		digits = 1
-	}
+	// 3 significant digits: as many decimals as the integer part leaves.
+	digits := max(0, 3-len(strconv.Itoa(int(math.Abs(v)))))
 	return strconv.FormatFloat(v, 'f', digits, 64) + unit
 }
 
-// GoBench is `go test -bench` output (several packages and -count
-// repetitions welcome): every result's values, by benchmark name (goTest
-// runs one CPU: go test adds no -GOMAXPROCS suffix) and unit ("ns/op",
-// "allocs/op" and every b.ReportMetric unit: "ns/record", "bytes/key", ...).
+// GoBench is the values of `go test -bench` results by benchmark name (one
+// CPU: no -GOMAXPROCS suffix) and unit ("ns/op", "allocs/op" and every
+// b.ReportMetric unit: "ns/record", "bytes/key", ...).
 type GoBench map[string]map[string][]float64
 
-// ParseGoBench reads the result lines of `go test -bench` output. Other
-// lines are skipped; a result line whose value does not parse is an error.
+// ParseGoBench reads `go test -bench` output; a bad result is an error.
 func ParseGoBench(r io.Reader) (GoBench, error) {
 	out := GoBench{}
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		// A benchmark's own log lines start with its name too; a result has
-		// the iteration count second and value/unit pairs after it.
-		f := strings.Fields(sc.Text())
-		if len(f) < 4 || len(f)%2 != 0 || !strings.HasPrefix(f[0], "Benchmark") {
-			continue
-		}
-		if _, err := strconv.ParseInt(f[1], 10, 64); err != nil {
-			continue
-		}
-		if out[f[0]] == nil {
-			out[f[0]] = map[string][]float64{}
-		}
-		for i := 2; i < len(f); i += 2 {
-			v, err := strconv.ParseFloat(f[i], 64)
-			if err != nil {
-				return nil, fmt.Errorf("%q: value %q of %s: %w", sc.Text(), f[i], f[i+1], err)
+	for br := benchfmt.NewReader(r, "gotest.txt"); br.Scan(); {
+		switch rec := br.Result().(type) {
+		case *benchfmt.SyntaxError:
+			return nil, rec
+		case *benchfmt.Result:
+			name := "Benchmark" + rec.Name.String()
+			if out[name] == nil {
+				out[name] = map[string][]float64{}
 			}
-			out[f[0]][f[i+1]] = append(out[f[0]][f[i+1]], v)
+			for _, v := range rec.Values {
+				if v.OrigUnit != "" { // as written, not tidied to sec/op
+					v.Value, v.Unit = v.OrigValue, v.OrigUnit
+				}
+				out[name][v.Unit] = append(out[name][v.Unit], v.Value)
+			}
 		}
 	}
-	return out, sc.Err()
+	return out, nil
 }
 
 // Median is the median of vs (the mean of the middle two for an even
-// count), which is also what benchstat centres its summaries on. ok is false
-// for no values.
+// count), as benchstat's; ok is false for no values.
 func Median(vs []float64) (m float64, ok bool) {
 	if len(vs) == 0 {
 		return 0, false
@@ -250,11 +229,8 @@ func ParsePprofTop(r io.Reader) (map[string]FuncCPU, error) {
 	header := false
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
-		if !header {
-			header = len(f) >= 5 && f[0] == "flat" && f[1] == "flat%"
-			continue
-		}
-		if len(f) < 6 {
+		if !header || len(f) < 6 { // the lines up to the header, then all but functions'
+			header = header || len(f) >= 5 && f[0] == "flat" && f[1] == "flat%"
 			continue
 		}
 		flat, err1 := time.ParseDuration(f[0])
@@ -272,10 +248,8 @@ func ParsePprofTop(r io.Reader) (map[string]FuncCPU, error) {
 	return out, sc.Err()
 }
 
-// shortName drops the type arguments of a generic function's name
-// ("queue.(*asyncQueue[go.shape.interface { ... }]).Start" becomes
-// "queue.(*asyncQueue[...]).Start") and pprof's " (inline)" mark, so that
-// the table stays readable and an inlined copy adds to its function.
+// shortName drops a generic function's type arguments ("queue.(*q[...]).Start")
+// and pprof's " (inline)" mark, so that an inlined copy adds to its function.
 func shortName(name string) string {
 	var b strings.Builder
 	depth := 0
@@ -296,10 +270,9 @@ func shortName(name string) string {
 }
 
 // ProfileDiff is the table of the n functions whose CPU per record (flat,
-// or cumulative if cum) differs most between the modes' profiles and the
-// first mode's (the pass-through), in nanoseconds per record; each mode's
-// profile is divided by the records of its run. A row of all functions'
-// flat CPU comes first.
+// or cumulative if cum) differs most between each mode's profile and the
+// first mode's (the pass-through), in ns per record of each mode's run,
+// after a row of all functions' flat CPU.
 func ProfileDiff(modes []string, profiles []map[string]FuncCPU, records []int64, n int, cum bool) string {
 	per := func(i int, name string) float64 {
 		d := profiles[i][name].Flat
@@ -308,12 +281,8 @@ func ProfileDiff(modes []string, profiles []map[string]FuncCPU, records []int64,
 		}
 		return float64(d.Nanoseconds()) / float64(records[i])
 	}
-	names := map[string]bool{}
-	kind, b := "flat", ""
-	if cum {
-		kind = "cumulative"
-	}
-	b = fmt.Sprintf("| function (%s CPU, ns per record) | %s |\n| --- |%s\n| **all functions** |", kind,
+	names, kind := map[string]bool{}, map[bool]string{false: "flat", true: "cumulative"}[cum]
+	b := fmt.Sprintf("| function (%s CPU, ns per record) | %s |\n| --- |%s\n| **all functions** |", kind,
 		strings.Join(modes, " | "), strings.Repeat(" ---: |", len(modes)))
 	for i, p := range profiles {
 		var total time.Duration

@@ -72,29 +72,21 @@ func parseSummary(t *testing.T, line string) summary {
 }
 
 func TestPrintsOneJSONLine(t *testing.T) {
-	for _, p := range []string{"grpc", "http"} {
-		t.Run(p, func(t *testing.T) {
-			s := newSink(t, false)
-			ep := s.GRPCEndpoint()
-			if p == "http" {
-				ep = s.HTTPEndpoint()
-			}
-			code, out, errOut := runCLI(t, "-protocol", p, "-endpoint", ep, "-records", "1000", "-batch", "100",
-				"-duplicates", "0.25", "-senders", "3", "-seed", "7")
-			if code != 0 || errOut != "" {
-				t.Fatalf("exit %d, stderr %q", code, errOut)
-			}
-			if strings.Count(out, "\n") != 1 || !strings.HasPrefix(out, "{") {
-				t.Fatalf("stdout is not one JSON line: %q", out)
-			}
-			sum := parseSummary(t, strings.TrimSpace(out))
-			if sum.Sent != 1000 || sum.Duplicates != 250 || sum.Unique != 750 || sum.Requests != 10 || sum.Errors != 0 || sum.Seed != 7 {
-				t.Errorf("summary %+v", sum)
-			}
-			if s.LogRecordCount() != 1000 {
-				t.Errorf("sink got %d records", s.LogRecordCount())
-			}
-		})
+	s := newSink(t, false)
+	code, out, errOut := runCLI(t, "-endpoint", s.GRPCEndpoint(), "-records", "1000", "-batch", "100",
+		"-duplicates", "0.25", "-senders", "3", "-seed", "7")
+	if code != 0 || errOut != "" {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	if strings.Count(out, "\n") != 1 || !strings.HasPrefix(out, "{") {
+		t.Fatalf("stdout is not one JSON line: %q", out)
+	}
+	sum := parseSummary(t, strings.TrimSpace(out))
+	if sum.Sent != 1000 || sum.Duplicates != 250 || sum.Unique != 750 || sum.Requests != 10 || sum.Errors != 0 || sum.Seed != 7 {
+		t.Errorf("summary %+v", sum)
+	}
+	if s.LogRecordCount() != 1000 {
+		t.Errorf("sink got %d records", s.LogRecordCount())
 	}
 }
 
@@ -110,7 +102,7 @@ func TestRandomSeedReported(t *testing.T) {
 
 func TestExitStatusOnErrors(t *testing.T) {
 	s := newSink(t, true)
-	code, out, _ := runCLI(t, "-protocol", "http", "-endpoint", s.HTTPEndpoint(), "-records", "200", "-batch", "100")
+	code, out, _ := runCLI(t, "-endpoint", s.GRPCEndpoint(), "-records", "200", "-batch", "100")
 	sum := parseSummary(t, strings.TrimSpace(out))
 	if code != 1 || sum.Errors != 2 || sum.FailedRecords != 200 || sum.Retries != 0 {
 		t.Errorf("exit %d, summary %+v", code, sum)
@@ -131,7 +123,6 @@ func TestInterrupted(t *testing.T) {
 func TestUsageErrors(t *testing.T) {
 	for args, want := range map[string]string{
 		"-duplicates 1.5": "dedupload: duplicates must be in [0, 1) (a fraction of records)",
-		"-protocol udp":   "dedupload: protocol must be grpc or http, got udp",
 		"-records 0":      "dedupload: want flags only, and -records, -batch and -senders >= 1",
 		"-batch 0":        "dedupload: want flags only, and -records, -batch and -senders >= 1",
 		"extra-argument":  "dedupload: want flags only, and -records, -batch and -senders >= 1",

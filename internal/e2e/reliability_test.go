@@ -165,8 +165,7 @@ func (rc *relCollector) restoredKeys() int {
 // like an exporter (100 ms first backoff, up to 60 s).
 func (h *relHarness) load(seed uint64, records int64, extra func(*loadgen.Config)) loadgen.Config {
 	cfg := loadgen.Config{
-		Endpoint: h.ports.OTLPGRPC, Protocol: loadgen.GRPC,
-		Records: records, Duplicates: 0.2, Batch: 250, Senders: 4, Seed: seed,
+		Endpoint: h.ports.OTLPGRPC, Records: records, Duplicates: 0.2, Batch: 250, Senders: 4, Seed: seed,
 		Retry: loadgen.RetryConfig{InitialInterval: 100 * time.Millisecond, MaxInterval: time.Second, MaxElapsedTime: time.Minute},
 	}
 	if extra != nil {
@@ -185,7 +184,7 @@ func relRun(t *testing.T, cfg loadgen.Config) loadgen.Summary {
 		t.Fatalf("loadgen: %v", err)
 	}
 	if sum.Errors != 0 || sum.FailedRecords != 0 || sum.Sent != cfg.Records {
-		t.Fatalf("loadgen: %s, want every record acknowledged", sum.JSON())
+		t.Fatalf("loadgen: %+v, want every record acknowledged", sum)
 	}
 	return sum
 }
@@ -338,7 +337,7 @@ func TestReliabilitySIGKILLMidStream(t *testing.T) {
 	}
 	wg.Wait()
 	if loadErr != nil || sumB.Errors != 0 || sumB.FailedRecords != 0 || sumB.Sent != b.Records {
-		t.Fatalf("loadgen across the crash: %v %s, want every record acknowledged", loadErr, sumB.JSON())
+		t.Fatalf("loadgen across the crash: %v %+v, want every record acknowledged", loadErr, sumB)
 	}
 	// Agents re-send what they had buffered: both streams in full.
 	relRun(t, a)

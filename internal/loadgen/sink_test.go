@@ -43,16 +43,7 @@ func newSink(t testing.TB) *sink {
 	return s
 }
 
-// endpoint is the sink's address for a protocol.
-func (s *sink) endpoint(protocol string) string {
-	if protocol == HTTP {
-		return s.HTTPEndpoint()
-	}
-	return s.GRPCEndpoint()
-}
-
-// fail makes the next n requests fail with gRPC code c (over HTTP, the
-// matching status).
+// fail makes the next n requests fail with gRPC code c.
 func (s *sink) fail(n int, c codes.Code) {
 	s.FailWith(status.Error(c, "the sink refused the request"))
 	s.FailNext(n)

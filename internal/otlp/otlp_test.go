@@ -3,7 +3,6 @@ package otlp
 import (
 	"context"
 	"errors"
-	"net"
 	"testing"
 	"time"
 
@@ -11,10 +10,8 @@ import (
 	"go.opentelemetry.io/collector/pdata/pmetric"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.uber.org/goleak"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 )
@@ -110,8 +107,8 @@ func TestOnLogs(t *testing.T) {
 	}
 }
 
-// A refusal is the code or status FailWith sets, retryable or not as an
-// exporter sees it; refused requests are counted, not kept.
+// A refusal is the code or status FailWith sets; refused requests are
+// counted, not kept.
 func TestFailNext(t *testing.T) {
 	for _, p := range protocols {
 		s := newSink(t)
@@ -119,15 +116,15 @@ func TestFailNext(t *testing.T) {
 		ctx := ctxT(t)
 		s.FailNext(1)
 		err := c.SendLogs(ctx, logs(4))
-		if retry, _ := Retryable(err); !retry || (p == GRPC && status.Code(err) != codes.Unavailable) {
-			t.Errorf("%s: %v, want a retryable Unavailable / 503", p, err)
+		var he *HTTPError
+		if status.Code(err) != codes.Unavailable && (!errors.As(err, &he) || he.StatusCode != 503) {
+			t.Errorf("%s: %v, want Unavailable / 503", p, err)
 		}
 		s.FailWith(status.Error(codes.InvalidArgument, "the sink refused the request"))
 		s.FailNext(1)
 		err = c.SendLogs(ctx, logs(2))
-		var he *HTTPError
-		if retry, _ := Retryable(err); retry || (p == HTTP && (!errors.As(err, &he) || he.StatusCode != 400 || he.Message != "the sink refused the request")) {
-			t.Errorf("%s: %v, want a permanent InvalidArgument / 400", p, err)
+		if status.Code(err) != codes.InvalidArgument && (!errors.As(err, &he) || he.StatusCode != 400 || he.Message != "the sink refused the request") {
+			t.Errorf("%s: %v, want InvalidArgument / 400", p, err)
 		}
 		if err := c.SendLogs(ctx, logs(1)); err != nil {
 			t.Fatal(err)
@@ -176,47 +173,18 @@ func TestHoldAndLatency(t *testing.T) {
 	}
 }
 
-func TestRetryable(t *testing.T) {
-	st, err := status.New(codes.ResourceExhausted, "slow down").WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(3 * time.Second)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if retry, d := Retryable(st.Err()); !retry || d != 3*time.Second {
-		t.Errorf("RetryInfo: %v %v", retry, d)
-	}
-	for c, want := range map[codes.Code]bool{
-		codes.Unavailable: true, codes.DeadlineExceeded: true, codes.ResourceExhausted: true, codes.Aborted: true,
-		codes.InvalidArgument: false, codes.Unauthenticated: false, codes.PermissionDenied: false, codes.Internal: false, codes.Unimplemented: false,
-	} {
-		if got, _ := Retryable(status.Error(c, "x")); got != want {
-			t.Errorf("%v retryable = %v, want %v", c, got, want)
-		}
-	}
-	for code, want := range map[int]bool{429: true, 502: true, 503: true, 504: true, 400: false, 401: false, 500: false} {
-		if got, _ := Retryable(&HTTPError{StatusCode: code}); got != want {
-			t.Errorf("HTTP %d retryable = %v, want %v", code, got, want)
-		}
-	}
-	if retry, _ := Retryable(&net.OpError{Op: "dial", Err: errors.New("connection refused")}); !retry {
-		t.Error("a refused connection is not retried")
-	}
-}
-
 func TestNewClientEndpoints(t *testing.T) {
-	for in, want := range map[string][2]string{
-		"127.0.0.1:4318":                {"http://127.0.0.1:4318", "/v1/logs"},
-		"http://gw:4318/":               {"http://gw:4318", "/v1/logs"},
-		"https://gw.example:443":        {"https://gw.example:443", "/v1/logs"},
-		"http://gw:4318/custom/v1/logs": {"http://gw:4318", "/custom/v1/logs"},
+	for in, want := range map[string]string{
+		"127.0.0.1:4318":         "http://127.0.0.1:4318",
+		"http://gw:4318/":        "http://gw:4318",
+		"https://gw.example:443": "https://gw.example:443",
 	} {
 		c, err := NewClient(HTTP, in)
-		if err != nil || [2]string{c.base, c.logsPath} != want {
+		if err != nil || c.base != want {
 			t.Errorf("NewClient(http, %q): %v; want %v", in, err, want)
 		}
 	}
-	for _, bad := range [][2]string{{HTTP, "ftp://x"}, {"udp", "127.0.0.1:1"}} {
-		if _, err := NewClient(bad[0], bad[1]); err == nil {
-			t.Errorf("NewClient(%q, %q) accepted", bad[0], bad[1])
-		}
+	if _, err := NewClient("udp", "127.0.0.1:1"); err == nil {
+		t.Error("NewClient(udp) accepted")
 	}
 }
