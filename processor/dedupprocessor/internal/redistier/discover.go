@@ -50,7 +50,13 @@ func (t *Tier) discover(ctx context.Context) (Mode, error) {
 	probes := make([]probe, len(t.opts.Endpoints))
 	var wg sync.WaitGroup
 	for i, addr := range t.opts.Endpoints {
-		wg.Go(func() { probes[i] = t.probe(ctx, addr) })
+		wg.Go(func() {
+			probes[i] = t.probe(ctx, addr, true)
+			if err := probes[i].err; err != nil && strings.Contains(err.Error(), "without any password configured") {
+				// A Sentinel without credentials of its own: ask it without.
+				probes[i] = t.probe(ctx, addr, false)
+			}
+		})
 	}
 	wg.Wait()
 	return decide(&t.opts, probes)
@@ -59,16 +65,7 @@ func (t *Tier) discover(ctx context.Context) (Mode, error) {
 // probe asks one endpoint what it is: HELLO without arguments (Redis >= 6)
 // answers the mode and role without switching the protocol, else INFO
 // server; ROLE then names a replica's master or a Sentinel's masters.
-func (t *Tier) probe(ctx context.Context, addr string) probe {
-	p := t.ask(ctx, addr, true)
-	if p.err != nil && strings.Contains(p.err.Error(), "without any password configured") {
-		// A Sentinel without credentials of its own: ask it without.
-		p = t.ask(ctx, addr, false)
-	}
-	return p
-}
-
-func (t *Tier) ask(ctx context.Context, addr string, credentials bool) probe {
+func (t *Tier) probe(ctx context.Context, addr string, credentials bool) probe {
 	o := &redis.Options{
 		Addr:            addr,
 		TLSConfig:       t.opts.TLS,
