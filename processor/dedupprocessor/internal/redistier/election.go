@@ -93,21 +93,11 @@ func (t *Tier) Elect(ctx context.Context, token string, failover time.Duration, 
 // commits token's pending ones, refreshes committed ones of the same
 // replica, and takes free ones committed, each answering ElectionLive for
 // the failover timeout; others are answered as by Elect. On an error the
-// answers are left zero, and the writer retries while the lease lasts.
+// answers are left zero.
 func (t *Tier) CommitElected(ctx context.Context, token string, failover time.Duration, es []Election, answers []ElectionAnswer) error {
 	answers = answers[:len(es)]
 	clear(answers)
-	c, err := t.beginSettle(OpCommit, token, len(es))
-	if c == nil {
-		return err
-	}
-	ws := make([]write, len(es))
-	for i, el := range es {
-		ws[i] = write{op: OpCommit, token: token, election: &electionWrite{key: el.Key, replica: el.Replica, failover: failover}}
-	}
-	// The batch was delivered: the other collectors must learn it, so the
-	// writer retries what fails.
-	calls, err := t.send(ctx, c, ws)
+	calls, err := t.settleElections(ctx, OpCommit, token, failover, es)
 	if err != nil {
 		return err
 	}
@@ -124,21 +114,31 @@ func (t *Tier) CommitElected(ctx context.Context, token string, failover time.Du
 
 // ReleaseElections gives up the elections of keys that token holds pending,
 // restoring those they replaced, and leaves a marker for the lease so that
-// a late Elect of token takes nothing. It is idempotent; the writer retries
-// what fails while the lease lasts.
+// a late Elect of token takes nothing. It is idempotent.
 func (t *Tier) ReleaseElections(ctx context.Context, token string, failover time.Duration, keys []digest.Digest) error {
-	c, err := t.beginSettle(OpRelease, token, len(keys))
-	if c == nil {
-		return err
-	}
-	ws := make([]write, len(keys))
+	es := make([]Election, len(keys))
 	for i, k := range keys {
-		ws[i] = write{op: OpRelease, token: token, election: &electionWrite{key: k, failover: failover}}
+		es[i].Key = k
 	}
-	// One left behind would stall its cluster everywhere for the lease:
-	// the writer retries it.
-	_, err = t.send(ctx, c, ws)
+	_, err := t.settleElections(ctx, OpRelease, token, failover, es)
 	return err
+}
+
+// settleElections sends the commits or releases of es now. The writer
+// retries what fails while the lease lasts: other collectors must learn of a
+// delivered batch, and an election left pending stalls its cluster
+// everywhere for the lease.
+func (t *Tier) settleElections(ctx context.Context, op, token string, failover time.Duration, es []Election) ([]*call, error) {
+	c, err := t.beginSettle(op, token, len(es))
+	if c == nil {
+		return nil, err
+	}
+	until := t.opts.Clock.Now().Add(t.opts.Lease)
+	ws := make([]write, len(es))
+	for i, el := range es {
+		ws[i] = write{op: op, token: token, election: &el, failover: failover, until: until}
+	}
+	return t.send(ctx, c, ws)
 }
 
 func (t *Tier) electionKey(k digest.Digest) string {

@@ -245,13 +245,15 @@ func (t *Tier) Mode() Mode {
 }
 
 // Close stops the tier: calls fail from now on, renewals stop, and the
-// writes left are sent until they land or drainFor has passed (the rest are
-// reported lost). Call it once the batches using the tier have ended.
+// writes left are sent until they land or two tries' time has passed (the
+// rest are reported lost). Call it once the batches using the tier have ended.
 func (t *Tier) Close() error {
 	var err error
 	t.closed.Do(func() {
 		t.shut.Store(true)
-		t.w.close()
+		t.w.mu.Lock()
+		t.w.closed = true
+		t.w.mu.Unlock()
 		t.cancel()
 		t.wg.Wait()
 		if c := t.conn.Load(); c != nil {
@@ -327,24 +329,14 @@ func (t *Tier) Claim(ctx context.Context, token string, ds []digest.Digest, answ
 		b.sortGroups(ds)
 	}
 	calls := t.claimCalls(ctx, c, b, op, token, ds, look)
-	if look {
-		for i, cl := range calls {
-			err = errors.Join(err, t.patiently(ctx, c, calls[i:i+1]))
-			if cl.err == nil && pendingIn(cl) {
-				for _, rest := range calls[i+1:] {
-					for _, k := range rest.idx {
-						answers[k] = Pending
-					}
-				}
-				calls = calls[:i+1]
-				break
-			}
-		}
-	} else {
+	if !look {
 		err = t.patiently(ctx, c, calls)
 	}
 	var held []string
-	for _, cl := range calls {
+	for i, cl := range calls {
+		if look {
+			err = errors.Join(err, t.patiently(ctx, c, calls[i:i+1]))
+		}
 		if cl.err != nil {
 			continue
 		}
@@ -362,18 +354,17 @@ func (t *Tier) Claim(ctx context.Context, token string, ds []digest.Digest, answ
 				held = append(held, key)
 			}
 		}
+		if look && owner != "" { // stopped at a pending digest: the rest stay untried
+			for _, rest := range calls[i+1:] {
+				for _, k := range rest.idx {
+					answers[k] = Pending
+				}
+			}
+			break
+		}
 	}
 	t.w.hold(token, held, false, t.opts.Clock.Now())
 	return holder, err
-}
-
-// pendingIn reports whether a claim call's reply has a pending digest.
-func pendingIn(cl *call) bool {
-	v, ok := cl.cmd.Val().(string)
-	if !ok || len(v) < len(cl.idx) {
-		return false
-	}
-	return strings.ContainsAny(v[:len(cl.idx)], "23")
 }
 
 // patiently runs calls within the timeout, then sends again, with twice the
@@ -528,30 +519,25 @@ func (t *Tier) run(ctx context.Context, c *conn, calls []*call, timeout time.Dur
 	d := t.opts.Clock.Now().Sub(start)
 	type report struct {
 		op, result string
-		sent       bool
+		d          time.Duration // zero while none of its calls was sent
 	}
 	var ops []report
 	for _, cl := range calls {
 		k := slices.IndexFunc(ops, func(r report) bool { return r.op == cl.op })
 		if k < 0 {
+			k = len(ops)
 			ops = append(ops, report{op: cl.op, result: ResultOK})
-			k = len(ops) - 1
 		}
-		r := ResultOK
-		if cl.err != nil {
-			r = resultOf(cl.err)
+		r := resultOf(cl.err)
+		if r != ResultSkipped {
+			ops[k].d = d
 		}
-		ops[k].sent = ops[k].sent || r != ResultSkipped
 		if slices.Index(severity, r) > slices.Index(severity, ops[k].result) {
 			ops[k].result = r
 		}
 	}
 	for _, r := range ops {
-		if r.sent {
-			t.opts.Observe(r.op, r.result, d)
-		} else {
-			t.opts.Observe(r.op, r.result, 0)
-		}
+		t.opts.Observe(r.op, r.result, r.d)
 	}
 	return t.failure(calls)
 }
@@ -587,6 +573,8 @@ var severity = []string{ResultOK, ResultSkipped, ResultError, ResultTimeout}
 
 func resultOf(err error) string {
 	switch {
+	case err == nil:
+		return ResultOK
 	case errors.Is(err, errBreakerOpen):
 		return ResultSkipped
 	case isTimeout(err):

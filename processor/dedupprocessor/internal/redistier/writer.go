@@ -16,16 +16,12 @@ import (
 
 // The writer is the tier's background goroutine. Each round renews the
 // pending claims and elections whose batches are downstream, once a third
-// of the lease has passed since their last renewal landed (so the lease
-// bounds only how long a dead collector's claims stand in the way), sends
-// the queued commits, and sends again, with a growing pause, the writes
-// that failed, until they land or their claim's lease has ended (Redis has
-// then freed the claim). A round is one round trip (one per master in a
-// Cluster). Claims lost on the way are reported as ResultLost.
-//
-// A batch that finds the queue full (maxQueued) sends its own write and
-// waits for it: a Redis that cannot keep up slows the senders instead of
-// growing the queue.
+// of the lease has passed since their last renewal landed, sends the queued
+// commits, and retries, with a growing pause, the writes that failed until
+// they land or their claim's lease has ended (Redis has then freed the
+// claim). A round is one round trip (one per master in a Cluster). A batch
+// that finds the queue full (maxQueued) sends its own write and waits for
+// it: a Redis that cannot keep up slows the senders, not grows the queue.
 const (
 	maxQueued  = 4096
 	retryFirst = 100 * time.Millisecond
@@ -39,15 +35,11 @@ type write struct {
 	token    string
 	group    int
 	ds       []digest.Digest // a release's digests
-	election *electionWrite  // set for an election
+	election *Election       // set for an election
+	failover time.Duration   // an election's
 	until    time.Time       // the claim's lease has ended by then
 	pause    time.Duration   // before the next try, once one failed
 	next     time.Time
-}
-
-type electionWrite struct {
-	key, replica digest.Digest
-	failover     time.Duration
 }
 
 // renewal is one pending claim's group, or one pending election, whose
@@ -146,12 +138,8 @@ func (w *writer) run(t *Tier) {
 			pinged = now
 		}
 	}
-	deadline := clk.Now().Add(t.drainFor())
-	for w.left() > 0 {
-		now := clk.Now()
-		if !now.Before(deadline) {
-			break
-		}
+	deadline := clk.Now().Add(2*t.opts.Timeout + retryFirst) // two tries of each write
+	for now := clk.Now(); w.left() > 0 && now.Before(deadline); now = clk.Now() {
 		w.round(t, context.Background(), now)
 		if w.left() > 0 {
 			_ = clk.Wait(context.Background(), nil, min(retryFirst, deadline.Sub(now)))
@@ -163,9 +151,6 @@ func (w *writer) run(t *Tier) {
 	w.mu.Unlock()
 	t.lostAll(left, "shut down before it landed")
 }
-
-// drainFor bounds the writer's work after Close: two tries of each write.
-func (t *Tier) drainFor() time.Duration { return 2*t.opts.Timeout + retryFirst }
 
 func (w *writer) left() int {
 	w.mu.Lock()
@@ -242,14 +227,7 @@ func (w *writer) round(t *Tier, ctx context.Context, now time.Time) time.Duratio
 			w.mu.Unlock()
 		}
 	}
-	failed := t.readWrites(ws, calls[len(renew):])
-	w.mu.Lock()
-	for _, wr := range failed {
-		wr.pause = min(max(2*wr.pause, retryFirst), retryMost)
-		wr.next = now.Add(wr.pause)
-		w.retry = append(w.retry, wr)
-	}
-	w.mu.Unlock()
+	t.retry(t.readWrites(ws, calls[len(renew):]), now, true)
 	return w.nextRound(now, every)
 }
 
@@ -269,12 +247,6 @@ func (w *writer) nextRound(now time.Time, every time.Duration) time.Duration {
 	return max(next, time.Millisecond)
 }
 
-func (w *writer) close() {
-	w.mu.Lock()
-	w.closed = true
-	w.mu.Unlock()
-}
-
 // renewEvery is how often a pending lease is renewed: a third of it, so
 // that a renewal that fails can be tried again before the lease ends.
 func (t *Tier) renewEvery() time.Duration { return max(t.opts.Lease/3, time.Millisecond) }
@@ -291,33 +263,33 @@ func (t *Tier) lostAll(ws []write, why string) {
 func (t *Tier) send(ctx context.Context, c *conn, ws []write) ([]*call, error) {
 	calls := t.writeCalls(ctx, c, ws)
 	err := t.run(ctx, c, calls, t.opts.Timeout)
-	t.retry(t.readWrites(ws, calls))
+	t.retry(t.readWrites(ws, calls), t.opts.Clock.Now(), false)
 	return calls, err
 }
 
-// retry hands writes that failed outside a round to the writer; once the
-// tier is closed, they are lost.
-func (t *Tier) retry(failed []write) {
+// retry hands failed writes to the writer, each to be sent again after a
+// pause that doubles with every failure. Outside a round, once the tier is
+// closed, they are lost.
+func (t *Tier) retry(failed []write, now time.Time, inRound bool) {
 	if len(failed) == 0 {
 		return
 	}
-	now := t.opts.Clock.Now()
 	for i := range failed {
 		wr := &failed[i]
-		if wr.until.IsZero() {
-			wr.until = now.Add(t.opts.Lease)
-		}
-		wr.pause, wr.next = retryFirst, now.Add(retryFirst)
+		wr.pause = min(max(2*wr.pause, retryFirst), retryMost)
+		wr.next = now.Add(wr.pause)
 	}
 	t.w.mu.Lock()
-	if t.w.closed {
+	if t.w.closed && !inRound {
 		t.w.mu.Unlock()
 		t.lostAll(failed, "failed after the tier was shut down")
 		return
 	}
 	t.w.retry = append(t.w.retry, failed...)
 	t.w.mu.Unlock()
-	t.w.signal()
+	if !inRound {
+		t.w.signal()
+	}
 }
 
 func (t *Tier) writeError(err error) {
@@ -339,14 +311,14 @@ func (t *Tier) writeCalls(ctx context.Context, c *conn, ws []write) []*call {
 	calls := make([]*call, len(ws))
 	for i, wr := range ws {
 		if el := wr.election; el != nil {
-			key := t.electionKey(el.key)
-			rep := el.replica.Bytes()
-			fo := strconv.FormatInt(el.failover.Milliseconds(), 10)
+			key := t.electionKey(el.Key)
+			rep := el.Replica.Bytes()
+			fo := strconv.FormatInt(wr.failover.Milliseconds(), 10)
 			var args []any
 			if wr.op == OpCommit {
 				args = []any{"evalsha", confirmScript.Hash(), 1, key, string(rep[:]), wr.token, fo}
 			} else {
-				args = []any{"evalsha", releaseElectionScript.Hash(), 2, key, t.electionMarker(el.key, wr.token), wr.token, fo, t.leaseArg}
+				args = []any{"evalsha", releaseElectionScript.Hash(), 2, key, t.electionMarker(el.Key, wr.token), wr.token, fo, t.leaseArg}
 			}
 			calls[i] = &call{op: wr.op, cmd: redis.NewCmd(ctx, args...), route: key}
 			continue
