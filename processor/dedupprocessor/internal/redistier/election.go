@@ -14,18 +14,18 @@ import (
 // Replica election: which replica of an HA group of agents (a cluster) the
 // collectors sharing this Redis deliver.
 //
-// An election is one key, so it is atomic on one node: KeyPrefix + "elect:{"
-// + the hex of the digest of tenant and cluster + "}" (the tag spreads
-// elections over a Cluster's masters; hex, so no digest byte forms a tag).
-// Its value holds digests, a token and a time in ms from the server's clock
-// (TIME, so skewed collectors agree):
+// An election is one key, atomic on one node: KeyPrefix + "elect:{" + the
+// hex of the digest of tenant and cluster + "}" (the tag spreads elections
+// over a Cluster's masters; hex, so no digest byte forms a tag). Its value
+// holds digests, a token and a time in ms by the server's clock (TIME, so
+// skewed collectors agree):
 //
 //	committed: "c" replica token refreshed-at
 //	pending:   "p" replica token taken-at "|" the committed value it replaces, if any
 //
 // A committed election is live until refreshed-at + failover; its key is
 // kept one failover longer, so its successor can tell it replaces another.
-// A pending one lives for the lease, like a pending claim.
+// A pending one lives for the lease.
 
 // OpElect names an election lookup (Elect) for Options.Observe.
 const OpElect = "elect"
@@ -37,8 +37,7 @@ type ElectionState uint8
 // ElectionTaken, pending under the call's token (Replica is the one whose
 // expired election it replaces, if HasPrev); ElectionPending, pending under
 // another token (Replica is its candidate); ElectionUnknown, the call
-// failed: the election may be pending under the call's token, so release
-// it.
+// failed, maybe taking it: release it.
 const (
 	ElectionLive ElectionState = iota
 	ElectionTaken
@@ -62,10 +61,9 @@ type ElectionAnswer struct {
 
 // Elect answers which replica of e's cluster is elected, in one round trip.
 // Where none is live or pending, it takes the election for e.Replica,
-// pending under token (NewToken), its lease renewed until CommitElected or
+// pending under token, its lease renewed until CommitElected or
 // ReleaseElections. Retrying with the same token is safe; once the token's
-// release has landed, Elect takes nothing. A batch asks one election at a
-// time, in the order of their keys (see Claim's look for why).
+// release has landed, it takes nothing.
 func (t *Tier) Elect(ctx context.Context, token string, failover time.Duration, e Election) (ElectionAnswer, error) {
 	c, err := t.connected(OpElect)
 	if err != nil {
@@ -145,8 +143,8 @@ func (t *Tier) electionKey(k digest.Digest) string {
 	return t.opts.KeyPrefix + "elect:{" + k.String() + "}"
 }
 
-// electionMarker is the key a release of token leaves for the election k:
-// in the election key's slot.
+// electionMarker is the key, in the election's slot, a release of token
+// leaves.
 func (t *Tier) electionMarker(k digest.Digest, token string) string {
 	return t.electionKey(k) + "r" + token
 }
@@ -176,8 +174,8 @@ func electionAnswer(c *redis.Cmd) (ElectionAnswer, error) {
 }
 
 // The election scripts; KEYS[1] is the election key. A value is parsed by
-// position: the time's digits start at byte 34, and the first "|" after
-// them starts the replaced value.
+// position: the time starts at byte 34, and the "|" after it starts the
+// replaced value.
 const electionLib = `
 local function now()
   local t = redis.call('TIME')

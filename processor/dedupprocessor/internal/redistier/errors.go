@@ -53,11 +53,6 @@ func redirected(err error) bool {
 	return ok
 }
 
-// retriable reports whether err may pass on a retry whatever the slot map.
-func retriable(err error) bool {
-	return moving(err) || redis.IsLoadingError(err) || redis.IsMasterDownError(err)
-}
-
 // isTimeout reports whether err is a timeout, a free connection's included.
 func isTimeout(err error) bool {
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, redis.ErrPoolTimeout) {

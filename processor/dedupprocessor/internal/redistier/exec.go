@@ -30,8 +30,8 @@ type executor interface {
 	close() error
 }
 
-// NodeBreaker is the circuit breaker state of one node: a Cluster master by
-// address, a standalone server by endpoint, a Sentinel's master by name.
+// NodeBreaker is the breaker state of a Cluster master (by address), a
+// standalone server (by endpoint) or a Sentinel's master (by name).
 type NodeBreaker struct {
 	Node  string
 	State breaker.State
@@ -57,8 +57,7 @@ func (x *singleExec) exec(ctx context.Context, calls []*call) {
 	for _, c := range calls {
 		c.node = x.name
 		if c.err != nil {
-			// Replies count too: a single server that refuses (OOM, a wrong
-			// password, READONLY) refuses every call.
+			// Replies count: a server that refuses (OOM, READONLY) refuses all.
 			outcome = failureOutcome(ctx)
 		}
 	}
@@ -86,9 +85,9 @@ func failureOutcome(ctx context.Context) breaker.Outcome {
 	return breaker.Failure
 }
 
-// sendPipeline sends calls to one node in one round trip. Scripts answered
-// NOSCRIPT (the node restarted, was promoted or flushed its scripts) are
-// sent again as EVAL, which also loads them.
+// sendPipeline sends calls to one node in one round trip, and again as
+// EVAL, which loads them, the scripts it answered NOSCRIPT (restarted,
+// promoted, or flushed).
 func sendPipeline(ctx context.Context, client *redis.Client, calls []*call) {
 	send := func(cs []*call) {
 		if len(cs) == 1 {

@@ -4,12 +4,10 @@
 //
 // A claim is two-phase: Claim marks a batch's digests pending under the
 // batch's token, then Commit makes them hold for the window or Release frees
-// them; a pending claim neither committed nor released ends with its lease.
-// The protocol is argued in the processor's consume.go and README; the keys
-// are in layout.go. The topology is asked of the endpoints at Start
-// (discover.go), since every collector sharing a Redis must use the same key
-// layout. In a Cluster a failed node fails only the digests of the groups it
-// serves (cluster.go).
+// them; a claim neither committed nor released ends with its lease. The
+// protocol is argued in the processor's consume.go and README; the keys are
+// in layout.go. Start asks the endpoints their topology (discover.go): every
+// collector sharing a Redis must use the same key layout.
 package redistier
 
 import (
@@ -71,17 +69,13 @@ type Options struct {
 	Window  time.Duration
 	Lease   time.Duration
 	Breaker breaker.Config // one breaker per node; zero fields take defaults
-	// Clock is the tier's time: leases, retries, renewals, breakers and
-	// durations; nil is the wall clock.
-	Clock clock.Clock
+	Clock   clock.Clock    // leases, retries, renewals, breakers, durations; nil: the wall clock
 	// Observe, if set, is called once per operation of a call with the
 	// worst result of its groups and its duration (zero: no round trip),
 	// and with ResultLost per claim lost. Called concurrently: keep it cheap.
 	Observe func(op, result string, d time.Duration)
-	// OnNewServer, if set, is called when a Redis server not seen before
-	// answers after the tier connected (a restarted master, a promoted
-	// replica), which may have lost writes: what the caller cached of Redis
-	// should be asked again. Called from go-redis's connection setup.
+	// OnNewServer, if set, is called (from go-redis's connection setup) when
+	// a server not seen before answers after the tier connected (see servers).
 	OnNewServer func(runID string)
 	// OnTopology, if set, is called when a tier whose endpoints did not
 	// answer at Start learns their mode, or why it cannot work with them
@@ -115,8 +109,8 @@ type conn struct {
 	srv    *servers
 }
 
-// New returns a Tier that has not asked Redis anything yet. The options are
-// the processor's validated configuration (config.go checks them).
+// New returns a Tier that has not asked Redis anything yet; the processor's
+// config.go validates the options.
 func New(opts Options) *Tier {
 	if opts.Mode == "" {
 		opts.Mode = ModeAuto
@@ -142,10 +136,10 @@ func New(opts Options) *Tier {
 	return t
 }
 
-// Start finds out what the endpoints are and connects to them. It fails,
-// naming the setting to change, if they cannot work (see decide). If none
-// answers, a tier with a Mode connects as that mode; without, calls fail
-// until the endpoints, asked again in the background, answer.
+// Start finds out what the endpoints are and connects to them, or fails if
+// they cannot work (see decide). If none answers, a tier with a Mode
+// connects as that mode; without, calls fail until the endpoints, asked
+// again in the background, answer.
 func (t *Tier) Start(ctx context.Context) error {
 	mode, err := t.discover(ctx)
 	switch {
@@ -192,9 +186,8 @@ func (t *Tier) discoverLater() {
 func (t *Tier) connect(mode Mode) {
 	o := t.opts
 	u := redis.UniversalOptions{
-		// go-redis appends the Cluster nodes it learns to Addrs in place:
-		// give it a slice of its own (tiers of one configuration share
-		// Endpoints).
+		// go-redis appends the Cluster nodes it learns to Addrs in place, and
+		// tiers of one configuration share Endpoints.
 		Addrs:       slices.Clip(slices.Clone(o.Endpoints)),
 		MasterName:  o.MasterName,
 		Username:    o.Username,
@@ -202,8 +195,7 @@ func (t *Tier) connect(mode Mode) {
 		DB:          o.DB,
 		TLSConfig:   o.TLS,
 		DialTimeout: o.Timeout,
-		// Each call's context bounds it: Timeout for a try, longer for a
-		// retry (patiently).
+		// Each call's context bounds it: longer for a retry (patiently).
 		ReadTimeout:           max(o.Timeout, t.renewEvery()),
 		WriteTimeout:          max(o.Timeout, t.renewEvery()),
 		PoolTimeout:           o.Timeout,
@@ -212,9 +204,8 @@ func (t *Tier) connect(mode Mode) {
 		// its token, and the call's context bounds the total time.
 		MaxRetries:    1,
 		DialerRetries: 1,
-		// Plain Redis does not know the maintenance-notifications handshake
-		// and would cost a failed command per new connection (go-redis's
-		// failover client has them off).
+		// Plain Redis does not know this handshake: a failed command per
+		// new connection.
 		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
 	}
 	c := &conn{mode: mode, layout: newLayout(o.KeyPrefix, 0), srv: &servers{seen: map[string]bool{}, fn: o.OnNewServer}}
@@ -244,9 +235,8 @@ func (t *Tier) Mode() Mode {
 	return ""
 }
 
-// Close stops the tier: calls fail from now on, renewals stop, and the
-// writes left are sent until they land or two tries' time has passed (the
-// rest are reported lost). Call it once the batches using the tier have ended.
+// Close stops the tier once its batches have ended: calls fail, renewals
+// stop, and the writes left get two tries (the rest are reported lost).
 func (t *Tier) Close() error {
 	var err error
 	t.closed.Do(func() {
@@ -272,9 +262,9 @@ func (t *Tier) Breakers() []NodeBreaker {
 	return nil
 }
 
-// NewToken returns a claim token: 16 bytes, age big-endian then 64 random
-// bits, so tokens never collide and one read in Redis tells when its batch
-// began. Each claim needs its own: Commit and Release act on all it holds.
+// NewToken returns a claim token: age big-endian, then 64 random bits, so
+// tokens never collide and Redis tells when a batch began. Each claim needs
+// its own: Commit and Release act on all it holds.
 func NewToken(age uint64) string {
 	var b [16]byte
 	binary.BigEndian.PutUint64(b[:8], age)
@@ -294,19 +284,18 @@ const (
 	Pending            // by a pending claim of another token, still downstream
 )
 
-// Claim claims under token every digest of ds that no live claim holds, in
-// one round trip (one per node in a Cluster), and sets answers[i] for ds[i].
-// Of concurrent claims of a digest, anywhere, exactly one gets Claimed.
-// Atomicity is per script call: one group's digests, at most
-// maxKeysPerScript. ds must not repeat a digest; token must be unique to
-// the claim (NewToken). The claim is pending, its lease renewed in the
+// Claim claims under token every digest of distinct ds that no live claim
+// holds, in one round trip (one per node in a Cluster), and sets answers[i]
+// for ds[i]. Of concurrent claims of a digest, anywhere, exactly one gets
+// Claimed; atomicity is per script call (one group's digests, at most
+// maxKeysPerScript). The claim is pending, its lease renewed in the
 // background, and must end with Commit or Release whatever the answers. A
 // failed group's digests answer Unavailable. Retrying with the same token
 // is safe. It returns the token of a pending claim it met, if any.
 //
-// With look (OpRecheck), the digests are claimed one script call at a time
-// in the order of (group, digest), stopping at the first digest another
-// claim holds pending: the rest answer Pending, untried. A look then holds
+// With look (OpRecheck), it claims one script call at a time in the order
+// of (group, digest), the same in every collector, stopping at the first
+// digest held pending: the rest answer Pending, untried. A look then holds
 // no digest ordered after one another look holds, so of contending looks
 // the one furthest along is never stopped by another.
 func (t *Tier) Claim(ctx context.Context, token string, ds []digest.Digest, answers []Answer, look bool) (holder string, err error) {
@@ -326,7 +315,9 @@ func (t *Tier) Claim(ctx context.Context, token string, ds []digest.Digest, answ
 	b := c.prepare(ds)
 	defer groupingPool.Put(b)
 	if look {
-		b.sortGroups(ds)
+		for _, g := range b.groups {
+			slices.SortFunc(b.order[b.bounds[g]:b.bounds[g+1]], func(i, j int32) int { return ds[i].Compare(ds[j]) })
+		}
 	}
 	calls := t.claimCalls(ctx, c, b, op, token, ds, look)
 	if !look {
@@ -368,10 +359,9 @@ func (t *Tier) Claim(ctx context.Context, token string, ds []digest.Digest, answ
 }
 
 // patiently runs calls within the timeout, then sends again, with twice the
-// time each try, those that timed out, while their node's breaker lets them
-// and a third of the lease has not passed: a Redis that answers late (short
-// of CPU, or a large call) costs latency, not an answer. Every call it
-// retries is idempotent for its token.
+// time each try, those that timed out, while their breaker lets them and a
+// third of the lease has not passed: a Redis that answers late (short of
+// CPU, or a large call) costs latency, not an answer.
 func (t *Tier) patiently(ctx context.Context, c *conn, calls []*call) error {
 	start := t.opts.Clock.Now()
 	timeout := t.opts.Timeout
@@ -431,25 +421,22 @@ func readClaim(cl *call, answers []Answer) (owner string, err error) {
 }
 
 // Commit makes the digests ds claimed under token hold for the rest of
-// their window: their batch was delivered. It is queued for the writer, and
-// sent by the caller only when the queue is full (the error is that send's).
-// A claim that was not pending any more, or not yet, is reported
-// ResultLost, and committed all the same: its records were delivered.
+// their window: their batch was delivered. It is queued for the writer, or
+// sent at once when the queue is full (the error is that send's). A claim
+// no longer or not yet pending is reported ResultLost, and committed.
 func (t *Tier) Commit(ctx context.Context, token string, ds []digest.Digest) error {
 	return t.settle(ctx, OpCommit, token, ds, true)
 }
 
-// Release ends the claim of token on ds, so the digests can be claimed
-// again at once; a digest another claim took over keeps its owner. It is
-// sent at once, not queued: the refused sender's retry should find its
-// records free. It is idempotent, and ends a committed claim too.
+// Release ends the claim of token on ds (a digest another claim took over
+// keeps its owner), at once, not queued: the refused sender's retry should
+// find its records free. It is idempotent, and ends a committed claim too.
 func (t *Tier) Release(ctx context.Context, token string, ds []digest.Digest) error {
 	return t.settle(ctx, OpRelease, token, ds, false)
 }
 
 // settle queues the writes of a commit or release, one per group, or sends
-// them now if the queue is full or queue is false. A write that fails is
-// sent again until it lands or the claim's lease has ended.
+// them now if the queue is full or queue is false.
 func (t *Tier) settle(ctx context.Context, op, token string, ds []digest.Digest, queue bool) error {
 	c, err := t.beginSettle(op, token, len(ds))
 	if c == nil {
@@ -476,9 +463,9 @@ func (t *Tier) settle(ctx context.Context, op, token string, ds []digest.Digest,
 	return err
 }
 
-// beginSettle begins a commit or release of n keys of token: the token's
-// renewals stop. It returns the connection, or nil if there is nothing to
-// send or no connection (then the write is lost, and the error says why).
+// beginSettle stops token's renewals and returns the connection for a
+// commit or release of n keys, or nil if there is nothing to send or no
+// connection (then the write is lost, and the error says why).
 func (t *Tier) beginSettle(op, token string, n int) (*conn, error) {
 	t.w.drop(token)
 	if n == 0 {
@@ -494,7 +481,7 @@ func (t *Tier) beginSettle(op, token string, n int) (*conn, error) {
 // errClosed fails the calls made after Close.
 var errClosed = errors.New("the tier is shut down")
 
-// connected returns the tier's connection, or an error while the topology is
+// connected returns the connection, or an error while the topology is
 // unknown or once the tier is closed.
 func (t *Tier) connected(op string) (*conn, error) {
 	if t.shut.Load() {
@@ -509,8 +496,7 @@ func (t *Tier) connected(op string) (*conn, error) {
 }
 
 // run sends calls within timeout, reports each operation among them to
-// Observe (the worst result of its calls), and returns an error naming how
-// many calls failed and the first failure.
+// Observe (the worst result of its calls), and returns failure(calls).
 func (t *Tier) run(ctx context.Context, c *conn, calls []*call, timeout time.Duration) error {
 	start := t.opts.Clock.Now()
 	cctx, cancel := context.WithTimeout(ctx, timeout)
@@ -593,8 +579,7 @@ type grouping struct {
 
 var groupingPool = sync.Pool{New: func() any { return new(grouping) }}
 
-// prepare groups the digests of ds by a counting sort, which keeps ds's
-// order within each group.
+// prepare groups ds by a counting sort, keeping ds's order in each group.
 func (c *conn) prepare(ds []digest.Digest) *grouping {
 	b := groupingPool.Get().(*grouping)
 	ng := len(c.layout.groups)
@@ -622,21 +607,13 @@ func (c *conn) prepare(ds []digest.Digest) *grouping {
 	return b
 }
 
-// sortGroups orders each group's digests by value: the order looks claim
-// in, the same in every collector.
-func (b *grouping) sortGroups(ds []digest.Digest) {
-	for _, g := range b.groups {
-		slices.SortFunc(b.order[b.bounds[g]:b.bounds[g+1]], func(i, j int32) int { return ds[i].Compare(ds[j]) })
-	}
-}
-
 // claimCalls builds one claim script call per group and chunk of at most
 // maxKeysPerScript digests; look makes each stop at its first pending key.
 func (t *Tier) claimCalls(ctx context.Context, c *conn, b *grouping, op, token string, ds []digest.Digest, look bool) []*call {
 	n := len(b.order)
 	l := &c.layout
-	// All keys are substrings of one string, and arguments point at them:
-	// a few allocations per batch rather than two per key.
+	// The keys are substrings of one string, and arguments point at them: a
+	// few allocations per batch rather than two per key.
 	var sb strings.Builder
 	sb.Grow(n * (len(l.groups[len(l.groups)-1].prefix) + 2 + digest.Size))
 	ends := make([]int, n)

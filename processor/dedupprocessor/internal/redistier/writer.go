@@ -45,6 +45,7 @@ type write struct {
 // renewal is one pending claim's group, or one pending election, whose
 // batch is downstream.
 type renewal struct {
+	token    string
 	key      string    // the group's status key, or the election's key
 	election bool      // the key is an election's, pending under the token
 	landed   time.Time // when the lease was last set: the claim, or a renewal sent then that landed
@@ -68,7 +69,7 @@ func (w *writer) hold(token string, keys []string, election bool, now time.Time)
 	}
 	w.mu.Lock()
 	for _, k := range keys {
-		w.live[token] = append(w.live[token], &renewal{key: k, election: election, landed: now})
+		w.live[token] = append(w.live[token], &renewal{token: token, key: k, election: election, landed: now})
 	}
 	w.mu.Unlock()
 }
@@ -80,20 +81,20 @@ func (w *writer) drop(token string) {
 	w.mu.Unlock()
 }
 
-// forget stops renewing one key of token: its claim or election ended.
-// It reports whether the key was still being renewed.
-func (w *writer) forget(token string, r *renewal) bool {
+// forget stops renewing r, whose claim or election ended, and reports
+// whether it was still being renewed.
+func (w *writer) forget(r *renewal) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	rs := w.live[token]
+	rs := w.live[r.token]
 	i := slices.Index(rs, r)
 	if i < 0 {
 		return false
 	}
 	if rs = slices.Delete(rs, i, i+1); len(rs) == 0 {
-		delete(w.live, token)
+		delete(w.live, r.token)
 	} else {
-		w.live[token] = rs
+		w.live[r.token] = rs
 	}
 	return true
 }
@@ -118,8 +119,8 @@ func (w *writer) signal() {
 	}
 }
 
-// run is the writer's loop: a round when writes are queued, or a retry or
-// a renewal is due. Once the tier closes, it drains (see Close).
+// run is the writer's loop: a round when writes are queued or a retry or
+// renewal is due; once the tier closes, it drains (see Close).
 func (w *writer) run(t *Tier) {
 	clk := t.opts.Clock
 	next := time.Duration(0)
@@ -158,9 +159,8 @@ func (w *writer) left() int {
 	return len(w.queue) + len(w.retry)
 }
 
-// round sends the due renewals, the queued writes and the due retries, and
-// returns when the next round is due. Once closed, it renews nothing and
-// every retry is due.
+// round sends the due renewals, queued writes and due retries (once closed,
+// every retry and no renewal), and returns when the next round is due.
 func (w *writer) round(t *Tier, ctx context.Context, now time.Time) time.Duration {
 	every := t.renewEvery()
 	w.mu.Lock()
@@ -179,16 +179,12 @@ func (w *writer) round(t *Tier, ctx context.Context, now time.Time) time.Duratio
 		}
 	}
 	w.retry = keep
-	type due struct {
-		token string
-		r     *renewal
-	}
-	var renew []due
+	var renew []*renewal
 	if !w.closed {
-		for tok, rs := range w.live {
+		for _, rs := range w.live {
 			for _, r := range rs {
 				if !now.Before(r.landed.Add(every)) && !now.Before(r.retry) {
-					renew = append(renew, due{tok, r})
+					renew = append(renew, r)
 				}
 			}
 		}
@@ -201,29 +197,33 @@ func (w *writer) round(t *Tier, ctx context.Context, now time.Time) time.Duratio
 
 	c := t.conn.Load() // not nil if there are writes or claims: they follow a connection
 	calls := make([]*call, 0, len(renew)+len(ws))
-	for _, d := range renew {
-		calls = append(calls, t.renewCall(ctx, d.token, d.r))
+	for _, r := range renew {
+		tok := "" // an election's renewal checks its holder
+		if r.election {
+			tok = r.token
+		}
+		calls = append(calls, &call{op: OpRenew, cmd: redis.NewCmd(ctx, "evalsha", renewScript.Hash(), 1, r.key, t.leaseArg, tok), route: r.key})
 	}
 	calls = append(calls, t.writeCalls(ctx, c, ws)...)
 	t.writeError(t.run(ctx, c, calls, t.opts.Timeout))
 
-	for i, d := range renew {
+	for i, r := range renew {
 		switch n, err := calls[i].cmd.Int64(); {
 		case err == nil && n == 1:
 			w.mu.Lock()
-			d.r.landed, d.r.retry = now, time.Time{}
+			r.landed, r.retry = now, time.Time{}
 			w.mu.Unlock()
 		case err == nil:
-			if w.forget(d.token, d.r) {
+			if w.forget(r) {
 				t.lost(OpRenew, errors.New("dedup: redis renew: the claim of a batch still downstream had ended (its lease ran out): copies of its records may be delivered meanwhile"))
 			}
-		case !now.Before(d.r.landed.Add(t.opts.Lease)):
-			if w.forget(d.token, d.r) {
+		case !now.Before(r.landed.Add(t.opts.Lease)):
+			if w.forget(r) {
 				t.lost(OpRenew, fmt.Errorf("dedup: redis renew: not renewed before the lease ended: %w", err))
 			}
 		default:
 			w.mu.Lock()
-			d.r.retry = now.Add(retryFirst)
+			r.retry = now.Add(retryFirst)
 			w.mu.Unlock()
 		}
 	}
@@ -296,15 +296,6 @@ func (t *Tier) writeError(err error) {
 	if err != nil && t.opts.OnWriteError != nil {
 		t.opts.OnWriteError(err)
 	}
-}
-
-// renewCall is the renewal of one pending claim group or election.
-func (t *Tier) renewCall(ctx context.Context, token string, r *renewal) *call {
-	tok := ""
-	if r.election {
-		tok = token
-	}
-	return &call{op: OpRenew, cmd: redis.NewCmd(ctx, "evalsha", renewScript.Hash(), 1, r.key, t.leaseArg, tok), route: r.key}
 }
 
 func (t *Tier) writeCalls(ctx context.Context, c *conn, ws []write) []*call {
