@@ -27,24 +27,24 @@ import (
 // refuses it (release). A copy is dropped only on the word of a committed
 // claim; a digest under any batch's pending claim is left for later.
 //
-// Waiting cannot deadlock: a batch never waits while holding pending claims.
-// It delivers and commits what it won, then, holding only committed claims,
-// waits for the records left for later and delivers those it wins in a
-// second call; a look that meets pending claims again releases its wins
-// first. So a batch waits only for batches that are exporting, which wait
-// for nobody, whatever the topology, the request size or the atomicity of
-// the claims. Elections (election.go) obey the same rule. After pending_wait
-// the request is refused for retry (its retry drops the first call's
-// records as copies); it is acknowledged only when both calls succeeded.
+// Waiting cannot deadlock: a batch never waits holding pending claims. It
+// delivers and commits what it won, then waits for the records left for
+// later and delivers those it wins in a second call; a look that meets
+// pending claims again releases its wins first. So a batch waits only for
+// batches that are exporting, which wait for nobody, whatever the topology,
+// the request size or the atomicity of the claims. Elections (election.go)
+// obey the same rule. After pending_wait the request is refused for retry
+// (which drops the first call's records as copies); it is acknowledged only
+// when both calls succeeded.
 //
 // Contending looks end by design: looks claim in one global order (locally
-// one look at a time, in Redis by group and digest) and stop at the first
-// record another claim holds, so the look that got furthest is never
-// stopped by another. A pending claim lives while its batch is downstream
-// (the tier renews its lease): the lease bounds only how long a dead
-// collector's claims stand in the way. A release leaves a marker for its
-// token, which the same token's claim refuses: a claim delayed past its
-// caller's timeout cannot land after its release and stall the retry.
+// one at a time, in Redis by group and digest) and stop at the first record
+// another claim holds, so the look that got furthest is never stopped by
+// another. A pending claim lives while its batch is downstream (the tier
+// renews its lease): the lease bounds only how long a dead collector's
+// claims stand in the way. A release leaves a marker that the same token's
+// claim refuses: a claim delayed past its caller's timeout cannot land
+// after its release and stall the retry.
 
 // adapter is a signal's side of the batch.
 type adapter[T any] interface {
@@ -53,8 +53,8 @@ type adapter[T any] interface {
 	clone(data T) T
 	send(ctx context.Context, data T) error
 	// firstCallSettled settles the adapter's own stage (replica election)
-	// with the batch's first call: err is how the call ended (nil:
-	// accepted), or why the batch was refused before it.
+	// with the batch's first call: err is how it ended, or why the batch
+	// was refused before it.
 	firstCallSettled(ctx context.Context, err error)
 }
 
@@ -121,8 +121,8 @@ type batch struct {
 	kept     int                // records the current call keeps (needsApply)
 	alters   bool               // the adapter changes kept records (replica labels)
 
-	// A round is one claim of the batch's digests under tokens of its own,
-	// settled by a commit or a release.
+	// A round is one claim under tokens of its own, settled by a commit or
+	// a release.
 	token      uint64          // local claim token
 	redisToken string          // shared claim token; "" without a shared tier
 	held       []digest.Digest // claimed in the local cache
@@ -185,20 +185,6 @@ func (b *batch) keyed(d digest.Digest) {
 	b.verdicts = append(b.verdicts, verdictKeep)
 }
 
-// pass adds a record kept without deduplication, counted under o.
-func (b *batch) pass(o outcome) {
-	b.outcomes[o]++
-	b.verdicts = append(b.verdicts, verdictKeep)
-}
-
-// missing adds a record without a key, under on_missing_key pass or drop.
-func (b *batch) missing(policy MissingKeyPolicy) {
-	b.pass(outcomeMissingKey)
-	if policy == MissingKeyDrop {
-		b.verdicts[len(b.verdicts)-1] = verdictDrop
-	}
-}
-
 // duplicate adds a record found a duplicate before any claim (election).
 func (b *batch) duplicate(by caughtBy, action Action) {
 	b.verdicts = append(b.verdicts, verdictKeep)
@@ -248,17 +234,16 @@ func (b *batch) firstCopies(action Action) {
 	}
 }
 
-// errSharedTier is returned to senders under on_error: refuse; receivers
-// make it retryable.
+// errSharedTier is returned under on_error: refuse; receivers make it
+// retryable.
 var errSharedTier = errors.New("dedup: shared tier unavailable; retry later")
 
 // claim claims keys idx in the current round, locally, then in the shared
 // tier for the local wins. A key held by a committed claim becomes a
 // duplicate; one held pending is left for later, held by this batch in
 // neither tier. On error the batch is to be refused; the round still holds
-// what it claimed. A look (records the batch waited for) claims locally
-// alone, so it is all or nothing against other looks, and in the shared
-// tier in a fixed order (see redistier's Claim).
+// what it claimed. A look claims locally alone, so it is all or nothing
+// against other looks.
 func (e *engine) claim(ctx context.Context, b *batch, idx []int32, look bool) error {
 	if len(idx) == 0 {
 		return nil
@@ -351,9 +336,12 @@ func (b *batch) countUnique(idx []int32) {
 	}
 }
 
-// deliver applies the verdicts if they change data, sends what is kept
-// (a call left with nothing is not made, and data is left as it came) and
-// settles the round on the answer.
+// deliver sends what the verdicts keep (applied if they change data; a
+// call left with nothing is not made) and settles the round on the answer:
+// committed if the next consumer accepted it, else released so that the
+// sender's retry is not dropped as a copy of data that never arrived. A
+// refusal naming this round's own shared claim means a dedup processor
+// after this one shares its key space.
 func deliver[T any](ctx context.Context, e *engine, b *batch, s adapter[T], data T, change bool) error {
 	var err error
 	if b.kept > 0 {
@@ -362,7 +350,19 @@ func deliver[T any](ctx context.Context, e *engine, b *batch, s adapter[T], data
 		}
 		err = s.send(ctx, data)
 	}
-	return e.settleCall(ctx, b, err)
+	if err == nil {
+		e.settle(ctx, b, roundCommitted, true)
+		e.tel.recordCall(ctx, b)
+		return nil
+	}
+	if b.redisToken != "" && strings.Contains(err.Error(), tokenName(b.redisToken)) {
+		e.stacked.log(b.now, err, zap.String("key_prefix", e.shared.prefix))
+		e.tel.stacked.Add(ctx, 1, e.tel.baseOpt)
+	}
+	if n := e.settle(ctx, b, roundReleased, true); n > 0 {
+		e.tel.released.Add(ctx, int64(n), e.tel.baseOpt)
+	}
+	return err
 }
 
 // needsApply says whether the verdicts change the batch, and counts the
@@ -418,32 +418,11 @@ const (
 	roundReleased                    // its call was refused, or the batch gave it up
 )
 
-// settleCall settles the round on its call's answer: committed if the next
-// consumer accepted it, else released so that the sender's retry is not
-// dropped as a copy of data that never arrived. A refusal naming this
-// round's own shared claim means a dedup processor after this one shares
-// its key space.
-func (e *engine) settleCall(ctx context.Context, b *batch, err error) error {
-	if err == nil {
-		e.settle(ctx, b, roundCommitted, true)
-		e.tel.recordCall(ctx, b)
-		return nil
-	}
-	if b.redisToken != "" && strings.Contains(err.Error(), tokenName(b.redisToken)) {
-		e.stacked.log(b.now, err, zap.String("key_prefix", e.shared.prefix))
-		e.tel.stacked.Add(ctx, 1, e.tel.baseOpt)
-	}
-	if n := e.settle(ctx, b, roundReleased, true); n > 0 {
-		e.tel.released.Add(ctx, int64(n), e.tel.baseOpt)
-	}
-	return err
-}
-
 // settle moves an open round to state: committed (at once locally, in the
 // background in the shared tier, where the claims stay pending, so safe,
 // until the commit lands) or released (in both tiers at once). With wake it
-// wakes the batches waiting for the round's records. It returns how many
-// records a release gave up.
+// wakes the batches waiting for its records. It returns how many records a
+// release gave up.
 func (e *engine) settle(ctx context.Context, b *batch, state roundState, wake bool) (released int) {
 	if wake {
 		defer e.settled.broadcast()
@@ -480,13 +459,13 @@ func (e *engine) settle(ctx context.Context, b *batch, state roundState, wake bo
 }
 
 // errInFlight: a record is still held by another batch's pending claim
-// after pending_wait. That batch may never deliver it, so dropping the copy
-// could lose it: the sender retries instead.
+// after pending_wait. That batch may never deliver it, so the sender
+// retries rather than the copy being dropped.
 var errInFlight = errors.New("dedup: a record of this batch is still being delivered by another batch; retry later")
 
 // refusal is errInFlight naming the shared claim the batch last met
 // pending, so that a dedup processor before this one can tell that the two
-// share one key space (settleCall).
+// share one key space (deliver).
 func (b *batch) refusal() error {
 	if b.holder == "" {
 		return errInFlight
@@ -498,13 +477,13 @@ func (b *batch) refusal() error {
 func tokenName(token string) string { return hex.EncodeToString([]byte(token)) }
 
 // maxPause bounds the pause between two looks: nothing wakes a batch when
-// another collector's claims settle, so it is how late the batch may see
-// them settle; short next to export times, long next to a look's round trip.
+// another collector's claims settle, so it is how late it may see them;
+// short next to export times, long next to a look's round trip.
 const maxPause = 16 * time.Millisecond
 
 // await waits, holding no pending claim, until the records left for later
-// are settled: each look claims them in a new round. It returns with the
-// round open, holding every one that is not a duplicate, or with an error.
+// are settled, each look claiming them in a new round. It returns with the
+// round open, holding each that is not a duplicate, or with an error.
 func (e *engine) await(ctx context.Context, b *batch) error {
 	w := e.beginWait()
 	for {
@@ -590,8 +569,7 @@ func (b *batches) beginWait() *wait {
 
 // pause returns when a round or an election of this processor settles, or
 // after the pause, which doubles up to maxPause. If that would end past
-// pending_wait, it logs (at now, with fields) and records the refusal and
-// returns refused.
+// pending_wait, it logs and records the refusal and returns refused.
 func (w *wait) pause(ctx context.Context, now int64, refused error, fields ...zap.Field) error {
 	settled := w.b.settled.channel()
 	if w.b.clock.Now().Add(w.d).After(w.deadline) {
@@ -609,8 +587,7 @@ func (w *wait) record(ctx context.Context, r waitResult) {
 }
 
 // settledSignal wakes the waiting batches when a round or an election
-// ends; it costs one atomic load while nobody waits, since only waiters
-// make its channel.
+// ends; only waiters make its channel, so it costs one load otherwise.
 type settledSignal struct{ ch atomic.Pointer[chan struct{}] }
 
 // channel returns a channel closed at the next broadcast.

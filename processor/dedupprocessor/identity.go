@@ -300,17 +300,19 @@ func unit[K transformContext, V unitView[K]](w *walk[K], view V) {
 	if w.si.needsOTTL {
 		tctx.Close()
 	}
-	switch o {
-	case outcomeUnique:
+	if o == outcomeUnique {
 		w.b.keyed(d)
-	case outcomeMissingKey:
-		w.b.missing(policy)
-	default:
-		if err != nil {
-			w.e.keyError.log(w.b.now, err)
-		}
-		w.b.pass(o)
+		return
 	}
+	if err != nil {
+		w.e.keyError.log(w.b.now, err)
+	}
+	v := verdictKeep // passed without deduplication
+	if o == outcomeMissingKey && policy == MissingKeyDrop {
+		v = verdictDrop
+	}
+	w.b.outcomes[o]++
+	w.b.verdicts = append(w.b.verdicts, v)
 }
 
 // fieldSet is a set of scalar fields, one bit each, so the content identity
