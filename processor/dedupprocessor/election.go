@@ -20,10 +20,10 @@ import (
 
 // Replica election (metrics.replica_election; the README tells the rules)
 // runs before the batch's life (consume.go) and follows its discipline: an
-// election a batch takes is pending until the batch's first call is
-// delivered (committed) or refused (released), and a batch never waits
-// holding a pending election. With a shared tier, Redis is the truth and the
-// table caches it until each election's failover deadline.
+// election a batch takes is pending until its first call is delivered
+// (committed) or refused (released), and a batch never waits holding a
+// pending election. With a shared tier, Redis is the truth and the table
+// caches it until each election's failover deadline.
 
 // errElectionInFlight: another batch's pending election outlasted
 // pending_wait, so this batch's points can be neither delivered nor dropped.
@@ -83,19 +83,17 @@ func newElector(cfg *Config, ec *ElectionConfig, b *batches, tier *sharedStage) 
 // ballotBox is one batch's election state: a ballot per cluster, a vote per
 // (cluster, replica) and each point's vote, in walk order.
 type ballotBox struct {
-	strip        bool   // remove_replica_label
-	replicaLabel string // the replica label's name
-	token        uint64
-	redisToken   string
-	tenant       election.Tenant
-	ballots      []ballot
-	order        []int32 // the ballots by election key: the order they are decided in
-	votes        []vote
-	points       []pointVote
-	lastVote     int32
-	// stripResource: in apply, a point of the elected replica has the
-	// current resource's replica label.
-	stripResource bool
+	strip         bool   // remove_replica_label
+	replicaLabel  string // the replica label's name
+	token         uint64
+	redisToken    string
+	tenant        election.Tenant
+	ballots       []ballot
+	order         []int32 // the ballots by election key: the order they are decided in
+	votes         []vote
+	points        []pointVote
+	lastVote      int32
+	stripResource bool // in apply: an elected point has its resource's replica label
 
 	undecided [numUndecidedReasons]int64
 	elections [numElectionReasons]int64
@@ -112,13 +110,10 @@ type ballot struct {
 	candidate election.Replica // the cluster's first replica in the batch
 	state     ballotState
 	elected   digest.Digest
-	// inRedis: the batch may hold the election pending in the shared tier
-	// (taken, or asked and its answer lost): it is committed with the
-	// batch, or released.
-	inRedis bool
-	prev    digest.Digest
-	hasPrev bool
-	refresh bool // the batch carries the election's refresh
+	inRedis   bool // the batch may hold it pending in the shared tier (taken, or the answer lost)
+	prev      digest.Digest
+	hasPrev   bool
+	refresh   bool // the batch carries the election's refresh
 }
 
 // ballotState is where a batch's ballot stands.
@@ -156,22 +151,6 @@ func (e *elector) put(box *ballotBox) {
 		asked: box.asked[:0], es: box.es[:0], answers: box.answers[:0],
 	}
 	e.boxes.Put(box)
-}
-
-// electionDigest is an election's key: the tenant and the cluster.
-func electionDigest(enc *identity.Encoder, tenant election.Tenant, cluster string) digest.Digest {
-	enc.Reset()
-	enc.Raw([]byte{'E'})
-	enc.Raw(tenant[:])
-	enc.String(cluster)
-	return enc.Digest()
-}
-
-func replicaDigest(enc *identity.Encoder, replica string) digest.Digest {
-	enc.Reset()
-	enc.Raw([]byte{'R'})
-	enc.String(replica)
-	return enc.Digest()
 }
 
 // label returns the string value of attribute name in m; "" is none.
@@ -253,11 +232,18 @@ func (box *ballotBox) voteOf(enc *identity.Encoder, cluster, replica string) int
 			return int32(i)
 		}
 	}
-	rep := election.Replica{Digest: replicaDigest(enc, replica), Name: replica}
+	enc.Reset()
+	enc.Raw([]byte{'R'})
+	enc.String(replica)
+	rep := election.Replica{Digest: enc.Digest(), Name: replica}
 	if b < 0 {
+		enc.Reset() // the election's key: the tenant and the cluster
+		enc.Raw([]byte{'E'})
+		enc.Raw(box.tenant[:])
+		enc.String(cluster)
 		b = int32(len(box.ballots))
 		box.ballots = append(box.ballots, ballot{
-			ref:       election.Ref{Tenant: box.tenant, Key: electionDigest(enc, box.tenant, cluster), Cluster: cluster},
+			ref:       election.Ref{Tenant: box.tenant, Key: enc.Digest(), Cluster: cluster},
 			candidate: rep,
 		})
 	}
@@ -300,9 +286,8 @@ func (e *elector) elect(ctx context.Context, md pmetric.Metrics) (*ballotBox, er
 // decide decides every ballot, one at a time in the order of their keys,
 // the same in every batch and collector. Meeting another batch's pending
 // election, it gives up the elections it took and waits holding none, then
-// looks again. Taking in key order and stopping at the first election
-// pending elsewhere, the batch that took the furthest is never stopped by
-// another: contention ends by this order, not by chance.
+// looks again: as with looks (consume.go), the batch that took the furthest
+// is never stopped by another.
 func (e *elector) decide(ctx context.Context, box *ballotBox) error {
 	box.order = box.order[:0]
 	for i := range box.ballots {
@@ -328,7 +313,8 @@ func (e *elector) decide(ctx context.Context, box *ballotBox) error {
 			case election.Unknown:
 				p, err := e.ask(ctx, box, i)
 				if err != nil {
-					e.release(ctx, box, true)
+					e.release(ctx, box, false, true)
+					e.b.settled.broadcast()
 					return err
 				}
 				pending = p
@@ -347,7 +333,7 @@ func (e *elector) decide(ctx context.Context, box *ballotBox) error {
 		}
 		// Waking nobody, as await: two batches waiting for each other's
 		// elections would wake each other without end.
-		e.release(ctx, box, false)
+		e.release(ctx, box, false, true)
 		for i := range box.ballots {
 			if bl := &box.ballots[i]; bl.state == ballotTaken {
 				bl.state, bl.inRedis, bl.hasPrev = ballotOpen, false, false
@@ -364,10 +350,10 @@ func (e *elector) decide(ctx context.Context, box *ballotBox) error {
 
 // ask asks the shared tier about ballot i and reports whether another
 // batch holds it pending. An answer lost leaves the election possibly taken
-// under the batch's token: it is released with the batch. Under on_error:
-// pass the ballot is then undecided (a gateway deciding alone could elect
-// another replica than its peers, and each would drop the points the other
-// keeps); under refuse the batch is refused.
+// under the batch's token, released with the batch; the ballot is then
+// undecided under on_error: pass (a gateway deciding alone could elect
+// another replica than its peers, each dropping the points the other
+// keeps), and the batch refused under refuse.
 func (e *elector) ask(ctx context.Context, box *ballotBox, i int32) (pending bool, err error) {
 	bl := &box.ballots[i]
 	start := e.b.now()
@@ -408,38 +394,20 @@ func (box *ballotBox) replicaOf(i int32, d digest.Digest) election.Replica {
 // accepted, else releases them.
 func (e *elector) settle(ctx context.Context, box *ballotBox, err error) {
 	if err != nil {
-		e.release(ctx, box, true)
-		return
+		e.release(ctx, box, false, true)
+	} else {
+		e.commit(ctx, box)
+		addEach(ctx, e.b.tel.undecided, box.undecided[:], e.b.tel.undecidedOpts[:])
+		addEach(ctx, e.b.tel.elections, box.elections[:], e.b.tel.electionOpts[:])
 	}
-	e.commit(ctx, box)
-	e.b.tel.recordElections(ctx, box)
 	e.b.settled.broadcast()
 }
 
-// release gives up the batch's elections and refreshes, and with wake
-// wakes the batches waiting for them.
-func (e *elector) release(ctx context.Context, box *ballotBox, wake bool) {
-	e.releaseShared(ctx, box, e.releaseLocal(box, false))
-	if wake {
-		e.b.settled.broadcast()
-	}
-}
-
-// releaseShared releases keys in the shared tier: the writer retries what
-// fails while the lease lasts.
-func (e *elector) releaseShared(ctx context.Context, box *ballotBox, keys []digest.Digest) {
-	if len(keys) == 0 {
-		return
-	}
-	if err := e.tier.ReleaseElections(context.WithoutCancel(ctx), box.redisToken, e.failover, keys); err != nil {
-		e.b.tierError.log(e.b.now(), err, zap.String("op", redistier.OpRelease))
-	}
-}
-
-// releaseLocal gives up the batch's elections and refreshes in the table
-// and returns the keys of those it may hold in the shared tier; with
-// undecidedOnly, only those of undecided ballots (the rest are committed).
-func (e *elector) releaseLocal(box *ballotBox, undecidedOnly bool) (keys []digest.Digest) {
+// release gives up the batch's elections and refreshes in the table and,
+// with shared, in the shared tier (whose writer retries what fails while
+// the lease lasts); with undecidedOnly, only those of undecided ballots.
+func (e *elector) release(ctx context.Context, box *ballotBox, undecidedOnly, shared bool) {
+	var keys []digest.Digest
 	for i := range box.ballots {
 		bl := &box.ballots[i]
 		if undecidedOnly && bl.state != ballotUnavailable {
@@ -454,16 +422,18 @@ func (e *elector) releaseLocal(box *ballotBox, undecidedOnly bool) (keys []diges
 		}
 		bl.refresh = false
 	}
-	return keys
+	if shared && len(keys) > 0 {
+		if err := e.tier.ReleaseElections(context.WithoutCancel(ctx), box.redisToken, e.failover, keys); err != nil {
+			e.b.tierError.log(e.b.now(), err, zap.String("op", redistier.OpRelease))
+		}
+	}
 }
 
 // commit commits the batch's elections and refreshes: with a shared tier,
 // in one round trip, whose answers the table then follows; the elections
 // it may hold undecided (an answer lost) are released.
 func (e *elector) commit(ctx context.Context, box *ballotBox) {
-	if e.tier != nil {
-		e.releaseShared(ctx, box, e.releaseLocal(box, true))
-	}
+	e.release(ctx, box, true, true)
 	box.asked, box.es = box.asked[:0], box.es[:0]
 	for i := range box.ballots {
 		if bl := &box.ballots[i]; bl.state == ballotTaken || bl.refresh {
@@ -485,7 +455,7 @@ func (e *elector) commit(ctx context.Context, box *ballotBox) {
 		// table does not hold these elections (were the commit lost, this
 		// collector would elect another replica than its peers).
 		e.b.tierError.log(start, err, zap.String("op", redistier.OpCommit))
-		e.releaseLocal(box, false)
+		e.release(ctx, box, false, false)
 		return
 	}
 	for k, i := range box.asked {

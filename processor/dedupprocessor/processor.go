@@ -101,7 +101,7 @@ func (e *engine) Shutdown(ctx context.Context) error {
 	if e.shared != nil {
 		errShared = e.shared.Close()
 	}
-	return errors.Join(e.local.close(ctx), errShared, e.tel.shutdown())
+	return errors.Join(e.local.close(ctx), errShared, e.tel.registration.Unregister())
 }
 
 // drain waits for the batches in flight to end: at most while a pending

@@ -47,9 +47,8 @@ const (
 var caughtByNames = [numCaughtBy]string{"batch", "local", "redis", "election"}
 
 // telemetry holds one processor instance's instruments. Every series carries
-// the component ID and signal as attributes of its own: the collector gives a
-// component's instruments them only as scope attributes, which Prometheus
-// drops with without_scope_info.
+// the component ID and signal as attributes of its own: the collector gives
+// them only as scope attributes, which Prometheus drops (without_scope_info).
 type telemetry struct {
 	records    metric.Int64Counter
 	duplicates metric.Int64Counter
@@ -70,9 +69,7 @@ type telemetry struct {
 	electionTable  atomic.Pointer[election.Table] // for the elected replicas' gauge
 	base           []attribute.KeyValue
 
-	// unidentifiedOpts and unidentifiedLog are by reason; authAttributes
-	// are the processor's auth_attributes.
-	unidentifiedOpts [numUnidentified]metric.AddOption
+	unidentifiedOpts [numUnidentified]metric.AddOption // by reason, as unidentifiedLog
 	unidentifiedLog  [numUnidentified]*throttledLog
 	authAttributes   []string
 
@@ -95,7 +92,7 @@ const (
 
 var waitResultNames = [numWaitResults]string{"settled", "refused"}
 
-type redisOpts struct { // one option each, passed as is (see addEach)
+type redisOpts struct { // one option each (see addEach)
 	add    []metric.AddOption
 	record []metric.RecordOption
 }
@@ -196,7 +193,18 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, signal strin
 			}
 		}
 		if table := t.electionTable.Load(); table != nil {
-			t.observeElected(o, elected, table, election.MaxClusters, e.now())
+			// The live elections, at most max_clusters series.
+			type pair struct{ cluster, replica string }
+			counts := map[pair]int64{}
+			table.Each(e.now(), func(cluster, replica string) {
+				p := pair{cluster, replica}
+				if _, ok := counts[p]; ok || len(counts) < election.MaxClusters {
+					counts[p]++
+				}
+			})
+			for p, n := range counts {
+				o.ObserveInt64(elected, n, t.with(attribute.String("cluster", p.cluster), attribute.String("replica", p.replica)))
+			}
 		}
 		return nil
 	}, observed...)
@@ -218,8 +226,8 @@ func labelled[O any](t *telemetry, opts []O, key string, values []string) {
 	}
 }
 
-// recordCall adds the counts of one call to the next consumer that was
-// accepted, and zeroes them: a batch's second call records its own.
+// recordCall adds the counts of an accepted call to the next consumer, and
+// zeroes them: a batch's second call records its own.
 func (t *telemetry) recordCall(ctx context.Context, b *batch) {
 	if b.unidentified {
 		var n int64
@@ -242,12 +250,6 @@ func (t *telemetry) recordCall(ctx context.Context, b *batch) {
 	b.outcomes, b.caught, b.unchecked = [numOutcomes]int64{}, [numCaughtBy]int64{}, 0
 }
 
-// recordElections adds the counts of a batch whose first call was accepted.
-func (t *telemetry) recordElections(ctx context.Context, box *ballotBox) {
-	addEach(ctx, t.undecided, box.undecided[:], t.undecidedOpts[:])
-	addEach(ctx, t.elections, box.elections[:], t.electionOpts[:])
-}
-
 // addEach adds each nonzero count to c under the option of its index (a
 // subslice of opts: one option alone would make a new slice on each call).
 func addEach(ctx context.Context, c metric.Int64Counter, counts []int64, opts []metric.AddOption) {
@@ -256,26 +258,6 @@ func addEach(ctx context.Context, c metric.Int64Counter, counts []int64, opts []
 			c.Add(ctx, n, opts[i:i+1]...)
 		}
 	}
-}
-
-// observeElected reports the live elections of table, at most maxSeries
-// series.
-func (t *telemetry) observeElected(o metric.Observer, gauge metric.Int64ObservableGauge, table *election.Table, maxSeries int, now int64) {
-	type pair struct{ cluster, replica string }
-	counts := map[pair]int64{}
-	table.Each(now, func(cluster, replica string) {
-		p := pair{cluster, replica}
-		if _, ok := counts[p]; ok || len(counts) < maxSeries {
-			counts[p]++
-		}
-	})
-	for p, n := range counts {
-		o.ObserveInt64(gauge, n, t.with(attribute.String("cluster", p.cluster), attribute.String("replica", p.replica)))
-	}
-}
-
-func (t *telemetry) shutdown() error {
-	return t.registration.Unregister()
 }
 
 // throttledLog logs a recurring per-record problem at most once per
