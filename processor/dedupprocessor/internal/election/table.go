@@ -4,10 +4,9 @@
 // An election a batch takes is pending until the batch commits it
 // (delivered) or releases it, so a replica whose data was never delivered
 // is never left elected. A committed election holds for the failover
-// timeout from its last refresh. With a shared tier the table caches what
-// Redis said, with the local clock: a committed election cannot change
-// before its failover deadline, so until then the table answers alone, and
-// after it Decide answers Unknown. A Table is safe for concurrent use.
+// timeout from its last refresh, so with a shared tier the table answers
+// alone until then from what Redis said, and after it Decide answers
+// Unknown. A Table is safe for concurrent use.
 package election
 
 import (
@@ -23,7 +22,7 @@ import (
 type Tenant = [digest.Size]byte
 
 // Ref names one election; Key, the digest of tenant and cluster, is the
-// same in every collector and in Redis.
+// same everywhere.
 type Ref struct {
 	Tenant  Tenant
 	Key     digest.Digest
@@ -31,7 +30,7 @@ type Ref struct {
 }
 
 // Replica is a replica label value: its digest, which elections compare,
-// and its name when known, for the gauge of elected replicas.
+// and its name when known (for the gauge).
 type Replica struct {
 	Digest digest.Digest
 	Name   string
@@ -55,16 +54,14 @@ type Decision struct {
 	Replica digest.Digest
 }
 
-// Config holds the timing and the limit. The caller validates that
+// Config holds the timing and the limit; the caller validates that
 // FailoverTimeout > UpdateInterval + UpdateJitter.
 type Config struct {
 	UpdateInterval  time.Duration
 	UpdateJitter    time.Duration
 	FailoverTimeout time.Duration
-	MaxClusters     int // live elections per tenant
-	// Jitter returns a duration in [0, UpdateJitter]; default uniformly
-	// random.
-	Jitter func() time.Duration
+	MaxClusters     int                  // live elections per tenant
+	Jitter          func() time.Duration // in [0, UpdateJitter]; default uniform
 }
 
 // Table holds the elections a processor knows.
@@ -79,7 +76,7 @@ type Table struct {
 // entry is one cluster's election. A pending entry (holder != 0) has no
 // deadline: its batch always ends, committing or releasing it. A committed
 // entry is live until its deadline, then kept one more failover timeout so
-// that a takeover can tell it is a failover, then swept.
+// that a takeover can tell it is a failover.
 type entry struct {
 	cluster   string
 	replica   Replica
@@ -193,8 +190,8 @@ func (t *Table) Hold(ref Ref, candidate Replica, token uint64) {
 }
 
 // Learn records that the shared tier reported replica elected for
-// remaining from now (taken before asking, so the deadline errs early). A
-// pending election here is left alone.
+// remaining from now (taken before asking: the deadline errs early),
+// leaving a pending election alone.
 func (t *Table) Learn(ref Ref, replica Replica, remaining time.Duration, now int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -222,10 +219,9 @@ func (t *Table) setDeadlines(en *entry, now, remaining int64) {
 
 // Commit records what a delivered batch of token carried: replica's
 // election, live for remaining from now. An election pending under token
-// is committed (committed reports it, with the replica whose expired
-// election it replaced); a committed one is refreshed. It is dropped while
-// the election is pending for another batch or live for another replica;
-// an expired one is revived, as in the shared tier.
+// is committed (reported, with the replica whose expired election it
+// replaced); a committed one is refreshed, an expired one revived, as in
+// the shared tier; one pending elsewhere or live for another replica stays.
 func (t *Table) Commit(ref Ref, replica Replica, token uint64, remaining time.Duration, now int64) (committed bool, prev digest.Digest, hasPrev bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -274,9 +270,8 @@ func (t *Table) Release(ref Ref, token uint64) {
 }
 
 // TakeRefresh reports whether the batch of token, delivering replica's
-// data, carries the refresh of ref's election: committed to replica, due at
-// now, and carried by no other batch. It also names a replica known only by
-// digest.
+// data, carries the refresh of ref's election: committed to replica, due,
+// and carried by no other batch. It names a replica known only by digest.
 func (t *Table) TakeRefresh(ref Ref, replica Replica, token uint64, now int64) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -309,13 +304,7 @@ func (t *Table) Forget(ref Ref) {
 func (t *Table) ForgetCommitted() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for tenant, clusters := range t.tenants {
-		for k, en := range clusters {
-			if en.holder == 0 {
-				t.remove(tenant, clusters, k)
-			}
-		}
-	}
+	t.sweep(func(*entry) bool { return true })
 }
 
 // Each calls fn, under the table's lock, for every live committed election
@@ -335,13 +324,17 @@ func (t *Table) Each(now int64, fn func(cluster, replica string)) {
 // maybeSweep drops dead entries once per failover timeout, so clusters
 // that went away do not hold memory.
 func (t *Table) maybeSweep(now int64) {
-	if now-t.lastSweep < t.failover {
-		return
+	if now-t.lastSweep >= t.failover {
+		t.lastSweep = now
+		t.sweep(func(en *entry) bool { return now >= en.until+t.failover })
 	}
-	t.lastSweep = now
+}
+
+// sweep drops the committed entries dead reports true for.
+func (t *Table) sweep(dead func(*entry) bool) {
 	for tenant, clusters := range t.tenants {
 		for k, en := range clusters {
-			if en.holder == 0 && now >= en.until+t.failover {
+			if en.holder == 0 && dead(en) {
 				t.remove(tenant, clusters, k)
 			}
 		}
