@@ -46,11 +46,10 @@ const (
 )
 
 // Encoder accumulates the canonical encoding of one identity. The zero value
-// is ready to use. An Encoder is not safe for concurrent use; pool them.
-//
-// The encoding is written into buf up to n, and buf is replaced only when
-// too small: pooled Encoders live on the heap, where storing a slice header
-// per append (as append does) costs a GC write barrier; an int does not.
+// is ready to use; it is not safe for concurrent use. The encoding is
+// written into buf up to n, buf replaced only when too small: pooled
+// Encoders live on the heap, where storing a slice header per append costs
+// a GC write barrier, and an int does not.
 type Encoder struct {
 	buf []byte // len(buf) is its capacity
 	n   int
@@ -64,8 +63,7 @@ func (e *Encoder) Reset() {
 	e.n = 0
 }
 
-// encoded returns what was encoded since the last Reset; valid until the
-// next change.
+// encoded returns what was encoded since the last Reset, until the next change.
 func (e *Encoder) encoded() []byte { return e.buf[:e.n] }
 
 // Digest hashes what was encoded since the last Reset.
@@ -129,10 +127,8 @@ func (e *Encoder) Field(id byte) {
 	w[0], w[1] = tagField, id
 }
 
-// The Field* methods write the same bytes as Field(id) and the value, in one
-// reservation: it counts at a dozen fields per record.
-
-// FieldValue is Field(id) then valueOrMissing(v).
+// FieldValue is Field(id) then valueOrMissing(v). The Field* methods write
+// a field in one reservation: it counts at a dozen fields per record.
 func (e *Encoder) FieldValue(id byte, v pcommon.Value) {
 	if v.Type() == pcommon.ValueTypeStr {
 		e.FieldString(id, v.Str())
@@ -230,9 +226,9 @@ func (e *Encoder) putFixed(tag byte, b []byte) {
 	copy(w[1:], b)
 }
 
-// Value encodes a pdata value, or returns false, encoding nothing, when it
-// is empty. It encodes exactly as the same Go value passed to Any, so a
-// plain path and its OTTL form produce the same digest.
+// Value encodes a pdata value as Any encodes the same Go value (so a plain
+// path and its OTTL form agree), or returns false, encoding nothing, when it
+// is empty.
 func (e *Encoder) Value(v pcommon.Value) bool {
 	switch v.Type() {
 	case pcommon.ValueTypeStr:
@@ -266,10 +262,9 @@ func (e *Encoder) valueOrMissing(v pcommon.Value) {
 const maxSortedEntries = 8
 
 // Map encodes a map independently of its entry order, leaving out the keys
-// skip (if not nil) names. A map of at most maxSortedEntries distinct keys is
-// encoded in key order, any other as the sum of its entries' hashes. The
-// form depends only on the entries and each has its own tag, so equal maps
-// always encode alike.
+// skip (if not nil) names: in key order if it has at most maxSortedEntries
+// distinct keys, else as the sum of its entries' hashes. The form depends
+// only on the entries and each has its own tag, so equal maps encode alike.
 func (e *Encoder) Map(m pcommon.Map, skip func(key string) bool) {
 	if m.Len() <= maxSortedEntries || skip != nil {
 		if e.sortedMap(m, skip) {
@@ -280,8 +275,8 @@ func (e *Encoder) Map(m pcommon.Map, skip func(key string) bool) {
 }
 
 // sortedMap encodes m in key order (insertion sort on the stack), or returns
-// false, encoding nothing, if more than maxSortedEntries keys are left after
-// skip or a key repeats.
+// false, encoding nothing, if more than maxSortedEntries keys are left or a
+// key repeats.
 func (e *Encoder) sortedMap(m pcommon.Map, skip func(key string) bool) bool {
 	var keys [maxSortedEntries]string
 	var vals [maxSortedEntries]pcommon.Value
@@ -373,8 +368,8 @@ func (e *Encoder) Slice(s pcommon.Slice) {
 	}
 }
 
-// Any encodes a value returned by an OTTL expression. It returns false,
-// encoding nothing, for nil and for all-zero (unset) trace and span IDs.
+// Any encodes a value an OTTL expression returned, or returns false,
+// encoding nothing, for nil and unset trace and span IDs.
 func (e *Encoder) Any(v any) bool {
 	switch t := v.(type) {
 	case nil:

@@ -34,8 +34,8 @@ const (
 	Pending
 )
 
-// noToken marks an entry that no claim owns (restored, or learned from the
-// shared tier): it counts as committed, and Release never removes it.
+// noToken marks an entry no claim owns (restored, or disowned): committed,
+// and never released.
 const noToken uint64 = 0
 
 // Cache is safe for concurrent use; no lock is held across shards. A key is
@@ -75,18 +75,16 @@ type slot struct {
 	token   uint64
 }
 
-// New returns a cache of at most maxEntries digests, each remembered for
-// window nanoseconds from its first claim. maxEntries must be >= 1.
+// New returns a cache of at most maxEntries (>= 1) digests, each remembered
+// for window nanoseconds from its first claim.
 func New(maxEntries int, windowNanos int64) *Cache {
-	// Small caches keep one shard, so eviction is exactly oldest first;
-	// large ones spread over 64 locks, oldest first within each shard.
+	// Small caches keep one shard, so eviction is exactly oldest first.
 	n := 1
 	if maxEntries >= 64*1024 {
 		n = 64
 	}
 	c := &Cache{shards: make([]shard, n), mask: uint64(n - 1), window: windowNanos,
 		flights: flights{tokens: map[uint64]struct{}{}}, arena: new(arena)}
-	// The arena outlives no cache: its mappings go when the cache does.
 	runtime.AddCleanup(c, func(a *arena) { a.freeAll() }, c.arena)
 	for i := range c.shards {
 		s := &c.shards[i]
@@ -103,18 +101,16 @@ func New(maxEntries int, windowNanos int64) *Cache {
 	return c
 }
 
-// flights is the set of tokens in flight. Its lock is only taken inside a
+// flights is the set of tokens in flight. Its lock is taken inside a
 // shard's lock or alone, never the other way round.
 type flights struct {
 	mu     sync.Mutex
 	tokens map[uint64]struct{}
-	// oldest is the smallest token in flight, 0 if none: a key of a
-	// smaller token is committed, known without the lock.
-	oldest atomic.Uint64
+	oldest atomic.Uint64 // the smallest token in flight, 0 if none: read without the lock
 }
 
-// Begin puts token in flight: the keys it claims are pending until End.
-// Tokens must be unique and not noToken.
+// Begin puts token (unique, not noToken) in flight: the keys it claims are
+// pending until End.
 func (c *Cache) Begin(token uint64) {
 	c.flights.mu.Lock()
 	c.flights.tokens[token] = struct{}{}
@@ -283,9 +279,9 @@ func (s *shard) lookup(d digest.Digest) (*slot, uint64) {
 	return nil, 0
 }
 
-// push appends a key at the tail, evicting the head when the ring is full,
-// and indexes it. A key from Insert may expire before keys ahead of it:
-// claim then treats it as absent.
+// push appends and indexes a key at the tail, evicting the head when the
+// ring is full. A key from Insert may expire before keys ahead of it: claim
+// then treats it as absent.
 func (s *shard) push(d digest.Digest, expires int64, token uint64, now int64) {
 	if s.used == s.size {
 		if s.ring[s.head].expires > now {
@@ -331,10 +327,10 @@ func (s *shard) forget(sl *slot, ci uint64) {
 	s.live--
 }
 
-// cell is one index entry: the fingerprint (32 bits of the digest) in the
-// high half, compared before the ring slot is read, and the key's sequence
-// number in its shard's ring in the low half. 0 is an empty cell; a
-// fingerprint's low bit is always set, so no entry is 0.
+// cell is one index entry: the fingerprint (32 bits of the digest, low bit
+// set, so no entry is 0, the empty cell) in the high half, compared before
+// the ring slot is read, and the key's sequence number in its shard's ring
+// in the low half.
 //
 // An evicted or expired key's cell turns stale, without a write, once the
 // ring's head passes its sequence number, so evicting costs no random index
@@ -344,7 +340,7 @@ func (s *shard) forget(sl *slot, ci uint64) {
 //
 // Each bucket is one cache line: a mark (word 0) and 7 cells. A key whose
 // home bucket is full goes on to the next, and the full bucket's mark
-// records its sequence number. Keys leave in the order they came, so a mark
+// records its sequence number; keys leave in the order they came, so a mark
 // turns stale with the newest key that overflowed. The index is mapped at
 // full size (2.5 cells per ring slot) but uses a growing prefix, so a cache
 // holding few keys touches few pages.
@@ -356,7 +352,7 @@ func (c cell) fingerprint() uint32 { return uint32(c >> 32) }
 func makeCell(fp, seq uint32) cell { return cell(uint64(fp)<<32 | uint64(seq)) }
 
 // fingerprint is the part of d the index keeps, independent of the shard
-// (low bits of Lo). It alone picks the home bucket, so growing the index
+// (low bits of Lo); it alone picks the home bucket, so growing the index
 // never reads the ring.
 func fingerprint(d digest.Digest) uint32 { return uint32(d.Hi) | 1 }
 
@@ -387,8 +383,8 @@ func (s *shard) next(b uint64) uint64 {
 	return b
 }
 
-// posOf returns the ring position of the key numbered seq, and false if
-// that key has left the ring (its cell is stale).
+// posOf returns the ring position of the key numbered seq, or false if it
+// has left the ring (its cell is stale).
 func (s *shard) posOf(seq uint32) (int, bool) {
 	off := seq - s.headSeq
 	if off >= uint32(s.used) {
@@ -410,9 +406,8 @@ func (s *shard) stale(c cell) bool {
 // overflowed reports whether a live key passed the bucket with mark m.
 func (s *shard) overflowed(m cell) bool { return m != 0 && !s.stale(m) }
 
-// place puts c into the first empty or stale cell of its probe, marking each
-// full bucket it passes. Live keys fill at most 40% of the full-size index,
-// so there is always one.
+// place puts c into the first empty or stale cell of its probe (live keys
+// fill at most 40% of the index), marking each full bucket it passes.
 func (s *shard) place(c cell) {
 	b := s.home(c.fingerprint())
 	for {
@@ -437,17 +432,16 @@ func (s *shard) mark(w *[bucketWords]cell, seq uint32) {
 	w[0] = makeCell(1, seq)
 }
 
-// moving is grow's copy of a shard's cells, shared by the cache's shards,
-// which grow one at a time.
+// moving is grow's copy of a shard's cells, shared by the shards, which
+// grow one at a time.
 type moving struct {
 	mu    sync.Mutex
 	cells []cell
 }
 
-// grow moves the live cells into a prefix of the index at least four times
-// as large (up to full size), leaving stale cells and marks behind. Cells
-// move in place through a copy, so the old prefix's pages are reused; steps
-// are large because each moves every live cell.
+// grow moves the live cells, through a copy, into a prefix of the index at
+// least four times as large (up to full size), leaving stale cells and
+// marks behind; steps are large because each moves every live cell.
 func (s *shard) grow() {
 	nb := s.nb
 	for (s.live+1)*5/2 > int(nb)*bucketCells && nb < s.maxNb {
@@ -461,8 +455,8 @@ func (s *shard) grow() {
 	old := s.moving.cells[:s.nb*bucketWords]
 	copy(old, s.index)
 	clear(s.index[:len(old)])
-	// Back each new page before the moves read it: a page read first is
-	// mapped to the shared zero page, then faulted again at the first write.
+	// Back each new page before the moves read it: a page read first maps
+	// the zero page, then faults again at the first write.
 	if fresh := s.index[len(old) : nb*bucketWords]; !populate(fresh) {
 		for i := 0; i < len(fresh); i += pageCells {
 			fresh[i] = 0
@@ -495,9 +489,8 @@ func (c *Cache) ReleaseBatch(ds []digest.Digest, token uint64) int {
 	return released
 }
 
-// Insert remembers d as held, committed, until expires (unix nanoseconds),
-// e.g. when restoring a snapshot. It returns false if d is already held or
-// expires is not after now.
+// Insert remembers d as committed until expires (unix nanoseconds), e.g.
+// from a snapshot. It returns false if d is held or expires is not after now.
 func (c *Cache) Insert(d digest.Digest, expires, now int64) bool {
 	if expires <= now {
 		return false
@@ -513,8 +506,8 @@ func (c *Cache) Insert(d digest.Digest, expires, now int64) bool {
 	return true
 }
 
-// Disown makes d committed if token holds it, so a later Release keeps it:
-// the shared tier said another instance delivered it.
+// Disown makes d committed if token holds it, so a release keeps it: the
+// shared tier said another instance delivered it.
 func (c *Cache) Disown(d digest.Digest, token uint64) {
 	s := &c.shards[d.Lo&c.mask]
 	s.mu.Lock()
