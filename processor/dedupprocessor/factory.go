@@ -37,8 +37,8 @@ func NewFactory() processor.Factory {
 	)
 }
 
-// create is one signal's create function: b.add, then build. On error it
-// returns a nil P, not build's typed nil pointer.
+// create is one signal's create function: b.add, then build, returning a
+// nil P on error, not build's typed nil pointer.
 func create[N, P any](b *built, signal string, build func(component.TelemetrySettings, component.ID, *Config, N) (P, error)) func(context.Context, processor.Settings, component.Config, N) (P, error) {
 	return func(_ context.Context, set processor.Settings, cfg component.Config, next N) (p P, err error) {
 		if err = b.add(set, cfg.(*Config), signal); err == nil {
@@ -54,8 +54,7 @@ func create[N, P any](b *built, signal string, build func(component.TelemetrySet
 // built records what one factory has made. The collector takes fresh
 // factories for every build of its pipelines, `validate` included, so a
 // second processor of one ID and signal is one dedup ID in two pipelines:
-// with a shared tier or storage it is refused here, where `validate` sees
-// it too.
+// with a shared tier or storage it is refused here, and by `validate`.
 type built struct {
 	shared sync.Map // the keySpaces of the processors with a shared tier or storage
 }
@@ -86,8 +85,13 @@ func (b *built) add(set processor.Settings, cfg *Config, signal string) error {
 	return nil
 }
 
-// prefixSpace is the key space of an explicit redis.key_prefix in one
-// signal's pipelines.
+// keySpace is one processor ID's keys in one signal's pipelines, and
+// prefixSpace an explicit redis.key_prefix's.
+type keySpace struct {
+	id     component.ID
+	signal string
+}
+
 type prefixSpace struct {
 	prefix, signal string
 }

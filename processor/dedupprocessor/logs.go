@@ -8,7 +8,6 @@ import (
 	"github.com/open-telemetry/opentelemetry-collector-contrib/pkg/ottl/ottlfuncs"
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/consumer"
-	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/plog"
 
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/identity"
@@ -41,7 +40,6 @@ func (v logView) transformContext() *ottllog.TransformContext {
 	return ottllog.NewTransformContext(v.rl, v.sl, v.lr)
 }
 
-// path evaluates a plain path; each returns what OTTL returns for it.
 func (v logView) path(e *identity.Encoder, p plainPath) bool {
 	lr := v.lr
 	if handled, ok := commonPath(e, p, v.rl.Resource(), v.sl.Scope(), lr.Attributes()); handled {
@@ -73,8 +71,9 @@ func (v logView) path(e *identity.Encoder, p plainPath) bool {
 }
 
 // content encodes everything a sender puts in a record. The observed time
-// joins only with a coarse timestamp: a re-sent record may be observed anew,
-// but a coarse timestamp cannot tell apart the same line written twice.
+// joins only a coarse timestamp (no sub-millisecond part: a parsed log
+// line's, not an SDK clock's): a re-sent record may be observed anew, but a
+// coarse timestamp cannot tell apart the same line written twice.
 func (v logView) content(e *identity.Encoder, ign *contentIgnore) {
 	lr, f := v.lr, ign.fields
 	if !f.has(ignBody) {
@@ -94,7 +93,7 @@ func (v logView) content(e *identity.Encoder, ign *contentIgnore) {
 	if !f.has(ignTimeUnixNano) {
 		ts := lr.Timestamp()
 		e.FieldUint(fieldTimestamp, uint64(ts))
-		if coarse(ts) && !f.has(ignObservedTimeUnixNano) {
+		if ts%1_000_000 == 0 && !f.has(ignObservedTimeUnixNano) {
 			e.FieldUint(fieldObservedTimestamp, uint64(lr.ObservedTimestamp()))
 		}
 	}
@@ -105,13 +104,9 @@ func (v logView) content(e *identity.Encoder, ign *contentIgnore) {
 	contentIDs(e, f, lr.TraceID(), lr.SpanID())
 }
 
-// coarse reports whether a timestamp has no sub-millisecond part (0
-// included): that of a parsed log line, not of a clock read by an SDK.
-func coarse(ts pcommon.Timestamp) bool { return ts%1_000_000 == 0 }
-
-// logsProcessor is the dedup processor in a logs pipeline. It implements
-// the consumer itself, not through processorhelper, because it must see the
-// next consumer's error to release the batch's claims.
+// logsProcessor is the dedup processor in a logs pipeline. Like the others,
+// it implements the consumer itself, not through processorhelper: it must
+// see the next consumer's error to release the batch's claims.
 type logsProcessor struct {
 	*engine
 	si   *signalIdentity[*ottllog.TransformContext]
@@ -162,7 +157,8 @@ func (p *logsProcessor) identify(ctx context.Context, b *batch, enc *identity.En
 	}
 }
 
-// apply applies the verdicts and prunes the scopes and resources left empty.
+// apply applies the verdicts and prunes the scopes and resources left
+// empty, as the other signals' apply.
 func (p *logsProcessor) apply(b *batch, ld plog.Logs) {
 	a := applier{e: p.engine, b: b}
 	ld.ResourceLogs().RemoveIf(func(rl plog.ResourceLogs) bool {

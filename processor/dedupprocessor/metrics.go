@@ -40,7 +40,7 @@ type pointSlice[P dataPoint] interface {
 }
 
 // pointView is a data point as the identity sees it, its fields copied out
-// so that walking points of any type never boxes them.
+// so that points of any type are never boxed.
 type pointView struct {
 	rm     pmetric.ResourceMetrics
 	sm     pmetric.ScopeMetrics
@@ -73,9 +73,9 @@ func (v pointView) path(e *identity.Encoder, p plainPath) bool {
 	return true
 }
 
-// content encodes the point's attributes and timestamps; the stream's
-// name, type, unit and temporality are in the group digest. The value is
-// not: a second copy of an observation is a repeat whatever it says.
+// content encodes the point's attributes and timestamps (name, type, unit
+// and temporality are in the group digest), not its value: a second copy of
+// an observation is a repeat whatever it says.
 func (v pointView) content(e *identity.Encoder, ign *contentIgnore) {
 	e.Field(fieldAttributes)
 	e.Map(v.attrs, ign.skipAttr)
@@ -111,7 +111,7 @@ func metricDigest(e *identity.Encoder, m pmetric.Metric) [16]byte {
 }
 
 // metricsProcessor is the dedup processor in a metrics pipeline; its unit is
-// the data point. Metrics, scopes and resources left without points go.
+// the data point.
 type metricsProcessor struct {
 	*engine
 	si    *signalIdentity[*ottldatapoint.TransformContext]
@@ -252,7 +252,7 @@ func (c metricsCall) apply(b *batch, md pmetric.Metrics) {
 }
 
 // applyPoints applies the verdicts of one metric's points and reports
-// whether it lost them all (one that came without points is left). With
+// whether it lost them all (one that came without points stays). With
 // remove_replica_label, the elected replica's points lose their replica
 // label, or set box.stripResource if it is their resource's.
 func applyPoints[P dataPoint](a *applier, box *ballotBox, points pointSlice[P]) bool {

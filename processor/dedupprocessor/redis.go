@@ -20,9 +20,8 @@ import (
 // defaultKeyPrefix namespaces the shared tier's keys by the processor's
 // component ID and the settings that shape identities: two pipelines with
 // their own dedup processors must each deliver every record, and differently
-// configured processors could hash different records alike. Every instance
-// of one processor ID and configuration shares its keys. It is short, since
-// Redis spends its CPU per key; 32 bits keep processors apart.
+// configured processors could hash different records alike. It is short,
+// since Redis spends its CPU per key; 32 bits keep processors apart.
 func defaultKeyPrefix(id component.ID, cfg *Config) string {
 	var e identity.Encoder
 	e.String(id.String())
@@ -66,25 +65,16 @@ func (l zapRedisLogger) Printf(_ context.Context, format string, v ...any) {
 	l.logger.Warn(fmt.Sprintf(format, v...))
 }
 
-// keySpace is one processor ID's keys in one signal's pipelines: a
-// collector may use it in one pipeline only (see built in factory.go).
-type keySpace struct {
-	id     component.ID
-	signal string
-}
-
-// sharedStage is the shared tier in Redis, with the processor's side of
-// its life: what it logs and reports as it connects, and what a restarted
-// Redis makes the processor forget.
+// sharedStage is the shared tier, with the processor's side of its life:
+// what it logs and reports as it connects, and what a restarted Redis makes
+// the processor forget.
 type sharedStage struct {
 	*redistier.Tier
 	cfg    *RedisConfig
 	prefix string
 	logger *zap.Logger
 	host   atomic.Pointer[component.Host] // set at start, for status reports
-	// forget drops what the processor cached of Redis (replica elections);
-	// set before start.
-	forget func()
+	forget func()                         // drops what the processor cached of Redis; set before start
 }
 
 // newSharedStage makes the shared tier of cfg; it connects at start.
@@ -128,8 +118,7 @@ func newSharedStage(cfg *Config, r *RedisConfig, id component.ID, logger *zap.Lo
 }
 
 // start connects the shared tier. A Redis that does not answer does not
-// fail the start: batches follow on_error, as in any later outage, until
-// it does.
+// fail the start: batches follow on_error, as in any later outage.
 func (s *sharedStage) start(ctx context.Context, host component.Host) error {
 	s.host.Store(&host)
 	if err := s.Tier.Start(ctx); err != nil {
@@ -162,11 +151,10 @@ func (s *sharedStage) topologyFound(mode redistier.Mode, err error) {
 	}
 }
 
-// newServer is the tier's Options.OnNewServer: a Redis master restarted or
-// failed over, and may have lost the elections this collector cached.
-// Until a batch asks Redis again, the cache could keep one replica elected
-// here while another collector elects the other, and each would drop the
-// points the other keeps.
+// newServer is the tier's OnNewServer: a master restarted or failed over,
+// maybe losing the elections cached here. Until a batch asks Redis again,
+// one replica could stay elected here while another collector elects the
+// other, each dropping the points the other keeps.
 func (s *sharedStage) newServer(runID string) {
 	s.logger.Warn("dedup: shared tier: a Redis server not seen before answers (a restart or a failover): what it had may be lost; cached replica elections are asked again",
 		zap.String("run_id", runID))

@@ -13,10 +13,9 @@ import (
 
 // tenantDigest is the digest of a request's partition, part of every
 // identity so that partitions never suppress each other's data: its
-// auth_attributes values (from client.Info.Auth), then its metadata_keys
-// values; all zero when neither is configured. identified is false when the
-// request lacks an auth attribute: such requests share one partition of
-// their own.
+// auth_attributes values, then its metadata_keys values; all zero when
+// neither is configured. Requests that lack an auth attribute (not
+// identified) share one partition of their own.
 func tenantDigest(ctx context.Context, cfg *Config, enc *identity.Encoder) (d [digest.Size]byte, identified bool) {
 	if len(cfg.AuthAttributes) == 0 && len(cfg.MetadataKeys) == 0 {
 		return d, true
@@ -76,23 +75,19 @@ func hasValue(v any) bool {
 	return true
 }
 
-// unidentified is why a request lacks the auth_attributes identity; the
-// unidentified_records counter's reason.
+// unidentified is why a request lacks the auth_attributes identity (see
+// unidentifiedFix); the unidentified_records counter's reason.
 type unidentified int
 
 const (
-	// unidentifiedUnauthenticated: no authenticated identity at all (a
-	// receiver without auth, or a batch processor in front of dedup).
 	unidentifiedUnauthenticated unidentified = iota
-	// unidentifiedMissingAttribute: authenticated, without a value for one
-	// of the attributes (an oidc token without groups_claim's claim, say).
 	unidentifiedMissingAttribute
 	numUnidentified
 )
 
 var unidentifiedNames = [numUnidentified]string{"unauthenticated", "missing_attribute"}
 
-// unidentifiedFix is the line logged for each reason: what happened and
+// unidentifiedFix is the line logged for each reason: what happened, and
 // what to change.
 var unidentifiedFix = [numUnidentified]string{
 	"dedup: a request reached dedup without an authenticated identity, so auth_attributes cannot partition it: its records share one partition with every such request. " +
@@ -102,7 +97,7 @@ var unidentifiedFix = [numUnidentified]string{
 }
 
 // whyUnidentified says why the request of ctx lacks the identity of names,
-// and which attribute it lacks (empty when it has no identity at all).
+// and which attribute it lacks, if it has an identity.
 func whyUnidentified(ctx context.Context, names []string) (unidentified, string) {
 	auth := client.FromContext(ctx).Auth
 	if auth == nil {
