@@ -42,8 +42,7 @@ const (
 	MissingKeyDrop MissingKeyPolicy = "drop"
 )
 
-// Config is the configuration of the dedup processor; the README documents
-// each setting.
+// Config is the configuration of the dedup processor; the README documents each setting.
 type Config struct {
 	// Window is how long a key is remembered after it was first accepted.
 	Window time.Duration `mapstructure:"window"`
@@ -155,8 +154,7 @@ type SignalConfig struct {
 	_ struct{}
 }
 
-// MetricsConfig is the identity of metric data points and, optionally,
-// replica election.
+// MetricsConfig is the identity of metric data points and, optionally, replica election.
 type MetricsConfig struct {
 	SignalConfig `mapstructure:",squash"`
 	// ReplicaElection, when present, delivers one replica's points per cluster.
@@ -173,8 +171,7 @@ type ElectionConfig struct {
 	ClusterLabel string `mapstructure:"cluster_label"`
 	// ReplicaLabel names the attribute that tells a group's replicas apart.
 	ReplicaLabel string `mapstructure:"replica_label"`
-	// UpdateInterval, plus up to UpdateJitter, is how often delivered data
-	// refreshes an election.
+	// UpdateInterval, plus up to UpdateJitter, is how often delivered data refreshes an election.
 	UpdateInterval time.Duration `mapstructure:"update_interval"`
 	UpdateJitter   time.Duration `mapstructure:"update_jitter"`
 	// FailoverTimeout is how long an election holds after its last refresh.
@@ -188,50 +185,41 @@ type ElectionConfig struct {
 }
 
 const (
-	defaultWindow           = 10 * time.Minute
-	defaultMarkAttribute    = "dedup.duplicate"
-	defaultMaxEntries       = 1_000_000
-	defaultSnapshotInterval = time.Minute
-	defaultPendingWait      = time.Second
 	// minDuration catches a duration written without a unit (nanoseconds).
 	minDuration = time.Millisecond
 	// maxMaxEntries keeps a typo from reserving an absurd amount of memory.
 	maxMaxEntries = 100_000_000
-
-	// Replica election: Mimir's HA tracker defaults.
-	defaultClusterLabel    = "cluster"
-	defaultReplicaLabel    = "__replica__"
-	defaultUpdateInterval  = 15 * time.Second
-	defaultUpdateJitter    = 5 * time.Second
-	defaultFailoverTimeout = 30 * time.Second
-	defaultMaxClusters     = 100
 	// maxMaxClusters bounds the election table and gauge series per tenant.
 	maxMaxClusters = 100_000
+	// defaultRedisLease: how long the retries of a collector that died
+	// mid-batch wait; short next to exporters' retry horizon.
+	defaultRedisLease = 30 * time.Second
 )
 
 func createDefaultConfig() component.Config {
 	return &Config{
-		Window:           defaultWindow,
+		Window:           10 * time.Minute,
 		Action:           ActionDrop,
-		MarkAttribute:    defaultMarkAttribute,
+		MarkAttribute:    "dedup.duplicate",
 		OnMissingKey:     MissingKeyPass,
-		Cache:            CacheConfig{MaxEntries: defaultMaxEntries},
-		SnapshotInterval: defaultSnapshotInterval,
-		PendingWait:      defaultPendingWait,
+		Cache:            CacheConfig{MaxEntries: 1_000_000},
+		SnapshotInterval: time.Minute,
+		PendingWait:      time.Second,
 		Metrics: MetricsConfig{
+			// Mimir's HA tracker defaults.
 			ReplicaElection: configoptional.Default(ElectionConfig{
-				ClusterLabel:       defaultClusterLabel,
-				ReplicaLabel:       defaultReplicaLabel,
-				UpdateInterval:     defaultUpdateInterval,
-				UpdateJitter:       defaultUpdateJitter,
-				FailoverTimeout:    defaultFailoverTimeout,
-				MaxClusters:        defaultMaxClusters,
+				ClusterLabel:       "cluster",
+				ReplicaLabel:       "__replica__",
+				UpdateInterval:     15 * time.Second,
+				UpdateJitter:       5 * time.Second,
+				FailoverTimeout:    30 * time.Second,
+				MaxClusters:        100,
 				RemoveReplicaLabel: true,
 			}),
 		},
 		Redis: configoptional.Default(RedisConfig{
 			Mode:    RedisModeAuto,
-			Timeout: defaultRedisTimeout,
+			Timeout: 250 * time.Millisecond,
 			Lease:   defaultRedisLease,
 			OnError: ErrorPass,
 		}),
@@ -301,13 +289,6 @@ func (el *ElectionConfig) validate(p *problems) {
 		el.UpdateInterval+el.UpdateJitter, el.FailoverTimeout)
 	p.check(el.MaxClusters < 1 || el.MaxClusters > maxMaxClusters, field+"max_clusters must be between 1 and %d, got %d", maxMaxClusters, el.MaxClusters)
 }
-
-const (
-	defaultRedisTimeout = 250 * time.Millisecond
-	// defaultRedisLease: how long the retries of a collector that died
-	// mid-batch wait; short next to exporters' retry horizon.
-	defaultRedisLease = 30 * time.Second
-)
 
 func (r *RedisConfig) validate(p *problems, window time.Duration) {
 	p.check(len(r.Endpoints) == 0, `redis.endpoints must list at least one "host:port"`)
