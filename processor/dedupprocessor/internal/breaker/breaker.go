@@ -11,20 +11,12 @@ import (
 // State is the breaker's position; its value is the breaker-state gauge's.
 type State int
 
-// The states. HalfOpen lets one probe through, whose outcome closes or
-// re-opens the breaker.
+// The states. HalfOpen lets one probe through, whose outcome closes or re-opens the breaker.
 const (
 	Closed State = iota
 	HalfOpen
 	Open
 )
-
-func (s State) String() string {
-	if s < Closed || s > Open {
-		return "unknown"
-	}
-	return [...]string{"closed", "half_open", "open"}[s]
-}
 
 // Config sets the breaker's thresholds. Zero fields take the defaults.
 type Config struct {
@@ -43,8 +35,7 @@ const (
 	DefaultMaxCooldown = time.Minute
 )
 
-// Breaker is a consecutive-failure circuit breaker. It is safe for
-// concurrent use.
+// Breaker is a consecutive-failure circuit breaker. It is safe for concurrent use.
 type Breaker struct {
 	cfg         Config // defaults filled in
 	mu          sync.Mutex
@@ -74,8 +65,7 @@ func New(cfg Config) *Breaker {
 	return &Breaker{cfg: cfg, cooldown: cfg.Cooldown}
 }
 
-// Ticket is the permission to make one call. Its outcome must be reported
-// with Done exactly once.
+// Ticket is the permission to make one call. Its outcome must be reported with Done exactly once.
 type Ticket struct {
 	gen   uint64
 	probe bool
