@@ -58,6 +58,23 @@ type adapter[T any] interface {
 	firstCallSettled(ctx context.Context, err error)
 }
 
+// sink is an adapter's next consumer, and how to copy its data for a
+// second call; it has no stage of its own to settle.
+type sink[T interface{ CopyTo(T) }] struct {
+	next  func(context.Context, T) error
+	fresh func() T
+}
+
+func (s sink[T]) send(ctx context.Context, data T) error { return s.next(ctx, data) }
+
+func (s sink[T]) clone(data T) T {
+	c := s.fresh()
+	data.CopyTo(c)
+	return c
+}
+
+func (sink[T]) firstCallSettled(context.Context, error) {}
+
 // consume is ConsumeLogs, ConsumeTraces and ConsumeMetrics.
 func consume[T any](ctx context.Context, e *engine, s adapter[T], data T, items int) error {
 	if items == 0 {
@@ -121,8 +138,7 @@ type batch struct {
 	kept     int                // records the current call keeps (needsApply)
 	alters   bool               // the adapter changes kept records (replica labels)
 
-	// A round is one claim under tokens of its own, settled by a commit or
-	// a release.
+	// A round: one claim under its own tokens, settled by a commit or release.
 	token      uint64          // local claim token
 	redisToken string          // shared claim token; "" without a shared tier
 	held       []digest.Digest // claimed in the local cache
@@ -153,8 +169,8 @@ func (e *engine) begin(records int) *batch {
 	return b
 }
 
-// beginRound opens a round at the time its claims are made: a key is
-// remembered for the window from its own round's claim.
+// beginRound opens a round when its claims are made: a key is remembered
+// for the window from its own round's claim.
 func (e *engine) beginRound(b *batch) {
 	b.now = e.now()
 	b.token = e.nextToken()
@@ -234,8 +250,7 @@ func (b *batch) firstCopies(action Action) {
 	}
 }
 
-// errSharedTier is returned under on_error: refuse; receivers make it
-// retryable.
+// errSharedTier is returned, retryable, under on_error: refuse.
 var errSharedTier = errors.New("dedup: shared tier unavailable; retry later")
 
 // claim claims keys idx in the current round, locally, then in the shared
@@ -365,8 +380,7 @@ func deliver[T any](ctx context.Context, e *engine, b *batch, s adapter[T], data
 	return err
 }
 
-// needsApply says whether the verdicts change the batch, and counts the
-// records kept.
+// needsApply counts the records kept and says whether the verdicts change the batch.
 func (e *engine) needsApply(b *batch) bool {
 	change := e.cfg.IdentityAttribute != "" && len(b.keys) > 0 || b.alters
 	b.kept = 0
@@ -387,8 +401,7 @@ type applier struct {
 	next int // the next keyed unit's index in b.keys
 }
 
-// unit applies the next unit's verdict to its attributes and reports
-// whether to remove the unit.
+// unit applies the next unit's verdict to its attributes: true removes the unit.
 func (a *applier) unit(attrs pcommon.Map) bool {
 	v := a.b.verdicts[a.i]
 	var k *key
@@ -464,8 +477,7 @@ func (e *engine) settle(ctx context.Context, b *batch, state roundState, wake bo
 var errInFlight = errors.New("dedup: a record of this batch is still being delivered by another batch; retry later")
 
 // refusal is errInFlight naming the shared claim the batch last met
-// pending, so that a dedup processor before this one can tell that the two
-// share one key space (deliver).
+// pending, so that a dedup processor before this one can tell (deliver).
 func (b *batch) refusal() error {
 	if b.holder == "" {
 		return errInFlight

@@ -109,8 +109,8 @@ func (v logView) content(e *identity.Encoder, ign *contentIgnore) {
 // see the next consumer's error to release the batch's claims.
 type logsProcessor struct {
 	*engine
-	si   *signalIdentity[*ottllog.TransformContext]
-	next consumer.Logs
+	sink[plog.Logs]
+	si *signalIdentity[*ottllog.TransformContext]
 }
 
 func newLogsProcessor(set component.TelemetrySettings, id component.ID, cfg *Config, next consumer.Logs) (*logsProcessor, error) {
@@ -118,24 +118,12 @@ func newLogsProcessor(set component.TelemetrySettings, id component.ID, cfg *Con
 	if err != nil {
 		return nil, err
 	}
-	return &logsProcessor{engine: e, si: si, next: next}, nil
+	return &logsProcessor{engine: e, sink: sink[plog.Logs]{next.ConsumeLogs, plog.NewLogs}, si: si}, nil
 }
 
 func (p *logsProcessor) ConsumeLogs(ctx context.Context, ld plog.Logs) error {
 	return consume(ctx, p.engine, p, ld, ld.LogRecordCount())
 }
-
-func (p *logsProcessor) clone(ld plog.Logs) plog.Logs {
-	c := plog.NewLogs()
-	ld.CopyTo(c)
-	return c
-}
-
-func (p *logsProcessor) send(ctx context.Context, ld plog.Logs) error {
-	return p.next.ConsumeLogs(ctx, ld)
-}
-
-func (p *logsProcessor) firstCallSettled(context.Context, error) {}
 
 func (p *logsProcessor) identify(ctx context.Context, b *batch, enc *identity.Encoder, ld plog.Logs) {
 	w := newWalk(ctx, p.engine, p.si, b, enc)

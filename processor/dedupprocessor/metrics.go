@@ -110,12 +110,11 @@ func metricDigest(e *identity.Encoder, m pmetric.Metric) [16]byte {
 	return e.Digest().Bytes()
 }
 
-// metricsProcessor is the dedup processor in a metrics pipeline; its unit is
-// the data point.
+// metricsProcessor is the dedup processor in a metrics pipeline; its unit is the data point.
 type metricsProcessor struct {
 	*engine
+	out   sink[pmetric.Metrics]
 	si    *signalIdentity[*ottldatapoint.TransformContext]
-	next  consumer.Metrics
 	elect *elector // replica election; nil: not configured
 }
 
@@ -124,7 +123,7 @@ func newMetricsProcessor(set component.TelemetrySettings, id component.ID, cfg *
 	if err != nil {
 		return nil, err
 	}
-	p := &metricsProcessor{engine: e, si: si, next: next}
+	p := &metricsProcessor{engine: e, out: sink[pmetric.Metrics]{next.ConsumeMetrics, pmetric.NewMetrics}, si: si}
 	if ec := cfg.Metrics.ReplicaElection.Get(); ec != nil {
 		p.elect = newElector(cfg, ec, e.batches, e.shared)
 		if e.shared != nil {
@@ -138,30 +137,21 @@ func newMetricsProcessor(set component.TelemetrySettings, id component.ID, cfg *
 func (p *metricsProcessor) ConsumeMetrics(ctx context.Context, md pmetric.Metrics) error {
 	n := md.DataPointCount()
 	if p.elect == nil || n == 0 {
-		return consume(ctx, p.engine, metricsCall{p: p}, md, n)
+		return consume(ctx, p.engine, metricsCall{sink: p.out, p: p}, md, n)
 	}
 	box, err := p.elect.elect(ctx, md)
 	if err != nil {
 		return err
 	}
 	defer p.elect.put(box)
-	return consume(ctx, p.engine, metricsCall{p: p, box: box}, md, n)
+	return consume(ctx, p.engine, metricsCall{sink: p.out, p: p, box: box}, md, n)
 }
 
 // metricsCall is one ConsumeMetrics call's adapter.
 type metricsCall struct {
+	sink[pmetric.Metrics]
 	p   *metricsProcessor
 	box *ballotBox // nil: no replica election
-}
-
-func (c metricsCall) clone(md pmetric.Metrics) pmetric.Metrics {
-	m := pmetric.NewMetrics()
-	md.CopyTo(m)
-	return m
-}
-
-func (c metricsCall) send(ctx context.Context, md pmetric.Metrics) error {
-	return c.p.next.ConsumeMetrics(ctx, md)
 }
 
 func (c metricsCall) firstCallSettled(ctx context.Context, err error) {

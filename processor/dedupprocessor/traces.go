@@ -145,8 +145,8 @@ func contentIDs(e *identity.Encoder, f fieldSet, traceID pcommon.TraceID, spanID
 // the span. A kept span keeps its events and links; a duplicate goes whole.
 type tracesProcessor struct {
 	*engine
-	si   *signalIdentity[*ottlspan.TransformContext]
-	next consumer.Traces
+	sink[ptrace.Traces]
+	si *signalIdentity[*ottlspan.TransformContext]
 }
 
 func newTracesProcessor(set component.TelemetrySettings, id component.ID, cfg *Config, next consumer.Traces) (*tracesProcessor, error) {
@@ -154,24 +154,12 @@ func newTracesProcessor(set component.TelemetrySettings, id component.ID, cfg *C
 	if err != nil {
 		return nil, err
 	}
-	return &tracesProcessor{engine: e, si: si, next: next}, nil
+	return &tracesProcessor{engine: e, sink: sink[ptrace.Traces]{next.ConsumeTraces, ptrace.NewTraces}, si: si}, nil
 }
 
 func (p *tracesProcessor) ConsumeTraces(ctx context.Context, td ptrace.Traces) error {
 	return consume(ctx, p.engine, p, td, td.SpanCount())
 }
-
-func (p *tracesProcessor) clone(td ptrace.Traces) ptrace.Traces {
-	c := ptrace.NewTraces()
-	td.CopyTo(c)
-	return c
-}
-
-func (p *tracesProcessor) send(ctx context.Context, td ptrace.Traces) error {
-	return p.next.ConsumeTraces(ctx, td)
-}
-
-func (p *tracesProcessor) firstCallSettled(context.Context, error) {}
 
 func (p *tracesProcessor) identify(ctx context.Context, b *batch, enc *identity.Encoder, td ptrace.Traces) {
 	w := newWalk(ctx, p.engine, p.si, b, enc)
