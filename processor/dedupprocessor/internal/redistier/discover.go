@@ -16,8 +16,7 @@ import (
 // Mode is how the tier reaches Redis: what the endpoints are.
 type Mode string
 
-// The modes. In a Cluster, one node (e.g. a managed service's configuration
-// endpoint) is enough.
+// The modes. In a Cluster, one node (e.g. a managed service's configuration endpoint) is enough.
 const (
 	ModeAuto       Mode = "auto" // ask the endpoints
 	ModeStandalone Mode = "standalone"
@@ -201,6 +200,5 @@ func decide(o *Options, probes []probe) (Mode, error) {
 	return found, nil
 }
 
-// kindName names what a probe's mode says an endpoint is, for each mode a
-// probe accepts.
+// kindName names the endpoint each mode a probe accepts stands for.
 var kindName = map[string]string{"standalone": "standalone server", "cluster": "Redis Cluster node", "sentinel": "Sentinel"}

@@ -90,8 +90,7 @@ func (t *Tier) Elect(ctx context.Context, token string, failover time.Duration, 
 // CommitElected confirms the elections es, whose batch was delivered: it
 // commits token's pending ones, refreshes committed ones of the same
 // replica, and takes free ones committed, each answering ElectionLive for
-// the failover timeout; others are answered as by Elect. On an error the
-// answers are left zero.
+// the failover timeout; others are answered as by Elect (all zero on error).
 func (t *Tier) CommitElected(ctx context.Context, token string, failover time.Duration, es []Election, answers []ElectionAnswer) error {
 	answers = answers[:len(es)]
 	clear(answers)
@@ -122,10 +121,9 @@ func (t *Tier) ReleaseElections(ctx context.Context, token string, failover time
 	return err
 }
 
-// settleElections sends the commits or releases of es now. The writer
-// retries what fails while the lease lasts: other collectors must learn of a
-// delivered batch, and an election left pending stalls its cluster
-// everywhere for the lease.
+// settleElections sends the commits or releases of es now; the writer
+// retries what fails: other collectors must learn of a delivered batch, and
+// an election left pending stalls its cluster everywhere for the lease.
 func (t *Tier) settleElections(ctx context.Context, op, token string, failover time.Duration, es []Election) ([]*call, error) {
 	c, err := t.beginSettle(op, token, len(es))
 	if c == nil {
@@ -143,14 +141,12 @@ func (t *Tier) electionKey(k digest.Digest) string {
 	return t.opts.KeyPrefix + "elect:{" + k.String() + "}"
 }
 
-// electionMarker is the key, in the election's slot, a release of token
-// leaves.
+// electionMarker is the key, in the election's slot, a release of token leaves.
 func (t *Tier) electionMarker(k digest.Digest, token string) string {
 	return t.electionKey(k) + "r" + token
 }
 
-// electionAnswer decodes the election scripts' reply: {state, replica,
-// remaining ms}.
+// electionAnswer decodes the election scripts' reply {state, replica, remaining ms}.
 func electionAnswer(c *redis.Cmd) (ElectionAnswer, error) {
 	vals, err := c.Slice()
 	if err != nil {
@@ -174,8 +170,7 @@ func electionAnswer(c *redis.Cmd) (ElectionAnswer, error) {
 }
 
 // The election scripts; KEYS[1] is the election key. A value is parsed by
-// position: the time starts at byte 34, and the "|" after it starts the
-// replaced value.
+// position: the time starts at byte 34; the "|" after it, the replaced value.
 const electionLib = `
 local function now()
   local t = redis.call('TIME')

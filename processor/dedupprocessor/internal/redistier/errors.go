@@ -22,8 +22,7 @@ import (
 // (*) in a Cluster; a standalone or Sentinel master that answers READONLY is
 // a failure like any other error reply.
 
-// errBreakerOpen marks a command not sent because its node's breaker was
-// open.
+// errBreakerOpen marks a command not sent because its node's breaker was open.
 var errBreakerOpen = errors.New("circuit breaker open")
 
 // nodeDown reports whether the node did not answer (or was not asked: its

@@ -76,8 +76,7 @@ func (x *singleExec) ping(ctx context.Context) {
 	}
 }
 
-// failureOutcome is the breaker outcome of a failed call: a caller that
-// gave up says nothing about Redis.
+// failureOutcome is a failed call's breaker outcome: a caller that gave up tells nothing.
 func failureOutcome(ctx context.Context) breaker.Outcome {
 	if err := ctx.Err(); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		return breaker.Unknown
@@ -85,9 +84,8 @@ func failureOutcome(ctx context.Context) breaker.Outcome {
 	return breaker.Failure
 }
 
-// sendPipeline sends calls to one node in one round trip, and again as
-// EVAL, which loads them, the scripts it answered NOSCRIPT (restarted,
-// promoted, or flushed).
+// sendPipeline sends calls to one node in one round trip, and again as EVAL
+// (which loads them) the scripts it answered NOSCRIPT.
 func sendPipeline(ctx context.Context, client *redis.Client, calls []*call) {
 	send := func(cs []*call) {
 		if len(cs) == 1 {

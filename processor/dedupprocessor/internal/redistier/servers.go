@@ -8,13 +8,11 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// servers tells when a Redis server the tier has not seen before answers:
-// a restarted master (a new run_id at its address) or a promoted replica.
-// Either may have lost what was written last (a restart without
-// persistence forgets everything), so the caller stops trusting what it
-// cached of Redis (Options.OnNewServer). Every new connection asks its
-// server's run_id; the first servers seen (all a Cluster's masters at
-// connect) are the baseline.
+// servers tells when a Redis server not seen before answers: a restarted
+// master (a new run_id) or a promoted replica, which may have lost the last
+// writes (without persistence, everything), so the caller stops trusting
+// what it cached of Redis (Options.OnNewServer). Every new connection asks
+// its run_id; the servers seen at connect are the baseline.
 type servers struct {
 	mu    sync.Mutex
 	seen  map[string]bool
@@ -40,15 +38,6 @@ func (s *servers) onConnect(ctx context.Context, cn *redis.Conn) error {
 		s.fn(id)
 	}
 	return nil
-}
-
-// baseline connects to every master the executor knows, then arms: from
-// now on a server not seen is reported.
-func (s *servers) baseline(ctx context.Context, x executor) {
-	x.ping(ctx)
-	s.mu.Lock()
-	s.armed = true
-	s.mu.Unlock()
 }
 
 // runID returns the run_id field of an INFO server reply.

@@ -44,9 +44,7 @@ const (
 	ResultError   = "error" // also: the topology is not known yet
 	ResultTimeout = "timeout"
 	ResultSkipped = "skipped" // a node's breaker was open: nothing sent
-	// ResultLost: a claim ended before its commit or renewal landed, or a
-	// write was given up. Copies of its records may be delivered again.
-	ResultLost = "lost"
+	ResultLost    = "lost"    // a claim ended before its commit or renewal landed, or a write was given up
 )
 
 // Options configures a Tier.
@@ -59,9 +57,7 @@ type Options struct {
 	Password   string
 	DB         int // 0 in a Cluster
 	TLS        *tls.Config
-	// KeyPrefix starts every key, as given. In a Cluster, a prefix with a
-	// hash tag ("{...}") puts every key into one slot.
-	KeyPrefix string
+	KeyPrefix  string // starts every key, as given
 	// Timeout bounds each call, including a reload of the scripts and the
 	// retries of groups whose slot moved. Required, as are Window (counted
 	// from the claim) and Lease (a pending claim's life without renewal).
@@ -70,17 +66,16 @@ type Options struct {
 	Lease   time.Duration
 	Breaker breaker.Config // one breaker per node; zero fields take defaults
 	Clock   clock.Clock    // leases, retries, renewals, breakers, durations; nil: the wall clock
-	// Observe, if set, is called once per operation of a call with the
+	// Observe is called, concurrently, once per operation of a call with the
 	// worst result of its groups and its duration (zero: no round trip),
-	// and with ResultLost per claim lost. Called concurrently: keep it cheap.
+	// and with ResultLost per claim lost.
 	Observe func(op, result string, d time.Duration)
 	// OnNewServer, if set, is called (from go-redis's connection setup) when
 	// a server not seen before answers after the tier connected (see servers).
 	OnNewServer func(runID string)
 	// OnTopology, if set, is called when a tier whose endpoints did not
-	// answer at Start learns their mode, or why it cannot work with them
-	// (it then keeps failing calls and asking). OnWriteError gets the error
-	// of a writer round. Both are called from the tier's goroutines.
+	// answer at Start learns their mode, or why it cannot work with them;
+	// OnWriteError gets the error of a writer round.
 	OnTopology   func(Mode, error)
 	OnWriteError func(error)
 }
@@ -136,10 +131,9 @@ func New(opts Options) *Tier {
 	return t
 }
 
-// Start finds out what the endpoints are and connects to them, or fails if
-// they cannot work (see decide). If none answers, a tier with a Mode
-// connects as that mode; without, calls fail until the endpoints, asked
-// again in the background, answer.
+// Start finds out what the endpoints are and connects, or fails if they
+// cannot work (see decide). If none answers, a tier with a Mode connects as
+// that mode; without, calls fail until the endpoints answer.
 func (t *Tier) Start(ctx context.Context) error {
 	mode, err := t.discover(ctx)
 	switch {
@@ -200,12 +194,10 @@ func (t *Tier) connect(mode Mode) {
 		WriteTimeout:          max(o.Timeout, t.renewEvery()),
 		PoolTimeout:           o.Timeout,
 		ContextTimeoutEnabled: true,
-		// One retry on a broken connection; every call is idempotent for
-		// its token, and the call's context bounds the total time.
+		// One retry on a broken connection: every call is idempotent.
 		MaxRetries:    1,
 		DialerRetries: 1,
-		// Plain Redis does not know this handshake: a failed command per
-		// new connection.
+		// Plain Redis does not know this handshake: a failed command per new connection.
 		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
 	}
 	c := &conn{mode: mode, layout: newLayout(o.KeyPrefix, 0), srv: &servers{seen: map[string]bool{}, fn: o.OnNewServer}}
@@ -222,8 +214,11 @@ func (t *Tier) connect(mode Mode) {
 		c.exec = &singleExec{client: redis.NewClient(u.Simple()), name: o.Endpoints[0], br: breaker.New(o.Breaker)}
 	}
 	ctx, cancel := context.WithTimeout(t.bg, o.Timeout)
-	c.srv.baseline(ctx, c.exec)
+	c.exec.ping(ctx) // the baseline: every master; a server not seen after it is reported
 	cancel()
+	c.srv.mu.Lock()
+	c.srv.armed = true
+	c.srv.mu.Unlock()
 	t.conn.Store(c)
 }
 
@@ -253,8 +248,7 @@ func (t *Tier) Close() error {
 	return err
 }
 
-// Breakers returns the state of every node's circuit breaker; none while
-// the topology is unknown.
+// Breakers returns the state of every node's circuit breaker, if connected.
 func (t *Tier) Breakers() []NodeBreaker {
 	if c := t.conn.Load(); c != nil {
 		return c.exec.breakers()
@@ -276,12 +270,10 @@ func NewToken(age uint64) string {
 type Answer uint8
 
 const (
-	// Unavailable: Redis or the group's node failed. The claim may exist
-	// anyway (its reply was lost): Commit or Release it all the same.
-	Unavailable Answer = iota
-	Held               // by a committed claim of another token: delivered
-	Claimed            // by this token
-	Pending            // by a pending claim of another token, still downstream
+	Unavailable Answer = iota // the node failed; the claim may exist: settle it all the same
+	Held                      // by a committed claim of another token: delivered
+	Claimed                   // by this token
+	Pending                   // by a pending claim of another token, still downstream
 )
 
 // Claim claims under token every digest of distinct ds that no live claim
@@ -385,8 +377,8 @@ func (t *Tier) patiently(ctx context.Context, c *conn, calls []*call) error {
 	return t.failure(calls)
 }
 
-// readClaim sets the answers of one claim script call from its reply and
-// returns the token of the pending claim it met first, if any.
+// readClaim sets the answers of a claim call from its reply and returns the
+// token of the first pending claim it met, if any.
 func readClaim(cl *call, answers []Answer) (owner string, err error) {
 	switch v := cl.cmd.Val().(type) {
 	case int64: // all claimed
@@ -465,7 +457,7 @@ func (t *Tier) settle(ctx context.Context, op, token string, ds []digest.Digest,
 
 // beginSettle stops token's renewals and returns the connection for a
 // commit or release of n keys, or nil if there is nothing to send or no
-// connection (then the write is lost, and the error says why).
+// connection (the write lost, and the error says why).
 func (t *Tier) beginSettle(op, token string, n int) (*conn, error) {
 	t.w.drop(token)
 	if n == 0 {
@@ -481,8 +473,7 @@ func (t *Tier) beginSettle(op, token string, n int) (*conn, error) {
 // errClosed fails the calls made after Close.
 var errClosed = errors.New("the tier is shut down")
 
-// connected returns the connection, or an error while the topology is
-// unknown or once the tier is closed.
+// connected returns the connection, or why there is none.
 func (t *Tier) connected(op string) (*conn, error) {
 	if t.shut.Load() {
 		t.opts.Observe(op, ResultError, 0)
@@ -528,8 +519,7 @@ func (t *Tier) run(ctx context.Context, c *conn, calls []*call, timeout time.Dur
 	return t.failure(calls)
 }
 
-// failure returns an error naming how many of calls failed and the first
-// failure, or nil.
+// failure names how many of calls failed and the first failure, or is nil.
 func (t *Tier) failure(calls []*call) error {
 	var first *call
 	failed := 0
@@ -569,7 +559,7 @@ func resultOf(err error) string {
 	return ResultError
 }
 
-// grouping is the digests of ds grouped by group, as indexes into ds.
+// grouping is ds grouped by group, as indexes into ds.
 type grouping struct {
 	order  []int32 // indexes of ds, grouped by group
 	bounds []int32 // order[bounds[g]:bounds[g+1]] belong to group g
@@ -607,7 +597,7 @@ func (c *conn) prepare(ds []digest.Digest) *grouping {
 	return b
 }
 
-// claimCalls builds one claim script call per group and chunk of at most
+// claimCalls builds a claim call per group and chunk of at most
 // maxKeysPerScript digests; look makes each stop at its first pending key.
 func (t *Tier) claimCalls(ctx context.Context, c *conn, b *grouping, op, token string, ds []digest.Digest, look bool) []*call {
 	n := len(b.order)

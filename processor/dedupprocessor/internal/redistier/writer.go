@@ -28,8 +28,7 @@ const (
 	retryMost  = time.Second
 )
 
-// write is one group's commit or release of one claim, or the confirmation
-// or release of one election.
+// write is one group's commit or release of a claim, or one election's.
 type write struct {
 	op       string // OpCommit or OpRelease
 	token    string
@@ -42,8 +41,7 @@ type write struct {
 	next     time.Time
 }
 
-// renewal is one pending claim's group, or one pending election, whose
-// batch is downstream.
+// renewal is a pending claim's group, or a pending election, whose batch is downstream.
 type renewal struct {
 	token    string
 	key      string    // the group's status key, or the election's key
@@ -61,8 +59,7 @@ type writer struct {
 	wake   chan struct{}
 }
 
-// hold starts renewing token's pending claims or elections of keys, whose
-// leases were set at now.
+// hold starts renewing token's claims or elections of keys, leased at now.
 func (w *writer) hold(token string, keys []string, election bool, now time.Time) {
 	if len(keys) == 0 {
 		return
@@ -247,8 +244,7 @@ func (w *writer) nextRound(now time.Time, every time.Duration) time.Duration {
 	return max(next, time.Millisecond)
 }
 
-// renewEvery is how often a pending lease is renewed: a third of it, so
-// that a renewal that fails can be tried again before the lease ends.
+// renewEvery is a third of the lease: a failed renewal is tried again in time.
 func (t *Tier) renewEvery() time.Duration { return max(t.opts.Lease/3, time.Millisecond) }
 
 // lostAll reports the writes given up, and why.
@@ -258,8 +254,7 @@ func (t *Tier) lostAll(ws []write, why string) {
 	}
 }
 
-// send sends writes now, hands those that failed to the writer, and
-// returns the calls and the error.
+// send sends writes now and hands those that failed to the writer.
 func (t *Tier) send(ctx context.Context, c *conn, ws []write) ([]*call, error) {
 	calls := t.writeCalls(ctx, c, ws)
 	err := t.run(ctx, c, calls, t.opts.Timeout)
@@ -331,8 +326,7 @@ func (t *Tier) writeCalls(ctx context.Context, c *conn, ws []write) []*call {
 	return calls
 }
 
-// readWrites reports the commits that found their claim ended and returns
-// the writes whose call failed.
+// readWrites reports the commits that found their claim ended, and returns the writes that failed.
 func (t *Tier) readWrites(ws []write, calls []*call) []write {
 	var retry []write
 	for i, cl := range calls {
