@@ -26,7 +26,7 @@ import (
 // caches it until each election's failover deadline.
 
 // errElectionInFlight: another batch's pending election outlasted
-// pending_wait, so this batch's points can be neither delivered nor dropped.
+// pending_wait: this batch's points can be neither delivered nor dropped.
 var errElectionInFlight = errors.New("dedup: the replica election of a cluster in this batch is still being decided by another batch in flight; retry later")
 
 // The undecided counter's reasons.
@@ -132,7 +132,7 @@ type vote struct {
 	replica election.Replica
 }
 
-// pointVote is a point's vote (noVote: it lacks a label) and whether its
+// pointVote is a point's vote (noVote: without labels) and whether its
 // replica label is its resource's.
 type pointVote struct {
 	vote     int32
@@ -252,8 +252,7 @@ func (box *ballotBox) voteOf(enc *identity.Encoder, cluster, replica string) int
 	return box.lastVote
 }
 
-// elect scans and decides a metrics batch's elections. On error the batch
-// holds no election and is refused.
+// elect scans and decides a batch's elections; on error it holds none.
 func (e *elector) elect(ctx context.Context, md pmetric.Metrics) (*ballotBox, error) {
 	box := e.boxes.Get().(*ballotBox)
 	box.strip, box.replicaLabel = e.strip, e.replica
@@ -379,8 +378,7 @@ func (e *elector) ask(ctx context.Context, box *ballotBox, i int32) (pending boo
 	return false, nil
 }
 
-// replicaOf returns the replica of digest d, named if one of ballot i's
-// votes is of d.
+// replicaOf returns the replica of d, named if one of ballot i's votes is.
 func (box *ballotBox) replicaOf(i int32, d digest.Digest) election.Replica {
 	for _, vt := range box.votes {
 		if vt.ballot == i && vt.replica.Digest == d {
@@ -473,8 +471,7 @@ func (e *elector) commit(ctx context.Context, box *ballotBox) {
 			}
 			continue
 		}
-		// Lost (its lease ran out before the commit): give up what the
-		// batch holds of it and learn who holds it.
+		// Lost (its lease ran out before the commit): learn who holds it.
 		e.table.Release(bl.ref, box.token)
 		if a.State == redistier.ElectionLive {
 			e.table.Learn(bl.ref, box.replicaOf(i, a.Replica), a.Remaining, start)
@@ -512,8 +509,7 @@ func (box *ballotBox) elected(idx int) (elected, resource bool) {
 	return vt != nil && (bl.state == ballotElected || bl.state == ballotTaken) && vt.replica.Digest == bl.elected, box.points[idx].resource
 }
 
-// voteAt returns the vote of the point at verdict index idx and its
-// ballot; nil if the point has none.
+// voteAt returns the vote of the point at verdict index idx and its ballot, or nils.
 func (box *ballotBox) voteAt(idx int) (*vote, *ballot) {
 	v := box.points[idx].vote
 	if v == noVote {

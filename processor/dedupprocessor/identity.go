@@ -65,8 +65,7 @@ type keyPart[K any] struct {
 	expr *ottl.ValueExpression[K]
 }
 
-// signalIdentity derives the digest of one signal's unit (record, span,
-// data point).
+// signalIdentity derives the digest of a signal's unit (record, span, point).
 type signalIdentity[K any] struct {
 	spec       *signalSpec[K]
 	parts      []keyPart[K]
@@ -75,17 +74,13 @@ type signalIdentity[K any] struct {
 	needsOTTL  bool
 }
 
-// transformContext is an OTTL transform context, built for a unit only when
-// a key or condition needs OTTL.
+// transformContext is an OTTL transform context, built only when needed.
 type transformContext interface{ Close() }
 
 // unitView is one unit of pdata as the identity sees it.
 type unitView[K transformContext] interface {
-	// path encodes a plain path's value and reports whether it had one.
-	path(e *identity.Encoder, p plainPath) bool
-	// content encodes the unit's own content, without resource and scope.
-	content(e *identity.Encoder, ign *contentIgnore)
-	// transformContext builds the unit's OTTL transform context.
+	path(e *identity.Encoder, p plainPath) bool      // encodes a value, false if none
+	content(e *identity.Encoder, ign *contentIgnore) // the unit's own, not resource and scope
 	transformContext() K
 }
 
@@ -138,8 +133,7 @@ func newSignalIdentity[K any](spec *signalSpec[K], set component.TelemetrySettin
 	return si, nil
 }
 
-// newParts makes what every signal's processor has: an engine and an
-// identity.
+// newParts makes what every signal's processor has: engine and identity.
 func newParts[K any](spec *signalSpec[K], sc SignalConfig, set component.TelemetrySettings, id component.ID, cfg *Config) (*engine, *signalIdentity[K], error) {
 	si, err := newSignalIdentity(spec, set, sc)
 	if err != nil {
@@ -206,8 +200,7 @@ func (sk *scopeKey) setResource(d [digest.Size]byte) { sk.resource, sk.hasPrefix
 func (sk *scopeKey) setScope(d [digest.Size]byte)    { sk.scope, sk.hasPrefix = d, false }
 func (sk *scopeKey) setGroup(d [digest.Size]byte)    { sk.group, sk.hasPrefix = d, false }
 
-// contentPrefix is the digest that opens the content identities of the
-// current group.
+// contentPrefix is the digest opening the current group's content identities.
 func (sk *scopeKey) contentPrefix(enc *identity.Encoder, tag byte) []byte {
 	if !sk.hasPrefix {
 		enc.Reset()
@@ -256,8 +249,8 @@ func decide[K transformContext, V unitView[K]](ctx context.Context, policy Missi
 	return enc.Digest(), outcomeUnique, nil
 }
 
-// walk is one batch's walk over one signal's units: an adapter calls
-// resource, scope and unit as it enters each level.
+// walk is one batch's walk over its units: the adapter calls resource,
+// scope and unit as it enters each level.
 type walk[K transformContext] struct {
 	ctx     context.Context
 	e       *engine
@@ -315,8 +308,7 @@ func unit[K transformContext, V unitView[K]](w *walk[K], view V) {
 	w.b.verdicts = append(w.b.verdicts, v)
 }
 
-// fieldSet is a set of scalar fields, one bit each, so the content identity
-// needs no map lookup per field.
+// fieldSet is a set of scalar fields, one bit each: no lookup per field.
 type fieldSet uint32
 
 const (
@@ -462,8 +454,7 @@ func dropped32(e *identity.Encoder, id byte, n uint32) {
 	}
 }
 
-// commonPath evaluates the attribute paths every context shares; handled
-// is false for other paths.
+// commonPath evaluates the attribute paths every context shares, or reports them not handled.
 func commonPath(e *identity.Encoder, p plainPath, res pcommon.Resource, scope pcommon.InstrumentationScope, attrs pcommon.Map) (handled, ok bool) {
 	var m pcommon.Map
 	switch p.field {

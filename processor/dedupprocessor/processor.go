@@ -29,8 +29,7 @@ type engine struct {
 }
 
 // batches is what every batch of a processor shares, replica election
-// included: the clock, the tokens, the one wait loop, the shared tier's
-// error policy and the telemetry.
+// included: clock, tokens, wait loop, error policy, telemetry.
 type batches struct {
 	clock       clock.Clock
 	tokens      atomic.Uint64
@@ -92,9 +91,7 @@ func (e *engine) Start(ctx context.Context, host component.Host) error {
 }
 
 // Shutdown waits for the batches in flight, so that their commits and
-// releases reach the tiers, then closes the tiers: the local one saves its
-// snapshot, the shared one sends the writes left within a bound and counts
-// what does not land.
+// releases reach the tiers, then closes the tiers.
 func (e *engine) Shutdown(ctx context.Context) error {
 	e.drain(ctx)
 	var errShared error
@@ -104,9 +101,8 @@ func (e *engine) Shutdown(ctx context.Context) error {
 	return errors.Join(e.local.close(ctx), errShared, e.tel.registration.Unregister())
 }
 
-// drain waits for the batches in flight to end: at most while a pending
-// claim lasts unrenewed (redis.lease), or pending_wait without a shared
-// tier, or until ctx ends.
+// drain waits for the batches in flight to end, at most a lease (or
+// pending_wait without a shared tier), or until ctx ends.
 func (e *engine) drain(ctx context.Context) {
 	bound := e.pendingWait
 	if r := e.cfg.Redis.Get(); r != nil {

@@ -32,8 +32,7 @@ const (
 
 var outcomeNames = [numOutcomes]string{"unique", "duplicate", "missing_key", "skipped", "key_error"}
 
-// caughtBy is what caught a duplicate: the duplicates counter's tier
-// attribute.
+// caughtBy is what caught a duplicate: the duplicates counter's tier attribute.
 type caughtBy int
 
 const (

@@ -87,8 +87,7 @@ const (
 
 var unidentifiedNames = [numUnidentified]string{"unauthenticated", "missing_attribute"}
 
-// unidentifiedFix is the line logged for each reason: what happened, and
-// what to change.
+// unidentifiedFix is the line logged for each reason: what happened, and what to change.
 var unidentifiedFix = [numUnidentified]string{
 	"dedup: a request reached dedup without an authenticated identity, so auth_attributes cannot partition it: its records share one partition with every such request. " +
 		"Name the authenticator in auth.authenticator of every receiver of this pipeline, and put no batch processor before dedup (it keeps client metadata only)",

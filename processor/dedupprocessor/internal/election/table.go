@@ -21,8 +21,7 @@ import (
 // Tenant is the digest of a request's tenant (metadata_keys values).
 type Tenant = [digest.Size]byte
 
-// Ref names one election; Key, the digest of tenant and cluster, is the
-// same everywhere.
+// Ref names one election; Key, the digest of tenant and cluster, is the same everywhere.
 type Ref struct {
 	Tenant  Tenant
 	Key     digest.Digest

@@ -162,8 +162,7 @@ func (e *Encoder) field64(id, tag byte, v uint64) {
 	binary.BigEndian.PutUint64(w[3:], v)
 }
 
-// FieldIDs is Field(traceField) then TraceID(t), then Field(spanField) then
-// SpanID(s).
+// FieldIDs is Field(traceField) then TraceID(t), then Field(spanField) then SpanID(s).
 func (e *Encoder) FieldIDs(traceField byte, t pcommon.TraceID, spanField byte, s pcommon.SpanID) {
 	w := e.room(2 + 1 + len(t) + 2 + 1 + len(s))
 	w[0], w[1], w[2] = tagField, traceField, tagTraceID

@@ -34,8 +34,7 @@ const (
 	Pending
 )
 
-// noToken marks an entry no claim owns (restored, or disowned): committed,
-// and never released.
+// noToken marks an entry no claim owns (restored, or disowned): committed, and never released.
 const noToken uint64 = 0
 
 // Cache is safe for concurrent use; no lock is held across shards. A key is
@@ -109,8 +108,7 @@ type flights struct {
 	oldest atomic.Uint64 // the smallest token in flight, 0 if none: read without the lock
 }
 
-// Begin puts token (unique, not noToken) in flight: the keys it claims are
-// pending until End.
+// Begin puts token (unique, not noToken) in flight: the keys it claims are pending until End.
 func (c *Cache) Begin(token uint64) {
 	c.flights.mu.Lock()
 	c.flights.tokens[token] = struct{}{}
@@ -223,8 +221,7 @@ func (s *shard) expire(now int64) {
 	}
 }
 
-// prefetch reads the index cells the coming claims probe first, so these
-// independent loads overlap.
+// prefetch reads the index cells the coming claims probe first, so these independent loads overlap.
 func (s *shard) prefetch(ds []digest.Digest, group []int32) {
 	var acc cell
 	for _, i := range group {
@@ -432,8 +429,7 @@ func (s *shard) mark(w *[bucketWords]cell, seq uint32) {
 	w[0] = makeCell(1, seq)
 }
 
-// moving is grow's copy of a shard's cells, shared by the shards, which
-// grow one at a time.
+// moving is grow's copy of a shard's cells, shared by the shards, which grow one at a time.
 type moving struct {
 	mu    sync.Mutex
 	cells []cell
