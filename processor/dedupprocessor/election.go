@@ -165,16 +165,11 @@ func label(m pcommon.Map, name string) string {
 func (e *elector) scan(ctx context.Context, cfg *Config, box *ballotBox, enc *identity.Encoder, md pmetric.Metrics) {
 	box.tenant, _ = tenantDigest(ctx, cfg, enc)
 	box.lastVote = noVote
-	rms := md.ResourceMetrics()
-	for i := 0; i < rms.Len(); i++ {
-		rm := rms.At(i)
+	for _, rm := range md.ResourceMetrics().All() {
 		res := rm.Resource().Attributes()
 		cluster, replica := label(res, e.cluster), label(res, e.replica)
-		sms := rm.ScopeMetrics()
-		for j := 0; j < sms.Len(); j++ {
-			ms := sms.At(j).Metrics()
-			for k := 0; k < ms.Len(); k++ {
-				m := ms.At(k)
+		for _, sm := range rm.ScopeMetrics().All() {
+			for _, m := range sm.Metrics().All() {
 				switch m.Type() {
 				case pmetric.MetricTypeGauge:
 					scanPoints(e, box, enc, m.Gauge().DataPoints(), cluster, replica)

@@ -128,17 +128,14 @@ func (p *logsProcessor) ConsumeLogs(ctx context.Context, ld plog.Logs) error {
 func (p *logsProcessor) identify(ctx context.Context, b *batch, enc *identity.Encoder, ld plog.Logs) {
 	w := newWalk(ctx, p.engine, p.si, b, enc)
 	var view logView
-	rls := ld.ResourceLogs()
-	for i := 0; i < rls.Len(); i++ {
-		view.rl = rls.At(i)
-		w.resource(view.rl.Resource(), view.rl.SchemaUrl())
-		sls := view.rl.ScopeLogs()
-		for j := 0; j < sls.Len(); j++ {
-			view.sl = sls.At(j)
-			w.scope(view.sl.Scope(), view.sl.SchemaUrl())
-			lrs := view.sl.LogRecords()
-			for k := 0; k < lrs.Len(); k++ {
-				view.lr = lrs.At(k)
+	for _, rl := range ld.ResourceLogs().All() {
+		view.rl = rl
+		w.resource(rl.Resource(), rl.SchemaUrl())
+		for _, sl := range rl.ScopeLogs().All() {
+			view.sl = sl
+			w.scope(sl.Scope(), sl.SchemaUrl())
+			for _, lr := range sl.LogRecords().All() {
+				view.lr = lr
 				unit(&w, view)
 			}
 		}

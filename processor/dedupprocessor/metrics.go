@@ -164,17 +164,13 @@ func (c metricsCall) identify(ctx context.Context, b *batch, enc *identity.Encod
 	p := c.p
 	w := newWalk(ctx, p.engine, p.si, b, enc)
 	var view pointView
-	rms := md.ResourceMetrics()
-	for i := 0; i < rms.Len(); i++ {
-		view.rm = rms.At(i)
-		w.resource(view.rm.Resource(), view.rm.SchemaUrl())
-		sms := view.rm.ScopeMetrics()
-		for j := 0; j < sms.Len(); j++ {
-			view.sm = sms.At(j)
-			w.scope(view.sm.Scope(), view.sm.SchemaUrl())
-			ms := view.sm.Metrics()
-			for k := 0; k < ms.Len(); k++ {
-				m := ms.At(k)
+	for _, rm := range md.ResourceMetrics().All() {
+		view.rm = rm
+		w.resource(rm.Resource(), rm.SchemaUrl())
+		for _, sm := range rm.ScopeMetrics().All() {
+			view.sm = sm
+			w.scope(sm.Scope(), sm.SchemaUrl())
+			for _, m := range sm.Metrics().All() {
 				view.metric = m
 				if w.content {
 					w.sk.setGroup(metricDigest(w.enc, m))

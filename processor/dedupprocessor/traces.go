@@ -96,10 +96,8 @@ func (v spanView) content(e *identity.Encoder, ign *contentIgnore) {
 	e.Map(sp.Attributes(), ign.skipAttr)
 	dropped32(e, fieldDroppedAttributes, sp.DroppedAttributesCount())
 	if !f.has(ignEvents) {
-		events := sp.Events()
-		e.FieldUint(fieldEvents, uint64(events.Len()))
-		for i := 0; i < events.Len(); i++ {
-			ev := events.At(i)
+		e.FieldUint(fieldEvents, uint64(sp.Events().Len()))
+		for _, ev := range sp.Events().All() {
 			e.String(ev.Name())
 			e.Uint(uint64(ev.Timestamp()))
 			e.Map(ev.Attributes(), nil)
@@ -108,10 +106,8 @@ func (v spanView) content(e *identity.Encoder, ign *contentIgnore) {
 		dropped32(e, fieldDroppedEvents, sp.DroppedEventsCount())
 	}
 	if !f.has(ignLinks) {
-		links := sp.Links()
-		e.FieldUint(fieldLinks, uint64(links.Len()))
-		for i := 0; i < links.Len(); i++ {
-			l := links.At(i)
+		e.FieldUint(fieldLinks, uint64(sp.Links().Len()))
+		for _, l := range sp.Links().All() {
 			e.TraceID(l.TraceID())
 			e.SpanID(l.SpanID())
 			e.String(l.TraceState().AsRaw())
@@ -164,17 +160,14 @@ func (p *tracesProcessor) ConsumeTraces(ctx context.Context, td ptrace.Traces) e
 func (p *tracesProcessor) identify(ctx context.Context, b *batch, enc *identity.Encoder, td ptrace.Traces) {
 	w := newWalk(ctx, p.engine, p.si, b, enc)
 	var view spanView
-	rss := td.ResourceSpans()
-	for i := 0; i < rss.Len(); i++ {
-		view.rs = rss.At(i)
-		w.resource(view.rs.Resource(), view.rs.SchemaUrl())
-		sss := view.rs.ScopeSpans()
-		for j := 0; j < sss.Len(); j++ {
-			view.ss = sss.At(j)
-			w.scope(view.ss.Scope(), view.ss.SchemaUrl())
-			spans := view.ss.Spans()
-			for k := 0; k < spans.Len(); k++ {
-				view.sp = spans.At(k)
+	for _, rs := range td.ResourceSpans().All() {
+		view.rs = rs
+		w.resource(rs.Resource(), rs.SchemaUrl())
+		for _, ss := range rs.ScopeSpans().All() {
+			view.ss = ss
+			w.scope(ss.Scope(), ss.SchemaUrl())
+			for _, sp := range ss.Spans().All() {
+				view.sp = sp
 				unit(&w, view)
 			}
 		}
