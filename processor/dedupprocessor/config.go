@@ -269,7 +269,6 @@ type problems []error
 
 func (p *problems) add(format string, args ...any) { *p = append(*p, fmt.Errorf(format, args...)) }
 
-// check adds the error of format and args if bad.
 func (p *problems) check(bad bool, format string, args ...any) {
 	if bad {
 		p.add(format, args...)

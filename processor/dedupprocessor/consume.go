@@ -32,19 +32,16 @@ import (
 // later and delivers those it wins in a second call; a look that meets
 // pending claims again releases its wins first. So a batch waits only for
 // batches that are exporting, which wait for nobody, whatever the topology,
-// the request size or the atomicity of the claims. Elections (election.go)
-// obey the same rule. After pending_wait the request is refused for retry
-// (which drops the first call's records as copies); it is acknowledged only
-// when both calls succeeded.
+// the request size or the atomicity of the claims. After pending_wait the
+// request is refused for retry (which drops the first call's records as
+// copies); it is acknowledged only when both calls succeeded.
 //
 // Contending looks end by design: looks claim in one global order (locally
 // one at a time, in Redis by group and digest) and stop at the first record
 // another claim holds, so the look that got furthest is never stopped by
 // another. A pending claim lives while its batch is downstream (the tier
 // renews its lease): the lease bounds only how long a dead collector's
-// claims stand in the way. A release leaves a marker that the same token's
-// claim refuses: a claim delayed past its caller's timeout cannot land
-// after its release and stall the retry.
+// claims stand in the way.
 
 // adapter is a signal's side of the batch.
 type adapter[T any] interface {
@@ -159,7 +156,6 @@ type batch struct {
 
 var batchPool = sync.Pool{New: func() any { return new(batch) }}
 
-// begin takes a batch from the pool and opens its first round.
 func (e *engine) begin(records int) *batch {
 	b := batchPool.Get().(*batch)
 	if cap(b.verdicts) < records {
@@ -334,7 +330,6 @@ func (b *batch) digests(idx []int32) []digest.Digest {
 	return b.ds
 }
 
-// deferKey leaves key i for the second call.
 func (b *batch) deferKey(i int32) {
 	if b.verdicts[b.keys[i].at] != verdictLater {
 		b.verdicts[b.keys[i].at] = verdictLater
@@ -342,7 +337,6 @@ func (b *batch) deferKey(i int32) {
 	}
 }
 
-// countUnique counts the keys of idx that the current round won.
 func (b *batch) countUnique(idx []int32) {
 	for _, i := range idx {
 		if b.verdicts[b.keys[i].at] == verdictKeep {

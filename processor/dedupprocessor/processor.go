@@ -74,7 +74,6 @@ func newEngine(cfg *Config, set component.TelemetrySettings, id component.ID, si
 	return e, nil
 }
 
-// now is the clock in Unix nanoseconds, as the caches take it.
 func (b *batches) now() int64 { return b.clock.Now().UnixNano() }
 
 func (e *engine) Start(ctx context.Context, host component.Host) error {

@@ -77,7 +77,6 @@ type sharedStage struct {
 	forget func()                         // drops what the processor cached of Redis; set before start
 }
 
-// newSharedStage makes the shared tier of cfg; it connects at start.
 func newSharedStage(cfg *Config, r *RedisConfig, id component.ID, logger *zap.Logger, b *batches) (*sharedStage, error) {
 	var tlsCfg *tls.Config
 	if t := r.TLS.Get(); t != nil {

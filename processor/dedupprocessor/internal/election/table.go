@@ -159,7 +159,6 @@ func (t *Table) hold(ref Ref, candidate Replica, token uint64, old *entry) {
 	}
 }
 
-// clusters returns the tenant's elections, adding the tenant if new.
 func (t *Table) clusters(tenant Tenant) map[digest.Digest]*entry {
 	clusters := t.tenants[tenant]
 	if clusters == nil {

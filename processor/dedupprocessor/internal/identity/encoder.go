@@ -113,7 +113,6 @@ func (e *Encoder) putTaggedString(tag byte, s string) {
 	putTagged(e, tag, s)
 }
 
-// put64 writes tag and v big-endian.
 func (e *Encoder) put64(tag byte, v uint64) {
 	w := e.room(9)
 	w[0] = tag
@@ -180,7 +179,6 @@ func (e *Encoder) Raw(b []byte) {
 	copy(w[ln:], b)
 }
 
-// missing encodes an absent value.
 func (e *Encoder) missing() { e.room(1)[0] = tagMissing }
 
 // String encodes a string.
@@ -250,7 +248,6 @@ func (e *Encoder) Value(v pcommon.Value) bool {
 	return true
 }
 
-// valueOrMissing encodes v, or the missing marker when v is empty.
 func (e *Encoder) valueOrMissing(v pcommon.Value) {
 	if !e.Value(v) {
 		e.missing()

@@ -394,7 +394,6 @@ func (s *shard) posOf(seq uint32) (int, bool) {
 	return pos, true
 }
 
-// stale reports whether the key of cell c has left the ring.
 func (s *shard) stale(c cell) bool {
 	_, live := s.posOf(c.seq())
 	return !live
@@ -513,7 +512,6 @@ func (c *Cache) Disown(d digest.Digest, token uint64) {
 	}
 }
 
-// eachLocked calls fn with each shard in turn, under its lock.
 func (c *Cache) eachLocked(fn func(s *shard)) {
 	for i := range c.shards {
 		s := &c.shards[i]

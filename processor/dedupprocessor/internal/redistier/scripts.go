@@ -29,7 +29,8 @@ func newScript(name, src string) *redis.Script {
 // atomically on one node. KEYS[1] is the claim's status key, KEYS[2..] are
 // digest keys. A status key holds "p" while its claim is pending, "c" once
 // committed, and "r" for a lease after its release: the marker that makes a
-// claim of that token arriving late (past its caller's timeout) claim nothing.
+// claim of that token arriving late (past its caller's timeout) claim
+// nothing, so it cannot land after its release and stall the retry.
 
 // claimScript claims every free digest key: absent, holding this token (a
 // retry whose reply was lost), or holding a token whose status key is gone

@@ -40,7 +40,6 @@ func (s *servers) onConnect(ctx context.Context, cn *redis.Conn) error {
 	return nil
 }
 
-// runID returns the run_id field of an INFO server reply.
 func runID(info string) string {
 	for line := range strings.Lines(info) {
 		if v, ok := strings.CutPrefix(line, "run_id:"); ok {

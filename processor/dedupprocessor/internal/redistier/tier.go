@@ -287,9 +287,8 @@ const (
 //
 // With look (OpRecheck), it claims one script call at a time in the order
 // of (group, digest), the same in every collector, stopping at the first
-// digest held pending: the rest answer Pending, untried. A look then holds
-// no digest ordered after one another look holds, so of contending looks
-// the one furthest along is never stopped by another.
+// digest held pending: the rest answer Pending, untried (see the
+// processor's consume.go for why).
 func (t *Tier) Claim(ctx context.Context, token string, ds []digest.Digest, answers []Answer, look bool) (holder string, err error) {
 	op := OpClaim
 	if look {

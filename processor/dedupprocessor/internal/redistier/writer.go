@@ -71,7 +71,6 @@ func (w *writer) hold(token string, keys []string, election bool, now time.Time)
 	w.mu.Unlock()
 }
 
-// drop stops renewing token's claims and elections.
 func (w *writer) drop(token string) {
 	w.mu.Lock()
 	delete(w.live, token)
@@ -228,7 +227,6 @@ func (w *writer) round(t *Tier, ctx context.Context, now time.Time) time.Duratio
 	return w.nextRound(now, every)
 }
 
-// nextRound returns how long until a retry or a renewal is due.
 func (w *writer) nextRound(now time.Time, every time.Duration) time.Duration {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -247,7 +245,6 @@ func (w *writer) nextRound(now time.Time, every time.Duration) time.Duration {
 // renewEvery is a third of the lease: a failed renewal is tried again in time.
 func (t *Tier) renewEvery() time.Duration { return max(t.opts.Lease/3, time.Millisecond) }
 
-// lostAll reports the writes given up, and why.
 func (t *Tier) lostAll(ws []write, why string) {
 	for _, wr := range ws {
 		t.lost(wr.op, fmt.Errorf("dedup: redis %s: %s", wr.op, why))

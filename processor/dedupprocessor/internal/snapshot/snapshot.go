@@ -131,14 +131,13 @@ func parse(b []byte, fingerprint uint64) (Meta, []byte, error) {
 	return meta, b[headerLen:end], nil
 }
 
-// entryAt reads entry i of a validated entries region.
+// entryAt and expiryAt read entry i of a validated entries region.
 func entryAt(entries []byte, i int) (digest.Digest, int64) {
 	e := entries[i*entryLen : (i+1)*entryLen]
 	return digest.Digest{Hi: binary.BigEndian.Uint64(e), Lo: binary.BigEndian.Uint64(e[8:])},
 		int64(binary.BigEndian.Uint64(e[16:]))
 }
 
-// expiryAt reads the expiry of entry i of a validated entries region.
 func expiryAt(entries []byte, i int) int64 {
 	return int64(binary.BigEndian.Uint64(entries[i*entryLen+digest.Size:]))
 }
