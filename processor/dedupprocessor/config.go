@@ -114,8 +114,7 @@ const (
 	RedisModeSentinel RedisMode = "sentinel"
 )
 
-// RedisConfig is the shared tier: a Redis that many collectors use to let
-// exactly one copy of a record through.
+// RedisConfig is the shared tier: a Redis that lets many collectors pass one copy of a record.
 type RedisConfig struct {
 	// Endpoints are a standalone server, Cluster nodes, or Sentinels.
 	Endpoints []string `mapstructure:"endpoints"`
@@ -191,8 +190,7 @@ const (
 	maxMaxEntries = 100_000_000
 	// maxMaxClusters bounds the election table and gauge series per tenant.
 	maxMaxClusters = 100_000
-	// defaultRedisLease: how long the retries of a collector that died
-	// mid-batch wait; short next to exporters' retry horizon.
+	// defaultRedisLease: how long retries wait for a collector that died mid-batch; short for exporters.
 	defaultRedisLease = 30 * time.Second
 )
 

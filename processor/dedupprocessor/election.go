@@ -18,12 +18,11 @@ import (
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/redistier"
 )
 
-// Replica election (metrics.replica_election; the README tells the rules)
-// runs before the batch's life (consume.go) and follows its discipline: an
-// election a batch takes is pending until its first call is delivered
-// (committed) or refused (released), and a batch never waits holding a
-// pending election. With a shared tier, Redis is the truth and the table
-// caches it until each election's failover deadline.
+// Replica election (metrics.replica_election; see the README) runs before the
+// batch's life (consume.go) and follows its discipline: an election a batch
+// takes is pending until its first call is delivered (committed) or refused
+// (released), and a batch never waits holding one. With a shared tier, Redis is
+// the truth, cached until each failover deadline.
 
 // errElectionInFlight: another batch's pending election outlasted
 // pending_wait: this batch's points can be neither delivered nor dropped.
@@ -48,8 +47,7 @@ const (
 
 var electionReasonNames = [numElectionReasons]string{"new", "failover"}
 
-// elector is a metrics processor's replica election, a stage before the
-// batch's dedup that settles with the batch's first call.
+// elector is a metrics processor's replica election: a stage settled with the batch's first call.
 type elector struct {
 	cfg              *Config
 	b                *batches
@@ -80,8 +78,7 @@ func newElector(cfg *Config, ec *ElectionConfig, b *batches, tier *sharedStage) 
 	}
 }
 
-// ballotBox is one batch's election state: a ballot per cluster, a vote per
-// (cluster, replica) and each point's vote, in walk order.
+// ballotBox is a batch's elections: ballots per cluster, votes per replica, each point's vote.
 type ballotBox struct {
 	strip         bool   // remove_replica_label
 	replicaLabel  string // the replica label's name
@@ -132,8 +129,7 @@ type vote struct {
 	replica election.Replica
 }
 
-// pointVote is a point's vote (noVote: without labels) and whether its
-// replica label is its resource's.
+// pointVote is a point's vote (noVote: no labels) and whether its label is its resource's.
 type pointVote struct {
 	vote     int32
 	resource bool
@@ -206,9 +202,8 @@ func scanPoints[P dataPoint](e *elector, box *ballotBox, enc *identity.Encoder, 
 	}
 }
 
-// voteOf returns the index of the vote for (cluster, replica), adding it
-// (and its cluster's ballot) if new. The last vote is looked at first:
-// points of one resource mostly share their labels.
+// voteOf returns the vote for (cluster, replica), adding it (and its ballot) if
+// new; the last vote goes first: a resource's points mostly share labels.
 func (box *ballotBox) voteOf(enc *identity.Encoder, cluster, replica string) int32 {
 	if v := box.lastVote; v != noVote {
 		if vt := &box.votes[v]; vt.replica.Name == replica && box.ballots[vt.ballot].ref.Cluster == cluster {
@@ -277,11 +272,10 @@ func (e *elector) elect(ctx context.Context, md pmetric.Metrics) (*ballotBox, er
 	return box, nil
 }
 
-// decide decides every ballot, one at a time in the order of their keys,
-// the same in every batch and collector. Meeting another batch's pending
-// election, it gives up the elections it took and waits holding none, then
-// looks again: as with looks (consume.go), the batch that took the furthest
-// is never stopped by another.
+// decide decides every ballot one at a time in key order, the same everywhere.
+// Meeting another batch's pending election, it gives up those it took, waits
+// holding none and looks again: as with looks (consume.go), the batch that took
+// the furthest is never stopped.
 func (e *elector) decide(ctx context.Context, box *ballotBox) error {
 	box.order = box.order[:0]
 	for i := range box.ballots {
@@ -325,8 +319,7 @@ func (e *elector) decide(ctx context.Context, box *ballotBox) error {
 			}
 			return nil
 		}
-		// Waking nobody, as await: two batches waiting for each other's
-		// elections would wake each other without end.
+		// Waking nobody, as await: batches waiting for each other would wake each other forever.
 		e.release(ctx, box, false, true)
 		for i := range box.ballots {
 			if bl := &box.ballots[i]; bl.state == ballotTaken {
@@ -342,12 +335,11 @@ func (e *elector) decide(ctx context.Context, box *ballotBox) error {
 	}
 }
 
-// ask asks the shared tier about ballot i and reports whether another
-// batch holds it pending. An answer lost leaves the election possibly taken
-// under the batch's token, released with the batch; the ballot is then
-// undecided under on_error: pass (a gateway deciding alone could elect
-// another replica than its peers, each dropping the points the other
-// keeps), and the batch refused under refuse.
+// ask asks the shared tier about ballot i and reports whether another batch
+// holds it pending. A lost answer may leave it taken under the batch's token,
+// released with the batch; the ballot is then undecided under on_error: pass (a
+// gateway deciding alone could elect another replica than its peers, each
+// dropping the other's points), and the batch refused under refuse.
 func (e *elector) ask(ctx context.Context, box *ballotBox, i int32) (pending bool, err error) {
 	bl := &box.ballots[i]
 	start := e.b.now()
@@ -383,8 +375,7 @@ func (box *ballotBox) replicaOf(i int32, d digest.Digest) election.Replica {
 	return election.Replica{Digest: d}
 }
 
-// settle commits the batch's elections and refreshes if its first call was
-// accepted, else releases them.
+// settle commits the batch's elections and refreshes if its first call passed, else releases them.
 func (e *elector) settle(ctx context.Context, box *ballotBox, err error) {
 	if err != nil {
 		e.release(ctx, box, false, true)
@@ -396,9 +387,8 @@ func (e *elector) settle(ctx context.Context, box *ballotBox, err error) {
 	e.b.settled.broadcast()
 }
 
-// release gives up the batch's elections and refreshes in the table and,
-// with shared, in the shared tier (whose writer retries what fails while
-// the lease lasts); with undecidedOnly, only those of undecided ballots.
+// release gives up the batch's elections and refreshes (with undecidedOnly, the
+// undecided ones) in the table and, with shared, in the shared tier.
 func (e *elector) release(ctx context.Context, box *ballotBox, undecidedOnly, shared bool) {
 	var keys []digest.Digest
 	for i := range box.ballots {
@@ -422,9 +412,8 @@ func (e *elector) release(ctx context.Context, box *ballotBox, undecidedOnly, sh
 	}
 }
 
-// commit commits the batch's elections and refreshes: with a shared tier,
-// in one round trip, whose answers the table then follows; the elections
-// it may hold undecided (an answer lost) are released.
+// commit commits the batch's elections and refreshes, in one round trip with a
+// shared tier, whose answers the table follows; undecided ones are released.
 func (e *elector) commit(ctx context.Context, box *ballotBox) {
 	e.release(ctx, box, true, true)
 	box.asked, box.es = box.asked[:0], box.es[:0]
@@ -444,9 +433,8 @@ func (e *elector) commit(ctx context.Context, box *ballotBox) {
 			box.answers[k] = redistier.ElectionAnswer{State: redistier.ElectionLive, Replica: el.Replica, Remaining: e.failover}
 		}
 	} else if err := e.tier.CommitElected(context.WithoutCancel(ctx), box.redisToken, e.failover, box.es, box.answers); err != nil {
-		// The shared tier retries the commit. Until Redis confirms, the
-		// table does not hold these elections (were the commit lost, this
-		// collector would elect another replica than its peers).
+		// The tier retries the commit; until Redis confirms, the table holds
+		// none of these (a lost commit would elect another replica than peers).
 		e.b.tierError.log(start, err, zap.String("op", redistier.OpCommit))
 		e.release(ctx, box, false, false)
 		return
@@ -476,9 +464,7 @@ func (e *elector) commit(ctx context.Context, box *ballotBox) {
 	}
 }
 
-// admit reports whether the point at verdict index idx goes on to the
-// identity dedup (elected or undecided); else it appends its duplicate
-// verdict to b. A point of the elected replica makes b alter its labels.
+// admit reports whether point idx goes on to the dedup (elected or undecided), else appends a duplicate.
 func (box *ballotBox) admit(b *batch, idx int, action Action) bool {
 	vt, bl := box.voteAt(idx)
 	switch {
@@ -497,8 +483,7 @@ func (box *ballotBox) admit(b *batch, idx int, action Action) bool {
 	return true
 }
 
-// elected reports whether the point at verdict index idx is of the elected
-// replica, and whether its replica label is its resource's.
+// elected reports whether point idx is the elected replica's, and whether its label is the resource's.
 func (box *ballotBox) elected(idx int) (elected, resource bool) {
 	vt, bl := box.voteAt(idx)
 	return vt != nil && (bl.state == ballotElected || bl.state == ballotTaken) && vt.replica.Digest == bl.elected, box.points[idx].resource

@@ -37,8 +37,7 @@ func NewFactory() processor.Factory {
 	)
 }
 
-// create is one signal's create function: b.add, then build, returning a
-// nil P on error, not build's typed nil pointer.
+// create is a signal's create function: b.add, then build; a nil P on error, not a typed nil.
 func create[N, P any](b *built, signal string, build func(component.TelemetrySettings, component.ID, *Config, N) (P, error)) func(context.Context, processor.Settings, component.Config, N) (P, error) {
 	return func(_ context.Context, set processor.Settings, cfg component.Config, next N) (p P, err error) {
 		if err = b.add(set, cfg.(*Config), signal); err == nil {
@@ -51,10 +50,9 @@ func create[N, P any](b *built, signal string, build func(component.TelemetrySet
 	}
 }
 
-// built records what one factory has made. The collector takes fresh
-// factories for every build of its pipelines, `validate` included, so a
-// second processor of one ID and signal is one dedup ID in two pipelines:
-// with a shared tier or storage it is refused here, and by `validate`.
+// built records what a factory made. The collector takes fresh factories for
+// every build, `validate` included, so a second processor of an ID and signal
+// is one ID in two pipelines: refused with a shared tier or storage.
 type built struct {
 	shared sync.Map // the keySpaces of the processors with a shared tier or storage
 }
@@ -85,8 +83,7 @@ func (b *built) add(set processor.Settings, cfg *Config, signal string) error {
 	return nil
 }
 
-// keySpace is one processor ID's keys in one signal's pipelines, and
-// prefixSpace an explicit redis.key_prefix's.
+// keySpace and prefixSpace are a processor ID's and a redis.key_prefix's keys in one signal.
 type keySpace struct {
 	id     component.ID
 	signal string

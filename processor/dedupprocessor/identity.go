@@ -17,16 +17,13 @@ import (
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/identity"
 )
 
-// Domain tags open every identity encoding, so that a key identity, a
-// content identity and different signals never hash alike.
+// Domain tags open every identity encoding: key and content identities and signals never collide.
 const (
 	domainKey     byte = 'k'
 	domainContent byte = 'c'
 )
 
-// plainPath is a plain field access, evaluated on pdata without OTTL's
-// per-record cost. Each form returns what OTTL returns for the same text,
-// so the digest does not depend on the path taken.
+// plainPath is a field access evaluated on pdata, not OTTL, returning what OTTL does: digests agree.
 type plainPath struct {
 	field string // "attributes", "resource.attributes", "body", ...
 	key   string // the map key for attribute paths
@@ -143,9 +140,8 @@ func newParts[K any](spec *signalSpec[K], sc SignalConfig, set component.Telemet
 	return e, si, err
 }
 
-// encodeKey encodes the key expressions and reports whether all had a
-// value: an identity built from the parts present would merge units that
-// differ in the absent part.
+// encodeKey encodes the key expressions and reports whether all had a value:
+// one built from the parts present would merge units differing in the rest.
 func encodeKey[K transformContext, V unitView[K]](ctx context.Context, si *signalIdentity[K], e *identity.Encoder, tctx K, view V) (bool, error) {
 	for i := range si.parts {
 		part := &si.parts[i]
@@ -166,8 +162,7 @@ func encodeKey[K transformContext, V unitView[K]](ctx context.Context, si *signa
 	return true, nil
 }
 
-// matches evaluates the conditions (OR). An evaluation error is returned
-// with no match, so the unit passes untouched.
+// matches evaluates the conditions (OR); on an error, no match: the unit passes untouched.
 func (si *signalIdentity[K]) matches(ctx context.Context, tctx K) (bool, error) {
 	var firstErr error
 	for _, c := range si.conditions {
@@ -185,8 +180,7 @@ func (si *signalIdentity[K]) matches(ctx context.Context, tctx K) (bool, error) 
 	return false, firstErr
 }
 
-// scopeKey is what every unit's identity starts with, computed once per
-// batch (tenant) or per group (the rest, for content identities).
+// scopeKey opens every unit's identity: tenant per batch, the rest (content only) per group.
 type scopeKey struct {
 	tenant    [digest.Size]byte
 	resource  [digest.Size]byte
@@ -214,10 +208,10 @@ func (sk *scopeKey) contentPrefix(enc *identity.Encoder, tag byte) []byte {
 	return sk.prefix[:]
 }
 
-// decide derives one unit's identity: its digest (outcome unique), or the
-// outcome it passes under without one (skipped, key_error with the error,
-// missing_key). The view is a type parameter passed by value, not an
-// interface, so views stay on the stack (no write barriers during GC).
+// decide derives a unit's identity: its digest (unique) or the outcome it
+// passes under (skipped, key_error with the error, missing_key). The view is a
+// type parameter by value, not an interface: it stays on the stack (no GC
+// write barriers).
 func decide[K transformContext, V unitView[K]](ctx context.Context, policy MissingKeyPolicy, enc *identity.Encoder, si *signalIdentity[K], tctx K, view V, sk *scopeKey) (digest.Digest, outcome, error) {
 	if len(si.conditions) > 0 {
 		ok, err := si.matches(ctx, tctx)
@@ -249,8 +243,7 @@ func decide[K transformContext, V unitView[K]](ctx context.Context, policy Missi
 	return enc.Digest(), outcomeUnique, nil
 }
 
-// walk is one batch's walk over its units: the adapter calls resource,
-// scope and unit as it enters each level.
+// walk is a batch's walk over its units: the adapter calls resource, scope and unit at each level.
 type walk[K transformContext] struct {
 	ctx     context.Context
 	e       *engine
@@ -415,8 +408,7 @@ const (
 	fieldSchemaURL
 )
 
-// resourceDigest is the resource part of a content identity. Dropped
-// counts and schema URLs are written only when set.
+// resourceDigest is a content identity's resource part (dropped count, schema URL only when set).
 func (ign *contentIgnore) resourceDigest(e *identity.Encoder, res pcommon.Resource, schemaURL string) [digest.Size]byte {
 	e.Reset()
 	if !ign.fields.has(ignResource) {
@@ -446,8 +438,7 @@ func droppedAndSchema(e *identity.Encoder, dropped uint32, schemaURL string) {
 	}
 }
 
-// dropped32 writes a count of dropped attributes, events or links, if any:
-// units that differ in what their sender dropped are distinct.
+// dropped32 writes a nonzero dropped count (attributes, events, links): it tells units apart.
 func dropped32(e *identity.Encoder, id byte, n uint32) {
 	if n != 0 {
 		e.FieldUint(id, uint64(n))
@@ -471,8 +462,7 @@ func commonPath(e *identity.Encoder, p plainPath, res pcommon.Resource, scope pc
 	return true, ok && e.Value(v)
 }
 
-// nonEmptyString encodes s; OTLP strings without presence (event_name,
-// severity_text) count as missing when empty.
+// nonEmptyString encodes s, missing when empty: OTLP strings like event_name have no presence.
 func nonEmptyString(e *identity.Encoder, s string) bool {
 	if s == "" {
 		return false

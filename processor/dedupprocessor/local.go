@@ -19,9 +19,7 @@ import (
 // snapshotKey is the snapshot's key in a client scoped to the instance and signal.
 const snapshotKey = "local-cache"
 
-// localStage is the local tier: the bounded cache of digests and, with
-// storage set, its snapshots in a storage extension, restored at start,
-// saved every snapshot_interval and at close.
+// localStage is the local tier: the digest cache and, with storage, its snapshots (restored, saved).
 type localStage struct {
 	*localcache.Cache
 	cfg         *Config
@@ -44,9 +42,8 @@ func newLocalStage(cfg *Config, id component.ID, signal string, logger *zap.Logg
 }
 
 // start restores the last snapshot and starts saving one every
-// snapshot_interval. Only a storage naming no storage extension fails the
-// start: lost state (a storage that does not open, a bad snapshot) costs
-// its keys, with one warning.
+// snapshot_interval. Only a storage naming no storage extension fails it: lost
+// state (no storage, a bad snapshot) costs its keys and one warning.
 func (l *localStage) start(ctx context.Context, host component.Host) error {
 	if l.cfg.Storage == nil {
 		return nil

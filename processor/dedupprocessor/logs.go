@@ -104,9 +104,8 @@ func (v logView) content(e *identity.Encoder, ign *contentIgnore) {
 	contentIDs(e, f, lr.TraceID(), lr.SpanID())
 }
 
-// logsProcessor is the dedup processor in a logs pipeline. Like the others,
-// it implements the consumer itself, not through processorhelper: it must
-// see the next consumer's error to release the batch's claims.
+// logsProcessor is the dedup processor in a logs pipeline; like the others it
+// is its own consumer: it must see the next one's error to release claims.
 type logsProcessor struct {
 	*engine
 	sink[plog.Logs]
@@ -142,8 +141,7 @@ func (p *logsProcessor) identify(ctx context.Context, b *batch, enc *identity.En
 	}
 }
 
-// apply applies the verdicts and prunes the scopes and resources left
-// empty, as the other signals' apply.
+// apply applies the verdicts and prunes the scopes and resources left empty (as all signals).
 func (p *logsProcessor) apply(b *batch, ld plog.Logs) {
 	a := applier{e: p.engine, b: b}
 	ld.ResourceLogs().RemoveIf(func(rl plog.ResourceLogs) bool {

@@ -39,8 +39,7 @@ type pointSlice[P dataPoint] interface {
 	RemoveIf(func(P) bool)
 }
 
-// pointView is a data point as the identity sees it, its fields copied out
-// so that points of any type are never boxed.
+// pointView is a data point as the identity sees it, fields copied out so no point is boxed.
 type pointView struct {
 	rm     pmetric.ResourceMetrics
 	sm     pmetric.ScopeMetrics
@@ -73,9 +72,7 @@ func (v pointView) path(e *identity.Encoder, p plainPath) bool {
 	return true
 }
 
-// content encodes the point's attributes and timestamps (name, type, unit
-// and temporality are in the group digest), not its value: a second copy of
-// an observation is a repeat whatever it says.
+// content encodes attributes and timestamps (the stream is in the group digest), not the value: a repeat.
 func (v pointView) content(e *identity.Encoder, ign *contentIgnore) {
 	e.Field(fieldAttributes)
 	e.Map(v.attrs, ign.skipAttr)
@@ -237,10 +234,9 @@ func (c metricsCall) apply(b *batch, md pmetric.Metrics) {
 	})
 }
 
-// applyPoints applies the verdicts of one metric's points and reports
-// whether it lost them all (one that came without points stays). With
-// remove_replica_label, the elected replica's points lose their replica
-// label, or set box.stripResource if it is their resource's.
+// applyPoints applies a metric's verdicts and reports whether it lost all its
+// points (none at first: kept). With remove_replica_label, elected points lose
+// the label, or set box.stripResource if it is the resource's.
 func applyPoints[P dataPoint](a *applier, box *ballotBox, points pointSlice[P]) bool {
 	if points.Len() == 0 {
 		return false

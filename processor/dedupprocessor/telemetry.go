@@ -45,9 +45,8 @@ const (
 
 var caughtByNames = [numCaughtBy]string{"batch", "local", "redis", "election"}
 
-// telemetry holds one processor instance's instruments. Every series carries
-// the component ID and signal as attributes of its own: the collector gives
-// them only as scope attributes, which Prometheus drops (without_scope_info).
+// telemetry holds an instance's instruments; every series carries component ID
+// and signal itself: as scope attributes Prometheus would drop them.
 type telemetry struct {
 	records    metric.Int64Counter
 	duplicates metric.Int64Counter
@@ -225,8 +224,7 @@ func labelled[O any](t *telemetry, opts []O, key string, values []string) {
 	}
 }
 
-// recordCall adds the counts of an accepted call to the next consumer, and
-// zeroes them: a batch's second call records its own.
+// recordCall adds an accepted call's counts and zeroes them: a second call records its own.
 func (t *telemetry) recordCall(ctx context.Context, b *batch) {
 	if b.unidentified {
 		var n int64
@@ -249,8 +247,7 @@ func (t *telemetry) recordCall(ctx context.Context, b *batch) {
 	b.outcomes, b.caught, b.unchecked = [numOutcomes]int64{}, [numCaughtBy]int64{}, 0
 }
 
-// addEach adds each nonzero count to c under the option of its index (a
-// subslice of opts: one option alone would make a new slice on each call).
+// addEach adds each nonzero count under opts[i:i+1] (one option alone would make a slice per call).
 func addEach(ctx context.Context, c metric.Int64Counter, counts []int64, opts []metric.AddOption) {
 	for i, n := range counts {
 		if n > 0 {
@@ -259,8 +256,7 @@ func addEach(ctx context.Context, c metric.Int64Counter, counts []int64, opts []
 	}
 }
 
-// throttledLog logs a recurring per-record problem at most once per
-// throttleInterval, with the number of occurrences since the last line.
+// throttledLog logs a recurring problem at most every throttleInterval, with the occurrences since.
 type throttledLog struct {
 	logger *zap.Logger
 	msg    string

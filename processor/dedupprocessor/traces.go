@@ -137,8 +137,7 @@ func contentIDs(e *identity.Encoder, f fieldSet, traceID pcommon.TraceID, spanID
 	}
 }
 
-// tracesProcessor is the dedup processor in a traces pipeline; its unit is
-// the span. A kept span keeps its events and links; a duplicate goes whole.
+// tracesProcessor is the traces dedup processor: its unit is the span, kept or dropped whole.
 type tracesProcessor struct {
 	*engine
 	sink[ptrace.Traces]

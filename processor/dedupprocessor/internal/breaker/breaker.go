@@ -103,8 +103,7 @@ func (b *Breaker) Allow() (Ticket, bool) {
 	return Ticket{gen: b.gen}, true
 }
 
-// Done reports the outcome of a call allowed with t. Outcomes of calls that
-// began before the last state change are ignored.
+// Done reports the outcome of a call allowed with t, ignored if it began before a state change.
 func (b *Breaker) Done(t Ticket, o Outcome) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -134,8 +133,7 @@ func (b *Breaker) Done(t Ticket, o Outcome) {
 	}
 }
 
-// State returns the breaker's state. An open breaker whose cooldown has
-// ended reports HalfOpen: the next call will probe.
+// State returns the state: HalfOpen once an open breaker's cooldown ends (the next call probes).
 func (b *Breaker) State() State {
 	b.mu.Lock()
 	defer b.mu.Unlock()

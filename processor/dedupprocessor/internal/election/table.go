@@ -28,8 +28,7 @@ type Ref struct {
 	Cluster string
 }
 
-// Replica is a replica label value: its digest, which elections compare,
-// and its name when known (for the gauge).
+// Replica is a replica label value: its digest, which elections compare, and its name if known.
 type Replica struct {
 	Digest digest.Digest
 	Name   string
@@ -53,8 +52,7 @@ type Decision struct {
 	Replica digest.Digest
 }
 
-// Config holds the timing and the limit; the caller validates that
-// FailoverTimeout > UpdateInterval + UpdateJitter.
+// Config holds the timing and limit; the caller ensures FailoverTimeout > UpdateInterval+UpdateJitter.
 type Config struct {
 	UpdateInterval  time.Duration
 	UpdateJitter    time.Duration
@@ -72,10 +70,9 @@ type Table struct {
 	lastSweep int64
 }
 
-// entry is one cluster's election. A pending entry (holder != 0) has no
-// deadline: its batch always ends, committing or releasing it. A committed
-// entry is live until its deadline, then kept one more failover timeout so
-// that a takeover can tell it is a failover.
+// entry is one cluster's election. A pending one (holder != 0) has no deadline:
+// its batch ends. A committed one is live until its deadline, then kept a
+// failover timeout to tell a failover.
 type entry struct {
 	cluster   string
 	replica   Replica
@@ -104,9 +101,8 @@ func New(cfg Config) *Table {
 	}
 }
 
-// Decide answers which replica of ref's cluster is elected, for the batch
-// of token. When none is live, with take it gives the election to
-// candidate, pending under token; without, it answers Unknown.
+// Decide answers which replica of ref's cluster is elected for token's batch.
+// If none is live, with take it gives it to candidate, pending; else Unknown.
 func (t *Table) Decide(ref Ref, candidate Replica, token uint64, now int64, take bool) Decision {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -131,8 +127,7 @@ func (t *Table) Decide(ref Ref, candidate Replica, token uint64, now int64, take
 	return Decision{State: Taken, Replica: candidate.Digest}
 }
 
-// admit reports whether the tenant may have one more live election, for
-// key, sweeping its dead ones when at the limit.
+// admit reports whether the tenant may add a live election, sweeping dead ones at the limit.
 func (t *Table) admit(tenant Tenant, key digest.Digest, clusters map[digest.Digest]*entry, now int64) bool {
 	if len(clusters) < t.cfg.MaxClusters {
 		return true
@@ -151,8 +146,7 @@ func (t *Table) admit(tenant Tenant, key digest.Digest, clusters map[digest.Dige
 	return live < t.cfg.MaxClusters
 }
 
-// hold makes ref pending under token for candidate, keeping old, the
-// committed election it replaces (if any), to restore on release.
+// hold makes ref pending under token for candidate, keeping old (if any) to restore on release.
 func (t *Table) hold(ref Ref, candidate Replica, token uint64, old *entry) {
 	t.clusters(ref.Tenant)[ref.Key] = &entry{
 		cluster: strings.Clone(ref.Cluster), replica: clone(candidate), holder: token, prev: old,
@@ -176,9 +170,7 @@ func (t *Table) remove(tenant Tenant, clusters map[digest.Digest]*entry, key dig
 	}
 }
 
-// Hold records that the shared tier gave ref's election to candidate,
-// pending under token. A pending election already here, this batch's or
-// one the shared tier cannot also have granted, is left alone.
+// Hold records that Redis gave ref to candidate, pending under token, unless an election pends here.
 func (t *Table) Hold(ref Ref, candidate Replica, token uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -187,9 +179,8 @@ func (t *Table) Hold(ref Ref, candidate Replica, token uint64) {
 	}
 }
 
-// Learn records that the shared tier reported replica elected for
-// remaining from now (taken before asking: the deadline errs early),
-// leaving a pending election alone.
+// Learn records that the shared tier reported replica elected for remaining
+// from now (taken before asking: early), leaving a pending election alone.
 func (t *Table) Learn(ref Ref, replica Replica, remaining time.Duration, now int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -207,19 +198,17 @@ func (t *Table) Learn(ref Ref, replica Replica, remaining time.Duration, now int
 	t.setDeadlines(en, now, int64(remaining))
 }
 
-// setDeadlines makes a committed election live for remaining from now and
-// schedules its next refresh from its last, now+remaining-failover.
+// setDeadlines makes a committed election live for remaining, next refreshed from now+remaining-failover.
 func (t *Table) setDeadlines(en *entry, now, remaining int64) {
 	en.until = now + remaining
 	en.refresh = now + remaining - t.failover + int64(t.cfg.UpdateInterval) + int64(t.cfg.Jitter())
 	en.refresher = 0
 }
 
-// Commit records what a delivered batch of token carried: replica's
-// election, live for remaining from now. An election pending under token
-// is committed (reported, with the replica whose expired election it
-// replaced); a committed one is refreshed, an expired one revived, as in
-// the shared tier; one pending elsewhere or live for another replica stays.
+// Commit records what token's delivered batch carried: replica's election, live
+// for remaining from now. One pending under token is committed (reported, with
+// the replica it replaced), a committed one refreshed, an expired one revived,
+// as in Redis; one pending elsewhere or live for another replica stays.
 func (t *Table) Commit(ref Ref, replica Replica, token uint64, remaining time.Duration, now int64) (committed bool, prev digest.Digest, hasPrev bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -245,10 +234,9 @@ func (t *Table) Commit(ref Ref, replica Replica, token uint64, remaining time.Du
 	return committed, prev, hasPrev
 }
 
-// Release gives up what the batch of token holds of ref's election: the
-// election pending under token, restoring the expired one it replaced (so a
-// later takeover is a failover), or the refresh it carried, which another
-// batch may then carry.
+// Release gives up what token's batch holds of ref's election: the election
+// pending under token, restoring the expired one it replaced, or the refresh it
+// carried.
 func (t *Table) Release(ref Ref, token uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -267,9 +255,7 @@ func (t *Table) Release(ref Ref, token uint64) {
 	}
 }
 
-// TakeRefresh reports whether the batch of token, delivering replica's
-// data, carries the refresh of ref's election: committed to replica, due,
-// and carried by no other batch. It names a replica known only by digest.
+// TakeRefresh reports whether token's batch carries ref's due refresh, naming a digest-only replica.
 func (t *Table) TakeRefresh(ref Ref, replica Replica, token uint64, now int64) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -297,16 +283,14 @@ func (t *Table) Forget(ref Ref) {
 	}
 }
 
-// ForgetCommitted drops every committed election: the next batch of each
-// cluster asks the shared tier again. Pending ones stay with their batches.
+// ForgetCommitted drops the committed elections, asked again in Redis; pending ones stay with batches.
 func (t *Table) ForgetCommitted() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.sweep(func(*entry) bool { return true })
 }
 
-// Each calls fn, under the table's lock, for every live committed election
-// whose replica's name is known.
+// Each calls fn, under the lock, for every live committed election whose replica is named.
 func (t *Table) Each(now int64, fn func(cluster, replica string)) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -319,8 +303,7 @@ func (t *Table) Each(now int64, fn func(cluster, replica string)) {
 	}
 }
 
-// maybeSweep drops dead entries once per failover timeout, so clusters
-// that went away do not hold memory.
+// maybeSweep drops dead entries once per failover timeout: gone clusters hold no memory.
 func (t *Table) maybeSweep(now int64) {
 	if now-t.lastSweep >= t.failover {
 		t.lastSweep = now

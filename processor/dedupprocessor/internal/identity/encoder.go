@@ -39,17 +39,15 @@ const (
 )
 
 const (
-	// maxRetainedBuffer bounds the buffer an Encoder keeps between records,
-	// so one huge record does not pin its memory in the pool.
+	// maxRetainedBuffer bounds the buffer kept between records: a huge one is not pinned.
 	maxRetainedBuffer = 64 << 10
 	initialBuffer     = 1024
 )
 
-// Encoder accumulates the canonical encoding of one identity. The zero value
-// is ready to use; it is not safe for concurrent use. The encoding is
-// written into buf up to n, buf replaced only when too small: pooled
-// Encoders live on the heap, where storing a slice header per append costs
-// a GC write barrier, and an int does not.
+// Encoder accumulates the canonical encoding of one identity; the zero value is
+// ready, not for concurrent use. It writes into buf up to n, replacing buf only
+// when too small: pooled Encoders are on the heap, where storing a slice header
+// per append costs a GC write barrier, an int none.
 type Encoder struct {
 	buf []byte // len(buf) is its capacity
 	n   int
@@ -119,15 +117,13 @@ func (e *Encoder) put64(tag byte, v uint64) {
 	binary.BigEndian.PutUint64(w[1:], v)
 }
 
-// Field starts a named part of a content identity, so that two fields with
-// the same value in different places never encode alike.
+// Field starts a named part of a content identity: equal values in different fields differ.
 func (e *Encoder) Field(id byte) {
 	w := e.room(2)
 	w[0], w[1] = tagField, id
 }
 
-// FieldValue is Field(id) then valueOrMissing(v). The Field* methods write
-// a field in one reservation: it counts at a dozen fields per record.
+// FieldValue is Field(id) then valueOrMissing(v); Field* write in one reservation (a dozen per record).
 func (e *Encoder) FieldValue(id byte, v pcommon.Value) {
 	if v.Type() == pcommon.ValueTypeStr {
 		e.FieldString(id, v.Str())
@@ -223,9 +219,8 @@ func (e *Encoder) putFixed(tag byte, b []byte) {
 	copy(w[1:], b)
 }
 
-// Value encodes a pdata value as Any encodes the same Go value (so a plain
-// path and its OTTL form agree), or returns false, encoding nothing, when it
-// is empty.
+// Value encodes a pdata value as Any does the same Go value (so plain and OTTL
+// paths agree), or returns false, encoding nothing, when it is empty.
 func (e *Encoder) Value(v pcommon.Value) bool {
 	switch v.Type() {
 	case pcommon.ValueTypeStr:
@@ -270,9 +265,7 @@ func (e *Encoder) Map(m pcommon.Map, skip func(key string) bool) {
 	e.hashedMap(m, skip)
 }
 
-// sortedMap encodes m in key order (insertion sort on the stack), or returns
-// false, encoding nothing, if more than maxSortedEntries keys are left or a
-// key repeats.
+// sortedMap encodes m in key order (insertion sort), or returns false, encoding nothing, if it cannot.
 func (e *Encoder) sortedMap(m pcommon.Map, skip func(key string) bool) bool {
 	var keys [maxSortedEntries]string
 	var vals [maxSortedEntries]pcommon.Value
@@ -303,8 +296,7 @@ func (e *Encoder) sortedMap(m pcommon.Map, skip func(key string) bool) bool {
 	return true
 }
 
-// entry is String(k) then valueOrMissing(v), in one write for short keys
-// with a short string or an int value.
+// entry is String(k) then valueOrMissing(v), in one write for short keys and values.
 func (e *Encoder) entry(k string, v pcommon.Value) {
 	if len(k) < 0x80 {
 		switch v.Type() {
@@ -332,8 +324,7 @@ func (e *Encoder) entry(k string, v pcommon.Value) {
 	e.valueOrMissing(v)
 }
 
-// hashedMap hashes each entry on its own and sums the 128-bit hashes, a
-// commutative combination that still counts repeated entries.
+// hashedMap sums the entries' 128-bit hashes: commutative, and repeated entries still count.
 func (e *Encoder) hashedMap(m pcommon.Map, skip func(key string) bool) {
 	var accHi, accLo uint64
 	n := 0
@@ -364,8 +355,7 @@ func (e *Encoder) Slice(s pcommon.Slice) {
 	}
 }
 
-// Any encodes a value an OTTL expression returned, or returns false,
-// encoding nothing, for nil and unset trace and span IDs.
+// Any encodes a value an OTTL expression returned; false, encoding nothing, for nil and unset IDs.
 func (e *Encoder) Any(v any) bool {
 	switch t := v.(type) {
 	case nil:
@@ -417,8 +407,7 @@ func (e *Encoder) Any(v any) bool {
 	return true
 }
 
-// other encodes a type with no canonical form above: %T keeps types apart,
-// %#v the values. Rare, so it may allocate.
+// other encodes types with no canonical form: %T keeps types apart, %#v values. Rare: may allocate.
 func (e *Encoder) other(v any) {
 	e.putTaggedString(tagOther, fmt.Sprintf("%T\x00%#v", v, v))
 }

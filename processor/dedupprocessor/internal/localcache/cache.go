@@ -29,8 +29,7 @@ const (
 	HeldBySelf
 	// Held: the digest is held by a committed claim: its record was delivered.
 	Held
-	// Pending: the digest is held by a token still in flight (see Begin):
-	// its record is on its way downstream and may yet be released.
+	// Pending: held by a token in flight (see Begin): its record is downstream, may be released.
 	Pending
 )
 
@@ -74,8 +73,7 @@ type slot struct {
 	token   uint64
 }
 
-// New returns a cache of at most maxEntries (>= 1) digests, each remembered
-// for window nanoseconds from its first claim.
+// New returns a cache of at most maxEntries (>= 1) digests, each kept window ns from its claim.
 func New(maxEntries int, windowNanos int64) *Cache {
 	// Small caches keep one shard, so eviction is exactly oldest first.
 	n := 1
@@ -100,8 +98,7 @@ func New(maxEntries int, windowNanos int64) *Cache {
 	return c
 }
 
-// flights is the set of tokens in flight. Its lock is taken inside a
-// shard's lock or alone, never the other way round.
+// flights is the tokens in flight. Its lock is taken inside a shard's or alone, never around one.
 type flights struct {
 	mu     sync.Mutex
 	tokens map[uint64]struct{}
@@ -118,8 +115,7 @@ func (c *Cache) Begin(token uint64) {
 	c.flights.mu.Unlock()
 }
 
-// End takes token out of flight: the keys it still holds are committed.
-// Release a batch's keys before End if it was not delivered.
+// End takes token out of flight, committing its keys: release them first if not delivered.
 func (c *Cache) End(token uint64) {
 	c.flights.mu.Lock()
 	delete(c.flights.tokens, token)
@@ -147,9 +143,8 @@ func (f *flights) holds(token uint64) bool {
 	return ok
 }
 
-// ClaimBatch claims every digest of ds for token, in order, writing each
-// result to out[i]. It takes each shard's lock once, and prefetches the
-// index cells the claims need so their cache misses overlap.
+// ClaimBatch claims every digest of ds for token, in order, into out[i], taking
+// each shard's lock once and prefetching the cells so misses overlap.
 func (c *Cache) ClaimBatch(ds []digest.Digest, token uint64, now int64, out []Result) {
 	c.eachShard(ds, func(s *shard, group []int32) {
 		s.expire(now)
@@ -167,8 +162,7 @@ type batchScratch struct {
 
 var scratchPool = sync.Pool{New: func() any { return new(batchScratch) }}
 
-// eachShard calls fn under the lock of each shard holding digests of ds,
-// with their positions in ds, in order.
+// eachShard calls fn, under its lock, for each shard with digests of ds, with their positions.
 func (c *Cache) eachShard(ds []digest.Digest, fn func(s *shard, group []int32)) {
 	sc := scratchPool.Get().(*batchScratch)
 	defer scratchPool.Put(sc)
@@ -208,9 +202,8 @@ func (c *Cache) eachShard(ds []digest.Digest, fn func(s *shard, group []int32)) 
 	}
 }
 
-// expire pops expired keys and released slots from the head of the ring. A
-// key whose batch is in flight stays past its window, so a copy still waits
-// for the export's outcome (keys behind it expire late meanwhile).
+// expire pops expired keys and released slots off the ring's head. A key whose
+// batch is in flight outlives its window, so copies await the export.
 func (s *shard) expire(now int64) {
 	for s.used > 0 {
 		sl := &s.ring[s.head]
@@ -230,8 +223,7 @@ func (s *shard) prefetch(ds []digest.Digest, group []int32) {
 	s.sink = acc
 }
 
-// claim records d for token unless it is held, and returns who holds it.
-// The caller holds the shard's lock and has expired it.
+// claim records d for token unless held, and returns the holder; the shard is locked and expired.
 func (s *shard) claim(d digest.Digest, token uint64, now, window int64) (Result, uint64) {
 	if sl, ci := s.lookup(d); sl != nil {
 		switch {
@@ -251,8 +243,7 @@ func (s *shard) claim(d digest.Digest, token uint64, now, window int64) (Result,
 	return Claimed, token
 }
 
-// lookup returns d's ring slot and the index word holding its cell, or nil.
-// It probes past d's home bucket only while its mark says a key overflowed.
+// lookup returns d's slot and its cell's index word, or nil, probing on while a mark says it overflowed.
 func (s *shard) lookup(d digest.Digest) (*slot, uint64) {
 	fp := fingerprint(d)
 	b := s.home(fp)
@@ -276,9 +267,8 @@ func (s *shard) lookup(d digest.Digest) (*slot, uint64) {
 	return nil, 0
 }
 
-// push appends and indexes a key at the tail, evicting the head when the
-// ring is full. A key from Insert may expire before keys ahead of it: claim
-// then treats it as absent.
+// push appends and indexes a key, evicting the head of a full ring. A key from
+// Insert may expire before keys ahead of it: claim treats it as absent.
 func (s *shard) push(d digest.Digest, expires int64, token uint64, now int64) {
 	if s.used == s.size {
 		if s.ring[s.head].expires > now {
@@ -316,8 +306,7 @@ func (s *shard) pop() {
 	s.used--
 }
 
-// forget removes a held key whose cell is index word ci, leaving its ring
-// slot released. No probe ends at an empty cell, so nothing moves.
+// forget removes a held key (cell ci), releasing its slot; no probe ends at an empty cell: none moves.
 func (s *shard) forget(sl *slot, ci uint64) {
 	s.index[ci] = 0
 	sl.expires = 0
@@ -348,9 +337,7 @@ func (c cell) fingerprint() uint32 { return uint32(c >> 32) }
 
 func makeCell(fp, seq uint32) cell { return cell(uint64(fp)<<32 | uint64(seq)) }
 
-// fingerprint is the part of d the index keeps, independent of the shard
-// (low bits of Lo); it alone picks the home bucket, so growing the index
-// never reads the ring.
+// fingerprint, d's bits the index keeps, alone picks the home bucket: growing never reads the ring.
 func fingerprint(d digest.Digest) uint32 { return uint32(d.Hi) | 1 }
 
 const (
@@ -380,8 +367,7 @@ func (s *shard) next(b uint64) uint64 {
 	return b
 }
 
-// posOf returns the ring position of the key numbered seq, or false if it
-// has left the ring (its cell is stale).
+// posOf returns the ring position of the key numbered seq, or false if it left (a stale cell).
 func (s *shard) posOf(seq uint32) (int, bool) {
 	off := seq - s.headSeq
 	if off >= uint32(s.used) {
@@ -402,8 +388,7 @@ func (s *shard) stale(c cell) bool {
 // overflowed reports whether a live key passed the bucket with mark m.
 func (s *shard) overflowed(m cell) bool { return m != 0 && !s.stale(m) }
 
-// place puts c into the first empty or stale cell of its probe (live keys
-// fill at most 40% of the index), marking each full bucket it passes.
+// place puts c in the first empty or stale cell of its probe (40% full at most), marking full buckets.
 func (s *shard) place(c cell) {
 	b := s.home(c.fingerprint())
 	for {
@@ -419,8 +404,7 @@ func (s *shard) place(c cell) {
 	}
 }
 
-// mark records that the key numbered seq passed the full bucket w, unless
-// the mark already names a later key that is still live.
+// mark records that key seq passed the full bucket w, unless it names a later live key already.
 func (s *shard) mark(w *[bucketWords]cell, seq uint32) {
 	if m := w[0]; s.overflowed(m) && m.seq()-s.headSeq > seq-s.headSeq {
 		return
@@ -434,9 +418,8 @@ type moving struct {
 	cells []cell
 }
 
-// grow moves the live cells, through a copy, into a prefix of the index at
-// least four times as large (up to full size), leaving stale cells and
-// marks behind; steps are large because each moves every live cell.
+// grow moves the live cells, through a copy, into a prefix at least four times
+// as large (up to full size); steps are large, as each moves every cell.
 func (s *shard) grow() {
 	nb := s.nb
 	for (s.live+1)*5/2 > int(nb)*bucketCells && nb < s.maxNb {
@@ -450,8 +433,7 @@ func (s *shard) grow() {
 	old := s.moving.cells[:s.nb*bucketWords]
 	copy(old, s.index)
 	clear(s.index[:len(old)])
-	// Back each new page before the moves read it: a page read first maps
-	// the zero page, then faults again at the first write.
+	// Back new pages before the moves read them: a page read first faults again at the first write.
 	if fresh := s.index[len(old) : nb*bucketWords]; !populate(fresh) {
 		for i := 0; i < len(fresh); i += pageCells {
 			fresh[i] = 0
@@ -465,8 +447,7 @@ func (s *shard) grow() {
 	}
 }
 
-// ReleaseBatch forgets every digest of ds that token still holds, so a later
-// copy is claimed anew. It returns how many it released.
+// ReleaseBatch forgets the digests of ds token holds, so copies are claimed anew, and counts them.
 func (c *Cache) ReleaseBatch(ds []digest.Digest, token uint64) int {
 	if token == noToken || len(ds) == 0 {
 		return 0
@@ -501,8 +482,7 @@ func (c *Cache) Insert(d digest.Digest, expires, now int64) bool {
 	return true
 }
 
-// Disown makes d committed if token holds it, so a release keeps it: the
-// shared tier said another instance delivered it.
+// Disown commits d if token holds it, so a release keeps it: another instance delivered it.
 func (c *Cache) Disown(d digest.Digest, token uint64) {
 	s := &c.shards[d.Lo&c.mask]
 	s.mu.Lock()
@@ -538,8 +518,7 @@ func (c *Cache) Evictions() int64 {
 	return n
 }
 
-// Range calls fn for each committed key with its expiry, oldest first per
-// shard, under that shard's lock; fn must not call the cache.
+// Range calls fn, per shard under its lock, for each committed key, oldest first; fn must not call c.
 func (c *Cache) Range(now int64, fn func(d digest.Digest, expires int64)) {
 	c.eachLocked(func(s *shard) {
 		s.expire(now)

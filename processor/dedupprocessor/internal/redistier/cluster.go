@@ -110,8 +110,7 @@ func (x *clusterExec) worthRetry(ctx context.Context, c *call) bool {
 	return false
 }
 
-// pause waits d if ctx's (wall clock, as go-redis's) deadline leaves at
-// least 2d, and reports whether it did.
+// pause waits d if ctx's deadline (wall clock, as go-redis's) leaves 2d, and reports if it did.
 func (x *clusterExec) pause(ctx context.Context, d time.Duration) bool {
 	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < 2*d {
 		return false
@@ -126,8 +125,7 @@ type nodeCalls struct {
 	calls  []*call
 }
 
-// send sends one pipeline per master, all at once; calls to be redirected
-// go through the ClusterClient.
+// send sends one pipeline per master at once, and redirected calls through the ClusterClient.
 func (x *clusterExec) send(ctx context.Context, calls []*call, retry bool) {
 	var direct []*call
 	var allowed []*nodeCalls
@@ -225,8 +223,7 @@ func (x *clusterExec) degraded() {
 	}
 }
 
-// refresher reloads the slot map every refreshDegraded while the Cluster
-// is degraded (degraded wakes it at once), every refreshIdle otherwise.
+// refresher reloads the slot map every refreshDegraded while degraded (woken at once), else refreshIdle.
 func (x *clusterExec) refresher(ctx context.Context) {
 	defer close(x.done)
 	last := x.clock.Now()

@@ -24,12 +24,10 @@ const (
 	ModeSentinel   Mode = "sentinel" // Sentinels monitoring MasterName
 )
 
-// errNoAnswer is wrapped by discovery errors that mean no endpoint told what
-// it is; every other one is a configuration that cannot work.
+// errNoAnswer wraps discovery errors where no endpoint told what it is; the rest are bad configurations.
 var errNoAnswer = errors.New("no endpoint answered")
 
-// minProbeTimeout bounds a probe from below: a probe (dial, TLS, AUTH, two
-// round trips) costs more than a call, and a slower start costs nothing.
+// minProbeTimeout: a probe (dial, TLS, AUTH, two round trips) costs more than a call; start can wait.
 const minProbeTimeout = time.Second
 
 // probe is what one endpoint said it is.
@@ -61,9 +59,8 @@ func (t *Tier) discover(ctx context.Context) (Mode, error) {
 	return decide(&t.opts, probes)
 }
 
-// probe asks one endpoint what it is: HELLO without arguments (Redis >= 6)
-// answers the mode and role without switching the protocol, else INFO
-// server; ROLE then names a replica's master or a Sentinel's masters.
+// probe asks an endpoint what it is: HELLO (Redis >= 6) answers mode and role,
+// else INFO server; ROLE names a replica's master or a Sentinel's masters.
 func (t *Tier) probe(ctx context.Context, addr string, credentials bool) probe {
 	o := &redis.Options{
 		Addr:            addr,
@@ -72,8 +69,7 @@ func (t *Tier) probe(ctx context.Context, addr string, credentials bool) probe {
 		DisableIdentity: true,
 		MaxRetries:      -1,
 		DialerRetries:   1,
-		// The probe uses one connection; a pool whose every connection
-		// failed to dial starts a goroutine that would outlive the probe.
+		// One connection: a pool whose every dial failed starts a goroutine outliving the probe.
 		PoolSize:                 2,
 		ContextTimeoutEnabled:    true,
 		DialTimeout:              max(t.opts.Timeout, minProbeTimeout),

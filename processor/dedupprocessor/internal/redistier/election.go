@@ -59,11 +59,10 @@ type ElectionAnswer struct {
 	Remaining time.Duration
 }
 
-// Elect answers which replica of e's cluster is elected, in one round trip.
-// Where none is live or pending, it takes the election for e.Replica,
-// pending under token, its lease renewed until CommitElected or
-// ReleaseElections. Retrying with the same token is safe; once the token's
-// release has landed, it takes nothing.
+// Elect answers which replica of e's cluster is elected, in one round trip. If
+// none is live or pending, it takes it for e.Replica, pending under token,
+// renewed until CommitElected or ReleaseElections. Retrying with the token is
+// safe; after its release, it takes nothing.
 func (t *Tier) Elect(ctx context.Context, token string, failover time.Duration, e Election) (ElectionAnswer, error) {
 	c, err := t.connected(OpElect)
 	if err != nil {
@@ -109,9 +108,8 @@ func (t *Tier) CommitElected(ctx context.Context, token string, failover time.Du
 	return nil
 }
 
-// ReleaseElections gives up the elections of keys that token holds pending,
-// restoring those they replaced, and leaves a marker for the lease so that
-// a late Elect of token takes nothing. It is idempotent.
+// ReleaseElections gives up the elections of keys token holds, restoring those
+// they replaced, and leaves a marker so a late Elect takes nothing.
 func (t *Tier) ReleaseElections(ctx context.Context, token string, failover time.Duration, keys []digest.Digest) error {
 	es := make([]Election, len(keys))
 	for i, k := range keys {
@@ -121,9 +119,8 @@ func (t *Tier) ReleaseElections(ctx context.Context, token string, failover time
 	return err
 }
 
-// settleElections sends the commits or releases of es now; the writer
-// retries what fails: other collectors must learn of a delivered batch, and
-// an election left pending stalls its cluster everywhere for the lease.
+// settleElections sends es's commits or releases now; the writer retries what
+// fails: peers must learn them, and a pending one stalls its cluster.
 func (t *Tier) settleElections(ctx context.Context, op, token string, failover time.Duration, es []Election) ([]*call, error) {
 	c, err := t.beginSettle(op, token, len(es))
 	if c == nil {

@@ -30,8 +30,7 @@ type executor interface {
 	close() error
 }
 
-// NodeBreaker is the breaker state of a Cluster master (by address), a
-// standalone server (by endpoint) or a Sentinel's master (by name).
+// NodeBreaker is a node's breaker state: a master's address, a standalone endpoint, a Sentinel master.
 type NodeBreaker struct {
 	Node  string
 	State breaker.State
@@ -84,8 +83,7 @@ func failureOutcome(ctx context.Context) breaker.Outcome {
 	return breaker.Failure
 }
 
-// sendPipeline sends calls to one node in one round trip, and again as EVAL
-// (which loads them) the scripts it answered NOSCRIPT.
+// sendPipeline sends calls to a node in one round trip, and the NOSCRIPT ones again as EVAL.
 func sendPipeline(ctx context.Context, client *redis.Client, calls []*call) {
 	send := func(cs []*call) {
 		if len(cs) == 1 {

@@ -60,9 +60,8 @@ func (l *layout) statusKey(g int, token string) string {
 	return l.groups[g].statusPrefix + token
 }
 
-// clusterHashTags returns n tags: tag i is the first base-36 number whose
-// slot lies in the middle half of the i-th of n equal slot ranges, away from
-// where an even split may fall. A test pins the result for clusterTags.
+// clusterHashTags returns n tags: tag i is the first base-36 number whose slot
+// lies in the middle half of the i-th of n equal ranges. A test pins them.
 func clusterHashTags(n int) []string {
 	tags := make([]string, n)
 	width := clusterSlots / n

@@ -84,9 +84,7 @@ if out then return table.concat(out) .. blocker end
 return #KEYS - 1
 `)
 
-// releaseScript deletes the digest keys that still hold the token, leaves
-// the release's marker for the lease, and answers how many it deleted.
-// ARGV: token, lease ms.
+// releaseScript deletes the keys holding token ARGV[1], marks it for lease ARGV[2], answering the count.
 var releaseScript = newScript(ScriptRelease, `
 local tok, n = ARGV[1], 0
 for i = 2, #KEYS do
@@ -115,9 +113,8 @@ if s == 'p' then return 1 end
 return 0
 `)
 
-// renewScript extends the lease of a pending claim (KEYS[1] its status
-// key, ARGV[2] empty) or of an election pending under token ARGV[2] (KEYS[1]
-// its key), and answers 1, or 0 if it had ended. ARGV: lease ms, token.
+// renewScript extends the lease of a pending claim (KEYS[1] its status key) or
+// of an election pending under token ARGV[2], answering 1, or 0 if ended.
 var renewScript = newScript(ScriptRenew, `
 local v = redis.call('GET', KEYS[1])
 if v == 'p' or (ARGV[2] ~= '' and v and string.sub(v, 1, 1) == 'p' and string.sub(v, 18, 33) == ARGV[2]) then

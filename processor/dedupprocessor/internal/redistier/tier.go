@@ -11,6 +11,7 @@
 package redistier
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/tls"
@@ -66,16 +67,14 @@ type Options struct {
 	Lease   time.Duration
 	Breaker breaker.Config // one breaker per node; zero fields take defaults
 	Clock   clock.Clock    // leases, retries, renewals, breakers, durations; nil: the wall clock
-	// Observe is called, concurrently, once per operation of a call with the
-	// worst result of its groups and its duration (zero: no round trip),
-	// and with ResultLost per claim lost.
+	// Observe is called, concurrently, per operation of a call with its worst
+	// result and duration (0: none), and with ResultLost per claim lost.
 	Observe func(op, result string, d time.Duration)
 	// OnNewServer, if set, is called (from go-redis's connection setup) when
 	// a server not seen before answers after the tier connected (see servers).
 	OnNewServer func(runID string)
-	// OnTopology, if set, is called when a tier whose endpoints did not
-	// answer at Start learns their mode, or why it cannot work with them;
-	// OnWriteError gets the error of a writer round.
+	// OnTopology, if set, gets the mode or the error a tier that got no answer
+	// at Start learns later; OnWriteError gets a writer round's error.
 	OnTopology   func(Mode, error)
 	OnWriteError func(error)
 }
@@ -104,17 +103,12 @@ type conn struct {
 	srv    *servers
 }
 
-// New returns a Tier that has not asked Redis anything yet; the processor's
-// config.go validates the options.
+// New returns a Tier that has not asked Redis anything yet (config.go validates the options).
 func New(opts Options) *Tier {
-	if opts.Mode == "" {
-		opts.Mode = ModeAuto
-	}
+	opts.Mode = cmp.Or(opts.Mode, ModeAuto)
+	opts.Clock = cmp.Or[clock.Clock](opts.Clock, clock.Wall{})
 	if opts.Observe == nil {
 		opts.Observe = func(string, string, time.Duration) {}
-	}
-	if opts.Clock == nil {
-		opts.Clock = clock.Wall{}
 	}
 	if opts.Breaker.Now == nil {
 		opts.Breaker.Now = opts.Clock.Now
@@ -131,9 +125,8 @@ func New(opts Options) *Tier {
 	return t
 }
 
-// Start finds out what the endpoints are and connects, or fails if they
-// cannot work (see decide). If none answers, a tier with a Mode connects as
-// that mode; without, calls fail until the endpoints answer.
+// Start learns what the endpoints are and connects, or fails if they cannot
+// work (see decide). If none answers, it connects as Mode, or waits for them.
 func (t *Tier) Start(ctx context.Context) error {
 	mode, err := t.discover(ctx)
 	switch {
@@ -180,8 +173,7 @@ func (t *Tier) discoverLater() {
 func (t *Tier) connect(mode Mode) {
 	o := t.opts
 	u := redis.UniversalOptions{
-		// go-redis appends the Cluster nodes it learns to Addrs in place, and
-		// tiers of one configuration share Endpoints.
+		// A copy: go-redis appends the Cluster nodes it learns, and tiers share Endpoints.
 		Addrs:       slices.Clip(slices.Clone(o.Endpoints)),
 		MasterName:  o.MasterName,
 		Username:    o.Username,
@@ -230,8 +222,7 @@ func (t *Tier) Mode() Mode {
 	return ""
 }
 
-// Close stops the tier once its batches have ended: calls fail, renewals
-// stop, and the writes left get two tries (the rest are reported lost).
+// Close stops the tier after its batches: calls fail, renewals stop, the writes left get two tries.
 func (t *Tier) Close() error {
 	var err error
 	t.closed.Do(func() {
@@ -256,9 +247,8 @@ func (t *Tier) Breakers() []NodeBreaker {
 	return nil
 }
 
-// NewToken returns a claim token: age big-endian, then 64 random bits, so
-// tokens never collide and Redis tells when a batch began. Each claim needs
-// its own: Commit and Release act on all it holds.
+// NewToken returns a claim token, age then 64 random bits: tokens never
+// collide, and tell when a batch began. Commit and Release act on all it holds.
 func NewToken(age uint64) string {
 	var b [16]byte
 	binary.BigEndian.PutUint64(b[:8], age)
@@ -349,10 +339,9 @@ func (t *Tier) Claim(ctx context.Context, token string, ds []digest.Digest, answ
 	return holder, err
 }
 
-// patiently runs calls within the timeout, then sends again, with twice the
-// time each try, those that timed out, while their breaker lets them and a
-// third of the lease has not passed: a Redis that answers late (short of
-// CPU, or a large call) costs latency, not an answer.
+// patiently runs calls within the timeout, then resends those that timed out,
+// with twice the time each try, while their breaker allows and a third of the
+// lease has not passed: a slow Redis costs latency, not an answer.
 func (t *Tier) patiently(ctx context.Context, c *conn, calls []*call) error {
 	start := t.opts.Clock.Now()
 	timeout := t.opts.Timeout
@@ -376,8 +365,7 @@ func (t *Tier) patiently(ctx context.Context, c *conn, calls []*call) error {
 	return t.failure(calls)
 }
 
-// readClaim sets the answers of a claim call from its reply and returns the
-// token of the first pending claim it met, if any.
+// readClaim sets a claim call's answers from its reply and returns the first pending claim met.
 func readClaim(cl *call, answers []Answer) (owner string, err error) {
 	switch v := cl.cmd.Val().(type) {
 	case int64: // all claimed
@@ -411,23 +399,20 @@ func readClaim(cl *call, answers []Answer) (owner string, err error) {
 	}
 }
 
-// Commit makes the digests ds claimed under token hold for the rest of
-// their window: their batch was delivered. It is queued for the writer, or
-// sent at once when the queue is full (the error is that send's). A claim
-// no longer or not yet pending is reported ResultLost, and committed.
+// Commit makes the digests ds token claimed hold for their window: the batch
+// was delivered. It is queued, or sent now if the queue is full (the error is
+// that send's); a claim not pending is reported ResultLost, and committed.
 func (t *Tier) Commit(ctx context.Context, token string, ds []digest.Digest) error {
 	return t.settle(ctx, OpCommit, token, ds, true)
 }
 
-// Release ends the claim of token on ds (a digest another claim took over
-// keeps its owner), at once, not queued: the refused sender's retry should
-// find its records free. It is idempotent, and ends a committed claim too.
+// Release ends token's claim on ds (a digest taken over keeps its owner) now,
+// so the sender's retry finds its records free; idempotent, even if committed.
 func (t *Tier) Release(ctx context.Context, token string, ds []digest.Digest) error {
 	return t.settle(ctx, OpRelease, token, ds, false)
 }
 
-// settle queues the writes of a commit or release, one per group, or sends
-// them now if the queue is full or queue is false.
+// settle queues a commit or release, a write per group, or sends it now if !queue or full.
 func (t *Tier) settle(ctx context.Context, op, token string, ds []digest.Digest, queue bool) error {
 	c, err := t.beginSettle(op, token, len(ds))
 	if c == nil {
@@ -454,9 +439,8 @@ func (t *Tier) settle(ctx context.Context, op, token string, ds []digest.Digest,
 	return err
 }
 
-// beginSettle stops token's renewals and returns the connection for a
-// commit or release of n keys, or nil if there is nothing to send or no
-// connection (the write lost, and the error says why).
+// beginSettle stops token's renewals and returns the connection for n keys, or
+// nil: nothing to send, or no connection (the write lost, err says why).
 func (t *Tier) beginSettle(op, token string, n int) (*conn, error) {
 	t.w.drop(token)
 	if n == 0 {
@@ -485,8 +469,7 @@ func (t *Tier) connected(op string) (*conn, error) {
 	return nil, fmt.Errorf("dedup: redis %s: topology not known: %w", op, *t.unknown.Load())
 }
 
-// run sends calls within timeout, reports each operation among them to
-// Observe (the worst result of its calls), and returns failure(calls).
+// run sends calls within timeout, reports each operation's worst result to Observe, returns failure.
 func (t *Tier) run(ctx context.Context, c *conn, calls []*call, timeout time.Duration) error {
 	start := t.opts.Clock.Now()
 	cctx, cancel := context.WithTimeout(ctx, timeout)
@@ -601,8 +584,7 @@ func (c *conn) prepare(ds []digest.Digest) *grouping {
 func (t *Tier) claimCalls(ctx context.Context, c *conn, b *grouping, op, token string, ds []digest.Digest, look bool) []*call {
 	n := len(b.order)
 	l := &c.layout
-	// The keys are substrings of one string, and arguments point at them: a
-	// few allocations per batch rather than two per key.
+	// Keys are substrings of one string, arguments pointing at them: a few allocations per batch.
 	var sb strings.Builder
 	sb.Grow(n * (len(l.groups[len(l.groups)-1].prefix) + 2 + digest.Size))
 	ends := make([]int, n)

@@ -14,14 +14,13 @@ import (
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
 )
 
-// The writer is the tier's background goroutine. Each round renews the
-// pending claims and elections whose batches are downstream, once a third
-// of the lease has passed since their last renewal landed, sends the queued
-// commits, and retries, with a growing pause, the writes that failed until
-// they land or their claim's lease has ended (Redis has then freed the
-// claim). A round is one round trip (one per master in a Cluster). A batch
-// that finds the queue full (maxQueued) sends its own write and waits for
-// it: a Redis that cannot keep up slows the senders, not grows the queue.
+// The writer is the tier's background goroutine. Each round renews the pending
+// claims and elections whose batches are downstream once a third of the lease
+// has passed since their last renewal landed, sends the queued commits, and
+// retries, with a growing pause, the failed writes until they land or their
+// lease has ended (freeing the claim). A round is one round trip per master. A
+// batch that finds the queue full (maxQueued) sends its own write: a slow Redis
+// slows the senders, not grows the queue.
 const (
 	maxQueued  = 4096
 	retryFirst = 100 * time.Millisecond
@@ -77,8 +76,7 @@ func (w *writer) drop(token string) {
 	w.mu.Unlock()
 }
 
-// forget stops renewing r, whose claim or election ended, and reports
-// whether it was still being renewed.
+// forget stops renewing r, whose claim or election ended, and reports whether it still was.
 func (w *writer) forget(r *renewal) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -115,8 +113,7 @@ func (w *writer) signal() {
 	}
 }
 
-// run is the writer's loop: a round when writes are queued or a retry or
-// renewal is due; once the tier closes, it drains (see Close).
+// run is the writer's loop, a round whenever work is queued or due; once closed, it drains.
 func (w *writer) run(t *Tier) {
 	clk := t.opts.Clock
 	next := time.Duration(0)
@@ -125,8 +122,7 @@ func (w *writer) run(t *Tier) {
 		now := clk.Now()
 		next = w.round(t, t.bg, now)
 		if now.Sub(pinged) >= max(t.renewEvery(), time.Second) {
-			// A master that restarted or failed over is noticed on a new
-			// connection (servers): at least this often, however quiet.
+			// A restarted or failed-over master shows on a new connection: ping however quiet.
 			if c := t.conn.Load(); c != nil {
 				ctx, cancel := context.WithTimeout(t.bg, t.opts.Timeout)
 				c.exec.ping(ctx)
@@ -259,9 +255,7 @@ func (t *Tier) send(ctx context.Context, c *conn, ws []write) ([]*call, error) {
 	return calls, err
 }
 
-// retry hands failed writes to the writer, each to be sent again after a
-// pause that doubles with every failure. Outside a round, once the tier is
-// closed, they are lost.
+// retry hands failed writes to the writer (pause doubling); outside a round, after Close, they are lost.
 func (t *Tier) retry(failed []write, now time.Time, inRound bool) {
 	if len(failed) == 0 {
 		return
