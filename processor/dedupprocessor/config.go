@@ -265,11 +265,9 @@ func (cfg *Config) Validate() error {
 // problems collects the errors of a configuration.
 type problems []error
 
-func (p *problems) add(format string, args ...any) { *p = append(*p, fmt.Errorf(format, args...)) }
-
 func (p *problems) check(bad bool, format string, args ...any) {
 	if bad {
-		p.add(format, args...)
+		*p = append(*p, fmt.Errorf(format, args...))
 	}
 }
 
@@ -300,7 +298,7 @@ func (r *RedisConfig) validate(p *problems, window time.Duration) {
 	case RedisModeSentinel:
 		p.check(r.MasterName == "", `redis.master_name must name the master the Sentinels monitor with redis.mode "sentinel"`)
 	default:
-		p.add(`redis.mode must be "auto", "standalone", "cluster" or "sentinel", got %q`, r.Mode)
+		p.check(true, `redis.mode must be "auto", "standalone", "cluster" or "sentinel", got %q`, r.Mode)
 	}
 	p.check(r.MasterName != "" && (r.Mode == RedisModeStandalone || r.Mode == RedisModeCluster),
 		`redis.master_name is for Sentinel: remove it, or set redis.mode to "sentinel" (or "auto"), got mode %q`, r.Mode)
@@ -326,7 +324,7 @@ func (r *RedisConfig) validate(p *problems, window time.Duration) {
 	// missing one as the start would; configtls's Validate reports the rest.
 	if tls := r.TLS.Get(); tls != nil && tls.Validate() == nil {
 		if _, err := tls.LoadTLSConfig(context.Background()); err != nil {
-			p.add("redis.tls: %v", err)
+			p.check(true, "redis.tls: %v", err)
 		}
 	}
 }

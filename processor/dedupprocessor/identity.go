@@ -209,9 +209,8 @@ func (sk *scopeKey) contentPrefix(enc *identity.Encoder, tag byte) []byte {
 }
 
 // decide derives a unit's identity: its digest (unique) or the outcome it
-// passes under (skipped, key_error with the error, missing_key). The view is a
-// type parameter by value, not an interface: it stays on the stack (no GC
-// write barriers).
+// passes under (skipped, key_error with the error, missing_key). The view is
+// a type parameter, not an interface: it stays on the stack (no GC barriers).
 func decide[K transformContext, V unitView[K]](ctx context.Context, policy MissingKeyPolicy, enc *identity.Encoder, si *signalIdentity[K], tctx K, view V, sk *scopeKey) (digest.Digest, outcome, error) {
 	if len(si.conditions) > 0 {
 		ok, err := si.matches(ctx, tctx)

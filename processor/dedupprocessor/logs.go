@@ -70,10 +70,9 @@ func (v logView) path(e *identity.Encoder, p plainPath) bool {
 	return true
 }
 
-// content encodes everything a sender puts in a record. The observed time
-// joins only a coarse timestamp (no sub-millisecond part: a parsed log
-// line's, not an SDK clock's): a re-sent record may be observed anew, but a
-// coarse timestamp cannot tell apart the same line written twice.
+// content encodes all a sender puts in a record. The observed time joins only a
+// coarse timestamp (a parsed line's, not an SDK's): a re-sent record may be
+// observed anew, but a coarse timestamp cannot tell a line written twice.
 func (v logView) content(e *identity.Encoder, ign *contentIgnore) {
 	lr, f := v.lr, ign.fields
 	if !f.has(ignBody) {

@@ -11,10 +11,9 @@ import (
 // State is the breaker's position; its value is the breaker-state gauge's.
 type State int
 
-// The states. HalfOpen lets one probe through, whose outcome closes or re-opens the breaker.
 const (
-	Closed State = iota
-	HalfOpen
+	Closed   State = iota
+	HalfOpen       // one probe goes through; its outcome closes or re-opens the breaker
 	Open
 )
 

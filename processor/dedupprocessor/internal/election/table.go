@@ -1,12 +1,11 @@
 // Package election is the local tier of replica election: per tenant and
 // cluster, which replica's data is delivered.
 //
-// An election a batch takes is pending until the batch commits it
-// (delivered) or releases it, so a replica whose data was never delivered
-// is never left elected. A committed election holds for the failover
-// timeout from its last refresh, so with a shared tier the table answers
-// alone until then from what Redis said, and after it Decide answers
-// Unknown. A Table is safe for concurrent use.
+// An election a batch takes is pending until the batch commits (delivered)
+// or releases it: a replica never delivered is never left elected. A
+// committed election holds for the failover timeout from its last refresh,
+// so the table answers alone until then from what Redis said, and after it
+// Decide answers Unknown. A Table is safe for concurrent use.
 package election
 
 import (

@@ -252,10 +252,9 @@ func (e *Encoder) valueOrMissing(v pcommon.Value) {
 // maxSortedEntries is the largest map encoded with its entries sorted.
 const maxSortedEntries = 8
 
-// Map encodes a map independently of its entry order, leaving out the keys
-// skip (if not nil) names: in key order if it has at most maxSortedEntries
-// distinct keys, else as the sum of its entries' hashes. The form depends
-// only on the entries and each has its own tag, so equal maps encode alike.
+// Map encodes a map whatever its entry order, leaving out the keys skip names:
+// sorted if at most maxSortedEntries distinct keys, else as the sum of its
+// entries' hashes. Each form has its tag: equal maps encode alike.
 func (e *Encoder) Map(m pcommon.Map, skip func(key string) bool) {
 	if m.Len() <= maxSortedEntries || skip != nil {
 		if e.sortedMap(m, skip) {

@@ -314,15 +314,14 @@ func (s *shard) forget(sl *slot, ci uint64) {
 }
 
 // cell is one index entry: the fingerprint (32 bits of the digest, low bit
-// set, so no entry is 0, the empty cell) in the high half, compared before
-// the ring slot is read, and the key's sequence number in its shard's ring
-// in the low half.
+// set, so no entry is 0, the empty cell), compared before the ring slot is
+// read, then the key's sequence number in its shard's ring.
 //
 // An evicted or expired key's cell turns stale, without a write, once the
-// ring's head passes its sequence number, so evicting costs no random index
-// access. Sequence numbers compare modulo 2^32 against fewer than 2^32
-// keys, so a live cell is always seen live; a stale one that looks live is
-// harmless, as a lookup compares the whole digest.
+// ring's head passes its sequence number: evicting costs no index access.
+// Sequence numbers compare modulo 2^32 against fewer than 2^32 keys, so a
+// live cell is always seen live; a stale one that looks live is harmless,
+// as a lookup compares the whole digest.
 //
 // Each bucket is one cache line: a mark (word 0) and 7 cells. A key whose
 // home bucket is full goes on to the next, and the full bucket's mark

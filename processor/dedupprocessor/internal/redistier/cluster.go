@@ -14,17 +14,16 @@ import (
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/clock"
 )
 
-// The Cluster executor routes each call by go-redis's slot map to its
-// master and sends one pipeline per master, concurrently, behind the
-// master's own breaker: a dead or slow master fails only its own groups (a
-// ClusterClient pipeline stamps its deadline error on every command).
+// The Cluster executor routes each call by go-redis's slot map and sends one
+// pipeline per master, concurrently, behind its breaker: a dead or slow master
+// fails only its own groups (a ClusterClient pipeline stamps its deadline error
+// on every command).
 //
-// go-redis reloads its slot map on MOVED, ASK and READONLY, or once it is a
-// minute old, never on a connection error or timeout. So every sign of
-// trouble marks the Cluster degraded, reloading the map every
-// refreshDegraded: groups follow a promoted replica or a moved slot
-// quickly. Within a call, failed groups are sent again as errors.go tells,
-// while the deadline allows; every command is idempotent for its token.
+// go-redis reloads its slot map on MOVED, ASK and READONLY or once a minute,
+// not on a connection error or timeout. So any trouble marks the Cluster
+// degraded, reloading the map every refreshDegraded: groups follow a promoted
+// replica or moved slot quickly. Failed groups are resent as errors.go tells,
+// while the deadline allows; every command is idempotent.
 const (
 	refreshDegraded = 250 * time.Millisecond
 	degradedFor     = 5 * time.Second  // after the last sign of trouble

@@ -33,16 +33,11 @@ const OpElect = "elect"
 // ElectionState is the shared tier's answer for one election.
 type ElectionState uint8
 
-// The states: ElectionLive, Replica elected for Remaining more;
-// ElectionTaken, pending under the call's token (Replica is the one whose
-// expired election it replaces, if HasPrev); ElectionPending, pending under
-// another token (Replica is its candidate); ElectionUnknown, the call
-// failed, maybe taking it: release it.
 const (
-	ElectionLive ElectionState = iota
-	ElectionTaken
-	ElectionPending
-	ElectionUnknown
+	ElectionLive    ElectionState = iota // Replica elected for Remaining more
+	ElectionTaken                        // pending under the token; if HasPrev, Replica is the one it replaces
+	ElectionPending                      // pending under another token, for the candidate Replica
+	ElectionUnknown                      // the call failed, maybe taking it: release it
 )
 
 // Election is one election a batch asks about or confirms.
@@ -86,10 +81,9 @@ func (t *Tier) Elect(ctx context.Context, token string, failover time.Duration, 
 	return a, nil
 }
 
-// CommitElected confirms the elections es, whose batch was delivered: it
-// commits token's pending ones, refreshes committed ones of the same
-// replica, and takes free ones committed, each answering ElectionLive for
-// the failover timeout; others are answered as by Elect (all zero on error).
+// CommitElected confirms a delivered batch's elections es: token's pending ones
+// commit, same-replica ones refresh, free ones are taken, each ElectionLive for
+// failover; others answer as Elect (all zero on error).
 func (t *Tier) CommitElected(ctx context.Context, token string, failover time.Duration, es []Election, answers []ElectionAnswer) error {
 	answers = answers[:len(es)]
 	clear(answers)

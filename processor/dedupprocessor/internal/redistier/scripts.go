@@ -41,9 +41,8 @@ func newScript(name, src string) *redis.Script {
 // TTL; the status key, created pending if anything was claimed, the lease.
 // With ARGV[5] = "1" (a look) it stops at the first pending key. Redis does
 // not expire keys while a script runs. SET NX GET costs the server less
-// than SET NX, whose status reply Lua turns into a table.
-//
-// ARGV: token, lease ms, window ms, status key prefix of the group, stop.
+// than SET NX, whose status reply Lua turns into a table. ARGV: token, lease
+// ms, window ms, status key prefix of the group, stop.
 var claimScript = newScript(ScriptClaim, `
 if redis.call('GET', KEYS[1]) == 'r' then return 'r' end
 local tok, window, sp, stop = ARGV[1], ARGV[3], ARGV[4], ARGV[5] == '1'

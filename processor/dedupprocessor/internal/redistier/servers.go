@@ -8,11 +8,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// servers tells when a Redis server not seen before answers: a restarted
-// master (a new run_id) or a promoted replica, which may have lost the last
-// writes (without persistence, everything), so the caller stops trusting
-// what it cached of Redis (Options.OnNewServer). Every new connection asks
-// its run_id; the servers seen at connect are the baseline.
+// servers tells when a server not seen before answers: a restarted master (new
+// run_id) or promoted replica may have lost the last writes, so the caller
+// stops trusting its cache of Redis (OnNewServer). The servers seen at connect
+// are the baseline.
 type servers struct {
 	mu    sync.Mutex
 	seen  map[string]bool

@@ -273,12 +273,10 @@ const (
 // maxKeysPerScript). The claim is pending, its lease renewed in the
 // background, and must end with Commit or Release whatever the answers. A
 // failed group's digests answer Unavailable. Retrying with the same token
-// is safe. It returns the token of a pending claim it met, if any.
-//
-// With look (OpRecheck), it claims one script call at a time in the order
-// of (group, digest), the same in every collector, stopping at the first
-// digest held pending: the rest answer Pending, untried (see the
-// processor's consume.go for why).
+// is safe. It returns the token of a pending claim it met, if any. With
+// look (OpRecheck), it claims one call at a time in (group, digest) order,
+// stopping at the first digest held pending: the rest answer Pending,
+// untried (see the processor's consume.go for why).
 func (t *Tier) Claim(ctx context.Context, token string, ds []digest.Digest, answers []Answer, look bool) (holder string, err error) {
 	op := OpClaim
 	if look {

@@ -55,10 +55,9 @@ func (h *runs) Pop() any {
 	return nil
 }
 
-// inExpiryOrder calls fn with the index of every entry, by expiry then by
-// position. A cache assumes keys arrive in expiry order, and a snapshot is
-// ordered only within each shard of the cache that wrote it: its few sorted
-// runs are merged through a min-heap, reading the snapshot in place.
+// inExpiryOrder calls fn with each entry's index, by expiry then position. A
+// cache takes keys in expiry order, and a snapshot is sorted only per shard:
+// its few runs are merged in place through a min-heap.
 func inExpiryOrder(entries []byte, fn func(i int)) {
 	n := len(entries) / entryLen
 	var h runs
