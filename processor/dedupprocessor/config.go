@@ -190,7 +190,8 @@ const (
 	maxMaxEntries = 100_000_000
 	// maxMaxClusters bounds the election table and gauge series per tenant.
 	maxMaxClusters = 100_000
-	// defaultRedisLease: how long retries wait for a collector that died mid-batch; short for exporters.
+	// defaultRedisLease: how long the retries of a collector that died
+	// mid-batch wait; short next to exporters' retry horizon.
 	defaultRedisLease = 30 * time.Second
 )
 

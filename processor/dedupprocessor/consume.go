@@ -459,7 +459,7 @@ func (e *engine) settle(ctx context.Context, b *batch, state roundState, wake bo
 // pending_wait; that batch may never deliver it, so the sender retries.
 var errInFlight = errors.New("dedup: a record of this batch is still being delivered by another batch; retry later")
 
-// refusal names the shared claim last met pending, so a dedup processor before can tell (deliver).
+// refusal is errInFlight naming the shared claim last met pending, for a processor before (deliver).
 func (b *batch) refusal() error {
 	if b.holder == "" {
 		return errInFlight

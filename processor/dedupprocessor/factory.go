@@ -76,19 +76,16 @@ func (b *built) add(set processor.Settings, cfg *Config, signal string) error {
 	if r == nil || r.KeyPrefix == "" {
 		return nil // a prefix derived from the ID is apart from every other ID's
 	}
-	if other, dup := b.shared.LoadOrStore(prefixSpace{prefix: r.KeyPrefix, signal: signal}, set.ID); dup {
+	if other, dup := b.shared.LoadOrStore(keySpace{prefix: r.KeyPrefix, signal: signal}, set.ID); dup {
 		return fmt.Errorf("dedup: processors %q and %q both set redis.key_prefix %q in %s pipelines: they would claim the same keys, and a batch of one would wait for the other's claims or drop the records it delivered; give each its own redis.key_prefix",
 			other, set.ID, r.KeyPrefix, signal)
 	}
 	return nil
 }
 
-// keySpace and prefixSpace are a processor ID's and a redis.key_prefix's keys in one signal.
+// keySpace is a processor ID's keys in one signal, or an explicit
+// redis.key_prefix's (with a zero id).
 type keySpace struct {
-	id     component.ID
-	signal string
-}
-
-type prefixSpace struct {
+	id             component.ID
 	prefix, signal string
 }

@@ -1,4 +1,4 @@
-// Package digest is a record's 128-bit identity; only digests are stored: they reveal nothing.
+// Package digest defines a record's 128-bit identity; only digests are stored: they reveal nothing.
 package digest
 
 import (

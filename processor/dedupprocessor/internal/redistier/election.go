@@ -103,7 +103,7 @@ func (t *Tier) CommitElected(ctx context.Context, token string, failover time.Du
 }
 
 // ReleaseElections gives up the elections of keys token holds, restoring those
-// they replaced, and leaves a marker so a late Elect takes nothing.
+// they replaced, and leaves a marker so a late Elect takes nothing; idempotent.
 func (t *Tier) ReleaseElections(ctx context.Context, token string, failover time.Duration, keys []digest.Digest) error {
 	es := make([]Election, len(keys))
 	for i, k := range keys {

@@ -83,7 +83,8 @@ if out then return table.concat(out) .. blocker end
 return #KEYS - 1
 `)
 
-// releaseScript deletes the keys holding token ARGV[1], marks it for lease ARGV[2], answering the count.
+// releaseScript deletes the digest keys holding token ARGV[1], leaves the
+// release's marker for ARGV[2] ms, and answers how many it deleted.
 var releaseScript = newScript(ScriptRelease, `
 local tok, n = ARGV[1], 0
 for i = 2, #KEYS do
@@ -112,8 +113,8 @@ if s == 'p' then return 1 end
 return 0
 `)
 
-// renewScript extends the lease of a pending claim (KEYS[1] its status key) or
-// of an election pending under token ARGV[2], answering 1, or 0 if ended.
+// renewScript extends by ARGV[1] ms the lease of a pending claim (KEYS[1] its
+// status key) or election pending under token ARGV[2]: 1, or 0 if it ended.
 var renewScript = newScript(ScriptRenew, `
 local v = redis.call('GET', KEYS[1])
 if v == 'p' or (ARGV[2] ~= '' and v and string.sub(v, 1, 1) == 'p' and string.sub(v, 18, 33) == ARGV[2]) then
