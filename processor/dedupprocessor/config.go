@@ -42,8 +42,7 @@ const (
 	MissingKeyDrop MissingKeyPolicy = "drop"
 )
 
-// Config is the configuration of the dedup processor; the README documents
-// each setting.
+// Config is the configuration of the dedup processor; the README documents each setting.
 type Config struct {
 	// Window is how long a key is remembered after it was first accepted.
 	Window time.Duration `mapstructure:"window"`
@@ -115,8 +114,7 @@ const (
 	RedisModeSentinel RedisMode = "sentinel"
 )
 
-// RedisConfig is the shared tier: a Redis that many collectors use to let
-// exactly one copy of a record through.
+// RedisConfig is the shared tier: a Redis that lets many collectors pass one copy of a record.
 type RedisConfig struct {
 	// Endpoints are a standalone server, Cluster nodes, or Sentinels.
 	Endpoints []string `mapstructure:"endpoints"`
@@ -155,8 +153,7 @@ type SignalConfig struct {
 	_ struct{}
 }
 
-// MetricsConfig is the identity of metric data points and, optionally,
-// replica election.
+// MetricsConfig is the identity of metric data points and, optionally, replica election.
 type MetricsConfig struct {
 	SignalConfig `mapstructure:",squash"`
 	// ReplicaElection, when present, delivers one replica's points per cluster.
@@ -173,8 +170,7 @@ type ElectionConfig struct {
 	ClusterLabel string `mapstructure:"cluster_label"`
 	// ReplicaLabel names the attribute that tells a group's replicas apart.
 	ReplicaLabel string `mapstructure:"replica_label"`
-	// UpdateInterval, plus up to UpdateJitter, is how often delivered data
-	// refreshes an election.
+	// UpdateInterval, plus up to UpdateJitter, is how often delivered data refreshes an election.
 	UpdateInterval time.Duration `mapstructure:"update_interval"`
 	UpdateJitter   time.Duration `mapstructure:"update_jitter"`
 	// FailoverTimeout is how long an election holds after its last refresh.
@@ -188,50 +184,41 @@ type ElectionConfig struct {
 }
 
 const (
-	defaultWindow           = 10 * time.Minute
-	defaultMarkAttribute    = "dedup.duplicate"
-	defaultMaxEntries       = 1_000_000
-	defaultSnapshotInterval = time.Minute
-	defaultPendingWait      = time.Second
 	// minDuration catches a duration written without a unit (nanoseconds).
 	minDuration = time.Millisecond
 	// maxMaxEntries keeps a typo from reserving an absurd amount of memory.
 	maxMaxEntries = 100_000_000
-
-	// Replica election: Mimir's HA tracker defaults.
-	defaultClusterLabel    = "cluster"
-	defaultReplicaLabel    = "__replica__"
-	defaultUpdateInterval  = 15 * time.Second
-	defaultUpdateJitter    = 5 * time.Second
-	defaultFailoverTimeout = 30 * time.Second
-	defaultMaxClusters     = 100
 	// maxMaxClusters bounds the election table and gauge series per tenant.
 	maxMaxClusters = 100_000
+	// defaultRedisLease: how long the retries of a collector that died
+	// mid-batch wait; short next to exporters' retry horizon.
+	defaultRedisLease = 30 * time.Second
 )
 
 func createDefaultConfig() component.Config {
 	return &Config{
-		Window:           defaultWindow,
+		Window:           10 * time.Minute,
 		Action:           ActionDrop,
-		MarkAttribute:    defaultMarkAttribute,
+		MarkAttribute:    "dedup.duplicate",
 		OnMissingKey:     MissingKeyPass,
-		Cache:            CacheConfig{MaxEntries: defaultMaxEntries},
-		SnapshotInterval: defaultSnapshotInterval,
-		PendingWait:      defaultPendingWait,
+		Cache:            CacheConfig{MaxEntries: 1_000_000},
+		SnapshotInterval: time.Minute,
+		PendingWait:      time.Second,
 		Metrics: MetricsConfig{
+			// Mimir's HA tracker defaults.
 			ReplicaElection: configoptional.Default(ElectionConfig{
-				ClusterLabel:       defaultClusterLabel,
-				ReplicaLabel:       defaultReplicaLabel,
-				UpdateInterval:     defaultUpdateInterval,
-				UpdateJitter:       defaultUpdateJitter,
-				FailoverTimeout:    defaultFailoverTimeout,
-				MaxClusters:        defaultMaxClusters,
+				ClusterLabel:       "cluster",
+				ReplicaLabel:       "__replica__",
+				UpdateInterval:     15 * time.Second,
+				UpdateJitter:       5 * time.Second,
+				FailoverTimeout:    30 * time.Second,
+				MaxClusters:        100,
 				RemoveReplicaLabel: true,
 			}),
 		},
 		Redis: configoptional.Default(RedisConfig{
 			Mode:    RedisModeAuto,
-			Timeout: defaultRedisTimeout,
+			Timeout: 250 * time.Millisecond,
 			Lease:   defaultRedisLease,
 			OnError: ErrorPass,
 		}),
@@ -279,12 +266,9 @@ func (cfg *Config) Validate() error {
 // problems collects the errors of a configuration.
 type problems []error
 
-func (p *problems) add(format string, args ...any) { *p = append(*p, fmt.Errorf(format, args...)) }
-
-// check adds the error of format and args if bad.
 func (p *problems) check(bad bool, format string, args ...any) {
 	if bad {
-		p.add(format, args...)
+		*p = append(*p, fmt.Errorf(format, args...))
 	}
 }
 
@@ -302,13 +286,6 @@ func (el *ElectionConfig) validate(p *problems) {
 	p.check(el.MaxClusters < 1 || el.MaxClusters > maxMaxClusters, field+"max_clusters must be between 1 and %d, got %d", maxMaxClusters, el.MaxClusters)
 }
 
-const (
-	defaultRedisTimeout = 250 * time.Millisecond
-	// defaultRedisLease: how long the retries of a collector that died
-	// mid-batch wait; short next to exporters' retry horizon.
-	defaultRedisLease = 30 * time.Second
-)
-
 func (r *RedisConfig) validate(p *problems, window time.Duration) {
 	p.check(len(r.Endpoints) == 0, `redis.endpoints must list at least one "host:port"`)
 	for i, ep := range r.Endpoints {
@@ -322,7 +299,7 @@ func (r *RedisConfig) validate(p *problems, window time.Duration) {
 	case RedisModeSentinel:
 		p.check(r.MasterName == "", `redis.master_name must name the master the Sentinels monitor with redis.mode "sentinel"`)
 	default:
-		p.add(`redis.mode must be "auto", "standalone", "cluster" or "sentinel", got %q`, r.Mode)
+		p.check(true, `redis.mode must be "auto", "standalone", "cluster" or "sentinel", got %q`, r.Mode)
 	}
 	p.check(r.MasterName != "" && (r.Mode == RedisModeStandalone || r.Mode == RedisModeCluster),
 		`redis.master_name is for Sentinel: remove it, or set redis.mode to "sentinel" (or "auto"), got mode %q`, r.Mode)
@@ -348,7 +325,7 @@ func (r *RedisConfig) validate(p *problems, window time.Duration) {
 	// missing one as the start would; configtls's Validate reports the rest.
 	if tls := r.TLS.Get(); tls != nil && tls.Validate() == nil {
 		if _, err := tls.LoadTLSConfig(context.Background()); err != nil {
-			p.add("redis.tls: %v", err)
+			p.check(true, "redis.tls: %v", err)
 		}
 	}
 }

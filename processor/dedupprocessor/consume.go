@@ -27,24 +27,21 @@ import (
 // refuses it (release). A copy is dropped only on the word of a committed
 // claim; a digest under any batch's pending claim is left for later.
 //
-// Waiting cannot deadlock: a batch never waits while holding pending claims.
-// It delivers and commits what it won, then, holding only committed claims,
-// waits for the records left for later and delivers those it wins in a
-// second call; a look that meets pending claims again releases its wins
-// first. So a batch waits only for batches that are exporting, which wait
-// for nobody, whatever the topology, the request size or the atomicity of
-// the claims. Elections (election.go) obey the same rule. After pending_wait
-// the request is refused for retry (its retry drops the first call's
-// records as copies); it is acknowledged only when both calls succeeded.
+// Waiting cannot deadlock: a batch never waits holding pending claims. It
+// delivers and commits what it won, then waits for the records left for
+// later and delivers those it wins in a second call; a look that meets
+// pending claims again releases its wins first. So a batch waits only for
+// batches that are exporting, which wait for nobody, whatever the topology,
+// the request size or the atomicity of the claims. After pending_wait the
+// request is refused for retry (which drops the first call's records as
+// copies); it is acknowledged only when both calls succeeded.
 //
 // Contending looks end by design: looks claim in one global order (locally
-// one look at a time, in Redis by group and digest) and stop at the first
-// record another claim holds, so the look that got furthest is never
-// stopped by another. A pending claim lives while its batch is downstream
-// (the tier renews its lease): the lease bounds only how long a dead
-// collector's claims stand in the way. A release leaves a marker for its
-// token, which the same token's claim refuses: a claim delayed past its
-// caller's timeout cannot land after its release and stall the retry.
+// one at a time, in Redis by group and digest) and stop at the first record
+// another claim holds, so the look that got furthest is never stopped by
+// another. A pending claim lives while its batch is downstream (the tier
+// renews its lease): the lease bounds only how long a dead collector's
+// claims stand in the way.
 
 // adapter is a signal's side of the batch.
 type adapter[T any] interface {
@@ -52,11 +49,26 @@ type adapter[T any] interface {
 	apply(b *batch, data T)
 	clone(data T) T
 	send(ctx context.Context, data T) error
-	// firstCallSettled settles the adapter's own stage (replica election)
-	// with the batch's first call: err is how the call ended (nil:
-	// accepted), or why the batch was refused before it.
+	// firstCallSettled settles the adapter's stage (replica election) with the
+	// first call: err is how it ended, or why the batch was refused first.
 	firstCallSettled(ctx context.Context, err error)
 }
+
+// sink is an adapter's next consumer and data copy for a second call; it has no stage to settle.
+type sink[T interface{ CopyTo(T) }] struct {
+	next  func(context.Context, T) error
+	fresh func() T
+}
+
+func (s sink[T]) send(ctx context.Context, data T) error { return s.next(ctx, data) }
+
+func (s sink[T]) clone(data T) T {
+	c := s.fresh()
+	data.CopyTo(c)
+	return c
+}
+
+func (sink[T]) firstCallSettled(context.Context, error) {}
 
 // consume is ConsumeLogs, ConsumeTraces and ConsumeMetrics.
 func consume[T any](ctx context.Context, e *engine, s adapter[T], data T, items int) error {
@@ -121,8 +133,7 @@ type batch struct {
 	kept     int                // records the current call keeps (needsApply)
 	alters   bool               // the adapter changes kept records (replica labels)
 
-	// A round is one claim of the batch's digests under tokens of its own,
-	// settled by a commit or a release.
+	// A round: one claim under its own tokens, settled by a commit or release.
 	token      uint64          // local claim token
 	redisToken string          // shared claim token; "" without a shared tier
 	held       []digest.Digest // claimed in the local cache
@@ -143,7 +154,6 @@ type batch struct {
 
 var batchPool = sync.Pool{New: func() any { return new(batch) }}
 
-// begin takes a batch from the pool and opens its first round.
 func (e *engine) begin(records int) *batch {
 	b := batchPool.Get().(*batch)
 	if cap(b.verdicts) < records {
@@ -153,8 +163,7 @@ func (e *engine) begin(records int) *batch {
 	return b
 }
 
-// beginRound opens a round at the time its claims are made: a key is
-// remembered for the window from its own round's claim.
+// beginRound opens a round when its claims are made: a key's window runs from its round's claim.
 func (e *engine) beginRound(b *batch) {
 	b.now = e.now()
 	b.token = e.nextToken()
@@ -166,8 +175,7 @@ func (e *engine) beginRound(b *batch) {
 	b.held, b.shared, b.unchecked, b.round = b.held[:0], b.shared[:0], 0, roundOpen
 }
 
-// nextToken returns a token larger than every one before and at least the
-// time in microseconds: shared tokens embed it to tell when a batch began.
+// nextToken returns a token above all before and at least the time in µs: shared tokens tell their age.
 func (b *batches) nextToken() uint64 {
 	now := uint64(b.clock.Now().UnixMicro())
 	for {
@@ -183,20 +191,6 @@ func (b *batches) nextToken() uint64 {
 func (b *batch) keyed(d digest.Digest) {
 	b.keys = append(b.keys, key{d: d, at: int32(len(b.verdicts))})
 	b.verdicts = append(b.verdicts, verdictKeep)
-}
-
-// pass adds a record kept without deduplication, counted under o.
-func (b *batch) pass(o outcome) {
-	b.outcomes[o]++
-	b.verdicts = append(b.verdicts, verdictKeep)
-}
-
-// missing adds a record without a key, under on_missing_key pass or drop.
-func (b *batch) missing(policy MissingKeyPolicy) {
-	b.pass(outcomeMissingKey)
-	if policy == MissingKeyDrop {
-		b.verdicts[len(b.verdicts)-1] = verdictDrop
-	}
 }
 
 // duplicate adds a record found a duplicate before any claim (election).
@@ -215,8 +209,7 @@ func (b *batch) copyOf(at int, by caughtBy, action Action) {
 	}
 }
 
-// firstCopies lists in b.firsts the first copy of each digest and makes
-// the batch's other copies duplicates, so each digest is claimed once.
+// firstCopies lists each digest's first copy in b.firsts, making the others duplicates: one claim each.
 func (b *batch) firstCopies(action Action) {
 	b.firsts = b.firsts[:0]
 	if len(b.keys) == 0 {
@@ -248,17 +241,14 @@ func (b *batch) firstCopies(action Action) {
 	}
 }
 
-// errSharedTier is returned to senders under on_error: refuse; receivers
-// make it retryable.
+// errSharedTier is returned, retryable, under on_error: refuse.
 var errSharedTier = errors.New("dedup: shared tier unavailable; retry later")
 
-// claim claims keys idx in the current round, locally, then in the shared
-// tier for the local wins. A key held by a committed claim becomes a
-// duplicate; one held pending is left for later, held by this batch in
-// neither tier. On error the batch is to be refused; the round still holds
-// what it claimed. A look (records the batch waited for) claims locally
-// alone, so it is all or nothing against other looks, and in the shared
-// tier in a fixed order (see redistier's Claim).
+// claim claims keys idx in the current round, locally, then in the shared tier
+// for the local wins. A key held committed becomes a duplicate; one held
+// pending is left for later, held by this batch in neither tier. On error the
+// batch is to be refused, the round holding what it claimed. A look claims
+// locally alone: all or nothing against other looks.
 func (e *engine) claim(ctx context.Context, b *batch, idx []int32, look bool) error {
 	if len(idx) == 0 {
 		return nil
@@ -311,8 +301,7 @@ func (e *engine) claim(ctx context.Context, b *batch, idx []int32, look bool) er
 		case redistier.Claimed:
 			b.shared = append(b.shared, ds[j])
 		case redistier.Unavailable:
-			// on_error: pass: delivered on the local claim's word; a claim
-			// that reached Redis anyway is committed with the others.
+			// on_error: pass: delivered on the local word; a claim that landed anyway is committed.
 			b.shared = append(b.shared, ds[j])
 			b.unchecked++
 		case redistier.Held:
@@ -334,7 +323,6 @@ func (b *batch) digests(idx []int32) []digest.Digest {
 	return b.ds
 }
 
-// deferKey leaves key i for the second call.
 func (b *batch) deferKey(i int32) {
 	if b.verdicts[b.keys[i].at] != verdictLater {
 		b.verdicts[b.keys[i].at] = verdictLater
@@ -342,7 +330,6 @@ func (b *batch) deferKey(i int32) {
 	}
 }
 
-// countUnique counts the keys of idx that the current round won.
 func (b *batch) countUnique(idx []int32) {
 	for _, i := range idx {
 		if b.verdicts[b.keys[i].at] == verdictKeep {
@@ -351,9 +338,11 @@ func (b *batch) countUnique(idx []int32) {
 	}
 }
 
-// deliver applies the verdicts if they change data, sends what is kept
-// (a call left with nothing is not made, and data is left as it came) and
-// settles the round on the answer.
+// deliver sends what the verdicts keep (applied if they change data; an empty
+// call is not made) and settles the round: committed if the next consumer
+// accepted, else released, so the sender's retry is not dropped as a copy of
+// data that never arrived. A refusal naming the round's own shared claim means
+// a dedup processor after this one shares its key space.
 func deliver[T any](ctx context.Context, e *engine, b *batch, s adapter[T], data T, change bool) error {
 	var err error
 	if b.kept > 0 {
@@ -362,11 +351,22 @@ func deliver[T any](ctx context.Context, e *engine, b *batch, s adapter[T], data
 		}
 		err = s.send(ctx, data)
 	}
-	return e.settleCall(ctx, b, err)
+	if err == nil {
+		e.settle(ctx, b, roundCommitted, true)
+		e.tel.recordCall(ctx, b)
+		return nil
+	}
+	if b.redisToken != "" && strings.Contains(err.Error(), tokenName(b.redisToken)) {
+		e.stacked.log(b.now, err, zap.String("key_prefix", e.shared.prefix))
+		e.tel.stacked.Add(ctx, 1, e.tel.baseOpt)
+	}
+	if n := e.settle(ctx, b, roundReleased, true); n > 0 {
+		e.tel.released.Add(ctx, int64(n), e.tel.baseOpt)
+	}
+	return err
 }
 
-// needsApply says whether the verdicts change the batch, and counts the
-// records kept.
+// needsApply counts the records kept and says whether the verdicts change the batch.
 func (e *engine) needsApply(b *batch) bool {
 	change := e.cfg.IdentityAttribute != "" && len(b.keys) > 0 || b.alters
 	b.kept = 0
@@ -387,8 +387,7 @@ type applier struct {
 	next int // the next keyed unit's index in b.keys
 }
 
-// unit applies the next unit's verdict to its attributes and reports
-// whether to remove the unit.
+// unit applies the next unit's verdict to its attributes: true removes the unit.
 func (a *applier) unit(attrs pcommon.Map) bool {
 	v := a.b.verdicts[a.i]
 	var k *key
@@ -418,32 +417,10 @@ const (
 	roundReleased                    // its call was refused, or the batch gave it up
 )
 
-// settleCall settles the round on its call's answer: committed if the next
-// consumer accepted it, else released so that the sender's retry is not
-// dropped as a copy of data that never arrived. A refusal naming this
-// round's own shared claim means a dedup processor after this one shares
-// its key space.
-func (e *engine) settleCall(ctx context.Context, b *batch, err error) error {
-	if err == nil {
-		e.settle(ctx, b, roundCommitted, true)
-		e.tel.recordCall(ctx, b)
-		return nil
-	}
-	if b.redisToken != "" && strings.Contains(err.Error(), tokenName(b.redisToken)) {
-		e.stacked.log(b.now, err, zap.String("key_prefix", e.shared.prefix))
-		e.tel.stacked.Add(ctx, 1, e.tel.baseOpt)
-	}
-	if n := e.settle(ctx, b, roundReleased, true); n > 0 {
-		e.tel.released.Add(ctx, int64(n), e.tel.baseOpt)
-	}
-	return err
-}
-
-// settle moves an open round to state: committed (at once locally, in the
-// background in the shared tier, where the claims stay pending, so safe,
-// until the commit lands) or released (in both tiers at once). With wake it
-// wakes the batches waiting for the round's records. It returns how many
-// records a release gave up.
+// settle moves an open round to state: committed (locally at once, in the
+// shared tier in the background, its claims pending, so safe, until it lands)
+// or released (in both at once); with wake it wakes the batches waiting for its
+// records. It returns how many records a release gave up.
 func (e *engine) settle(ctx context.Context, b *batch, state roundState, wake bool) (released int) {
 	if wake {
 		defer e.settled.broadcast()
@@ -453,8 +430,7 @@ func (e *engine) settle(ctx context.Context, b *batch, state roundState, wake bo
 	}
 	b.round = state
 	if e.shared != nil {
-		// The writes outlive a sender that gave up: the records were
-		// delivered or must be freed either way.
+		// The writes outlive a sender that gave up: the records were delivered or must be freed.
 		ctx = context.WithoutCancel(ctx)
 	}
 	switch state {
@@ -479,14 +455,11 @@ func (e *engine) settle(ctx context.Context, b *batch, state roundState, wake bo
 	return released
 }
 
-// errInFlight: a record is still held by another batch's pending claim
-// after pending_wait. That batch may never deliver it, so dropping the copy
-// could lose it: the sender retries instead.
+// errInFlight: a record is still held by another batch's pending claim after
+// pending_wait; that batch may never deliver it, so the sender retries.
 var errInFlight = errors.New("dedup: a record of this batch is still being delivered by another batch; retry later")
 
-// refusal is errInFlight naming the shared claim the batch last met
-// pending, so that a dedup processor before this one can tell that the two
-// share one key space (settleCall).
+// refusal is errInFlight naming the shared claim last met pending, for a processor before (deliver).
 func (b *batch) refusal() error {
 	if b.holder == "" {
 		return errInFlight
@@ -497,14 +470,12 @@ func (b *batch) refusal() error {
 // tokenName is how a refusal names a shared claim token.
 func tokenName(token string) string { return hex.EncodeToString([]byte(token)) }
 
-// maxPause bounds the pause between two looks: nothing wakes a batch when
-// another collector's claims settle, so it is how late the batch may see
-// them settle; short next to export times, long next to a look's round trip.
+// maxPause bounds the pause between looks (nothing wakes a batch when other
+// collectors' claims settle): short next to exports, long next to looks.
 const maxPause = 16 * time.Millisecond
 
 // await waits, holding no pending claim, until the records left for later
-// are settled: each look claims them in a new round. It returns with the
-// round open, holding every one that is not a duplicate, or with an error.
+// settle, a look claiming them in a new round; it returns with the round open.
 func (e *engine) await(ctx context.Context, b *batch) error {
 	w := e.beginWait()
 	for {
@@ -527,8 +498,7 @@ func (e *engine) await(ctx context.Context, b *batch) error {
 			w.record(ctx, waitSettled)
 			return nil
 		}
-		// Waking others here would let two batches waiting for the same
-		// records wake each other without end.
+		// Waking others would let two batches waiting for the same records wake each other forever.
 		e.settle(ctx, b, roundReleased, false)
 		b.later = b.later[:0]
 		for _, i := range look {
@@ -540,8 +510,7 @@ func (e *engine) await(ctx context.Context, b *batch) error {
 	}
 }
 
-// secondCall turns the verdicts into the second call's: the records left
-// for later keep what their claim decided; the rest went with the first.
+// secondCall keeps the verdicts of the records left for later and drops the rest, sent with the first.
 func (b *batch) secondCall() {
 	const second = 8 // above every verdict
 	for _, i := range b.later {
@@ -557,8 +526,7 @@ func (b *batch) secondCall() {
 	b.later = b.later[:0]
 }
 
-// end releases what the batch still holds and returns it to the pool,
-// keeping its arrays unless they grew large.
+// end releases what the batch holds and pools it, keeping its arrays unless they grew large.
 func (e *engine) end(ctx context.Context, b *batch) {
 	e.settle(ctx, b, roundReleased, true)
 	e.flying.Add(-1)
@@ -577,24 +545,20 @@ func (e *engine) end(ctx context.Context, b *batch) {
 
 // wait is one batch's wait for the claims or elections of batches in flight.
 type wait struct {
-	b        *batches
-	start    time.Time
-	deadline time.Time
-	d        time.Duration // the next pause
+	b     *batches
+	start time.Time
+	d     time.Duration // the next pause
 }
 
 func (b *batches) beginWait() *wait {
-	start := b.clock.Now()
-	return &wait{b: b, start: start, deadline: start.Add(b.pendingWait), d: time.Millisecond}
+	return &wait{b: b, start: b.clock.Now(), d: time.Millisecond}
 }
 
-// pause returns when a round or an election of this processor settles, or
-// after the pause, which doubles up to maxPause. If that would end past
-// pending_wait, it logs (at now, with fields) and records the refusal and
-// returns refused.
+// pause returns when a round or election settles, or after the pause (doubling
+// up to maxPause); past pending_wait, it logs, records and returns refused.
 func (w *wait) pause(ctx context.Context, now int64, refused error, fields ...zap.Field) error {
 	settled := w.b.settled.channel()
-	if w.b.clock.Now().Add(w.d).After(w.deadline) {
+	if w.b.clock.Now().Add(w.d).After(w.start.Add(w.b.pendingWait)) {
 		w.b.refused.log(now, refused, fields...)
 		w.record(ctx, waitRefused)
 		return refused
@@ -608,9 +572,7 @@ func (w *wait) record(ctx context.Context, r waitResult) {
 	w.b.tel.waits.Record(ctx, w.b.clock.Now().Sub(w.start).Seconds(), w.b.tel.waitOpts[r:r+1]...)
 }
 
-// settledSignal wakes the waiting batches when a round or an election
-// ends; it costs one atomic load while nobody waits, since only waiters
-// make its channel.
+// settledSignal wakes waiters when a round or election ends; only waiters make its channel: cheap.
 type settledSignal struct{ ch atomic.Pointer[chan struct{}] }
 
 // channel returns a channel closed at the next broadcast.

@@ -18,15 +18,14 @@ import (
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/redistier"
 )
 
-// Replica election (metrics.replica_election; the README tells the rules)
-// runs before the batch's life (consume.go) and follows its discipline: an
-// election a batch takes is pending until the batch's first call is
-// delivered (committed) or refused (released), and a batch never waits
-// holding a pending election. With a shared tier, Redis is the truth and the
-// table caches it until each election's failover deadline.
+// Replica election (metrics.replica_election; see the README) runs before the
+// batch's life (consume.go) and follows its discipline: an election a batch
+// takes is pending until its first call is delivered (committed) or refused
+// (released), and a batch never waits holding one. With a shared tier, Redis is
+// the truth, cached until each failover deadline.
 
 // errElectionInFlight: another batch's pending election outlasted
-// pending_wait, so this batch's points can be neither delivered nor dropped.
+// pending_wait: this batch's points can be neither delivered nor dropped.
 var errElectionInFlight = errors.New("dedup: the replica election of a cluster in this batch is still being decided by another batch in flight; retry later")
 
 // The undecided counter's reasons.
@@ -48,8 +47,7 @@ const (
 
 var electionReasonNames = [numElectionReasons]string{"new", "failover"}
 
-// elector is a metrics processor's replica election, a stage before the
-// batch's dedup that settles with the batch's first call.
+// elector is a metrics processor's replica election: a stage settled with the batch's first call.
 type elector struct {
 	cfg              *Config
 	b                *batches
@@ -80,22 +78,19 @@ func newElector(cfg *Config, ec *ElectionConfig, b *batches, tier *sharedStage) 
 	}
 }
 
-// ballotBox is one batch's election state: a ballot per cluster, a vote per
-// (cluster, replica) and each point's vote, in walk order.
+// ballotBox is a batch's elections: ballots per cluster, votes per replica, each point's vote.
 type ballotBox struct {
-	strip        bool   // remove_replica_label
-	replicaLabel string // the replica label's name
-	token        uint64
-	redisToken   string
-	tenant       election.Tenant
-	ballots      []ballot
-	order        []int32 // the ballots by election key: the order they are decided in
-	votes        []vote
-	points       []pointVote
-	lastVote     int32
-	// stripResource: in apply, a point of the elected replica has the
-	// current resource's replica label.
-	stripResource bool
+	strip         bool   // remove_replica_label
+	replicaLabel  string // the replica label's name
+	token         uint64
+	redisToken    string
+	tenant        election.Tenant
+	ballots       []ballot
+	order         []int32 // the ballots by election key: the order they are decided in
+	votes         []vote
+	points        []pointVote
+	lastVote      int32
+	stripResource bool // in apply: an elected point has its resource's replica label
 
 	undecided [numUndecidedReasons]int64
 	elections [numElectionReasons]int64
@@ -112,13 +107,10 @@ type ballot struct {
 	candidate election.Replica // the cluster's first replica in the batch
 	state     ballotState
 	elected   digest.Digest
-	// inRedis: the batch may hold the election pending in the shared tier
-	// (taken, or asked and its answer lost): it is committed with the
-	// batch, or released.
-	inRedis bool
-	prev    digest.Digest
-	hasPrev bool
-	refresh bool // the batch carries the election's refresh
+	inRedis   bool // the batch may hold it pending in the shared tier (taken, or the answer lost)
+	prev      digest.Digest
+	hasPrev   bool
+	refresh   bool // the batch carries the election's refresh
 }
 
 // ballotState is where a batch's ballot stands.
@@ -137,8 +129,7 @@ type vote struct {
 	replica election.Replica
 }
 
-// pointVote is a point's vote (noVote: it lacks a label) and whether its
-// replica label is its resource's.
+// pointVote is a point's vote (noVote: no labels) and whether its label is its resource's.
 type pointVote struct {
 	vote     int32
 	resource bool
@@ -158,22 +149,6 @@ func (e *elector) put(box *ballotBox) {
 	e.boxes.Put(box)
 }
 
-// electionDigest is an election's key: the tenant and the cluster.
-func electionDigest(enc *identity.Encoder, tenant election.Tenant, cluster string) digest.Digest {
-	enc.Reset()
-	enc.Raw([]byte{'E'})
-	enc.Raw(tenant[:])
-	enc.String(cluster)
-	return enc.Digest()
-}
-
-func replicaDigest(enc *identity.Encoder, replica string) digest.Digest {
-	enc.Reset()
-	enc.Raw([]byte{'R'})
-	enc.String(replica)
-	return enc.Digest()
-}
-
 // label returns the string value of attribute name in m; "" is none.
 func label(m pcommon.Map, name string) string {
 	if v, ok := m.Get(name); ok {
@@ -186,16 +161,11 @@ func label(m pcommon.Map, name string) string {
 func (e *elector) scan(ctx context.Context, cfg *Config, box *ballotBox, enc *identity.Encoder, md pmetric.Metrics) {
 	box.tenant, _ = tenantDigest(ctx, cfg, enc)
 	box.lastVote = noVote
-	rms := md.ResourceMetrics()
-	for i := 0; i < rms.Len(); i++ {
-		rm := rms.At(i)
+	for _, rm := range md.ResourceMetrics().All() {
 		res := rm.Resource().Attributes()
 		cluster, replica := label(res, e.cluster), label(res, e.replica)
-		sms := rm.ScopeMetrics()
-		for j := 0; j < sms.Len(); j++ {
-			ms := sms.At(j).Metrics()
-			for k := 0; k < ms.Len(); k++ {
-				m := ms.At(k)
+		for _, sm := range rm.ScopeMetrics().All() {
+			for _, m := range sm.Metrics().All() {
 				switch m.Type() {
 				case pmetric.MetricTypeGauge:
 					scanPoints(e, box, enc, m.Gauge().DataPoints(), cluster, replica)
@@ -232,9 +202,8 @@ func scanPoints[P dataPoint](e *elector, box *ballotBox, enc *identity.Encoder, 
 	}
 }
 
-// voteOf returns the index of the vote for (cluster, replica), adding it
-// (and its cluster's ballot) if new. The last vote is looked at first:
-// points of one resource mostly share their labels.
+// voteOf returns the vote for (cluster, replica), adding it (and its ballot) if
+// new; the last vote goes first: a resource's points mostly share labels.
 func (box *ballotBox) voteOf(enc *identity.Encoder, cluster, replica string) int32 {
 	if v := box.lastVote; v != noVote {
 		if vt := &box.votes[v]; vt.replica.Name == replica && box.ballots[vt.ballot].ref.Cluster == cluster {
@@ -253,11 +222,18 @@ func (box *ballotBox) voteOf(enc *identity.Encoder, cluster, replica string) int
 			return int32(i)
 		}
 	}
-	rep := election.Replica{Digest: replicaDigest(enc, replica), Name: replica}
+	enc.Reset()
+	enc.Raw([]byte{'R'})
+	enc.String(replica)
+	rep := election.Replica{Digest: enc.Digest(), Name: replica}
 	if b < 0 {
+		enc.Reset() // the election's key: the tenant and the cluster
+		enc.Raw([]byte{'E'})
+		enc.Raw(box.tenant[:])
+		enc.String(cluster)
 		b = int32(len(box.ballots))
 		box.ballots = append(box.ballots, ballot{
-			ref:       election.Ref{Tenant: box.tenant, Key: electionDigest(enc, box.tenant, cluster), Cluster: cluster},
+			ref:       election.Ref{Tenant: box.tenant, Key: enc.Digest(), Cluster: cluster},
 			candidate: rep,
 		})
 	}
@@ -266,8 +242,7 @@ func (box *ballotBox) voteOf(enc *identity.Encoder, cluster, replica string) int
 	return box.lastVote
 }
 
-// elect scans and decides a metrics batch's elections. On error the batch
-// holds no election and is refused.
+// elect scans and decides a batch's elections; on error it holds none.
 func (e *elector) elect(ctx context.Context, md pmetric.Metrics) (*ballotBox, error) {
 	box := e.boxes.Get().(*ballotBox)
 	box.strip, box.replicaLabel = e.strip, e.replica
@@ -297,12 +272,10 @@ func (e *elector) elect(ctx context.Context, md pmetric.Metrics) (*ballotBox, er
 	return box, nil
 }
 
-// decide decides every ballot, one at a time in the order of their keys,
-// the same in every batch and collector. Meeting another batch's pending
-// election, it gives up the elections it took and waits holding none, then
-// looks again. Taking in key order and stopping at the first election
-// pending elsewhere, the batch that took the furthest is never stopped by
-// another: contention ends by this order, not by chance.
+// decide decides every ballot one at a time in key order, the same everywhere.
+// Meeting another batch's pending election, it gives up those it took, waits
+// holding none and looks again: as with looks (consume.go), the batch that took
+// the furthest is never stopped.
 func (e *elector) decide(ctx context.Context, box *ballotBox) error {
 	box.order = box.order[:0]
 	for i := range box.ballots {
@@ -328,7 +301,8 @@ func (e *elector) decide(ctx context.Context, box *ballotBox) error {
 			case election.Unknown:
 				p, err := e.ask(ctx, box, i)
 				if err != nil {
-					e.release(ctx, box, true)
+					e.release(ctx, box, false, true)
+					e.b.settled.broadcast()
 					return err
 				}
 				pending = p
@@ -345,9 +319,8 @@ func (e *elector) decide(ctx context.Context, box *ballotBox) error {
 			}
 			return nil
 		}
-		// Waking nobody, as await: two batches waiting for each other's
-		// elections would wake each other without end.
-		e.release(ctx, box, false)
+		// Waking nobody, as await: batches waiting for each other would wake each other forever.
+		e.release(ctx, box, false, true)
 		for i := range box.ballots {
 			if bl := &box.ballots[i]; bl.state == ballotTaken {
 				bl.state, bl.inRedis, bl.hasPrev = ballotOpen, false, false
@@ -362,12 +335,11 @@ func (e *elector) decide(ctx context.Context, box *ballotBox) error {
 	}
 }
 
-// ask asks the shared tier about ballot i and reports whether another
-// batch holds it pending. An answer lost leaves the election possibly taken
-// under the batch's token: it is released with the batch. Under on_error:
-// pass the ballot is then undecided (a gateway deciding alone could elect
-// another replica than its peers, and each would drop the points the other
-// keeps); under refuse the batch is refused.
+// ask asks the shared tier about ballot i and reports whether another batch
+// holds it pending. A lost answer may leave it taken under the batch's token,
+// released with the batch; the ballot is then undecided under on_error: pass (a
+// gateway deciding alone could elect another replica than its peers, each
+// dropping the other's points), and the batch refused under refuse.
 func (e *elector) ask(ctx context.Context, box *ballotBox, i int32) (pending bool, err error) {
 	bl := &box.ballots[i]
 	start := e.b.now()
@@ -393,8 +365,7 @@ func (e *elector) ask(ctx context.Context, box *ballotBox, i int32) (pending boo
 	return false, nil
 }
 
-// replicaOf returns the replica of digest d, named if one of ballot i's
-// votes is of d.
+// replicaOf returns the replica of d, named if one of ballot i's votes is.
 func (box *ballotBox) replicaOf(i int32, d digest.Digest) election.Replica {
 	for _, vt := range box.votes {
 		if vt.ballot == i && vt.replica.Digest == d {
@@ -404,42 +375,22 @@ func (box *ballotBox) replicaOf(i int32, d digest.Digest) election.Replica {
 	return election.Replica{Digest: d}
 }
 
-// settle commits the batch's elections and refreshes if its first call was
-// accepted, else releases them.
+// settle commits the batch's elections and refreshes if its first call passed, else releases them.
 func (e *elector) settle(ctx context.Context, box *ballotBox, err error) {
 	if err != nil {
-		e.release(ctx, box, true)
-		return
+		e.release(ctx, box, false, true)
+	} else {
+		e.commit(ctx, box)
+		addEach(ctx, e.b.tel.undecided, box.undecided[:], e.b.tel.undecidedOpts[:])
+		addEach(ctx, e.b.tel.elections, box.elections[:], e.b.tel.electionOpts[:])
 	}
-	e.commit(ctx, box)
-	e.b.tel.recordElections(ctx, box)
 	e.b.settled.broadcast()
 }
 
-// release gives up the batch's elections and refreshes, and with wake
-// wakes the batches waiting for them.
-func (e *elector) release(ctx context.Context, box *ballotBox, wake bool) {
-	e.releaseShared(ctx, box, e.releaseLocal(box, false))
-	if wake {
-		e.b.settled.broadcast()
-	}
-}
-
-// releaseShared releases keys in the shared tier: the writer retries what
-// fails while the lease lasts.
-func (e *elector) releaseShared(ctx context.Context, box *ballotBox, keys []digest.Digest) {
-	if len(keys) == 0 {
-		return
-	}
-	if err := e.tier.ReleaseElections(context.WithoutCancel(ctx), box.redisToken, e.failover, keys); err != nil {
-		e.b.tierError.log(e.b.now(), err, zap.String("op", redistier.OpRelease))
-	}
-}
-
-// releaseLocal gives up the batch's elections and refreshes in the table
-// and returns the keys of those it may hold in the shared tier; with
-// undecidedOnly, only those of undecided ballots (the rest are committed).
-func (e *elector) releaseLocal(box *ballotBox, undecidedOnly bool) (keys []digest.Digest) {
+// release gives up the batch's elections and refreshes (with undecidedOnly, the
+// undecided ones) in the table and, with shared, in the shared tier.
+func (e *elector) release(ctx context.Context, box *ballotBox, undecidedOnly, shared bool) {
+	var keys []digest.Digest
 	for i := range box.ballots {
 		bl := &box.ballots[i]
 		if undecidedOnly && bl.state != ballotUnavailable {
@@ -454,16 +405,17 @@ func (e *elector) releaseLocal(box *ballotBox, undecidedOnly bool) (keys []diges
 		}
 		bl.refresh = false
 	}
-	return keys
+	if shared && len(keys) > 0 {
+		if err := e.tier.ReleaseElections(context.WithoutCancel(ctx), box.redisToken, e.failover, keys); err != nil {
+			e.b.tierError.log(e.b.now(), err, zap.String("op", redistier.OpRelease))
+		}
+	}
 }
 
-// commit commits the batch's elections and refreshes: with a shared tier,
-// in one round trip, whose answers the table then follows; the elections
-// it may hold undecided (an answer lost) are released.
+// commit commits the batch's elections and refreshes, in one round trip with a
+// shared tier, whose answers the table follows; undecided ones are released.
 func (e *elector) commit(ctx context.Context, box *ballotBox) {
-	if e.tier != nil {
-		e.releaseShared(ctx, box, e.releaseLocal(box, true))
-	}
+	e.release(ctx, box, true, true)
 	box.asked, box.es = box.asked[:0], box.es[:0]
 	for i := range box.ballots {
 		if bl := &box.ballots[i]; bl.state == ballotTaken || bl.refresh {
@@ -481,11 +433,10 @@ func (e *elector) commit(ctx context.Context, box *ballotBox) {
 			box.answers[k] = redistier.ElectionAnswer{State: redistier.ElectionLive, Replica: el.Replica, Remaining: e.failover}
 		}
 	} else if err := e.tier.CommitElected(context.WithoutCancel(ctx), box.redisToken, e.failover, box.es, box.answers); err != nil {
-		// The shared tier retries the commit. Until Redis confirms, the
-		// table does not hold these elections (were the commit lost, this
-		// collector would elect another replica than its peers).
+		// The tier retries the commit; until Redis confirms, the table holds
+		// none of these (a lost commit would elect another replica than peers).
 		e.b.tierError.log(start, err, zap.String("op", redistier.OpCommit))
-		e.releaseLocal(box, false)
+		e.release(ctx, box, false, false)
 		return
 	}
 	for k, i := range box.asked {
@@ -503,8 +454,7 @@ func (e *elector) commit(ctx context.Context, box *ballotBox) {
 			}
 			continue
 		}
-		// Lost (its lease ran out before the commit): give up what the
-		// batch holds of it and learn who holds it.
+		// Lost (its lease ran out before the commit): learn who holds it.
 		e.table.Release(bl.ref, box.token)
 		if a.State == redistier.ElectionLive {
 			e.table.Learn(bl.ref, box.replicaOf(i, a.Replica), a.Remaining, start)
@@ -514,9 +464,7 @@ func (e *elector) commit(ctx context.Context, box *ballotBox) {
 	}
 }
 
-// admit reports whether the point at verdict index idx goes on to the
-// identity dedup (elected or undecided); else it appends its duplicate
-// verdict to b. A point of the elected replica makes b alter its labels.
+// admit reports whether point idx goes on to the dedup (elected or undecided), else appends a duplicate.
 func (box *ballotBox) admit(b *batch, idx int, action Action) bool {
 	vt, bl := box.voteAt(idx)
 	switch {
@@ -535,15 +483,13 @@ func (box *ballotBox) admit(b *batch, idx int, action Action) bool {
 	return true
 }
 
-// elected reports whether the point at verdict index idx is of the elected
-// replica, and whether its replica label is its resource's.
+// elected reports whether point idx is the elected replica's, and whether its label is the resource's.
 func (box *ballotBox) elected(idx int) (elected, resource bool) {
 	vt, bl := box.voteAt(idx)
 	return vt != nil && (bl.state == ballotElected || bl.state == ballotTaken) && vt.replica.Digest == bl.elected, box.points[idx].resource
 }
 
-// voteAt returns the vote of the point at verdict index idx and its
-// ballot; nil if the point has none.
+// voteAt returns the vote of the point at verdict index idx and its ballot, or nils.
 func (box *ballotBox) voteAt(idx int) (*vote, *ballot) {
 	v := box.points[idx].vote
 	if v == noVote {

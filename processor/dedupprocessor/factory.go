@@ -37,8 +37,7 @@ func NewFactory() processor.Factory {
 	)
 }
 
-// create is one signal's create function: b.add, then build. On error it
-// returns a nil P, not build's typed nil pointer.
+// create is a signal's create function: b.add, then build; a nil P on error, not a typed nil.
 func create[N, P any](b *built, signal string, build func(component.TelemetrySettings, component.ID, *Config, N) (P, error)) func(context.Context, processor.Settings, component.Config, N) (P, error) {
 	return func(_ context.Context, set processor.Settings, cfg component.Config, next N) (p P, err error) {
 		if err = b.add(set, cfg.(*Config), signal); err == nil {
@@ -51,11 +50,9 @@ func create[N, P any](b *built, signal string, build func(component.TelemetrySet
 	}
 }
 
-// built records what one factory has made. The collector takes fresh
-// factories for every build of its pipelines, `validate` included, so a
-// second processor of one ID and signal is one dedup ID in two pipelines:
-// with a shared tier or storage it is refused here, where `validate` sees
-// it too.
+// built records what a factory made. The collector takes fresh factories for
+// every build, `validate` included, so a second processor of an ID and signal
+// is one ID in two pipelines: refused with a shared tier or storage.
 type built struct {
 	shared sync.Map // the keySpaces of the processors with a shared tier or storage
 }
@@ -79,15 +76,16 @@ func (b *built) add(set processor.Settings, cfg *Config, signal string) error {
 	if r == nil || r.KeyPrefix == "" {
 		return nil // a prefix derived from the ID is apart from every other ID's
 	}
-	if other, dup := b.shared.LoadOrStore(prefixSpace{prefix: r.KeyPrefix, signal: signal}, set.ID); dup {
+	if other, dup := b.shared.LoadOrStore(keySpace{prefix: r.KeyPrefix, signal: signal}, set.ID); dup {
 		return fmt.Errorf("dedup: processors %q and %q both set redis.key_prefix %q in %s pipelines: they would claim the same keys, and a batch of one would wait for the other's claims or drop the records it delivered; give each its own redis.key_prefix",
 			other, set.ID, r.KeyPrefix, signal)
 	}
 	return nil
 }
 
-// prefixSpace is the key space of an explicit redis.key_prefix in one
-// signal's pipelines.
-type prefixSpace struct {
+// keySpace is a processor ID's keys in one signal, or an explicit
+// redis.key_prefix's (with a zero id).
+type keySpace struct {
+	id             component.ID
 	prefix, signal string
 }

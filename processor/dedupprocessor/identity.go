@@ -17,16 +17,13 @@ import (
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/identity"
 )
 
-// Domain tags open every identity encoding, so that a key identity, a
-// content identity and different signals never hash alike.
+// Domain tags open every identity encoding: key and content identities and signals never collide.
 const (
 	domainKey     byte = 'k'
 	domainContent byte = 'c'
 )
 
-// plainPath is a plain field access, evaluated on pdata without OTTL's
-// per-record cost. Each form returns what OTTL returns for the same text,
-// so the digest does not depend on the path taken.
+// plainPath is a field access evaluated on pdata, not OTTL, returning what OTTL does: digests agree.
 type plainPath struct {
 	field string // "attributes", "resource.attributes", "body", ...
 	key   string // the map key for attribute paths
@@ -65,8 +62,7 @@ type keyPart[K any] struct {
 	expr *ottl.ValueExpression[K]
 }
 
-// signalIdentity derives the digest of one signal's unit (record, span,
-// data point).
+// signalIdentity derives the digest of a signal's unit (record, span, point).
 type signalIdentity[K any] struct {
 	spec       *signalSpec[K]
 	parts      []keyPart[K]
@@ -75,17 +71,13 @@ type signalIdentity[K any] struct {
 	needsOTTL  bool
 }
 
-// transformContext is an OTTL transform context, built for a unit only when
-// a key or condition needs OTTL.
+// transformContext is an OTTL transform context, built only when needed.
 type transformContext interface{ Close() }
 
 // unitView is one unit of pdata as the identity sees it.
 type unitView[K transformContext] interface {
-	// path encodes a plain path's value and reports whether it had one.
-	path(e *identity.Encoder, p plainPath) bool
-	// content encodes the unit's own content, without resource and scope.
-	content(e *identity.Encoder, ign *contentIgnore)
-	// transformContext builds the unit's OTTL transform context.
+	path(e *identity.Encoder, p plainPath) bool      // encodes a value, false if none
+	content(e *identity.Encoder, ign *contentIgnore) // the unit's own, not resource and scope
 	transformContext() K
 }
 
@@ -138,8 +130,7 @@ func newSignalIdentity[K any](spec *signalSpec[K], set component.TelemetrySettin
 	return si, nil
 }
 
-// newParts makes what every signal's processor has: an engine and an
-// identity.
+// newParts makes what every signal's processor has: engine and identity.
 func newParts[K any](spec *signalSpec[K], sc SignalConfig, set component.TelemetrySettings, id component.ID, cfg *Config) (*engine, *signalIdentity[K], error) {
 	si, err := newSignalIdentity(spec, set, sc)
 	if err != nil {
@@ -149,9 +140,8 @@ func newParts[K any](spec *signalSpec[K], sc SignalConfig, set component.Telemet
 	return e, si, err
 }
 
-// encodeKey encodes the key expressions and reports whether all had a
-// value: an identity built from the parts present would merge units that
-// differ in the absent part.
+// encodeKey encodes the key expressions and reports whether all had a value:
+// one built from the parts present would merge units differing in the rest.
 func encodeKey[K transformContext, V unitView[K]](ctx context.Context, si *signalIdentity[K], e *identity.Encoder, tctx K, view V) (bool, error) {
 	for i := range si.parts {
 		part := &si.parts[i]
@@ -172,8 +162,7 @@ func encodeKey[K transformContext, V unitView[K]](ctx context.Context, si *signa
 	return true, nil
 }
 
-// matches evaluates the conditions (OR). An evaluation error is returned
-// with no match, so the unit passes untouched.
+// matches evaluates the conditions (OR); on an error, no match: the unit passes untouched.
 func (si *signalIdentity[K]) matches(ctx context.Context, tctx K) (bool, error) {
 	var firstErr error
 	for _, c := range si.conditions {
@@ -191,8 +180,7 @@ func (si *signalIdentity[K]) matches(ctx context.Context, tctx K) (bool, error) 
 	return false, firstErr
 }
 
-// scopeKey is what every unit's identity starts with, computed once per
-// batch (tenant) or per group (the rest, for content identities).
+// scopeKey opens every unit's identity: tenant per batch, the rest (content only) per group.
 type scopeKey struct {
 	tenant    [digest.Size]byte
 	resource  [digest.Size]byte
@@ -206,8 +194,7 @@ func (sk *scopeKey) setResource(d [digest.Size]byte) { sk.resource, sk.hasPrefix
 func (sk *scopeKey) setScope(d [digest.Size]byte)    { sk.scope, sk.hasPrefix = d, false }
 func (sk *scopeKey) setGroup(d [digest.Size]byte)    { sk.group, sk.hasPrefix = d, false }
 
-// contentPrefix is the digest that opens the content identities of the
-// current group.
+// contentPrefix is the digest opening the current group's content identities.
 func (sk *scopeKey) contentPrefix(enc *identity.Encoder, tag byte) []byte {
 	if !sk.hasPrefix {
 		enc.Reset()
@@ -221,10 +208,9 @@ func (sk *scopeKey) contentPrefix(enc *identity.Encoder, tag byte) []byte {
 	return sk.prefix[:]
 }
 
-// decide derives one unit's identity: its digest (outcome unique), or the
-// outcome it passes under without one (skipped, key_error with the error,
-// missing_key). The view is a type parameter passed by value, not an
-// interface, so views stay on the stack (no write barriers during GC).
+// decide derives a unit's identity: its digest (unique) or the outcome it
+// passes under (skipped, key_error with the error, missing_key). The view is
+// a type parameter, not an interface: it stays on the stack (no GC barriers).
 func decide[K transformContext, V unitView[K]](ctx context.Context, policy MissingKeyPolicy, enc *identity.Encoder, si *signalIdentity[K], tctx K, view V, sk *scopeKey) (digest.Digest, outcome, error) {
 	if len(si.conditions) > 0 {
 		ok, err := si.matches(ctx, tctx)
@@ -256,8 +242,7 @@ func decide[K transformContext, V unitView[K]](ctx context.Context, policy Missi
 	return enc.Digest(), outcomeUnique, nil
 }
 
-// walk is one batch's walk over one signal's units: an adapter calls
-// resource, scope and unit as it enters each level.
+// walk is a batch's walk over its units: the adapter calls resource, scope and unit at each level.
 type walk[K transformContext] struct {
 	ctx     context.Context
 	e       *engine
@@ -300,21 +285,22 @@ func unit[K transformContext, V unitView[K]](w *walk[K], view V) {
 	if w.si.needsOTTL {
 		tctx.Close()
 	}
-	switch o {
-	case outcomeUnique:
+	if o == outcomeUnique {
 		w.b.keyed(d)
-	case outcomeMissingKey:
-		w.b.missing(policy)
-	default:
-		if err != nil {
-			w.e.keyError.log(w.b.now, err)
-		}
-		w.b.pass(o)
+		return
 	}
+	if err != nil {
+		w.e.keyError.log(w.b.now, err)
+	}
+	v := verdictKeep // passed without deduplication
+	if o == outcomeMissingKey && policy == MissingKeyDrop {
+		v = verdictDrop
+	}
+	w.b.outcomes[o]++
+	w.b.verdicts = append(w.b.verdicts, v)
 }
 
-// fieldSet is a set of scalar fields, one bit each, so the content identity
-// needs no map lookup per field.
+// fieldSet is a set of scalar fields, one bit each: no lookup per field.
 type fieldSet uint32
 
 const (
@@ -421,8 +407,7 @@ const (
 	fieldSchemaURL
 )
 
-// resourceDigest is the resource part of a content identity. Dropped
-// counts and schema URLs are written only when set.
+// resourceDigest is a content identity's resource part (dropped count, schema URL only when set).
 func (ign *contentIgnore) resourceDigest(e *identity.Encoder, res pcommon.Resource, schemaURL string) [digest.Size]byte {
 	e.Reset()
 	if !ign.fields.has(ignResource) {
@@ -452,16 +437,14 @@ func droppedAndSchema(e *identity.Encoder, dropped uint32, schemaURL string) {
 	}
 }
 
-// dropped32 writes a count of dropped attributes, events or links, if any:
-// units that differ in what their sender dropped are distinct.
+// dropped32 writes a nonzero dropped count (attributes, events, links): it tells units apart.
 func dropped32(e *identity.Encoder, id byte, n uint32) {
 	if n != 0 {
 		e.FieldUint(id, uint64(n))
 	}
 }
 
-// commonPath evaluates the attribute paths every context shares; handled
-// is false for other paths.
+// commonPath evaluates the attribute paths every context shares, or reports them not handled.
 func commonPath(e *identity.Encoder, p plainPath, res pcommon.Resource, scope pcommon.InstrumentationScope, attrs pcommon.Map) (handled, ok bool) {
 	var m pcommon.Map
 	switch p.field {
@@ -478,8 +461,7 @@ func commonPath(e *identity.Encoder, p plainPath, res pcommon.Resource, scope pc
 	return true, ok && e.Value(v)
 }
 
-// nonEmptyString encodes s; OTLP strings without presence (event_name,
-// severity_text) count as missing when empty.
+// nonEmptyString encodes s, missing when empty: OTLP strings like event_name have no presence.
 func nonEmptyString(e *identity.Encoder, s string) bool {
 	if s == "" {
 		return false

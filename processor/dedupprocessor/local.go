@@ -16,13 +16,10 @@ import (
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/snapshot"
 )
 
-// snapshotKey is the snapshot's key in a client scoped to this processor
-// instance and signal.
+// snapshotKey is the snapshot's key in a client scoped to the instance and signal.
 const snapshotKey = "local-cache"
 
-// localStage is the local tier: the bounded cache of digests and, with
-// storage set, its snapshots in a storage extension, restored at start,
-// saved every snapshot_interval and at close.
+// localStage is the local tier: the digest cache and, with storage, its snapshots (restored, saved).
 type localStage struct {
 	*localcache.Cache
 	cfg         *Config
@@ -45,9 +42,8 @@ func newLocalStage(cfg *Config, id component.ID, signal string, logger *zap.Logg
 }
 
 // start restores the last snapshot and starts saving one every
-// snapshot_interval. Only a storage setting naming no storage extension
-// fails the start: lost state (a storage that cannot be opened, a bad
-// snapshot) costs its keys, with one warning.
+// snapshot_interval. Only a storage naming no storage extension fails it: lost
+// state (no storage, a bad snapshot) costs its keys and one warning.
 func (l *localStage) start(ctx context.Context, host component.Host) error {
 	if l.cfg.Storage == nil {
 		return nil
@@ -103,14 +99,12 @@ func (l *localStage) restore(ctx context.Context) {
 		zap.Duration("age", time.Duration(now-meta.WrittenAt)))
 }
 
-// save writes a snapshot of the committed keys (see snapshot.Save).
 func (l *localStage) save(ctx context.Context) error {
 	b := snapshot.Save(l.Cache, snapshot.Meta{Window: int64(l.cfg.Window), Fingerprint: l.fingerprint}, l.clock.Now().UnixNano())
 	return l.client.Set(ctx, snapshotKey, b)
 }
 
-// close stops the periodic saves, saves once more (the pipeline has
-// drained: every claimed key is in) and closes the client.
+// close stops the periodic saves, saves once more (the pipeline has drained) and closes the client.
 func (l *localStage) close(ctx context.Context) error {
 	if l.client == nil {
 		return nil

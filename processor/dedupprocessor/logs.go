@@ -8,7 +8,6 @@ import (
 	"github.com/open-telemetry/opentelemetry-collector-contrib/pkg/ottl/ottlfuncs"
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/consumer"
-	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/plog"
 
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/identity"
@@ -41,7 +40,6 @@ func (v logView) transformContext() *ottllog.TransformContext {
 	return ottllog.NewTransformContext(v.rl, v.sl, v.lr)
 }
 
-// path evaluates a plain path; each returns what OTTL returns for it.
 func (v logView) path(e *identity.Encoder, p plainPath) bool {
 	lr := v.lr
 	if handled, ok := commonPath(e, p, v.rl.Resource(), v.sl.Scope(), lr.Attributes()); handled {
@@ -72,9 +70,9 @@ func (v logView) path(e *identity.Encoder, p plainPath) bool {
 	return true
 }
 
-// content encodes everything a sender puts in a record. The observed time
-// joins only with a coarse timestamp: a re-sent record may be observed anew,
-// but a coarse timestamp cannot tell apart the same line written twice.
+// content encodes all a sender puts in a record. The observed time joins only a
+// coarse timestamp (a parsed line's, not an SDK's): a re-sent record may be
+// observed anew, but a coarse timestamp cannot tell a line written twice.
 func (v logView) content(e *identity.Encoder, ign *contentIgnore) {
 	lr, f := v.lr, ign.fields
 	if !f.has(ignBody) {
@@ -94,7 +92,7 @@ func (v logView) content(e *identity.Encoder, ign *contentIgnore) {
 	if !f.has(ignTimeUnixNano) {
 		ts := lr.Timestamp()
 		e.FieldUint(fieldTimestamp, uint64(ts))
-		if coarse(ts) && !f.has(ignObservedTimeUnixNano) {
+		if ts%1_000_000 == 0 && !f.has(ignObservedTimeUnixNano) {
 			e.FieldUint(fieldObservedTimestamp, uint64(lr.ObservedTimestamp()))
 		}
 	}
@@ -105,17 +103,12 @@ func (v logView) content(e *identity.Encoder, ign *contentIgnore) {
 	contentIDs(e, f, lr.TraceID(), lr.SpanID())
 }
 
-// coarse reports whether a timestamp has no sub-millisecond part (0
-// included): that of a parsed log line, not of a clock read by an SDK.
-func coarse(ts pcommon.Timestamp) bool { return ts%1_000_000 == 0 }
-
-// logsProcessor is the dedup processor in a logs pipeline. It implements
-// the consumer itself, not through processorhelper, because it must see the
-// next consumer's error to release the batch's claims.
+// logsProcessor is the dedup processor in a logs pipeline; like the others it
+// is its own consumer: it must see the next one's error to release claims.
 type logsProcessor struct {
 	*engine
-	si   *signalIdentity[*ottllog.TransformContext]
-	next consumer.Logs
+	sink[plog.Logs]
+	si *signalIdentity[*ottllog.TransformContext]
 }
 
 func newLogsProcessor(set component.TelemetrySettings, id component.ID, cfg *Config, next consumer.Logs) (*logsProcessor, error) {
@@ -123,46 +116,31 @@ func newLogsProcessor(set component.TelemetrySettings, id component.ID, cfg *Con
 	if err != nil {
 		return nil, err
 	}
-	return &logsProcessor{engine: e, si: si, next: next}, nil
+	return &logsProcessor{engine: e, sink: sink[plog.Logs]{next.ConsumeLogs, plog.NewLogs}, si: si}, nil
 }
 
 func (p *logsProcessor) ConsumeLogs(ctx context.Context, ld plog.Logs) error {
 	return consume(ctx, p.engine, p, ld, ld.LogRecordCount())
 }
 
-func (p *logsProcessor) clone(ld plog.Logs) plog.Logs {
-	c := plog.NewLogs()
-	ld.CopyTo(c)
-	return c
-}
-
-func (p *logsProcessor) send(ctx context.Context, ld plog.Logs) error {
-	return p.next.ConsumeLogs(ctx, ld)
-}
-
-func (p *logsProcessor) firstCallSettled(context.Context, error) {}
-
 func (p *logsProcessor) identify(ctx context.Context, b *batch, enc *identity.Encoder, ld plog.Logs) {
 	w := newWalk(ctx, p.engine, p.si, b, enc)
 	var view logView
-	rls := ld.ResourceLogs()
-	for i := 0; i < rls.Len(); i++ {
-		view.rl = rls.At(i)
-		w.resource(view.rl.Resource(), view.rl.SchemaUrl())
-		sls := view.rl.ScopeLogs()
-		for j := 0; j < sls.Len(); j++ {
-			view.sl = sls.At(j)
-			w.scope(view.sl.Scope(), view.sl.SchemaUrl())
-			lrs := view.sl.LogRecords()
-			for k := 0; k < lrs.Len(); k++ {
-				view.lr = lrs.At(k)
+	for _, rl := range ld.ResourceLogs().All() {
+		view.rl = rl
+		w.resource(rl.Resource(), rl.SchemaUrl())
+		for _, sl := range rl.ScopeLogs().All() {
+			view.sl = sl
+			w.scope(sl.Scope(), sl.SchemaUrl())
+			for _, lr := range sl.LogRecords().All() {
+				view.lr = lr
 				unit(&w, view)
 			}
 		}
 	}
 }
 
-// apply applies the verdicts and prunes the scopes and resources left empty.
+// apply applies the verdicts and prunes the scopes and resources left empty (as all signals).
 func (p *logsProcessor) apply(b *batch, ld plog.Logs) {
 	a := applier{e: p.engine, b: b}
 	ld.ResourceLogs().RemoveIf(func(rl plog.ResourceLogs) bool {

@@ -39,8 +39,7 @@ type pointSlice[P dataPoint] interface {
 	RemoveIf(func(P) bool)
 }
 
-// pointView is a data point as the identity sees it, its fields copied out
-// so that walking points of any type never boxes them.
+// pointView is a data point as the identity sees it, fields copied out so no point is boxed.
 type pointView struct {
 	rm     pmetric.ResourceMetrics
 	sm     pmetric.ScopeMetrics
@@ -73,9 +72,7 @@ func (v pointView) path(e *identity.Encoder, p plainPath) bool {
 	return true
 }
 
-// content encodes the point's attributes and timestamps; the stream's
-// name, type, unit and temporality are in the group digest. The value is
-// not: a second copy of an observation is a repeat whatever it says.
+// content encodes attributes and timestamps (the stream is in the group digest), not the value: a repeat.
 func (v pointView) content(e *identity.Encoder, ign *contentIgnore) {
 	e.Field(fieldAttributes)
 	e.Map(v.attrs, ign.skipAttr)
@@ -110,12 +107,11 @@ func metricDigest(e *identity.Encoder, m pmetric.Metric) [16]byte {
 	return e.Digest().Bytes()
 }
 
-// metricsProcessor is the dedup processor in a metrics pipeline; its unit is
-// the data point. Metrics, scopes and resources left without points go.
+// metricsProcessor is the dedup processor in a metrics pipeline; its unit is the data point.
 type metricsProcessor struct {
 	*engine
+	out   sink[pmetric.Metrics]
 	si    *signalIdentity[*ottldatapoint.TransformContext]
-	next  consumer.Metrics
 	elect *elector // replica election; nil: not configured
 }
 
@@ -124,7 +120,7 @@ func newMetricsProcessor(set component.TelemetrySettings, id component.ID, cfg *
 	if err != nil {
 		return nil, err
 	}
-	p := &metricsProcessor{engine: e, si: si, next: next}
+	p := &metricsProcessor{engine: e, out: sink[pmetric.Metrics]{next.ConsumeMetrics, pmetric.NewMetrics}, si: si}
 	if ec := cfg.Metrics.ReplicaElection.Get(); ec != nil {
 		p.elect = newElector(cfg, ec, e.batches, e.shared)
 		if e.shared != nil {
@@ -138,30 +134,21 @@ func newMetricsProcessor(set component.TelemetrySettings, id component.ID, cfg *
 func (p *metricsProcessor) ConsumeMetrics(ctx context.Context, md pmetric.Metrics) error {
 	n := md.DataPointCount()
 	if p.elect == nil || n == 0 {
-		return consume(ctx, p.engine, metricsCall{p: p}, md, n)
+		return consume(ctx, p.engine, metricsCall{sink: p.out, p: p}, md, n)
 	}
 	box, err := p.elect.elect(ctx, md)
 	if err != nil {
 		return err
 	}
 	defer p.elect.put(box)
-	return consume(ctx, p.engine, metricsCall{p: p, box: box}, md, n)
+	return consume(ctx, p.engine, metricsCall{sink: p.out, p: p, box: box}, md, n)
 }
 
 // metricsCall is one ConsumeMetrics call's adapter.
 type metricsCall struct {
+	sink[pmetric.Metrics]
 	p   *metricsProcessor
 	box *ballotBox // nil: no replica election
-}
-
-func (c metricsCall) clone(md pmetric.Metrics) pmetric.Metrics {
-	m := pmetric.NewMetrics()
-	md.CopyTo(m)
-	return m
-}
-
-func (c metricsCall) send(ctx context.Context, md pmetric.Metrics) error {
-	return c.p.next.ConsumeMetrics(ctx, md)
 }
 
 func (c metricsCall) firstCallSettled(ctx context.Context, err error) {
@@ -174,17 +161,13 @@ func (c metricsCall) identify(ctx context.Context, b *batch, enc *identity.Encod
 	p := c.p
 	w := newWalk(ctx, p.engine, p.si, b, enc)
 	var view pointView
-	rms := md.ResourceMetrics()
-	for i := 0; i < rms.Len(); i++ {
-		view.rm = rms.At(i)
-		w.resource(view.rm.Resource(), view.rm.SchemaUrl())
-		sms := view.rm.ScopeMetrics()
-		for j := 0; j < sms.Len(); j++ {
-			view.sm = sms.At(j)
-			w.scope(view.sm.Scope(), view.sm.SchemaUrl())
-			ms := view.sm.Metrics()
-			for k := 0; k < ms.Len(); k++ {
-				m := ms.At(k)
+	for _, rm := range md.ResourceMetrics().All() {
+		view.rm = rm
+		w.resource(rm.Resource(), rm.SchemaUrl())
+		for _, sm := range rm.ScopeMetrics().All() {
+			view.sm = sm
+			w.scope(sm.Scope(), sm.SchemaUrl())
+			for _, m := range sm.Metrics().All() {
 				view.metric = m
 				if w.content {
 					w.sk.setGroup(metricDigest(w.enc, m))
@@ -251,10 +234,9 @@ func (c metricsCall) apply(b *batch, md pmetric.Metrics) {
 	})
 }
 
-// applyPoints applies the verdicts of one metric's points and reports
-// whether it lost them all (one that came without points is left). With
-// remove_replica_label, the elected replica's points lose their replica
-// label, or set box.stripResource if it is their resource's.
+// applyPoints applies a metric's verdicts and reports whether it lost all its
+// points (none at first: kept). With remove_replica_label, elected points lose
+// the label, or set box.stripResource if it is the resource's.
 func applyPoints[P dataPoint](a *applier, box *ballotBox, points pointSlice[P]) bool {
 	if points.Len() == 0 {
 		return false

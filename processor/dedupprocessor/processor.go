@@ -1,6 +1,7 @@
 package dedupprocessor
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"sync"
@@ -14,8 +15,7 @@ import (
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/clock"
 )
 
-// engine is the signal-independent core of a dedup processor, shared by the
-// signal adapters so that the guarantees are written once (consume.go).
+// engine is a processor's signal-independent core: its guarantees are written once (consume.go).
 type engine struct {
 	*batches
 	cfg      *Config
@@ -28,9 +28,7 @@ type engine struct {
 	flying   atomic.Int64 // batches in flight
 }
 
-// batches is what every batch of a processor shares, replica election
-// included: the clock, the tokens, the one wait loop, the shared tier's
-// error policy and the telemetry.
+// batches is what a processor's batches share: clock, tokens, wait loop, error policy, telemetry.
 type batches struct {
 	clock       clock.Clock
 	tokens      atomic.Uint64
@@ -43,10 +41,7 @@ type batches struct {
 }
 
 func newEngine(cfg *Config, set component.TelemetrySettings, id component.ID, signal string) (*engine, error) {
-	clk := cfg.clock
-	if clk == nil {
-		clk = clock.Wall{}
-	}
+	clk := cmp.Or[clock.Clock](cfg.clock, clock.Wall{})
 	e := &engine{
 		batches: &batches{
 			clock:       clk,
@@ -75,7 +70,6 @@ func newEngine(cfg *Config, set component.TelemetrySettings, id component.ID, si
 	return e, nil
 }
 
-// now is the clock in Unix nanoseconds, as the caches take it.
 func (b *batches) now() int64 { return b.clock.Now().UnixNano() }
 
 func (e *engine) Start(ctx context.Context, host component.Host) error {
@@ -91,22 +85,17 @@ func (e *engine) Start(ctx context.Context, host component.Host) error {
 	return nil
 }
 
-// Shutdown waits for the batches in flight, so that their commits and
-// releases reach the tiers, then closes the tiers: the local one saves its
-// snapshot, the shared one sends the writes left within a bound and counts
-// what does not land.
+// Shutdown waits for the batches in flight, so their commits and releases land, then closes the tiers.
 func (e *engine) Shutdown(ctx context.Context) error {
 	e.drain(ctx)
 	var errShared error
 	if e.shared != nil {
 		errShared = e.shared.Close()
 	}
-	return errors.Join(e.local.close(ctx), errShared, e.tel.shutdown())
+	return errors.Join(e.local.close(ctx), errShared, e.tel.registration.Unregister())
 }
 
-// drain waits for the batches in flight to end: at most while a pending
-// claim lasts unrenewed (redis.lease), or pending_wait without a shared
-// tier, or until ctx ends.
+// drain waits for the batches in flight, at most a lease (or pending_wait), or until ctx ends.
 func (e *engine) drain(ctx context.Context) {
 	bound := e.pendingWait
 	if r := e.cfg.Redis.Get(); r != nil {

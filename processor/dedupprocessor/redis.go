@@ -17,12 +17,10 @@ import (
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/redistier"
 )
 
-// defaultKeyPrefix namespaces the shared tier's keys by the processor's
-// component ID and the settings that shape identities: two pipelines with
-// their own dedup processors must each deliver every record, and differently
-// configured processors could hash different records alike. Every instance
-// of one processor ID and configuration shares its keys. It is short, since
-// Redis spends its CPU per key; 32 bits keep processors apart.
+// defaultKeyPrefix namespaces the shared keys by component ID and the settings
+// that shape identities: two pipelines' dedup processors must each deliver
+// every record, and processors configured apart could hash different records
+// alike. It is short (Redis spends CPU per key); 32 bits keep processors apart.
 func defaultKeyPrefix(id component.ID, cfg *Config) string {
 	var e identity.Encoder
 	e.String(id.String())
@@ -31,12 +29,10 @@ func defaultKeyPrefix(id component.ID, cfg *Config) string {
 	return fmt.Sprintf("dedup:%08x:", uint32(h^h>>32))
 }
 
-// identityEncoding is the version of how records are encoded into digests,
-// part of the fingerprint: bump it whenever the encoding changes.
+// identityEncoding versions the digests' encoding, in the fingerprint: bump it on any change to it.
 const identityEncoding = 1
 
-// identityFingerprint hashes the settings that decide what a digest means:
-// a snapshot or a shared key made under other settings is not reused.
+// identityFingerprint hashes what a digest means: no snapshot or key of other settings is reused.
 func identityFingerprint(cfg *Config) uint64 {
 	var e identity.Encoder
 	e.Uint(identityEncoding)
@@ -56,8 +52,7 @@ func identityFingerprint(cfg *Config) uint64 {
 	return e.Digest().Hi
 }
 
-// redisLog routes go-redis's process-wide log to the logger of the first
-// processor with a shared tier.
+// redisLog routes go-redis's process-wide log to the first shared tier's logger.
 var redisLog sync.Once
 
 type zapRedisLogger struct{ logger *zap.Logger }
@@ -66,28 +61,16 @@ func (l zapRedisLogger) Printf(_ context.Context, format string, v ...any) {
 	l.logger.Warn(fmt.Sprintf(format, v...))
 }
 
-// keySpace is one processor ID's keys in one signal's pipelines: a
-// collector may use it in one pipeline only (see built in factory.go).
-type keySpace struct {
-	id     component.ID
-	signal string
-}
-
-// sharedStage is the shared tier in Redis, with the processor's side of
-// its life: what it logs and reports as it connects, and what a restarted
-// Redis makes the processor forget.
+// sharedStage is the shared tier and what the processor logs, reports and forgets as Redis changes.
 type sharedStage struct {
 	*redistier.Tier
 	cfg    *RedisConfig
 	prefix string
 	logger *zap.Logger
 	host   atomic.Pointer[component.Host] // set at start, for status reports
-	// forget drops what the processor cached of Redis (replica elections);
-	// set before start.
-	forget func()
+	forget func()                         // drops what the processor cached of Redis; set before start
 }
 
-// newSharedStage makes the shared tier of cfg; it connects at start.
 func newSharedStage(cfg *Config, r *RedisConfig, id component.ID, logger *zap.Logger, b *batches) (*sharedStage, error) {
 	var tlsCfg *tls.Config
 	if t := r.TLS.Get(); t != nil {
@@ -127,9 +110,7 @@ func newSharedStage(cfg *Config, r *RedisConfig, id component.ID, logger *zap.Lo
 	return s, nil
 }
 
-// start connects the shared tier. A Redis that does not answer does not
-// fail the start: batches follow on_error, as in any later outage, until
-// it does.
+// start connects the shared tier; a Redis that does not answer leaves batches to on_error, as any outage.
 func (s *sharedStage) start(ctx context.Context, host component.Host) error {
 	s.host.Store(&host)
 	if err := s.Tier.Start(ctx); err != nil {
@@ -148,8 +129,7 @@ func (s *sharedStage) start(ctx context.Context, host component.Host) error {
 	return nil
 }
 
-// topologyFound reports what the tier learns once Redis answers after the
-// start; a configuration error is a permanent error status.
+// topologyFound reports what the tier learns once Redis answers; a bad configuration is permanent.
 func (s *sharedStage) topologyFound(mode redistier.Mode, err error) {
 	if err == nil {
 		s.logger.Info("dedup: shared tier connected: Redis answered", zap.String("mode", string(mode)), zap.Strings("endpoints", s.cfg.Endpoints))
@@ -162,11 +142,9 @@ func (s *sharedStage) topologyFound(mode redistier.Mode, err error) {
 	}
 }
 
-// newServer is the tier's Options.OnNewServer: a Redis master restarted or
-// failed over, and may have lost the elections this collector cached.
-// Until a batch asks Redis again, the cache could keep one replica elected
-// here while another collector elects the other, and each would drop the
-// points the other keeps.
+// newServer is the tier's OnNewServer: a master restarted or failed over may
+// have lost the elections cached here; until asked again, another collector
+// could elect another replica, each dropping the other's points.
 func (s *sharedStage) newServer(runID string) {
 	s.logger.Warn("dedup: shared tier: a Redis server not seen before answers (a restart or a failover): what it had may be lost; cached replica elections are asked again",
 		zap.String("run_id", runID))

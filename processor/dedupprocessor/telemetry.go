@@ -32,8 +32,7 @@ const (
 
 var outcomeNames = [numOutcomes]string{"unique", "duplicate", "missing_key", "skipped", "key_error"}
 
-// caughtBy is what caught a duplicate: the duplicates counter's tier
-// attribute.
+// caughtBy is what caught a duplicate: the duplicates counter's tier attribute.
 type caughtBy int
 
 const (
@@ -46,10 +45,8 @@ const (
 
 var caughtByNames = [numCaughtBy]string{"batch", "local", "redis", "election"}
 
-// telemetry holds one processor instance's instruments. Every series carries
-// the component ID and signal as attributes of its own: the collector gives a
-// component's instruments them only as scope attributes, which Prometheus
-// drops with without_scope_info.
+// telemetry holds an instance's instruments; every series carries component ID
+// and signal itself: as scope attributes Prometheus would drop them.
 type telemetry struct {
 	records    metric.Int64Counter
 	duplicates metric.Int64Counter
@@ -70,9 +67,7 @@ type telemetry struct {
 	electionTable  atomic.Pointer[election.Table] // for the elected replicas' gauge
 	base           []attribute.KeyValue
 
-	// unidentifiedOpts and unidentifiedLog are by reason; authAttributes
-	// are the processor's auth_attributes.
-	unidentifiedOpts [numUnidentified]metric.AddOption
+	unidentifiedOpts [numUnidentified]metric.AddOption // by reason, as unidentifiedLog
 	unidentifiedLog  [numUnidentified]*throttledLog
 	authAttributes   []string
 
@@ -95,7 +90,7 @@ const (
 
 var waitResultNames = [numWaitResults]string{"settled", "refused"}
 
-type redisOpts struct { // one option each, passed as is (see addEach)
+type redisOpts struct { // one option each (see addEach)
 	add    []metric.AddOption
 	record []metric.RecordOption
 }
@@ -196,7 +191,18 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, signal strin
 			}
 		}
 		if table := t.electionTable.Load(); table != nil {
-			t.observeElected(o, elected, table, election.MaxClusters, e.now())
+			// The live elections, at most max_clusters series.
+			type pair struct{ cluster, replica string }
+			counts := map[pair]int64{}
+			table.Each(e.now(), func(cluster, replica string) {
+				p := pair{cluster, replica}
+				if _, ok := counts[p]; ok || len(counts) < election.MaxClusters {
+					counts[p]++
+				}
+			})
+			for p, n := range counts {
+				o.ObserveInt64(elected, n, t.with(attribute.String("cluster", p.cluster), attribute.String("replica", p.replica)))
+			}
 		}
 		return nil
 	}, observed...)
@@ -218,8 +224,7 @@ func labelled[O any](t *telemetry, opts []O, key string, values []string) {
 	}
 }
 
-// recordCall adds the counts of one call to the next consumer that was
-// accepted, and zeroes them: a batch's second call records its own.
+// recordCall adds an accepted call's counts and zeroes them: a second call records its own.
 func (t *telemetry) recordCall(ctx context.Context, b *batch) {
 	if b.unidentified {
 		var n int64
@@ -242,14 +247,7 @@ func (t *telemetry) recordCall(ctx context.Context, b *batch) {
 	b.outcomes, b.caught, b.unchecked = [numOutcomes]int64{}, [numCaughtBy]int64{}, 0
 }
 
-// recordElections adds the counts of a batch whose first call was accepted.
-func (t *telemetry) recordElections(ctx context.Context, box *ballotBox) {
-	addEach(ctx, t.undecided, box.undecided[:], t.undecidedOpts[:])
-	addEach(ctx, t.elections, box.elections[:], t.electionOpts[:])
-}
-
-// addEach adds each nonzero count to c under the option of its index (a
-// subslice of opts: one option alone would make a new slice on each call).
+// addEach adds each nonzero count under opts[i:i+1] (one option alone would make a slice per call).
 func addEach(ctx context.Context, c metric.Int64Counter, counts []int64, opts []metric.AddOption) {
 	for i, n := range counts {
 		if n > 0 {
@@ -258,28 +256,7 @@ func addEach(ctx context.Context, c metric.Int64Counter, counts []int64, opts []
 	}
 }
 
-// observeElected reports the live elections of table, at most maxSeries
-// series.
-func (t *telemetry) observeElected(o metric.Observer, gauge metric.Int64ObservableGauge, table *election.Table, maxSeries int, now int64) {
-	type pair struct{ cluster, replica string }
-	counts := map[pair]int64{}
-	table.Each(now, func(cluster, replica string) {
-		p := pair{cluster, replica}
-		if _, ok := counts[p]; ok || len(counts) < maxSeries {
-			counts[p]++
-		}
-	})
-	for p, n := range counts {
-		o.ObserveInt64(gauge, n, t.with(attribute.String("cluster", p.cluster), attribute.String("replica", p.replica)))
-	}
-}
-
-func (t *telemetry) shutdown() error {
-	return t.registration.Unregister()
-}
-
-// throttledLog logs a recurring per-record problem at most once per
-// throttleInterval, with the number of occurrences since the last line.
+// throttledLog logs a recurring problem at most every throttleInterval, with the occurrences since.
 type throttledLog struct {
 	logger *zap.Logger
 	msg    string

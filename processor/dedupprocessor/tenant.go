@@ -11,12 +11,10 @@ import (
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/identity"
 )
 
-// tenantDigest is the digest of a request's partition, part of every
-// identity so that partitions never suppress each other's data: its
-// auth_attributes values (from client.Info.Auth), then its metadata_keys
-// values; all zero when neither is configured. identified is false when the
-// request lacks an auth attribute: such requests share one partition of
-// their own.
+// tenantDigest is the digest of a request's partition, part of every identity
+// so that partitions never suppress each other's data: its auth_attributes,
+// then metadata_keys values; zero when neither is set. Requests lacking an auth
+// attribute (not identified) share one partition.
 func tenantDigest(ctx context.Context, cfg *Config, enc *identity.Encoder) (d [digest.Size]byte, identified bool) {
 	if len(cfg.AuthAttributes) == 0 && len(cfg.MetadataKeys) == 0 {
 		return d, true
@@ -37,8 +35,7 @@ func tenantDigest(ctx context.Context, cfg *Config, enc *identity.Encoder) (d [d
 	return enc.Digest().Bytes(), identified
 }
 
-// encodeAuth encodes the named attributes of auth after a 1, or only a 0 if
-// one has no value: an encoding no identity's can equal.
+// encodeAuth encodes the attributes after a 1, or just a 0 (no identity's encoding) if one lacks.
 func encodeAuth(enc *identity.Encoder, auth client.AuthData, names []string) bool {
 	for _, name := range names {
 		if auth == nil || !hasValue(auth.GetAttribute(name)) {
@@ -76,24 +73,18 @@ func hasValue(v any) bool {
 	return true
 }
 
-// unidentified is why a request lacks the auth_attributes identity; the
-// unidentified_records counter's reason.
+// unidentified is why a request lacks the identity (see unidentifiedFix): the counter's reason.
 type unidentified int
 
 const (
-	// unidentifiedUnauthenticated: no authenticated identity at all (a
-	// receiver without auth, or a batch processor in front of dedup).
 	unidentifiedUnauthenticated unidentified = iota
-	// unidentifiedMissingAttribute: authenticated, without a value for one
-	// of the attributes (an oidc token without groups_claim's claim, say).
 	unidentifiedMissingAttribute
 	numUnidentified
 )
 
 var unidentifiedNames = [numUnidentified]string{"unauthenticated", "missing_attribute"}
 
-// unidentifiedFix is the line logged for each reason: what happened and
-// what to change.
+// unidentifiedFix is the line logged for each reason: what happened, and what to change.
 var unidentifiedFix = [numUnidentified]string{
 	"dedup: a request reached dedup without an authenticated identity, so auth_attributes cannot partition it: its records share one partition with every such request. " +
 		"Name the authenticator in auth.authenticator of every receiver of this pipeline, and put no batch processor before dedup (it keeps client metadata only)",
@@ -101,8 +92,7 @@ var unidentifiedFix = [numUnidentified]string{
 		"Name an attribute the authenticator sets for every sender (oidc: subject, or membership with groups_claim set; basicauth: username), or give every sender's token the claim",
 }
 
-// whyUnidentified says why the request of ctx lacks the identity of names,
-// and which attribute it lacks (empty when it has no identity at all).
+// whyUnidentified says why ctx's request lacks the identity of names, and which attribute.
 func whyUnidentified(ctx context.Context, names []string) (unidentified, string) {
 	auth := client.FromContext(ctx).Auth
 	if auth == nil {
@@ -116,14 +106,12 @@ func whyUnidentified(ctx context.Context, names []string) (unidentified, string)
 	return unidentifiedMissingAttribute, ""
 }
 
-// serverAuthenticator is extensionauth.Server, matched by shape so the
-// processor needs no module for it.
+// serverAuthenticator is extensionauth.Server, matched by shape: no module needed for it.
 type serverAuthenticator interface {
 	Authenticate(ctx context.Context, sources map[string][]string) (context.Context, error)
 }
 
-// checkAuthenticator refuses auth_attributes on a collector with no server
-// authenticator extension: every request would lack the identity.
+// checkAuthenticator refuses auth_attributes without a server authenticator: no request would have one.
 func checkAuthenticator(cfg *Config, host component.Host) error {
 	if len(cfg.AuthAttributes) == 0 {
 		return nil

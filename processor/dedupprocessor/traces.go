@@ -96,10 +96,8 @@ func (v spanView) content(e *identity.Encoder, ign *contentIgnore) {
 	e.Map(sp.Attributes(), ign.skipAttr)
 	dropped32(e, fieldDroppedAttributes, sp.DroppedAttributesCount())
 	if !f.has(ignEvents) {
-		events := sp.Events()
-		e.FieldUint(fieldEvents, uint64(events.Len()))
-		for i := 0; i < events.Len(); i++ {
-			ev := events.At(i)
+		e.FieldUint(fieldEvents, uint64(sp.Events().Len()))
+		for _, ev := range sp.Events().All() {
 			e.String(ev.Name())
 			e.Uint(uint64(ev.Timestamp()))
 			e.Map(ev.Attributes(), nil)
@@ -108,10 +106,8 @@ func (v spanView) content(e *identity.Encoder, ign *contentIgnore) {
 		dropped32(e, fieldDroppedEvents, sp.DroppedEventsCount())
 	}
 	if !f.has(ignLinks) {
-		links := sp.Links()
-		e.FieldUint(fieldLinks, uint64(links.Len()))
-		for i := 0; i < links.Len(); i++ {
-			l := links.At(i)
+		e.FieldUint(fieldLinks, uint64(sp.Links().Len()))
+		for _, l := range sp.Links().All() {
 			e.TraceID(l.TraceID())
 			e.SpanID(l.SpanID())
 			e.String(l.TraceState().AsRaw())
@@ -141,12 +137,11 @@ func contentIDs(e *identity.Encoder, f fieldSet, traceID pcommon.TraceID, spanID
 	}
 }
 
-// tracesProcessor is the dedup processor in a traces pipeline; its unit is
-// the span. A kept span keeps its events and links; a duplicate goes whole.
+// tracesProcessor is the traces dedup processor: its unit is the span, kept or dropped whole.
 type tracesProcessor struct {
 	*engine
-	si   *signalIdentity[*ottlspan.TransformContext]
-	next consumer.Traces
+	sink[ptrace.Traces]
+	si *signalIdentity[*ottlspan.TransformContext]
 }
 
 func newTracesProcessor(set component.TelemetrySettings, id component.ID, cfg *Config, next consumer.Traces) (*tracesProcessor, error) {
@@ -154,39 +149,24 @@ func newTracesProcessor(set component.TelemetrySettings, id component.ID, cfg *C
 	if err != nil {
 		return nil, err
 	}
-	return &tracesProcessor{engine: e, si: si, next: next}, nil
+	return &tracesProcessor{engine: e, sink: sink[ptrace.Traces]{next.ConsumeTraces, ptrace.NewTraces}, si: si}, nil
 }
 
 func (p *tracesProcessor) ConsumeTraces(ctx context.Context, td ptrace.Traces) error {
 	return consume(ctx, p.engine, p, td, td.SpanCount())
 }
 
-func (p *tracesProcessor) clone(td ptrace.Traces) ptrace.Traces {
-	c := ptrace.NewTraces()
-	td.CopyTo(c)
-	return c
-}
-
-func (p *tracesProcessor) send(ctx context.Context, td ptrace.Traces) error {
-	return p.next.ConsumeTraces(ctx, td)
-}
-
-func (p *tracesProcessor) firstCallSettled(context.Context, error) {}
-
 func (p *tracesProcessor) identify(ctx context.Context, b *batch, enc *identity.Encoder, td ptrace.Traces) {
 	w := newWalk(ctx, p.engine, p.si, b, enc)
 	var view spanView
-	rss := td.ResourceSpans()
-	for i := 0; i < rss.Len(); i++ {
-		view.rs = rss.At(i)
-		w.resource(view.rs.Resource(), view.rs.SchemaUrl())
-		sss := view.rs.ScopeSpans()
-		for j := 0; j < sss.Len(); j++ {
-			view.ss = sss.At(j)
-			w.scope(view.ss.Scope(), view.ss.SchemaUrl())
-			spans := view.ss.Spans()
-			for k := 0; k < spans.Len(); k++ {
-				view.sp = spans.At(k)
+	for _, rs := range td.ResourceSpans().All() {
+		view.rs = rs
+		w.resource(rs.Resource(), rs.SchemaUrl())
+		for _, ss := range rs.ScopeSpans().All() {
+			view.ss = ss
+			w.scope(ss.Scope(), ss.SchemaUrl())
+			for _, sp := range ss.Spans().All() {
+				view.sp = sp
 				unit(&w, view)
 			}
 		}

@@ -11,20 +11,11 @@ import (
 // State is the breaker's position; its value is the breaker-state gauge's.
 type State int
 
-// The states. HalfOpen lets one probe through, whose outcome closes or
-// re-opens the breaker.
 const (
-	Closed State = iota
-	HalfOpen
+	Closed   State = iota
+	HalfOpen       // one probe goes through; its outcome closes or re-opens the breaker
 	Open
 )
-
-func (s State) String() string {
-	if s < Closed || s > Open {
-		return "unknown"
-	}
-	return [...]string{"closed", "half_open", "open"}[s]
-}
 
 // Config sets the breaker's thresholds. Zero fields take the defaults.
 type Config struct {
@@ -43,8 +34,7 @@ const (
 	DefaultMaxCooldown = time.Minute
 )
 
-// Breaker is a consecutive-failure circuit breaker. It is safe for
-// concurrent use.
+// Breaker is a consecutive-failure circuit breaker. It is safe for concurrent use.
 type Breaker struct {
 	cfg         Config // defaults filled in
 	mu          sync.Mutex
@@ -74,8 +64,7 @@ func New(cfg Config) *Breaker {
 	return &Breaker{cfg: cfg, cooldown: cfg.Cooldown}
 }
 
-// Ticket is the permission to make one call. Its outcome must be reported
-// with Done exactly once.
+// Ticket is the permission to make one call. Its outcome must be reported with Done exactly once.
 type Ticket struct {
 	gen   uint64
 	probe bool
@@ -113,8 +102,7 @@ func (b *Breaker) Allow() (Ticket, bool) {
 	return Ticket{gen: b.gen}, true
 }
 
-// Done reports the outcome of a call allowed with t. Outcomes of calls that
-// began before the last state change are ignored.
+// Done reports the outcome of a call allowed with t, ignored if it began before a state change.
 func (b *Breaker) Done(t Ticket, o Outcome) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -144,8 +132,7 @@ func (b *Breaker) Done(t Ticket, o Outcome) {
 	}
 }
 
-// State returns the breaker's state. An open breaker whose cooldown has
-// ended reports HalfOpen: the next call will probe.
+// State returns the state: HalfOpen once an open breaker's cooldown ends (the next call probes).
 func (b *Breaker) State() State {
 	b.mu.Lock()
 	defer b.mu.Unlock()

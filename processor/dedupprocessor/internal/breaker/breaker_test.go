@@ -163,3 +163,11 @@ func TestDefaults(t *testing.T) {
 		}
 	}
 }
+
+// String names a state in test output.
+func (s State) String() string {
+	if s < Closed || s > Open {
+		return "unknown"
+	}
+	return [...]string{"closed", "half_open", "open"}[s]
+}

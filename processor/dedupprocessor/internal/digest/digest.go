@@ -1,5 +1,4 @@
-// Package digest defines the 128-bit identity of a record. Only digests are
-// stored, in the local cache and in Redis: they reveal nothing of the record.
+// Package digest defines a record's 128-bit identity; only digests are stored: they reveal nothing.
 package digest
 
 import (
@@ -13,8 +12,7 @@ import (
 // Size is the number of bytes in a digest.
 const Size = 16
 
-// Digest is the 128-bit hash of a record's identity. Distinct identities
-// collide with probability ~n²/2¹²⁹: negligible at any collector's volume.
+// Digest is the 128-bit hash of an identity; collisions (~n²/2¹²⁹) are negligible at any volume.
 type Digest struct {
 	Hi, Lo uint64
 }

@@ -1,13 +1,11 @@
 // Package election is the local tier of replica election: per tenant and
 // cluster, which replica's data is delivered.
 //
-// An election a batch takes is pending until the batch commits it
-// (delivered) or releases it, so a replica whose data was never delivered
-// is never left elected. A committed election holds for the failover
-// timeout from its last refresh. With a shared tier the table caches what
-// Redis said, with the local clock: a committed election cannot change
-// before its failover deadline, so until then the table answers alone, and
-// after it Decide answers Unknown. A Table is safe for concurrent use.
+// An election a batch takes is pending until the batch commits (delivered)
+// or releases it: a replica never delivered is never left elected. A
+// committed election holds for the failover timeout from its last refresh,
+// so the table answers alone until then from what Redis said, and after it
+// Decide answers Unknown. A Table is safe for concurrent use.
 package election
 
 import (
@@ -22,16 +20,14 @@ import (
 // Tenant is the digest of a request's tenant (metadata_keys values).
 type Tenant = [digest.Size]byte
 
-// Ref names one election; Key, the digest of tenant and cluster, is the
-// same in every collector and in Redis.
+// Ref names one election; Key, the digest of tenant and cluster, is the same everywhere.
 type Ref struct {
 	Tenant  Tenant
 	Key     digest.Digest
 	Cluster string
 }
 
-// Replica is a replica label value: its digest, which elections compare,
-// and its name when known, for the gauge of elected replicas.
+// Replica is a replica label value: its digest, which elections compare, and its name if known.
 type Replica struct {
 	Digest digest.Digest
 	Name   string
@@ -55,16 +51,13 @@ type Decision struct {
 	Replica digest.Digest
 }
 
-// Config holds the timing and the limit. The caller validates that
-// FailoverTimeout > UpdateInterval + UpdateJitter.
+// Config holds the timing and limit; the caller ensures FailoverTimeout > UpdateInterval+UpdateJitter.
 type Config struct {
 	UpdateInterval  time.Duration
 	UpdateJitter    time.Duration
 	FailoverTimeout time.Duration
-	MaxClusters     int // live elections per tenant
-	// Jitter returns a duration in [0, UpdateJitter]; default uniformly
-	// random.
-	Jitter func() time.Duration
+	MaxClusters     int                  // live elections per tenant
+	Jitter          func() time.Duration // in [0, UpdateJitter]; default uniform
 }
 
 // Table holds the elections a processor knows.
@@ -76,10 +69,9 @@ type Table struct {
 	lastSweep int64
 }
 
-// entry is one cluster's election. A pending entry (holder != 0) has no
-// deadline: its batch always ends, committing or releasing it. A committed
-// entry is live until its deadline, then kept one more failover timeout so
-// that a takeover can tell it is a failover, then swept.
+// entry is one cluster's election. A pending one (holder != 0) has no deadline:
+// its batch ends. A committed one is live until its deadline, then kept a
+// failover timeout to tell a failover.
 type entry struct {
 	cluster   string
 	replica   Replica
@@ -108,9 +100,8 @@ func New(cfg Config) *Table {
 	}
 }
 
-// Decide answers which replica of ref's cluster is elected, for the batch
-// of token. When none is live, with take it gives the election to
-// candidate, pending under token; without, it answers Unknown.
+// Decide answers which replica of ref's cluster is elected for token's batch.
+// If none is live, with take it gives it to candidate, pending; else Unknown.
 func (t *Table) Decide(ref Ref, candidate Replica, token uint64, now int64, take bool) Decision {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -135,8 +126,7 @@ func (t *Table) Decide(ref Ref, candidate Replica, token uint64, now int64, take
 	return Decision{State: Taken, Replica: candidate.Digest}
 }
 
-// admit reports whether the tenant may have one more live election, for
-// key, sweeping its dead ones when at the limit.
+// admit reports whether the tenant may add a live election, sweeping dead ones at the limit.
 func (t *Table) admit(tenant Tenant, key digest.Digest, clusters map[digest.Digest]*entry, now int64) bool {
 	if len(clusters) < t.cfg.MaxClusters {
 		return true
@@ -155,15 +145,13 @@ func (t *Table) admit(tenant Tenant, key digest.Digest, clusters map[digest.Dige
 	return live < t.cfg.MaxClusters
 }
 
-// hold makes ref pending under token for candidate, keeping old, the
-// committed election it replaces (if any), to restore on release.
+// hold makes ref pending under token for candidate, keeping old (if any) to restore on release.
 func (t *Table) hold(ref Ref, candidate Replica, token uint64, old *entry) {
 	t.clusters(ref.Tenant)[ref.Key] = &entry{
 		cluster: strings.Clone(ref.Cluster), replica: clone(candidate), holder: token, prev: old,
 	}
 }
 
-// clusters returns the tenant's elections, adding the tenant if new.
 func (t *Table) clusters(tenant Tenant) map[digest.Digest]*entry {
 	clusters := t.tenants[tenant]
 	if clusters == nil {
@@ -181,9 +169,7 @@ func (t *Table) remove(tenant Tenant, clusters map[digest.Digest]*entry, key dig
 	}
 }
 
-// Hold records that the shared tier gave ref's election to candidate,
-// pending under token. A pending election already here, this batch's or
-// one the shared tier cannot also have granted, is left alone.
+// Hold records that Redis gave ref to candidate, pending under token, unless an election pends here.
 func (t *Table) Hold(ref Ref, candidate Replica, token uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -192,9 +178,8 @@ func (t *Table) Hold(ref Ref, candidate Replica, token uint64) {
 	}
 }
 
-// Learn records that the shared tier reported replica elected for
-// remaining from now (taken before asking, so the deadline errs early). A
-// pending election here is left alone.
+// Learn records that the shared tier reported replica elected for remaining
+// from now (taken before asking: early), leaving a pending election alone.
 func (t *Table) Learn(ref Ref, replica Replica, remaining time.Duration, now int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -212,20 +197,17 @@ func (t *Table) Learn(ref Ref, replica Replica, remaining time.Duration, now int
 	t.setDeadlines(en, now, int64(remaining))
 }
 
-// setDeadlines makes a committed election live for remaining from now and
-// schedules its next refresh from its last, now+remaining-failover.
+// setDeadlines makes a committed election live for remaining, next refreshed from now+remaining-failover.
 func (t *Table) setDeadlines(en *entry, now, remaining int64) {
 	en.until = now + remaining
 	en.refresh = now + remaining - t.failover + int64(t.cfg.UpdateInterval) + int64(t.cfg.Jitter())
 	en.refresher = 0
 }
 
-// Commit records what a delivered batch of token carried: replica's
-// election, live for remaining from now. An election pending under token
-// is committed (committed reports it, with the replica whose expired
-// election it replaced); a committed one is refreshed. It is dropped while
-// the election is pending for another batch or live for another replica;
-// an expired one is revived, as in the shared tier.
+// Commit records what token's delivered batch carried: replica's election, live
+// for remaining from now. One pending under token is committed (reported, with
+// the replica it replaced), a committed one refreshed, an expired one revived,
+// as in Redis; one pending elsewhere or live for another replica stays.
 func (t *Table) Commit(ref Ref, replica Replica, token uint64, remaining time.Duration, now int64) (committed bool, prev digest.Digest, hasPrev bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -251,10 +233,9 @@ func (t *Table) Commit(ref Ref, replica Replica, token uint64, remaining time.Du
 	return committed, prev, hasPrev
 }
 
-// Release gives up what the batch of token holds of ref's election: the
-// election pending under token, restoring the expired one it replaced (so a
-// later takeover is a failover), or the refresh it carried, which another
-// batch may then carry.
+// Release gives up what token's batch holds of ref's election: the election
+// pending under token, restoring the expired one it replaced, or the refresh it
+// carried.
 func (t *Table) Release(ref Ref, token uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -273,10 +254,7 @@ func (t *Table) Release(ref Ref, token uint64) {
 	}
 }
 
-// TakeRefresh reports whether the batch of token, delivering replica's
-// data, carries the refresh of ref's election: committed to replica, due at
-// now, and carried by no other batch. It also names a replica known only by
-// digest.
+// TakeRefresh reports whether token's batch carries ref's due refresh, naming a digest-only replica.
 func (t *Table) TakeRefresh(ref Ref, replica Replica, token uint64, now int64) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -304,22 +282,14 @@ func (t *Table) Forget(ref Ref) {
 	}
 }
 
-// ForgetCommitted drops every committed election: the next batch of each
-// cluster asks the shared tier again. Pending ones stay with their batches.
+// ForgetCommitted drops the committed elections, asked again in Redis; pending ones stay with batches.
 func (t *Table) ForgetCommitted() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for tenant, clusters := range t.tenants {
-		for k, en := range clusters {
-			if en.holder == 0 {
-				t.remove(tenant, clusters, k)
-			}
-		}
-	}
+	t.sweep(func(*entry) bool { return true })
 }
 
-// Each calls fn, under the table's lock, for every live committed election
-// whose replica's name is known.
+// Each calls fn, under the lock, for every live committed election whose replica is named.
 func (t *Table) Each(now int64, fn func(cluster, replica string)) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -332,16 +302,19 @@ func (t *Table) Each(now int64, fn func(cluster, replica string)) {
 	}
 }
 
-// maybeSweep drops dead entries once per failover timeout, so clusters
-// that went away do not hold memory.
+// maybeSweep drops dead entries once per failover timeout: gone clusters hold no memory.
 func (t *Table) maybeSweep(now int64) {
-	if now-t.lastSweep < t.failover {
-		return
+	if now-t.lastSweep >= t.failover {
+		t.lastSweep = now
+		t.sweep(func(en *entry) bool { return now >= en.until+t.failover })
 	}
-	t.lastSweep = now
+}
+
+// sweep drops the committed entries dead reports true for.
+func (t *Table) sweep(dead func(*entry) bool) {
 	for tenant, clusters := range t.tenants {
 		for k, en := range clusters {
-			if en.holder == 0 && now >= en.until+t.failover {
+			if en.holder == 0 && dead(en) {
 				t.remove(tenant, clusters, k)
 			}
 		}

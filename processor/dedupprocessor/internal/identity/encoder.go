@@ -39,18 +39,15 @@ const (
 )
 
 const (
-	// maxRetainedBuffer bounds the buffer an Encoder keeps between records,
-	// so one huge record does not pin its memory in the pool.
+	// maxRetainedBuffer bounds the buffer kept between records: a huge one is not pinned.
 	maxRetainedBuffer = 64 << 10
 	initialBuffer     = 1024
 )
 
-// Encoder accumulates the canonical encoding of one identity. The zero value
-// is ready to use. An Encoder is not safe for concurrent use; pool them.
-//
-// The encoding is written into buf up to n, and buf is replaced only when
-// too small: pooled Encoders live on the heap, where storing a slice header
-// per append (as append does) costs a GC write barrier; an int does not.
+// Encoder accumulates the canonical encoding of one identity; the zero value is
+// ready, not for concurrent use. It writes into buf up to n, replacing buf only
+// when too small: pooled Encoders are on the heap, where storing a slice header
+// per append costs a GC write barrier, an int none.
 type Encoder struct {
 	buf []byte // len(buf) is its capacity
 	n   int
@@ -64,8 +61,7 @@ func (e *Encoder) Reset() {
 	e.n = 0
 }
 
-// encoded returns what was encoded since the last Reset; valid until the
-// next change.
+// encoded returns what was encoded since the last Reset, until the next change.
 func (e *Encoder) encoded() []byte { return e.buf[:e.n] }
 
 // Digest hashes what was encoded since the last Reset.
@@ -115,24 +111,19 @@ func (e *Encoder) putTaggedString(tag byte, s string) {
 	putTagged(e, tag, s)
 }
 
-// put64 writes tag and v big-endian.
 func (e *Encoder) put64(tag byte, v uint64) {
 	w := e.room(9)
 	w[0] = tag
 	binary.BigEndian.PutUint64(w[1:], v)
 }
 
-// Field starts a named part of a content identity, so that two fields with
-// the same value in different places never encode alike.
+// Field starts a named part of a content identity: equal values in different fields differ.
 func (e *Encoder) Field(id byte) {
 	w := e.room(2)
 	w[0], w[1] = tagField, id
 }
 
-// The Field* methods write the same bytes as Field(id) and the value, in one
-// reservation: it counts at a dozen fields per record.
-
-// FieldValue is Field(id) then valueOrMissing(v).
+// FieldValue is Field(id) then valueOrMissing(v); Field* write in one reservation (a dozen per record).
 func (e *Encoder) FieldValue(id byte, v pcommon.Value) {
 	if v.Type() == pcommon.ValueTypeStr {
 		e.FieldString(id, v.Str())
@@ -166,8 +157,7 @@ func (e *Encoder) field64(id, tag byte, v uint64) {
 	binary.BigEndian.PutUint64(w[3:], v)
 }
 
-// FieldIDs is Field(traceField) then TraceID(t), then Field(spanField) then
-// SpanID(s).
+// FieldIDs is Field(traceField) then TraceID(t), then Field(spanField) then SpanID(s).
 func (e *Encoder) FieldIDs(traceField byte, t pcommon.TraceID, spanField byte, s pcommon.SpanID) {
 	w := e.room(2 + 1 + len(t) + 2 + 1 + len(s))
 	w[0], w[1], w[2] = tagField, traceField, tagTraceID
@@ -185,7 +175,6 @@ func (e *Encoder) Raw(b []byte) {
 	copy(w[ln:], b)
 }
 
-// missing encodes an absent value.
 func (e *Encoder) missing() { e.room(1)[0] = tagMissing }
 
 // String encodes a string.
@@ -230,9 +219,8 @@ func (e *Encoder) putFixed(tag byte, b []byte) {
 	copy(w[1:], b)
 }
 
-// Value encodes a pdata value, or returns false, encoding nothing, when it
-// is empty. It encodes exactly as the same Go value passed to Any, so a
-// plain path and its OTTL form produce the same digest.
+// Value encodes a pdata value as Any does the same Go value (so plain and OTTL
+// paths agree), or returns false, encoding nothing, when it is empty.
 func (e *Encoder) Value(v pcommon.Value) bool {
 	switch v.Type() {
 	case pcommon.ValueTypeStr:
@@ -255,7 +243,6 @@ func (e *Encoder) Value(v pcommon.Value) bool {
 	return true
 }
 
-// valueOrMissing encodes v, or the missing marker when v is empty.
 func (e *Encoder) valueOrMissing(v pcommon.Value) {
 	if !e.Value(v) {
 		e.missing()
@@ -265,11 +252,9 @@ func (e *Encoder) valueOrMissing(v pcommon.Value) {
 // maxSortedEntries is the largest map encoded with its entries sorted.
 const maxSortedEntries = 8
 
-// Map encodes a map independently of its entry order, leaving out the keys
-// skip (if not nil) names. A map of at most maxSortedEntries distinct keys is
-// encoded in key order, any other as the sum of its entries' hashes. The
-// form depends only on the entries and each has its own tag, so equal maps
-// always encode alike.
+// Map encodes a map whatever its entry order, leaving out the keys skip names:
+// sorted if at most maxSortedEntries distinct keys, else as the sum of its
+// entries' hashes. Each form has its tag: equal maps encode alike.
 func (e *Encoder) Map(m pcommon.Map, skip func(key string) bool) {
 	if m.Len() <= maxSortedEntries || skip != nil {
 		if e.sortedMap(m, skip) {
@@ -279,9 +264,7 @@ func (e *Encoder) Map(m pcommon.Map, skip func(key string) bool) {
 	e.hashedMap(m, skip)
 }
 
-// sortedMap encodes m in key order (insertion sort on the stack), or returns
-// false, encoding nothing, if more than maxSortedEntries keys are left after
-// skip or a key repeats.
+// sortedMap encodes m in key order (insertion sort), or returns false, encoding nothing, if it cannot.
 func (e *Encoder) sortedMap(m pcommon.Map, skip func(key string) bool) bool {
 	var keys [maxSortedEntries]string
 	var vals [maxSortedEntries]pcommon.Value
@@ -312,8 +295,7 @@ func (e *Encoder) sortedMap(m pcommon.Map, skip func(key string) bool) bool {
 	return true
 }
 
-// entry is String(k) then valueOrMissing(v), in one write for short keys
-// with a short string or an int value.
+// entry is String(k) then valueOrMissing(v), in one write for short keys and values.
 func (e *Encoder) entry(k string, v pcommon.Value) {
 	if len(k) < 0x80 {
 		switch v.Type() {
@@ -341,8 +323,7 @@ func (e *Encoder) entry(k string, v pcommon.Value) {
 	e.valueOrMissing(v)
 }
 
-// hashedMap hashes each entry on its own and sums the 128-bit hashes, a
-// commutative combination that still counts repeated entries.
+// hashedMap sums the entries' 128-bit hashes: commutative, and repeated entries still count.
 func (e *Encoder) hashedMap(m pcommon.Map, skip func(key string) bool) {
 	var accHi, accLo uint64
 	n := 0
@@ -373,8 +354,7 @@ func (e *Encoder) Slice(s pcommon.Slice) {
 	}
 }
 
-// Any encodes a value returned by an OTTL expression. It returns false,
-// encoding nothing, for nil and for all-zero (unset) trace and span IDs.
+// Any encodes a value an OTTL expression returned; false, encoding nothing, for nil and unset IDs.
 func (e *Encoder) Any(v any) bool {
 	switch t := v.(type) {
 	case nil:
@@ -426,8 +406,7 @@ func (e *Encoder) Any(v any) bool {
 	return true
 }
 
-// other encodes a type with no canonical form above: %T keeps types apart,
-// %#v the values. Rare, so it may allocate.
+// other encodes types with no canonical form: %T keeps types apart, %#v values. Rare: may allocate.
 func (e *Encoder) other(v any) {
 	e.putTaggedString(tagOther, fmt.Sprintf("%T\x00%#v", v, v))
 }

@@ -29,13 +29,11 @@ const (
 	HeldBySelf
 	// Held: the digest is held by a committed claim: its record was delivered.
 	Held
-	// Pending: the digest is held by a token still in flight (see Begin):
-	// its record is on its way downstream and may yet be released.
+	// Pending: held by a token in flight (see Begin): its record is downstream, may be released.
 	Pending
 )
 
-// noToken marks an entry that no claim owns (restored, or learned from the
-// shared tier): it counts as committed, and Release never removes it.
+// noToken marks an entry no claim owns (restored, or disowned): committed, and never released.
 const noToken uint64 = 0
 
 // Cache is safe for concurrent use; no lock is held across shards. A key is
@@ -75,18 +73,15 @@ type slot struct {
 	token   uint64
 }
 
-// New returns a cache of at most maxEntries digests, each remembered for
-// window nanoseconds from its first claim. maxEntries must be >= 1.
+// New returns a cache of at most maxEntries (>= 1) digests, each kept window ns from its claim.
 func New(maxEntries int, windowNanos int64) *Cache {
-	// Small caches keep one shard, so eviction is exactly oldest first;
-	// large ones spread over 64 locks, oldest first within each shard.
+	// Small caches keep one shard, so eviction is exactly oldest first.
 	n := 1
 	if maxEntries >= 64*1024 {
 		n = 64
 	}
 	c := &Cache{shards: make([]shard, n), mask: uint64(n - 1), window: windowNanos,
 		flights: flights{tokens: map[uint64]struct{}{}}, arena: new(arena)}
-	// The arena outlives no cache: its mappings go when the cache does.
 	runtime.AddCleanup(c, func(a *arena) { a.freeAll() }, c.arena)
 	for i := range c.shards {
 		s := &c.shards[i]
@@ -103,18 +98,14 @@ func New(maxEntries int, windowNanos int64) *Cache {
 	return c
 }
 
-// flights is the set of tokens in flight. Its lock is only taken inside a
-// shard's lock or alone, never the other way round.
+// flights is the tokens in flight. Its lock is taken inside a shard's or alone, never around one.
 type flights struct {
 	mu     sync.Mutex
 	tokens map[uint64]struct{}
-	// oldest is the smallest token in flight, 0 if none: a key of a
-	// smaller token is committed, known without the lock.
-	oldest atomic.Uint64
+	oldest atomic.Uint64 // the smallest token in flight, 0 if none: read without the lock
 }
 
-// Begin puts token in flight: the keys it claims are pending until End.
-// Tokens must be unique and not noToken.
+// Begin puts token (unique, not noToken) in flight: the keys it claims are pending until End.
 func (c *Cache) Begin(token uint64) {
 	c.flights.mu.Lock()
 	c.flights.tokens[token] = struct{}{}
@@ -124,8 +115,7 @@ func (c *Cache) Begin(token uint64) {
 	c.flights.mu.Unlock()
 }
 
-// End takes token out of flight: the keys it still holds are committed.
-// Release a batch's keys before End if it was not delivered.
+// End takes token out of flight, committing its keys: release them first if not delivered.
 func (c *Cache) End(token uint64) {
 	c.flights.mu.Lock()
 	delete(c.flights.tokens, token)
@@ -153,9 +143,8 @@ func (f *flights) holds(token uint64) bool {
 	return ok
 }
 
-// ClaimBatch claims every digest of ds for token, in order, writing each
-// result to out[i]. It takes each shard's lock once, and prefetches the
-// index cells the claims need so their cache misses overlap.
+// ClaimBatch claims every digest of ds for token, in order, into out[i], taking
+// each shard's lock once and prefetching the cells so misses overlap.
 func (c *Cache) ClaimBatch(ds []digest.Digest, token uint64, now int64, out []Result) {
 	c.eachShard(ds, func(s *shard, group []int32) {
 		s.expire(now)
@@ -173,8 +162,7 @@ type batchScratch struct {
 
 var scratchPool = sync.Pool{New: func() any { return new(batchScratch) }}
 
-// eachShard calls fn under the lock of each shard holding digests of ds,
-// with their positions in ds, in order.
+// eachShard calls fn, under its lock, for each shard with digests of ds, with their positions.
 func (c *Cache) eachShard(ds []digest.Digest, fn func(s *shard, group []int32)) {
 	sc := scratchPool.Get().(*batchScratch)
 	defer scratchPool.Put(sc)
@@ -214,9 +202,8 @@ func (c *Cache) eachShard(ds []digest.Digest, fn func(s *shard, group []int32)) 
 	}
 }
 
-// expire pops expired keys and released slots from the head of the ring. A
-// key whose batch is in flight stays past its window, so a copy still waits
-// for the export's outcome (keys behind it expire late meanwhile).
+// expire pops expired keys and released slots off the ring's head. A key whose
+// batch is in flight outlives its window, so copies await the export.
 func (s *shard) expire(now int64) {
 	for s.used > 0 {
 		sl := &s.ring[s.head]
@@ -227,8 +214,7 @@ func (s *shard) expire(now int64) {
 	}
 }
 
-// prefetch reads the index cells the coming claims probe first, so these
-// independent loads overlap.
+// prefetch reads the index cells the coming claims probe first, so these independent loads overlap.
 func (s *shard) prefetch(ds []digest.Digest, group []int32) {
 	var acc cell
 	for _, i := range group {
@@ -237,8 +223,7 @@ func (s *shard) prefetch(ds []digest.Digest, group []int32) {
 	s.sink = acc
 }
 
-// claim records d for token unless it is held, and returns who holds it.
-// The caller holds the shard's lock and has expired it.
+// claim records d for token unless held, and returns the holder; the shard is locked and expired.
 func (s *shard) claim(d digest.Digest, token uint64, now, window int64) (Result, uint64) {
 	if sl, ci := s.lookup(d); sl != nil {
 		switch {
@@ -258,8 +243,7 @@ func (s *shard) claim(d digest.Digest, token uint64, now, window int64) (Result,
 	return Claimed, token
 }
 
-// lookup returns d's ring slot and the index word holding its cell, or nil.
-// It probes past d's home bucket only while its mark says a key overflowed.
+// lookup returns d's slot and its cell's index word, or nil, probing on while a mark says it overflowed.
 func (s *shard) lookup(d digest.Digest) (*slot, uint64) {
 	fp := fingerprint(d)
 	b := s.home(fp)
@@ -283,9 +267,8 @@ func (s *shard) lookup(d digest.Digest) (*slot, uint64) {
 	return nil, 0
 }
 
-// push appends a key at the tail, evicting the head when the ring is full,
-// and indexes it. A key from Insert may expire before keys ahead of it:
-// claim then treats it as absent.
+// push appends and indexes a key, evicting the head of a full ring. A key from
+// Insert may expire before keys ahead of it: claim treats it as absent.
 func (s *shard) push(d digest.Digest, expires int64, token uint64, now int64) {
 	if s.used == s.size {
 		if s.ring[s.head].expires > now {
@@ -323,28 +306,26 @@ func (s *shard) pop() {
 	s.used--
 }
 
-// forget removes a held key whose cell is index word ci, leaving its ring
-// slot released. No probe ends at an empty cell, so nothing moves.
+// forget removes a held key (cell ci), releasing its slot; no probe ends at an empty cell: none moves.
 func (s *shard) forget(sl *slot, ci uint64) {
 	s.index[ci] = 0
 	sl.expires = 0
 	s.live--
 }
 
-// cell is one index entry: the fingerprint (32 bits of the digest) in the
-// high half, compared before the ring slot is read, and the key's sequence
-// number in its shard's ring in the low half. 0 is an empty cell; a
-// fingerprint's low bit is always set, so no entry is 0.
+// cell is one index entry: the fingerprint (32 bits of the digest, low bit
+// set, so no entry is 0, the empty cell), compared before the ring slot is
+// read, then the key's sequence number in its shard's ring.
 //
 // An evicted or expired key's cell turns stale, without a write, once the
-// ring's head passes its sequence number, so evicting costs no random index
-// access. Sequence numbers compare modulo 2^32 against fewer than 2^32
-// keys, so a live cell is always seen live; a stale one that looks live is
-// harmless, as a lookup compares the whole digest.
+// ring's head passes its sequence number: evicting costs no index access.
+// Sequence numbers compare modulo 2^32 against fewer than 2^32 keys, so a
+// live cell is always seen live; a stale one that looks live is harmless,
+// as a lookup compares the whole digest.
 //
 // Each bucket is one cache line: a mark (word 0) and 7 cells. A key whose
 // home bucket is full goes on to the next, and the full bucket's mark
-// records its sequence number. Keys leave in the order they came, so a mark
+// records its sequence number; keys leave in the order they came, so a mark
 // turns stale with the newest key that overflowed. The index is mapped at
 // full size (2.5 cells per ring slot) but uses a growing prefix, so a cache
 // holding few keys touches few pages.
@@ -355,9 +336,7 @@ func (c cell) fingerprint() uint32 { return uint32(c >> 32) }
 
 func makeCell(fp, seq uint32) cell { return cell(uint64(fp)<<32 | uint64(seq)) }
 
-// fingerprint is the part of d the index keeps, independent of the shard
-// (low bits of Lo). It alone picks the home bucket, so growing the index
-// never reads the ring.
+// fingerprint, d's bits the index keeps, alone picks the home bucket: growing never reads the ring.
 func fingerprint(d digest.Digest) uint32 { return uint32(d.Hi) | 1 }
 
 const (
@@ -387,8 +366,7 @@ func (s *shard) next(b uint64) uint64 {
 	return b
 }
 
-// posOf returns the ring position of the key numbered seq, and false if
-// that key has left the ring (its cell is stale).
+// posOf returns the ring position of the key numbered seq, or false if it left (a stale cell).
 func (s *shard) posOf(seq uint32) (int, bool) {
 	off := seq - s.headSeq
 	if off >= uint32(s.used) {
@@ -401,7 +379,6 @@ func (s *shard) posOf(seq uint32) (int, bool) {
 	return pos, true
 }
 
-// stale reports whether the key of cell c has left the ring.
 func (s *shard) stale(c cell) bool {
 	_, live := s.posOf(c.seq())
 	return !live
@@ -410,9 +387,7 @@ func (s *shard) stale(c cell) bool {
 // overflowed reports whether a live key passed the bucket with mark m.
 func (s *shard) overflowed(m cell) bool { return m != 0 && !s.stale(m) }
 
-// place puts c into the first empty or stale cell of its probe, marking each
-// full bucket it passes. Live keys fill at most 40% of the full-size index,
-// so there is always one.
+// place puts c in the first empty or stale cell of its probe (40% full at most), marking full buckets.
 func (s *shard) place(c cell) {
 	b := s.home(c.fingerprint())
 	for {
@@ -428,8 +403,7 @@ func (s *shard) place(c cell) {
 	}
 }
 
-// mark records that the key numbered seq passed the full bucket w, unless
-// the mark already names a later key that is still live.
+// mark records that key seq passed the full bucket w, unless it names a later live key already.
 func (s *shard) mark(w *[bucketWords]cell, seq uint32) {
 	if m := w[0]; s.overflowed(m) && m.seq()-s.headSeq > seq-s.headSeq {
 		return
@@ -437,17 +411,14 @@ func (s *shard) mark(w *[bucketWords]cell, seq uint32) {
 	w[0] = makeCell(1, seq)
 }
 
-// moving is grow's copy of a shard's cells, shared by the cache's shards,
-// which grow one at a time.
+// moving is grow's copy of a shard's cells, shared by the shards, which grow one at a time.
 type moving struct {
 	mu    sync.Mutex
 	cells []cell
 }
 
-// grow moves the live cells into a prefix of the index at least four times
-// as large (up to full size), leaving stale cells and marks behind. Cells
-// move in place through a copy, so the old prefix's pages are reused; steps
-// are large because each moves every live cell.
+// grow moves the live cells, through a copy, into a prefix at least four times
+// as large (up to full size); steps are large, as each moves every cell.
 func (s *shard) grow() {
 	nb := s.nb
 	for (s.live+1)*5/2 > int(nb)*bucketCells && nb < s.maxNb {
@@ -461,8 +432,7 @@ func (s *shard) grow() {
 	old := s.moving.cells[:s.nb*bucketWords]
 	copy(old, s.index)
 	clear(s.index[:len(old)])
-	// Back each new page before the moves read it: a page read first is
-	// mapped to the shared zero page, then faulted again at the first write.
+	// Back new pages before the moves read them: a page read first faults again at the first write.
 	if fresh := s.index[len(old) : nb*bucketWords]; !populate(fresh) {
 		for i := 0; i < len(fresh); i += pageCells {
 			fresh[i] = 0
@@ -476,8 +446,7 @@ func (s *shard) grow() {
 	}
 }
 
-// ReleaseBatch forgets every digest of ds that token still holds, so a later
-// copy is claimed anew. It returns how many it released.
+// ReleaseBatch forgets the digests of ds token holds, so copies are claimed anew, and counts them.
 func (c *Cache) ReleaseBatch(ds []digest.Digest, token uint64) int {
 	if token == noToken || len(ds) == 0 {
 		return 0
@@ -495,9 +464,8 @@ func (c *Cache) ReleaseBatch(ds []digest.Digest, token uint64) int {
 	return released
 }
 
-// Insert remembers d as held, committed, until expires (unix nanoseconds),
-// e.g. when restoring a snapshot. It returns false if d is already held or
-// expires is not after now.
+// Insert remembers d as committed until expires (unix nanoseconds), e.g.
+// from a snapshot. It returns false if d is held or expires is not after now.
 func (c *Cache) Insert(d digest.Digest, expires, now int64) bool {
 	if expires <= now {
 		return false
@@ -513,8 +481,7 @@ func (c *Cache) Insert(d digest.Digest, expires, now int64) bool {
 	return true
 }
 
-// Disown makes d committed if token holds it, so a later Release keeps it:
-// the shared tier said another instance delivered it.
+// Disown commits d if token holds it, so a release keeps it: another instance delivered it.
 func (c *Cache) Disown(d digest.Digest, token uint64) {
 	s := &c.shards[d.Lo&c.mask]
 	s.mu.Lock()
@@ -524,7 +491,6 @@ func (c *Cache) Disown(d digest.Digest, token uint64) {
 	}
 }
 
-// eachLocked calls fn with each shard in turn, under its lock.
 func (c *Cache) eachLocked(fn func(s *shard)) {
 	for i := range c.shards {
 		s := &c.shards[i]
@@ -551,8 +517,7 @@ func (c *Cache) Evictions() int64 {
 	return n
 }
 
-// Range calls fn for each committed key with its expiry, oldest first per
-// shard, under that shard's lock; fn must not call the cache.
+// Range calls fn, per shard under its lock, for each committed key, oldest first; fn must not call c.
 func (c *Cache) Range(now int64, fn func(d digest.Digest, expires int64)) {
 	c.eachLocked(func(s *shard) {
 		s.expire(now)

@@ -10,17 +10,15 @@ import (
 )
 
 // arena hands out the cache's pointer-free arrays from anonymous mappings,
-// all unmapped together when the cache is collected. In the Go heap they
-// would raise the GC's target, letting the rest of the heap grow by as much
-// again (GOGC). A mapping's pages take memory only once written, so an idle
-// cache costs nothing; the price is a fresh page fault per page as it fills.
+// unmapped with the cache. In the Go heap they would raise the GC's target,
+// letting the heap grow as much again (GOGC). Pages take memory once written,
+// so an idle cache costs nothing, for a page fault per page as it fills.
 type arena struct {
 	mu     sync.Mutex
 	mapped [][]byte
 }
 
-// alloc returns n zeroed values of the pointer-free type T from a. If the
-// kernel refuses the mapping, they come from the Go heap.
+// alloc returns n zeroed pointer-free Ts from a, or from the Go heap if the kernel refuses.
 func alloc[T any](a *arena, n int) []T {
 	var zero T
 	b, err := syscall.Mmap(-1, 0, n*int(unsafe.Sizeof(zero)), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
@@ -43,9 +41,8 @@ func (a *arena) freeAll() {
 	a.mapped = nil
 }
 
-// populate backs s's pages in one call rather than a fault per page
-// (Linux's MADV_POPULATE_WRITE; on a VM a first touch can cost microseconds).
-// It reports false where it cannot, and the pages fault in as written.
+// populate backs s's pages in one call (MADV_POPULATE_WRITE; a first touch can
+// cost microseconds on a VM), or reports false: pages fault as written.
 func populate[T any](s []T) bool {
 	if runtime.GOOS != "linux" || len(s) == 0 {
 		return false

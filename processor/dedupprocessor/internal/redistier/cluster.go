@@ -14,19 +14,16 @@ import (
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/clock"
 )
 
-// The Cluster executor routes each call by go-redis's slot map to its
-// master and sends one pipeline per master, concurrently, behind the
-// master's own breaker: a dead or slow master fails only its own groups (a
-// single ClusterClient pipeline stamps its deadline error on every command,
-// healthy nodes' replies included).
+// The Cluster executor routes each call by go-redis's slot map and sends one
+// pipeline per master, concurrently, behind its breaker: a dead or slow master
+// fails only its own groups (a ClusterClient pipeline stamps its deadline error
+// on every command).
 //
-// go-redis reloads its slot map on MOVED, ASK and READONLY, or once it is a
-// minute old, never on a connection error or timeout. So every sign of
-// trouble marks the Cluster degraded, and while it is the map is reloaded
-// every refreshDegraded: groups follow a promoted replica (whose new address
-// has a closed breaker) or a moved slot quickly. Within a call, failed
-// groups are sent again as errors.go tells, while the deadline allows;
-// every command is idempotent for its token.
+// go-redis reloads its slot map on MOVED, ASK and READONLY or once a minute,
+// not on a connection error or timeout. So any trouble marks the Cluster
+// degraded, reloading the map every refreshDegraded: groups follow a promoted
+// replica or moved slot quickly. Failed groups are resent as errors.go tells,
+// while the deadline allows; every command is idempotent.
 const (
 	refreshDegraded = 250 * time.Millisecond
 	degradedFor     = 5 * time.Second  // after the last sign of trouble
@@ -66,8 +63,7 @@ func newClusterExec(cc *redis.ClusterClient, cfg breaker.Config, clk clock.Clock
 		reload: make(chan struct{}, 1),
 		done:   make(chan struct{}),
 	}
-	// Load the slot map now, not within the first call's deadline.
-	x.refresh()
+	x.refresh() // now, not within the first call's deadline
 	ctx, stop := context.WithCancel(context.Background())
 	x.stop = stop
 	go x.refresher(ctx)
@@ -103,8 +99,8 @@ func (x *clusterExec) worthRetry(ctx context.Context, c *call) bool {
 	case redirected(c.err):
 		c.redirect = true
 		return true
-	case retriable(c.err):
-		return true
+	case moving(c.err), redis.IsLoadingError(c.err), redis.IsMasterDownError(c.err):
+		return true // may pass whatever the slot map
 	case nodeDown(c.err):
 		// Only if the reloaded map now routes the group elsewhere.
 		client, err := x.cc.MasterForKey(ctx, c.route)
@@ -113,8 +109,7 @@ func (x *clusterExec) worthRetry(ctx context.Context, c *call) bool {
 	return false
 }
 
-// pause waits d, if ctx's deadline leaves at least 2d; it reports whether it
-// did. The deadline is the wall clock's: go-redis's timeouts are.
+// pause waits d if ctx's deadline (wall clock, as go-redis's) leaves 2d, and reports if it did.
 func (x *clusterExec) pause(ctx context.Context, d time.Duration) bool {
 	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < 2*d {
 		return false
@@ -129,16 +124,13 @@ type nodeCalls struct {
 	calls  []*call
 }
 
-// send sends one pipeline per master, all at once; calls to be redirected
-// go through the ClusterClient.
+// send sends one pipeline per master at once, and redirected calls through the ClusterClient.
 func (x *clusterExec) send(ctx context.Context, calls []*call, retry bool) {
 	var direct []*call
 	var allowed []*nodeCalls
 	byNode := make(map[string]*nodeCalls, 4) // nil for a node whose breaker is open
 	for _, c := range calls {
-		if retry {
-			// go-redis keeps a command's reply and slot: a retry needs a
-			// fresh one.
+		if retry { // go-redis keeps a command's reply and slot
 			c.cmd = redis.NewCmd(ctx, c.cmd.Args()...)
 		}
 		if c.redirect {
@@ -219,8 +211,7 @@ func (x *clusterExec) breaker(addr string) *breaker.Breaker {
 	return n.br
 }
 
-// degraded notes a sign of trouble: the slot map is reloaded now, and every
-// refreshDegraded for degradedFor.
+// degraded reloads the slot map now, and every refreshDegraded for degradedFor.
 func (x *clusterExec) degraded() {
 	now := x.clock.Now()
 	if x.degradedUntil.Swap(now.Add(degradedFor).UnixNano()) < now.UnixNano() {
@@ -231,8 +222,7 @@ func (x *clusterExec) degraded() {
 	}
 }
 
-// refresher reloads the slot map every refreshDegraded while the Cluster
-// is degraded (degraded wakes it at once), every refreshIdle otherwise.
+// refresher reloads the slot map every refreshDegraded while degraded (woken at once), else refreshIdle.
 func (x *clusterExec) refresher(ctx context.Context) {
 	defer close(x.done)
 	last := x.clock.Now()
@@ -245,15 +235,13 @@ func (x *clusterExec) refresher(ctx context.Context) {
 	}
 }
 
-// refresh reloads the slot map and updates the known masters: one that
-// (re)joins starts with a closed breaker.
+// refresh reloads the slot map; a master that (re)joins gets a new breaker.
 func (x *clusterExec) refresh() {
 	ctx, cancel := context.WithTimeout(context.Background(), reloadTimeout)
 	defer cancel()
 	var mu sync.Mutex
 	masters := map[string]bool{}
-	// ForEachMaster begins with a synchronous reload of the map: go-redis
-	// has no other public one.
+	// ForEachMaster begins with go-redis's only public reload of the map.
 	err := x.cc.ForEachMaster(ctx, func(_ context.Context, c *redis.Client) error {
 		mu.Lock()
 		masters[c.Options().Addr] = true

@@ -16,8 +16,7 @@ import (
 // Mode is how the tier reaches Redis: what the endpoints are.
 type Mode string
 
-// The modes. In a Cluster, one node (e.g. a managed service's configuration
-// endpoint) is enough.
+// The modes. In a Cluster, one node (e.g. a managed service's configuration endpoint) is enough.
 const (
 	ModeAuto       Mode = "auto" // ask the endpoints
 	ModeStandalone Mode = "standalone"
@@ -25,12 +24,10 @@ const (
 	ModeSentinel   Mode = "sentinel" // Sentinels monitoring MasterName
 )
 
-// errNoAnswer is wrapped by discovery errors that mean no endpoint told what
-// it is; every other one is a configuration that cannot work.
+// errNoAnswer wraps discovery errors where no endpoint told what it is; the rest are bad configurations.
 var errNoAnswer = errors.New("no endpoint answered")
 
-// minProbeTimeout bounds a probe from below: a probe (dial, TLS, AUTH, two
-// round trips) costs more than a call, and a slower start costs nothing.
+// minProbeTimeout: a probe (dial, TLS, AUTH, two round trips) costs more than a call; start can wait.
 const minProbeTimeout = time.Second
 
 // probe is what one endpoint said it is.
@@ -50,25 +47,21 @@ func (t *Tier) discover(ctx context.Context) (Mode, error) {
 	probes := make([]probe, len(t.opts.Endpoints))
 	var wg sync.WaitGroup
 	for i, addr := range t.opts.Endpoints {
-		wg.Go(func() { probes[i] = t.probe(ctx, addr) })
+		wg.Go(func() {
+			probes[i] = t.probe(ctx, addr, true)
+			if err := probes[i].err; err != nil && strings.Contains(err.Error(), "without any password configured") {
+				// A Sentinel without credentials of its own: ask it without.
+				probes[i] = t.probe(ctx, addr, false)
+			}
+		})
 	}
 	wg.Wait()
 	return decide(&t.opts, probes)
 }
 
-// probe asks one endpoint what it is: HELLO without arguments (Redis >= 6)
-// answers the mode and role without switching the protocol, else INFO
-// server; ROLE then names a replica's master or a Sentinel's masters.
-func (t *Tier) probe(ctx context.Context, addr string) probe {
-	p := t.ask(ctx, addr, true)
-	if p.err != nil && strings.Contains(p.err.Error(), "without any password configured") {
-		// A Sentinel without credentials of its own: ask it without.
-		p = t.ask(ctx, addr, false)
-	}
-	return p
-}
-
-func (t *Tier) ask(ctx context.Context, addr string, credentials bool) probe {
+// probe asks an endpoint what it is: HELLO (Redis >= 6) answers mode and role,
+// else INFO server; ROLE names a replica's master or a Sentinel's masters.
+func (t *Tier) probe(ctx context.Context, addr string, credentials bool) probe {
 	o := &redis.Options{
 		Addr:            addr,
 		TLSConfig:       t.opts.TLS,
@@ -76,8 +69,7 @@ func (t *Tier) ask(ctx context.Context, addr string, credentials bool) probe {
 		DisableIdentity: true,
 		MaxRetries:      -1,
 		DialerRetries:   1,
-		// The probe uses one connection; a pool whose every connection
-		// failed to dial starts a goroutine that would outlive the probe.
+		// One connection: a pool whose every dial failed starts a goroutine outliving the probe.
 		PoolSize:                 2,
 		ContextTimeoutEnabled:    true,
 		DialTimeout:              max(t.opts.Timeout, minProbeTimeout),
@@ -204,6 +196,5 @@ func decide(o *Options, probes []probe) (Mode, error) {
 	return found, nil
 }
 
-// kindName names what a probe's mode says an endpoint is, for each mode a
-// probe accepts.
+// kindName names the endpoint each mode a probe accepts stands for.
 var kindName = map[string]string{"standalone": "standalone server", "cluster": "Redis Cluster node", "sentinel": "Sentinel"}

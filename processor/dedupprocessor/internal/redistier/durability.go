@@ -9,10 +9,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Durability reports, for each master the tier reaches, the settings that
-// can free claims behind the tier's back (eviction, nothing on disk), as
-// sentences that name the fix. A server that refuses CONFIG GET (managed
-// services, ACL users) is left out. The tier's Mode must be known.
+// Durability names, per master reached, the settings that can free claims
+// behind the tier's back (eviction, no persistence), with the fix; a server
+// refusing CONFIG GET is left out. Needs a known Mode.
 func (t *Tier) Durability(ctx context.Context) []string {
 	cctx, cancel := context.WithTimeout(ctx, max(t.opts.Timeout, time.Second))
 	defer cancel()

@@ -14,18 +14,18 @@ import (
 // Replica election: which replica of an HA group of agents (a cluster) the
 // collectors sharing this Redis deliver.
 //
-// An election is one key, so it is atomic on one node: KeyPrefix + "elect:{"
-// + the hex of the digest of tenant and cluster + "}" (the tag spreads
-// elections over a Cluster's masters; hex, so no digest byte forms a tag).
-// Its value holds digests, a token and a time in ms from the server's clock
-// (TIME, so skewed collectors agree):
+// An election is one key, atomic on one node: KeyPrefix + "elect:{" + the
+// hex of the digest of tenant and cluster + "}" (the tag spreads elections
+// over a Cluster's masters; hex, so no digest byte forms a tag). Its value
+// holds digests, a token and a time in ms by the server's clock (TIME, so
+// skewed collectors agree):
 //
 //	committed: "c" replica token refreshed-at
 //	pending:   "p" replica token taken-at "|" the committed value it replaces, if any
 //
 // A committed election is live until refreshed-at + failover; its key is
 // kept one failover longer, so its successor can tell it replaces another.
-// A pending one lives for the lease, like a pending claim.
+// A pending one lives for the lease.
 
 // OpElect names an election lookup (Elect) for Options.Observe.
 const OpElect = "elect"
@@ -33,17 +33,11 @@ const OpElect = "elect"
 // ElectionState is the shared tier's answer for one election.
 type ElectionState uint8
 
-// The states: ElectionLive, Replica elected for Remaining more;
-// ElectionTaken, pending under the call's token (Replica is the one whose
-// expired election it replaces, if HasPrev); ElectionPending, pending under
-// another token (Replica is its candidate); ElectionUnknown, the call
-// failed: the election may be pending under the call's token, so release
-// it.
 const (
-	ElectionLive ElectionState = iota
-	ElectionTaken
-	ElectionPending
-	ElectionUnknown
+	ElectionLive    ElectionState = iota // Replica elected for Remaining more
+	ElectionTaken                        // pending under the token; if HasPrev, Replica is the one it replaces
+	ElectionPending                      // pending under another token, for the candidate Replica
+	ElectionUnknown                      // the call failed, maybe taking it: release it
 )
 
 // Election is one election a batch asks about or confirms.
@@ -60,12 +54,10 @@ type ElectionAnswer struct {
 	Remaining time.Duration
 }
 
-// Elect answers which replica of e's cluster is elected, in one round trip.
-// Where none is live or pending, it takes the election for e.Replica,
-// pending under token (NewToken), its lease renewed until CommitElected or
-// ReleaseElections. Retrying with the same token is safe; once the token's
-// release has landed, Elect takes nothing. A batch asks one election at a
-// time, in the order of their keys (see Claim's look for why).
+// Elect answers which replica of e's cluster is elected, in one round trip. If
+// none is live or pending, it takes it for e.Replica, pending under token,
+// renewed until CommitElected or ReleaseElections. Retrying with the token is
+// safe; after its release, it takes nothing.
 func (t *Tier) Elect(ctx context.Context, token string, failover time.Duration, e Election) (ElectionAnswer, error) {
 	c, err := t.connected(OpElect)
 	if err != nil {
@@ -89,25 +81,13 @@ func (t *Tier) Elect(ctx context.Context, token string, failover time.Duration, 
 	return a, nil
 }
 
-// CommitElected confirms the elections es, whose batch was delivered: it
-// commits token's pending ones, refreshes committed ones of the same
-// replica, and takes free ones committed, each answering ElectionLive for
-// the failover timeout; others are answered as by Elect. On an error the
-// answers are left zero, and the writer retries while the lease lasts.
+// CommitElected confirms a delivered batch's elections es: token's pending ones
+// commit, same-replica ones refresh, free ones are taken, each ElectionLive for
+// failover; others answer as Elect (all zero on error).
 func (t *Tier) CommitElected(ctx context.Context, token string, failover time.Duration, es []Election, answers []ElectionAnswer) error {
 	answers = answers[:len(es)]
 	clear(answers)
-	c, err := t.beginSettle(OpCommit, token, len(es))
-	if c == nil {
-		return err
-	}
-	ws := make([]write, len(es))
-	for i, el := range es {
-		ws[i] = write{op: OpCommit, token: token, election: &electionWrite{key: el.Key, replica: el.Replica, failover: failover}}
-	}
-	// The batch was delivered: the other collectors must learn it, so the
-	// writer retries what fails.
-	calls, err := t.send(ctx, c, ws)
+	calls, err := t.settleElections(ctx, OpCommit, token, failover, es)
 	if err != nil {
 		return err
 	}
@@ -122,37 +102,42 @@ func (t *Tier) CommitElected(ctx context.Context, token string, failover time.Du
 	return nil
 }
 
-// ReleaseElections gives up the elections of keys that token holds pending,
-// restoring those they replaced, and leaves a marker for the lease so that
-// a late Elect of token takes nothing. It is idempotent; the writer retries
-// what fails while the lease lasts.
+// ReleaseElections gives up the elections of keys token holds, restoring those
+// they replaced, and leaves a marker so a late Elect takes nothing; idempotent.
 func (t *Tier) ReleaseElections(ctx context.Context, token string, failover time.Duration, keys []digest.Digest) error {
-	c, err := t.beginSettle(OpRelease, token, len(keys))
-	if c == nil {
-		return err
-	}
-	ws := make([]write, len(keys))
+	es := make([]Election, len(keys))
 	for i, k := range keys {
-		ws[i] = write{op: OpRelease, token: token, election: &electionWrite{key: k, failover: failover}}
+		es[i].Key = k
 	}
-	// One left behind would stall its cluster everywhere for the lease:
-	// the writer retries it.
-	_, err = t.send(ctx, c, ws)
+	_, err := t.settleElections(ctx, OpRelease, token, failover, es)
 	return err
+}
+
+// settleElections sends es's commits or releases now; the writer retries what
+// fails: peers must learn them, and a pending one stalls its cluster.
+func (t *Tier) settleElections(ctx context.Context, op, token string, failover time.Duration, es []Election) ([]*call, error) {
+	c, err := t.beginSettle(op, token, len(es))
+	if c == nil {
+		return nil, err
+	}
+	until := t.opts.Clock.Now().Add(t.opts.Lease)
+	ws := make([]write, len(es))
+	for i, el := range es {
+		ws[i] = write{op: op, token: token, election: &el, failover: failover, until: until}
+	}
+	return t.send(ctx, c, ws)
 }
 
 func (t *Tier) electionKey(k digest.Digest) string {
 	return t.opts.KeyPrefix + "elect:{" + k.String() + "}"
 }
 
-// electionMarker is the key a release of token leaves for the election k:
-// in the election key's slot.
+// electionMarker is the key, in the election's slot, a release of token leaves.
 func (t *Tier) electionMarker(k digest.Digest, token string) string {
 	return t.electionKey(k) + "r" + token
 }
 
-// electionAnswer decodes the election scripts' reply: {state, replica,
-// remaining ms}.
+// electionAnswer decodes the election scripts' reply {state, replica, remaining ms}.
 func electionAnswer(c *redis.Cmd) (ElectionAnswer, error) {
 	vals, err := c.Slice()
 	if err != nil {
@@ -176,8 +161,7 @@ func electionAnswer(c *redis.Cmd) (ElectionAnswer, error) {
 }
 
 // The election scripts; KEYS[1] is the election key. A value is parsed by
-// position: the time's digits start at byte 34, and the first "|" after
-// them starts the replaced value.
+// position: the time starts at byte 34; the "|" after it, the replaced value.
 const electionLib = `
 local function now()
   local t = redis.call('TIME')

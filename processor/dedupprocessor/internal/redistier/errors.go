@@ -22,12 +22,10 @@ import (
 // (*) in a Cluster; a standalone or Sentinel master that answers READONLY is
 // a failure like any other error reply.
 
-// errBreakerOpen marks a command not sent because its node's breaker was
-// open.
+// errBreakerOpen marks a command not sent because its node's breaker was open.
 var errBreakerOpen = errors.New("circuit breaker open")
 
-// nodeDown reports whether the node did not answer (or was not asked: its
-// breaker was open), or cannot serve (LOADING, MASTERDOWN).
+// nodeDown reports whether the node did not answer (or its breaker was open), or cannot serve.
 func nodeDown(err error) bool {
 	return err != nil && (redis.IsLoadingError(err) || redis.IsMasterDownError(err) || !isReply(err))
 }
@@ -38,8 +36,7 @@ func isReply(err error) bool {
 	return errors.As(err, &reply)
 }
 
-// moving reports whether err is a reply of a Cluster whose slots are moving
-// or recovering: the same command can succeed moments later.
+// moving reports whether err says a Cluster's slots move or recover: a retry can succeed soon.
 func moving(err error) bool {
 	return redirected(err) || redis.IsTryAgainError(err) || redis.IsClusterDownError(err) || redis.IsReadOnlyError(err)
 }
@@ -51,11 +48,6 @@ func redirected(err error) bool {
 	}
 	_, ok := redis.IsAskError(err)
 	return ok
-}
-
-// retriable reports whether err may pass on a retry whatever the slot map.
-func retriable(err error) bool {
-	return moving(err) || redis.IsLoadingError(err) || redis.IsMasterDownError(err)
 }
 
 // isTimeout reports whether err is a timeout, a free connection's included.

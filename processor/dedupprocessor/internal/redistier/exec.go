@@ -30,8 +30,7 @@ type executor interface {
 	close() error
 }
 
-// NodeBreaker is the circuit breaker state of one node: a Cluster master by
-// address, a standalone server by endpoint, a Sentinel's master by name.
+// NodeBreaker is a node's breaker state: a master's address, a standalone endpoint, a Sentinel master.
 type NodeBreaker struct {
 	Node  string
 	State breaker.State
@@ -57,8 +56,7 @@ func (x *singleExec) exec(ctx context.Context, calls []*call) {
 	for _, c := range calls {
 		c.node = x.name
 		if c.err != nil {
-			// Replies count too: a single server that refuses (OOM, a wrong
-			// password, READONLY) refuses every call.
+			// Replies count: a server that refuses (OOM, READONLY) refuses all.
 			outcome = failureOutcome(ctx)
 		}
 	}
@@ -77,8 +75,7 @@ func (x *singleExec) ping(ctx context.Context) {
 	}
 }
 
-// failureOutcome is the breaker outcome of a failed call: a caller that
-// gave up says nothing about Redis.
+// failureOutcome is a failed call's breaker outcome: a caller that gave up tells nothing.
 func failureOutcome(ctx context.Context) breaker.Outcome {
 	if err := ctx.Err(); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		return breaker.Unknown
@@ -86,9 +83,7 @@ func failureOutcome(ctx context.Context) breaker.Outcome {
 	return breaker.Failure
 }
 
-// sendPipeline sends calls to one node in one round trip. Scripts answered
-// NOSCRIPT (the node restarted, was promoted or flushed its scripts) are
-// sent again as EVAL, which also loads them.
+// sendPipeline sends calls to a node in one round trip, and the NOSCRIPT ones again as EVAL.
 func sendPipeline(ctx context.Context, client *redis.Client, calls []*call) {
 	send := func(cs []*call) {
 		if len(cs) == 1 {

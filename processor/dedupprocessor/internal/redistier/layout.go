@@ -11,10 +11,10 @@ import (
 // key, holding the claim token) or "claim:" + token (the claim's status key:
 // "p" pending, "c" committed). Nothing else is stored.
 //
-// In a Cluster the tag puts a digest key and the status key of its owner in
-// one slot, so one script checks both atomically. A digest's tag is one of
+// In a Cluster the tag puts a digest key and its owner's status key in one
+// slot, so one script checks both atomically. A digest's tag is one of
 // clusterTags, chosen from its bits, each in the middle of one of
-// clusterTags equal slot ranges, so an even slot split gives 3, 4, 6 or 12
+// clusterTags equal slot ranges, so an even split gives 3, 4, 6 or 12
 // masters the same number of tags. Each tag costs a script call and a
 // commit per batch that touches it: the count trades spread against cost
 // per record (BENCHMARKS.md, "The shared tier on its own").
@@ -38,8 +38,7 @@ type group struct {
 	statusPrefix string // prefix + statusInfix
 }
 
-// newLayout returns the layout of tags hash tags, or of one untagged group
-// if tags is 0.
+// newLayout returns the layout of tags hash tags, or one untagged group.
 func newLayout(keyPrefix string, tags int) layout {
 	if tags == 0 {
 		return layout{groups: []group{{prefix: keyPrefix, statusPrefix: keyPrefix + statusInfix}}}
@@ -53,8 +52,7 @@ func newLayout(keyPrefix string, tags int) layout {
 }
 
 func (l *layout) groupOf(d digest.Digest) int {
-	// The top 32 bits scaled to [0, groups): uniform, no modulo; 0 for one
-	// group.
+	// The top 32 bits scaled to [0, groups): uniform, no modulo.
 	return int((d.Hi >> 32) * uint64(len(l.groups)) >> 32)
 }
 
@@ -62,9 +60,8 @@ func (l *layout) statusKey(g int, token string) string {
 	return l.groups[g].statusPrefix + token
 }
 
-// clusterHashTags returns n tags: tag i is the first base-36 number whose
-// slot lies in the middle half of the i-th of n equal slot ranges, away from
-// where an even split may fall. A test pins the result for clusterTags.
+// clusterHashTags returns n tags: tag i is the first base-36 number whose slot
+// lies in the middle half of the i-th of n equal ranges. A test pins them.
 func clusterHashTags(n int) []string {
 	tags := make([]string, n)
 	width := clusterSlots / n

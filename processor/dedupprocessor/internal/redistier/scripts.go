@@ -2,8 +2,7 @@ package redistier
 
 import "github.com/redis/go-redis/v9"
 
-// scriptSources maps each script's hash to its source, for withSource;
-// scriptHashes each script's name to its hash, for ScriptHash.
+// Each script's source by hash (for withSource), and hash by name.
 var scriptSources, scriptHashes = map[string]string{}, map[string]string{}
 
 // Script names, for ScriptHash.
@@ -17,8 +16,7 @@ const (
 	ScriptReleaseElection = "release-election"
 )
 
-// ScriptHash returns the SHA1 of a script by name: what a test that injects
-// faults into the tier's traffic matches its calls by.
+// ScriptHash returns the SHA1 of a script by name, for fault-injecting tests.
 func ScriptHash(name string) string { return scriptHashes[name] }
 
 func newScript(name, src string) *redis.Script {
@@ -30,24 +28,21 @@ func newScript(name, src string) *redis.Script {
 // Each script works on the keys of one group (one Cluster slot), so it runs
 // atomically on one node. KEYS[1] is the claim's status key, KEYS[2..] are
 // digest keys. A status key holds "p" while its claim is pending, "c" once
-// committed, and "r" for a lease after its release: the release's marker, so
-// that a claim of that token arriving late (delayed on the network past its
-// caller's timeout) claims nothing.
+// committed, and "r" for a lease after its release: the marker that makes a
+// claim of that token arriving late (past its caller's timeout) claim
+// nothing, so it cannot land after its release and stall the retry.
 
 // claimScript claims every free digest key: absent, holding this token (a
 // retry whose reply was lost), or holding a token whose status key is gone
 // (lease ran out) or released. It returns the number of keys if it claimed
-// them all, else one byte per key, '1' claimed, '0' held by a committed
-// claim, '2' held by a pending one, '3' not tried, followed by the token of
-// the first pending claim met; or "r" if this token was released. Digest
-// keys get the window as TTL; the status key, created pending if anything
-// was claimed, gets the lease. With ARGV[5] = "1" (a batch looking again at
-// records it waited for) it stops at the first pending key, so that a look
-// never holds a key past one another claim holds. Redis does not expire
-// keys while a script runs. SET NX GET costs the server less than SET NX,
-// whose status reply Lua turns into a table.
-//
-// ARGV: token, lease ms, window ms, status key prefix of the group, stop.
+// them all, else one byte per key ('1' claimed, '0' held committed, '2'
+// held pending, '3' not tried) and the token of the first pending claim
+// met; or "r" if this token was released. Digest keys get the window as
+// TTL; the status key, created pending if anything was claimed, the lease.
+// With ARGV[5] = "1" (a look) it stops at the first pending key. Redis does
+// not expire keys while a script runs. SET NX GET costs the server less
+// than SET NX, whose status reply Lua turns into a table. ARGV: token, lease
+// ms, window ms, status key prefix of the group, stop.
 var claimScript = newScript(ScriptClaim, `
 if redis.call('GET', KEYS[1]) == 'r' then return 'r' end
 local tok, window, sp, stop = ARGV[1], ARGV[3], ARGV[4], ARGV[5] == '1'
@@ -88,9 +83,8 @@ if out then return table.concat(out) .. blocker end
 return #KEYS - 1
 `)
 
-// releaseScript deletes the digest keys that still hold the token and
-// leaves the release's marker in the status key for the lease. It answers
-// how many digest keys it deleted. ARGV: token, lease ms.
+// releaseScript deletes the digest keys holding token ARGV[1], leaves the
+// release's marker for ARGV[2] ms, and answers how many it deleted.
 var releaseScript = newScript(ScriptRelease, `
 local tok, n = ARGV[1], 0
 for i = 2, #KEYS do
@@ -105,12 +99,11 @@ return n
 
 // commitScript makes a pending claim hold for the window. It answers 1 if
 // the claim is committed (now or by an earlier try), 0 if it was not
-// pending: its lease had ended, or its claim has not arrived yet (its
-// reply was lost, and the batch was delivered on the local cache's word).
-// Either way the batch was delivered, so the status is set committed: the
-// digest keys still holding the token are the delivered records', and a
-// claim of the token arriving late then claims nothing pending. A released
-// claim is never revived. ARGV: window ms.
+// pending: its lease had ended, or its claim has not arrived (the batch was
+// delivered on the local cache's word). Either way the status is set
+// committed: the digest keys still holding the token are delivered records,
+// and a late claim of the token claims nothing pending. A released claim is
+// never revived. ARGV: window ms.
 var commitScript = newScript(ScriptCommit, `
 local s = redis.call('GET', KEYS[1])
 if s == 'c' then return 1 end
@@ -120,10 +113,8 @@ if s == 'p' then return 1 end
 return 0
 `)
 
-// renewScript extends the lease of a pending claim (KEYS[1] its status
-// key, ARGV[2] empty) or of an election pending under the token ARGV[2]
-// (KEYS[1] its key; see electionLib for the value). It answers 1 if it was
-// pending, 0 if it had ended. ARGV: lease ms, token.
+// renewScript extends by ARGV[1] ms the lease of a pending claim (KEYS[1] its
+// status key) or election pending under token ARGV[2]: 1, or 0 if it ended.
 var renewScript = newScript(ScriptRenew, `
 local v = redis.call('GET', KEYS[1])
 if v == 'p' or (ARGV[2] ~= '' and v and string.sub(v, 1, 1) == 'p' and string.sub(v, 18, 33) == ARGV[2]) then

@@ -8,13 +8,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// servers tells when a Redis server the tier has not seen before answers:
-// a restarted master (a new run_id at its address) or a promoted replica.
-// Either may have lost what was written last (a restart without
-// persistence forgets everything), so the caller stops trusting what it
-// cached of Redis (Options.OnNewServer). Every new connection asks its
-// server's run_id; the first servers seen (all a Cluster's masters at
-// connect) are the baseline.
+// servers tells when a server not seen before answers: a restarted master (new
+// run_id) or promoted replica may have lost the last writes, so the caller
+// stops trusting its cache of Redis (OnNewServer). The servers seen at connect
+// are the baseline.
 type servers struct {
 	mu    sync.Mutex
 	seen  map[string]bool
@@ -42,16 +39,6 @@ func (s *servers) onConnect(ctx context.Context, cn *redis.Conn) error {
 	return nil
 }
 
-// baseline connects to every master the executor knows, then arms: from
-// now on a server not seen is reported.
-func (s *servers) baseline(ctx context.Context, x executor) {
-	x.ping(ctx)
-	s.mu.Lock()
-	s.armed = true
-	s.mu.Unlock()
-}
-
-// runID returns the run_id field of an INFO server reply.
 func runID(info string) string {
 	for line := range strings.Lines(info) {
 		if v, ok := strings.CutPrefix(line, "run_id:"); ok {

@@ -4,15 +4,14 @@
 //
 // A claim is two-phase: Claim marks a batch's digests pending under the
 // batch's token, then Commit makes them hold for the window or Release frees
-// them; a pending claim neither committed nor released ends with its lease.
-// The protocol is argued in the processor's consume.go and README; the keys
-// are in layout.go. The topology is asked of the endpoints at Start
-// (discover.go), since every collector sharing a Redis must use the same key
-// layout. In a Cluster a failed node fails only the digests of the groups it
-// serves (cluster.go).
+// them; a claim neither committed nor released ends with its lease. The
+// protocol is argued in the processor's consume.go and README; the keys are
+// in layout.go. Start asks the endpoints their topology (discover.go): every
+// collector sharing a Redis must use the same key layout.
 package redistier
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/tls"
@@ -46,9 +45,7 @@ const (
 	ResultError   = "error" // also: the topology is not known yet
 	ResultTimeout = "timeout"
 	ResultSkipped = "skipped" // a node's breaker was open: nothing sent
-	// ResultLost: a claim ended before its commit or renewal landed, or a
-	// write was given up. Copies of its records may be delivered again.
-	ResultLost = "lost"
+	ResultLost    = "lost"    // a claim ended before its commit or renewal landed, or a write was given up
 )
 
 // Options configures a Tier.
@@ -61,9 +58,7 @@ type Options struct {
 	Password   string
 	DB         int // 0 in a Cluster
 	TLS        *tls.Config
-	// KeyPrefix starts every key, as given. In a Cluster, a prefix with a
-	// hash tag ("{...}") puts every key into one slot.
-	KeyPrefix string
+	KeyPrefix  string // starts every key, as given
 	// Timeout bounds each call, including a reload of the scripts and the
 	// retries of groups whose slot moved. Required, as are Window (counted
 	// from the claim) and Lease (a pending claim's life without renewal).
@@ -71,22 +66,15 @@ type Options struct {
 	Window  time.Duration
 	Lease   time.Duration
 	Breaker breaker.Config // one breaker per node; zero fields take defaults
-	// Clock is the tier's time: leases, retries, renewals, breakers and
-	// durations; nil is the wall clock.
-	Clock clock.Clock
-	// Observe, if set, is called once per operation of a call with the
-	// worst result of its groups and its duration (zero: no round trip),
-	// and with ResultLost per claim lost. Called concurrently: keep it cheap.
+	Clock   clock.Clock    // leases, retries, renewals, breakers, durations; nil: the wall clock
+	// Observe is called, concurrently, per operation of a call with its worst
+	// result and duration (0: none), and with ResultLost per claim lost.
 	Observe func(op, result string, d time.Duration)
-	// OnNewServer, if set, is called when a Redis server not seen before
-	// answers after the tier connected (a restarted master, a promoted
-	// replica), which may have lost writes: what the caller cached of Redis
-	// should be asked again. Called from go-redis's connection setup.
+	// OnNewServer, if set, is called (from go-redis's connection setup) when
+	// a server not seen before answers after the tier connected (see servers).
 	OnNewServer func(runID string)
-	// OnTopology, if set, is called when a tier whose endpoints did not
-	// answer at Start learns their mode, or why it cannot work with them
-	// (it then keeps failing calls and asking). OnWriteError gets the error
-	// of a writer round. Both are called from the tier's goroutines.
+	// OnTopology, if set, gets the mode or the error a tier that got no answer
+	// at Start learns later; OnWriteError gets a writer round's error.
 	OnTopology   func(Mode, error)
 	OnWriteError func(error)
 }
@@ -115,17 +103,12 @@ type conn struct {
 	srv    *servers
 }
 
-// New returns a Tier that has not asked Redis anything yet. The options are
-// the processor's validated configuration (config.go checks them).
+// New returns a Tier that has not asked Redis anything yet (config.go validates the options).
 func New(opts Options) *Tier {
-	if opts.Mode == "" {
-		opts.Mode = ModeAuto
-	}
+	opts.Mode = cmp.Or(opts.Mode, ModeAuto)
+	opts.Clock = cmp.Or[clock.Clock](opts.Clock, clock.Wall{})
 	if opts.Observe == nil {
 		opts.Observe = func(string, string, time.Duration) {}
-	}
-	if opts.Clock == nil {
-		opts.Clock = clock.Wall{}
 	}
 	if opts.Breaker.Now == nil {
 		opts.Breaker.Now = opts.Clock.Now
@@ -142,10 +125,8 @@ func New(opts Options) *Tier {
 	return t
 }
 
-// Start finds out what the endpoints are and connects to them. It fails,
-// naming the setting to change, if they cannot work (see decide). If none
-// answers, a tier with a Mode connects as that mode; without, calls fail
-// until the endpoints, asked again in the background, answer.
+// Start learns what the endpoints are and connects, or fails if they cannot
+// work (see decide). If none answers, it connects as Mode, or waits for them.
 func (t *Tier) Start(ctx context.Context) error {
 	mode, err := t.discover(ctx)
 	switch {
@@ -192,9 +173,7 @@ func (t *Tier) discoverLater() {
 func (t *Tier) connect(mode Mode) {
 	o := t.opts
 	u := redis.UniversalOptions{
-		// go-redis appends the Cluster nodes it learns to Addrs in place:
-		// give it a slice of its own (tiers of one configuration share
-		// Endpoints).
+		// A copy: go-redis appends the Cluster nodes it learns, and tiers share Endpoints.
 		Addrs:       slices.Clip(slices.Clone(o.Endpoints)),
 		MasterName:  o.MasterName,
 		Username:    o.Username,
@@ -202,19 +181,15 @@ func (t *Tier) connect(mode Mode) {
 		DB:          o.DB,
 		TLSConfig:   o.TLS,
 		DialTimeout: o.Timeout,
-		// Each call's context bounds it: Timeout for a try, longer for a
-		// retry (patiently).
+		// Each call's context bounds it: longer for a retry (patiently).
 		ReadTimeout:           max(o.Timeout, t.renewEvery()),
 		WriteTimeout:          max(o.Timeout, t.renewEvery()),
 		PoolTimeout:           o.Timeout,
 		ContextTimeoutEnabled: true,
-		// One retry on a broken connection; every call is idempotent for
-		// its token, and the call's context bounds the total time.
+		// One retry on a broken connection: every call is idempotent.
 		MaxRetries:    1,
 		DialerRetries: 1,
-		// Plain Redis does not know the maintenance-notifications handshake
-		// and would cost a failed command per new connection (go-redis's
-		// failover client has them off).
+		// Plain Redis does not know this handshake: a failed command per new connection.
 		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
 	}
 	c := &conn{mode: mode, layout: newLayout(o.KeyPrefix, 0), srv: &servers{seen: map[string]bool{}, fn: o.OnNewServer}}
@@ -231,8 +206,11 @@ func (t *Tier) connect(mode Mode) {
 		c.exec = &singleExec{client: redis.NewClient(u.Simple()), name: o.Endpoints[0], br: breaker.New(o.Breaker)}
 	}
 	ctx, cancel := context.WithTimeout(t.bg, o.Timeout)
-	c.srv.baseline(ctx, c.exec)
+	c.exec.ping(ctx) // the baseline: every master; a server not seen after it is reported
 	cancel()
+	c.srv.mu.Lock()
+	c.srv.armed = true
+	c.srv.mu.Unlock()
 	t.conn.Store(c)
 }
 
@@ -244,14 +222,14 @@ func (t *Tier) Mode() Mode {
 	return ""
 }
 
-// Close stops the tier: calls fail from now on, renewals stop, and the
-// writes left are sent until they land or drainFor has passed (the rest are
-// reported lost). Call it once the batches using the tier have ended.
+// Close stops the tier after its batches: calls fail, renewals stop, the writes left get two tries.
 func (t *Tier) Close() error {
 	var err error
 	t.closed.Do(func() {
 		t.shut.Store(true)
-		t.w.close()
+		t.w.mu.Lock()
+		t.w.closed = true
+		t.w.mu.Unlock()
 		t.cancel()
 		t.wg.Wait()
 		if c := t.conn.Load(); c != nil {
@@ -261,8 +239,7 @@ func (t *Tier) Close() error {
 	return err
 }
 
-// Breakers returns the state of every node's circuit breaker; none while
-// the topology is unknown.
+// Breakers returns the state of every node's circuit breaker, if connected.
 func (t *Tier) Breakers() []NodeBreaker {
 	if c := t.conn.Load(); c != nil {
 		return c.exec.breakers()
@@ -270,9 +247,8 @@ func (t *Tier) Breakers() []NodeBreaker {
 	return nil
 }
 
-// NewToken returns a claim token: 16 bytes, age big-endian then 64 random
-// bits, so tokens never collide and one read in Redis tells when its batch
-// began. Each claim needs its own: Commit and Release act on all it holds.
+// NewToken returns a claim token, age then 64 random bits: tokens never
+// collide, and tell when a batch began. Commit and Release act on all it holds.
 func NewToken(age uint64) string {
 	var b [16]byte
 	binary.BigEndian.PutUint64(b[:8], age)
@@ -284,29 +260,23 @@ func NewToken(age uint64) string {
 type Answer uint8
 
 const (
-	// Unavailable: Redis or the group's node failed. The claim may exist
-	// anyway (its reply was lost): Commit or Release it all the same.
-	Unavailable Answer = iota
-	Held               // by a committed claim of another token: delivered
-	Claimed            // by this token
-	Pending            // by a pending claim of another token, still downstream
+	Unavailable Answer = iota // the node failed; the claim may exist: settle it all the same
+	Held                      // by a committed claim of another token: delivered
+	Claimed                   // by this token
+	Pending                   // by a pending claim of another token, still downstream
 )
 
-// Claim claims under token every digest of ds that no live claim holds, in
-// one round trip (one per node in a Cluster), and sets answers[i] for ds[i].
-// Of concurrent claims of a digest, anywhere, exactly one gets Claimed.
-// Atomicity is per script call: one group's digests, at most
-// maxKeysPerScript. ds must not repeat a digest; token must be unique to
-// the claim (NewToken). The claim is pending, its lease renewed in the
+// Claim claims under token every digest of distinct ds that no live claim
+// holds, in one round trip (one per node in a Cluster), and sets answers[i]
+// for ds[i]. Of concurrent claims of a digest, anywhere, exactly one gets
+// Claimed; atomicity is per script call (one group's digests, at most
+// maxKeysPerScript). The claim is pending, its lease renewed in the
 // background, and must end with Commit or Release whatever the answers. A
 // failed group's digests answer Unavailable. Retrying with the same token
-// is safe. It returns the token of a pending claim it met, if any.
-//
-// With look (OpRecheck), the digests are claimed one script call at a time
-// in the order of (group, digest), stopping at the first digest another
-// claim holds pending: the rest answer Pending, untried. A look then holds
-// no digest ordered after one another look holds, so of contending looks
-// the one furthest along is never stopped by another.
+// is safe. It returns the token of a pending claim it met, if any. With
+// look (OpRecheck), it claims one call at a time in (group, digest) order,
+// stopping at the first digest held pending: the rest answer Pending,
+// untried (see the processor's consume.go for why).
 func (t *Tier) Claim(ctx context.Context, token string, ds []digest.Digest, answers []Answer, look bool) (holder string, err error) {
 	op := OpClaim
 	if look {
@@ -324,27 +294,19 @@ func (t *Tier) Claim(ctx context.Context, token string, ds []digest.Digest, answ
 	b := c.prepare(ds)
 	defer groupingPool.Put(b)
 	if look {
-		b.sortGroups(ds)
+		for _, g := range b.groups {
+			slices.SortFunc(b.order[b.bounds[g]:b.bounds[g+1]], func(i, j int32) int { return ds[i].Compare(ds[j]) })
+		}
 	}
 	calls := t.claimCalls(ctx, c, b, op, token, ds, look)
-	if look {
-		for i, cl := range calls {
-			err = errors.Join(err, t.patiently(ctx, c, calls[i:i+1]))
-			if cl.err == nil && pendingIn(cl) {
-				for _, rest := range calls[i+1:] {
-					for _, k := range rest.idx {
-						answers[k] = Pending
-					}
-				}
-				calls = calls[:i+1]
-				break
-			}
-		}
-	} else {
+	if !look {
 		err = t.patiently(ctx, c, calls)
 	}
 	var held []string
-	for _, cl := range calls {
+	for i, cl := range calls {
+		if look {
+			err = errors.Join(err, t.patiently(ctx, c, calls[i:i+1]))
+		}
 		if cl.err != nil {
 			continue
 		}
@@ -362,25 +324,22 @@ func (t *Tier) Claim(ctx context.Context, token string, ds []digest.Digest, answ
 				held = append(held, key)
 			}
 		}
+		if look && owner != "" { // stopped at a pending digest: the rest stay untried
+			for _, rest := range calls[i+1:] {
+				for _, k := range rest.idx {
+					answers[k] = Pending
+				}
+			}
+			break
+		}
 	}
 	t.w.hold(token, held, false, t.opts.Clock.Now())
 	return holder, err
 }
 
-// pendingIn reports whether a claim call's reply has a pending digest.
-func pendingIn(cl *call) bool {
-	v, ok := cl.cmd.Val().(string)
-	if !ok || len(v) < len(cl.idx) {
-		return false
-	}
-	return strings.ContainsAny(v[:len(cl.idx)], "23")
-}
-
-// patiently runs calls within the timeout, then sends again, with twice the
-// time each try, those that timed out, while their node's breaker lets them
-// and a third of the lease has not passed: a Redis that answers late (short
-// of CPU, or a large call) costs latency, not an answer. Every call it
-// retries is idempotent for its token.
+// patiently runs calls within the timeout, then resends those that timed out,
+// with twice the time each try, while their breaker allows and a third of the
+// lease has not passed: a slow Redis costs latency, not an answer.
 func (t *Tier) patiently(ctx context.Context, c *conn, calls []*call) error {
 	start := t.opts.Clock.Now()
 	timeout := t.opts.Timeout
@@ -404,8 +363,7 @@ func (t *Tier) patiently(ctx context.Context, c *conn, calls []*call) error {
 	return t.failure(calls)
 }
 
-// readClaim sets the answers of one claim script call from its reply and
-// returns the token of the pending claim it met first, if any.
+// readClaim sets a claim call's answers from its reply and returns the first pending claim met.
 func readClaim(cl *call, answers []Answer) (owner string, err error) {
 	switch v := cl.cmd.Val().(type) {
 	case int64: // all claimed
@@ -439,26 +397,20 @@ func readClaim(cl *call, answers []Answer) (owner string, err error) {
 	}
 }
 
-// Commit makes the digests ds claimed under token hold for the rest of
-// their window: their batch was delivered. It is queued for the writer, and
-// sent by the caller only when the queue is full (the error is that send's).
-// A claim that was not pending any more, or not yet, is reported
-// ResultLost, and committed all the same: its records were delivered.
+// Commit makes the digests ds token claimed hold for their window: the batch
+// was delivered. It is queued, or sent now if the queue is full (the error is
+// that send's); a claim not pending is reported ResultLost, and committed.
 func (t *Tier) Commit(ctx context.Context, token string, ds []digest.Digest) error {
 	return t.settle(ctx, OpCommit, token, ds, true)
 }
 
-// Release ends the claim of token on ds, so the digests can be claimed
-// again at once; a digest another claim took over keeps its owner. It is
-// sent at once, not queued: the refused sender's retry should find its
-// records free. It is idempotent, and ends a committed claim too.
+// Release ends token's claim on ds (a digest taken over keeps its owner) now,
+// so the sender's retry finds its records free; idempotent, even if committed.
 func (t *Tier) Release(ctx context.Context, token string, ds []digest.Digest) error {
 	return t.settle(ctx, OpRelease, token, ds, false)
 }
 
-// settle queues the writes of a commit or release, one per group, or sends
-// them now if the queue is full or queue is false. A write that fails is
-// sent again until it lands or the claim's lease has ended.
+// settle queues a commit or release, a write per group, or sends it now if !queue or full.
 func (t *Tier) settle(ctx context.Context, op, token string, ds []digest.Digest, queue bool) error {
 	c, err := t.beginSettle(op, token, len(ds))
 	if c == nil {
@@ -485,9 +437,8 @@ func (t *Tier) settle(ctx context.Context, op, token string, ds []digest.Digest,
 	return err
 }
 
-// beginSettle begins a commit or release of n keys of token: the token's
-// renewals stop. It returns the connection, or nil if there is nothing to
-// send or no connection (then the write is lost, and the error says why).
+// beginSettle stops token's renewals and returns the connection for n keys, or
+// nil: nothing to send, or no connection (the write lost, err says why).
 func (t *Tier) beginSettle(op, token string, n int) (*conn, error) {
 	t.w.drop(token)
 	if n == 0 {
@@ -503,8 +454,7 @@ func (t *Tier) beginSettle(op, token string, n int) (*conn, error) {
 // errClosed fails the calls made after Close.
 var errClosed = errors.New("the tier is shut down")
 
-// connected returns the tier's connection, or an error while the topology is
-// unknown or once the tier is closed.
+// connected returns the connection, or why there is none.
 func (t *Tier) connected(op string) (*conn, error) {
 	if t.shut.Load() {
 		t.opts.Observe(op, ResultError, 0)
@@ -517,9 +467,7 @@ func (t *Tier) connected(op string) (*conn, error) {
 	return nil, fmt.Errorf("dedup: redis %s: topology not known: %w", op, *t.unknown.Load())
 }
 
-// run sends calls within timeout, reports each operation among them to
-// Observe (the worst result of its calls), and returns an error naming how
-// many calls failed and the first failure.
+// run sends calls within timeout, reports each operation's worst result to Observe, returns failure.
 func (t *Tier) run(ctx context.Context, c *conn, calls []*call, timeout time.Duration) error {
 	start := t.opts.Clock.Now()
 	cctx, cancel := context.WithTimeout(ctx, timeout)
@@ -528,36 +476,30 @@ func (t *Tier) run(ctx context.Context, c *conn, calls []*call, timeout time.Dur
 	d := t.opts.Clock.Now().Sub(start)
 	type report struct {
 		op, result string
-		sent       bool
+		d          time.Duration // zero while none of its calls was sent
 	}
 	var ops []report
 	for _, cl := range calls {
 		k := slices.IndexFunc(ops, func(r report) bool { return r.op == cl.op })
 		if k < 0 {
+			k = len(ops)
 			ops = append(ops, report{op: cl.op, result: ResultOK})
-			k = len(ops) - 1
 		}
-		r := ResultOK
-		if cl.err != nil {
-			r = resultOf(cl.err)
+		r := resultOf(cl.err)
+		if r != ResultSkipped {
+			ops[k].d = d
 		}
-		ops[k].sent = ops[k].sent || r != ResultSkipped
 		if slices.Index(severity, r) > slices.Index(severity, ops[k].result) {
 			ops[k].result = r
 		}
 	}
 	for _, r := range ops {
-		if r.sent {
-			t.opts.Observe(r.op, r.result, d)
-		} else {
-			t.opts.Observe(r.op, r.result, 0)
-		}
+		t.opts.Observe(r.op, r.result, r.d)
 	}
 	return t.failure(calls)
 }
 
-// failure returns an error naming how many of calls failed and the first
-// failure, or nil.
+// failure names how many of calls failed and the first failure, or is nil.
 func (t *Tier) failure(calls []*call) error {
 	var first *call
 	failed := 0
@@ -587,6 +529,8 @@ var severity = []string{ResultOK, ResultSkipped, ResultError, ResultTimeout}
 
 func resultOf(err error) string {
 	switch {
+	case err == nil:
+		return ResultOK
 	case errors.Is(err, errBreakerOpen):
 		return ResultSkipped
 	case isTimeout(err):
@@ -595,7 +539,7 @@ func resultOf(err error) string {
 	return ResultError
 }
 
-// grouping is the digests of ds grouped by group, as indexes into ds.
+// grouping is ds grouped by group, as indexes into ds.
 type grouping struct {
 	order  []int32 // indexes of ds, grouped by group
 	bounds []int32 // order[bounds[g]:bounds[g+1]] belong to group g
@@ -605,8 +549,7 @@ type grouping struct {
 
 var groupingPool = sync.Pool{New: func() any { return new(grouping) }}
 
-// prepare groups the digests of ds by a counting sort, which keeps ds's
-// order within each group.
+// prepare groups ds by a counting sort, keeping ds's order in each group.
 func (c *conn) prepare(ds []digest.Digest) *grouping {
 	b := groupingPool.Get().(*grouping)
 	ng := len(c.layout.groups)
@@ -634,21 +577,12 @@ func (c *conn) prepare(ds []digest.Digest) *grouping {
 	return b
 }
 
-// sortGroups orders each group's digests by value: the order looks claim
-// in, the same in every collector.
-func (b *grouping) sortGroups(ds []digest.Digest) {
-	for _, g := range b.groups {
-		slices.SortFunc(b.order[b.bounds[g]:b.bounds[g+1]], func(i, j int32) int { return ds[i].Compare(ds[j]) })
-	}
-}
-
-// claimCalls builds one claim script call per group and chunk of at most
+// claimCalls builds a claim call per group and chunk of at most
 // maxKeysPerScript digests; look makes each stop at its first pending key.
 func (t *Tier) claimCalls(ctx context.Context, c *conn, b *grouping, op, token string, ds []digest.Digest, look bool) []*call {
 	n := len(b.order)
 	l := &c.layout
-	// All keys are substrings of one string, and arguments point at them:
-	// a few allocations per batch rather than two per key.
+	// Keys are substrings of one string, arguments pointing at them: a few allocations per batch.
 	var sb strings.Builder
 	sb.Grow(n * (len(l.groups[len(l.groups)-1].prefix) + 2 + digest.Size))
 	ends := make([]int, n)

@@ -14,45 +14,35 @@ import (
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
 )
 
-// The writer is the tier's background goroutine. Each round renews the
-// pending claims and elections whose batches are downstream, once a third
-// of the lease has passed since their last renewal landed (so the lease
-// bounds only how long a dead collector's claims stand in the way), sends
-// the queued commits, and sends again, with a growing pause, the writes
-// that failed, until they land or their claim's lease has ended (Redis has
-// then freed the claim). A round is one round trip (one per master in a
-// Cluster). Claims lost on the way are reported as ResultLost.
-//
-// A batch that finds the queue full (maxQueued) sends its own write and
-// waits for it: a Redis that cannot keep up slows the senders instead of
-// growing the queue.
+// The writer is the tier's background goroutine. Each round renews the pending
+// claims and elections whose batches are downstream once a third of the lease
+// has passed since their last renewal landed, sends the queued commits, and
+// retries, with a growing pause, the failed writes until they land or their
+// lease has ended (freeing the claim). A round is one round trip per master. A
+// batch that finds the queue full (maxQueued) sends its own write: a slow Redis
+// slows the senders, not grows the queue.
 const (
 	maxQueued  = 4096
 	retryFirst = 100 * time.Millisecond
 	retryMost  = time.Second
 )
 
-// write is one group's commit or release of one claim, or the confirmation
-// or release of one election.
+// write is one group's commit or release of a claim, or one election's.
 type write struct {
 	op       string // OpCommit or OpRelease
 	token    string
 	group    int
 	ds       []digest.Digest // a release's digests
-	election *electionWrite  // set for an election
+	election *Election       // set for an election
+	failover time.Duration   // an election's
 	until    time.Time       // the claim's lease has ended by then
 	pause    time.Duration   // before the next try, once one failed
 	next     time.Time
 }
 
-type electionWrite struct {
-	key, replica digest.Digest
-	failover     time.Duration
-}
-
-// renewal is one pending claim's group, or one pending election, whose
-// batch is downstream.
+// renewal is a pending claim's group, or a pending election, whose batch is downstream.
 type renewal struct {
+	token    string
 	key      string    // the group's status key, or the election's key
 	election bool      // the key is an election's, pending under the token
 	landed   time.Time // when the lease was last set: the claim, or a renewal sent then that landed
@@ -68,40 +58,37 @@ type writer struct {
 	wake   chan struct{}
 }
 
-// hold starts renewing token's pending claims or elections of keys, whose
-// leases were set at now.
+// hold starts renewing token's claims or elections of keys, leased at now.
 func (w *writer) hold(token string, keys []string, election bool, now time.Time) {
 	if len(keys) == 0 {
 		return
 	}
 	w.mu.Lock()
 	for _, k := range keys {
-		w.live[token] = append(w.live[token], &renewal{key: k, election: election, landed: now})
+		w.live[token] = append(w.live[token], &renewal{token: token, key: k, election: election, landed: now})
 	}
 	w.mu.Unlock()
 }
 
-// drop stops renewing token's claims and elections.
 func (w *writer) drop(token string) {
 	w.mu.Lock()
 	delete(w.live, token)
 	w.mu.Unlock()
 }
 
-// forget stops renewing one key of token: its claim or election ended.
-// It reports whether the key was still being renewed.
-func (w *writer) forget(token string, r *renewal) bool {
+// forget stops renewing r, whose claim or election ended, and reports whether it still was.
+func (w *writer) forget(r *renewal) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	rs := w.live[token]
+	rs := w.live[r.token]
 	i := slices.Index(rs, r)
 	if i < 0 {
 		return false
 	}
 	if rs = slices.Delete(rs, i, i+1); len(rs) == 0 {
-		delete(w.live, token)
+		delete(w.live, r.token)
 	} else {
-		w.live[token] = rs
+		w.live[r.token] = rs
 	}
 	return true
 }
@@ -126,8 +113,7 @@ func (w *writer) signal() {
 	}
 }
 
-// run is the writer's loop: a round when writes are queued, or a retry or
-// a renewal is due. Once the tier closes, it drains (see Close).
+// run is the writer's loop, a round whenever work is queued or due; once closed, it drains.
 func (w *writer) run(t *Tier) {
 	clk := t.opts.Clock
 	next := time.Duration(0)
@@ -136,8 +122,7 @@ func (w *writer) run(t *Tier) {
 		now := clk.Now()
 		next = w.round(t, t.bg, now)
 		if now.Sub(pinged) >= max(t.renewEvery(), time.Second) {
-			// A master that restarted or failed over is noticed on a new
-			// connection (servers): at least this often, however quiet.
+			// A restarted or failed-over master shows on a new connection: ping however quiet.
 			if c := t.conn.Load(); c != nil {
 				ctx, cancel := context.WithTimeout(t.bg, t.opts.Timeout)
 				c.exec.ping(ctx)
@@ -146,12 +131,8 @@ func (w *writer) run(t *Tier) {
 			pinged = now
 		}
 	}
-	deadline := clk.Now().Add(t.drainFor())
-	for w.left() > 0 {
-		now := clk.Now()
-		if !now.Before(deadline) {
-			break
-		}
+	deadline := clk.Now().Add(2*t.opts.Timeout + retryFirst) // two tries of each write
+	for now := clk.Now(); w.left() > 0 && now.Before(deadline); now = clk.Now() {
 		w.round(t, context.Background(), now)
 		if w.left() > 0 {
 			_ = clk.Wait(context.Background(), nil, min(retryFirst, deadline.Sub(now)))
@@ -164,18 +145,14 @@ func (w *writer) run(t *Tier) {
 	t.lostAll(left, "shut down before it landed")
 }
 
-// drainFor bounds the writer's work after Close: two tries of each write.
-func (t *Tier) drainFor() time.Duration { return 2*t.opts.Timeout + retryFirst }
-
 func (w *writer) left() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return len(w.queue) + len(w.retry)
 }
 
-// round sends the due renewals, the queued writes and the due retries, and
-// returns when the next round is due. Once closed, it renews nothing and
-// every retry is due.
+// round sends the due renewals, queued writes and due retries (once closed,
+// every retry and no renewal), and returns when the next round is due.
 func (w *writer) round(t *Tier, ctx context.Context, now time.Time) time.Duration {
 	every := t.renewEvery()
 	w.mu.Lock()
@@ -194,16 +171,12 @@ func (w *writer) round(t *Tier, ctx context.Context, now time.Time) time.Duratio
 		}
 	}
 	w.retry = keep
-	type due struct {
-		token string
-		r     *renewal
-	}
-	var renew []due
+	var renew []*renewal
 	if !w.closed {
-		for tok, rs := range w.live {
+		for _, rs := range w.live {
 			for _, r := range rs {
 				if !now.Before(r.landed.Add(every)) && !now.Before(r.retry) {
-					renew = append(renew, due{tok, r})
+					renew = append(renew, r)
 				}
 			}
 		}
@@ -216,44 +189,40 @@ func (w *writer) round(t *Tier, ctx context.Context, now time.Time) time.Duratio
 
 	c := t.conn.Load() // not nil if there are writes or claims: they follow a connection
 	calls := make([]*call, 0, len(renew)+len(ws))
-	for _, d := range renew {
-		calls = append(calls, t.renewCall(ctx, d.token, d.r))
+	for _, r := range renew {
+		tok := "" // an election's renewal checks its holder
+		if r.election {
+			tok = r.token
+		}
+		calls = append(calls, &call{op: OpRenew, cmd: redis.NewCmd(ctx, "evalsha", renewScript.Hash(), 1, r.key, t.leaseArg, tok), route: r.key})
 	}
 	calls = append(calls, t.writeCalls(ctx, c, ws)...)
 	t.writeError(t.run(ctx, c, calls, t.opts.Timeout))
 
-	for i, d := range renew {
+	for i, r := range renew {
 		switch n, err := calls[i].cmd.Int64(); {
 		case err == nil && n == 1:
 			w.mu.Lock()
-			d.r.landed, d.r.retry = now, time.Time{}
+			r.landed, r.retry = now, time.Time{}
 			w.mu.Unlock()
 		case err == nil:
-			if w.forget(d.token, d.r) {
+			if w.forget(r) {
 				t.lost(OpRenew, errors.New("dedup: redis renew: the claim of a batch still downstream had ended (its lease ran out): copies of its records may be delivered meanwhile"))
 			}
-		case !now.Before(d.r.landed.Add(t.opts.Lease)):
-			if w.forget(d.token, d.r) {
+		case !now.Before(r.landed.Add(t.opts.Lease)):
+			if w.forget(r) {
 				t.lost(OpRenew, fmt.Errorf("dedup: redis renew: not renewed before the lease ended: %w", err))
 			}
 		default:
 			w.mu.Lock()
-			d.r.retry = now.Add(retryFirst)
+			r.retry = now.Add(retryFirst)
 			w.mu.Unlock()
 		}
 	}
-	failed := t.readWrites(ws, calls[len(renew):])
-	w.mu.Lock()
-	for _, wr := range failed {
-		wr.pause = min(max(2*wr.pause, retryFirst), retryMost)
-		wr.next = now.Add(wr.pause)
-		w.retry = append(w.retry, wr)
-	}
-	w.mu.Unlock()
+	t.retry(t.readWrites(ws, calls[len(renew):]), now, true)
 	return w.nextRound(now, every)
 }
 
-// nextRound returns how long until a retry or a renewal is due.
 func (w *writer) nextRound(now time.Time, every time.Duration) time.Duration {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -269,55 +238,44 @@ func (w *writer) nextRound(now time.Time, every time.Duration) time.Duration {
 	return max(next, time.Millisecond)
 }
 
-func (w *writer) close() {
-	w.mu.Lock()
-	w.closed = true
-	w.mu.Unlock()
-}
-
-// renewEvery is how often a pending lease is renewed: a third of it, so
-// that a renewal that fails can be tried again before the lease ends.
+// renewEvery is a third of the lease: a failed renewal is tried again in time.
 func (t *Tier) renewEvery() time.Duration { return max(t.opts.Lease/3, time.Millisecond) }
 
-// lostAll reports the writes given up, and why.
 func (t *Tier) lostAll(ws []write, why string) {
 	for _, wr := range ws {
 		t.lost(wr.op, fmt.Errorf("dedup: redis %s: %s", wr.op, why))
 	}
 }
 
-// send sends writes now, hands those that failed to the writer, and
-// returns the calls and the error.
+// send sends writes now and hands those that failed to the writer.
 func (t *Tier) send(ctx context.Context, c *conn, ws []write) ([]*call, error) {
 	calls := t.writeCalls(ctx, c, ws)
 	err := t.run(ctx, c, calls, t.opts.Timeout)
-	t.retry(t.readWrites(ws, calls))
+	t.retry(t.readWrites(ws, calls), t.opts.Clock.Now(), false)
 	return calls, err
 }
 
-// retry hands writes that failed outside a round to the writer; once the
-// tier is closed, they are lost.
-func (t *Tier) retry(failed []write) {
+// retry hands failed writes to the writer (pause doubling); outside a round, after Close, they are lost.
+func (t *Tier) retry(failed []write, now time.Time, inRound bool) {
 	if len(failed) == 0 {
 		return
 	}
-	now := t.opts.Clock.Now()
 	for i := range failed {
 		wr := &failed[i]
-		if wr.until.IsZero() {
-			wr.until = now.Add(t.opts.Lease)
-		}
-		wr.pause, wr.next = retryFirst, now.Add(retryFirst)
+		wr.pause = min(max(2*wr.pause, retryFirst), retryMost)
+		wr.next = now.Add(wr.pause)
 	}
 	t.w.mu.Lock()
-	if t.w.closed {
+	if t.w.closed && !inRound {
 		t.w.mu.Unlock()
 		t.lostAll(failed, "failed after the tier was shut down")
 		return
 	}
 	t.w.retry = append(t.w.retry, failed...)
 	t.w.mu.Unlock()
-	t.w.signal()
+	if !inRound {
+		t.w.signal()
+	}
 }
 
 func (t *Tier) writeError(err error) {
@@ -326,27 +284,18 @@ func (t *Tier) writeError(err error) {
 	}
 }
 
-// renewCall is the renewal of one pending claim group or election.
-func (t *Tier) renewCall(ctx context.Context, token string, r *renewal) *call {
-	tok := ""
-	if r.election {
-		tok = token
-	}
-	return &call{op: OpRenew, cmd: redis.NewCmd(ctx, "evalsha", renewScript.Hash(), 1, r.key, t.leaseArg, tok), route: r.key}
-}
-
 func (t *Tier) writeCalls(ctx context.Context, c *conn, ws []write) []*call {
 	calls := make([]*call, len(ws))
 	for i, wr := range ws {
 		if el := wr.election; el != nil {
-			key := t.electionKey(el.key)
-			rep := el.replica.Bytes()
-			fo := strconv.FormatInt(el.failover.Milliseconds(), 10)
+			key := t.electionKey(el.Key)
+			rep := el.Replica.Bytes()
+			fo := strconv.FormatInt(wr.failover.Milliseconds(), 10)
 			var args []any
 			if wr.op == OpCommit {
 				args = []any{"evalsha", confirmScript.Hash(), 1, key, string(rep[:]), wr.token, fo}
 			} else {
-				args = []any{"evalsha", releaseElectionScript.Hash(), 2, key, t.electionMarker(el.key, wr.token), wr.token, fo, t.leaseArg}
+				args = []any{"evalsha", releaseElectionScript.Hash(), 2, key, t.electionMarker(el.Key, wr.token), wr.token, fo, t.leaseArg}
 			}
 			calls[i] = &call{op: wr.op, cmd: redis.NewCmd(ctx, args...), route: key}
 			continue
@@ -368,8 +317,7 @@ func (t *Tier) writeCalls(ctx context.Context, c *conn, ws []write) []*call {
 	return calls
 }
 
-// readWrites reports the commits that found their claim ended and returns
-// the writes whose call failed.
+// readWrites reports the commits that found their claim ended, and returns the writes that failed.
 func (t *Tier) readWrites(ws []write, calls []*call) []write {
 	var retry []write
 	for i, cl := range calls {

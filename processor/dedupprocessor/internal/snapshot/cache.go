@@ -7,20 +7,18 @@ import (
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/localcache"
 )
 
-// Save returns a snapshot of the committed keys c holds at now, written at
-// now. It locks one shard at a time, so claims go on meanwhile. Pending keys
-// are left out: a crash would leave their batches undelivered, and a
-// restored key would drop their retries.
+// Save returns a snapshot of c's committed keys at now, locking one shard at a
+// time so claims go on. Pending keys are left out: after a crash, their batches
+// undelivered, restored keys would drop their retries.
 func Save(c *localcache.Cache, meta Meta, now int64) []byte {
 	meta.WrittenAt = now
 	dst := make([]byte, 0, encodedLen(c.Len(now)))
 	return appendEncode(dst, meta, func(fn func(digest.Digest, int64)) { c.Range(now, fn) })
 }
 
-// Restore inserts the entries of snapshot b live at now into c, earliest
-// expiry first, each expiry clamped to now+window so that no key outlives
-// the restoring window. It returns the Meta and how many keys were inserted.
-// Nothing is inserted unless b passes every check.
+// Restore inserts the entries of b live at now into c, earliest expiry first,
+// clamped to now+window, and returns the Meta and how many it inserted; nothing
+// unless b passes every check.
 func Restore(c *localcache.Cache, b []byte, fingerprint uint64, window, now int64) (Meta, int, error) {
 	meta, entries, err := parse(b, fingerprint)
 	if err != nil {
@@ -37,8 +35,7 @@ func Restore(c *localcache.Cache, b []byte, fingerprint uint64, window, now int6
 	return meta, restored, nil
 }
 
-// run is a stretch of entries [next, end) in expiry order; expires is
-// entry next's.
+// run is a stretch of entries [next, end) in expiry order; expires is entry next's.
 type run struct {
 	next, end int
 	expires   int64
@@ -58,10 +55,9 @@ func (h *runs) Pop() any {
 	return nil
 }
 
-// inExpiryOrder calls fn with the index of every entry, by expiry then by
-// position. A cache assumes keys arrive in expiry order, and a snapshot is
-// ordered only within each shard of the cache that wrote it: its few sorted
-// runs are merged through a min-heap, reading the snapshot in place.
+// inExpiryOrder calls fn with each entry's index, by expiry then position. A
+// cache takes keys in expiry order, and a snapshot is sorted only per shard:
+// its few runs are merged in place through a min-heap.
 func inExpiryOrder(entries []byte, fn func(i int)) {
 	n := len(entries) / entryLen
 	var h runs

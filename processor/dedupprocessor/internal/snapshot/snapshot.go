@@ -53,8 +53,7 @@ var (
 	ErrTruncated = errors.New("snapshot truncated")
 	ErrCorrupt   = errors.New("snapshot corrupt") // bad checksum, or bytes after it
 	ErrVersion   = errors.New("snapshot version unknown")
-	// ErrForeign: not a snapshot (magic), or taken under another identity
-	// configuration (fingerprint), so its digests mean nothing here.
+	// ErrForeign: not a snapshot (magic), or of another identity configuration (fingerprint).
 	ErrForeign = errors.New("snapshot foreign")
 )
 
@@ -62,16 +61,14 @@ var (
 type Meta struct {
 	Window    int64 // of the writing cache, ns; restoring clamps to its own
 	WrittenAt int64 // unix ns
-	// Fingerprint identifies the configuration digests were computed under
-	// (key expressions, identity encoding); the caller computes it.
+	// Fingerprint, computed by the caller, identifies the configuration its digests were made under.
 	Fingerprint uint64
 }
 
 // encodedLen is the size of a snapshot of n entries.
 func encodedLen(n int) int { return headerLen + entryLen*n + checksumLen }
 
-// appendEncode appends a snapshot of the entries (digest, expiry) that
-// each passes to its argument, in that order.
+// appendEncode appends a snapshot of the entries (digest, expiry) each passes on, in order.
 func appendEncode(dst []byte, meta Meta, each func(func(d digest.Digest, expires int64))) []byte {
 	start := len(dst)
 	dst = append(dst, magic...)
@@ -90,8 +87,7 @@ func appendEncode(dst []byte, meta Meta, each func(func(d digest.Digest, expires
 	return binary.BigEndian.AppendUint64(dst, xxh3.Hash(dst[start:]))
 }
 
-// parse validates any input, without panicking or trusting its count, and
-// returns its Meta and its entries region.
+// parse validates any input, trusting no count, and returns its Meta and entries region.
 func parse(b []byte, fingerprint uint64) (Meta, []byte, error) {
 	if len(b) < len(magic)+2 {
 		if k := min(len(b), len(magic)); string(b[:k]) != magic[:k] {
@@ -131,14 +127,13 @@ func parse(b []byte, fingerprint uint64) (Meta, []byte, error) {
 	return meta, b[headerLen:end], nil
 }
 
-// entryAt reads entry i of a validated entries region.
+// entryAt and expiryAt read entry i of a validated entries region.
 func entryAt(entries []byte, i int) (digest.Digest, int64) {
 	e := entries[i*entryLen : (i+1)*entryLen]
 	return digest.Digest{Hi: binary.BigEndian.Uint64(e), Lo: binary.BigEndian.Uint64(e[8:])},
 		int64(binary.BigEndian.Uint64(e[16:]))
 }
 
-// expiryAt reads the expiry of entry i of a validated entries region.
 func expiryAt(entries []byte, i int) int64 {
 	return int64(binary.BigEndian.Uint64(entries[i*entryLen+digest.Size:]))
 }
