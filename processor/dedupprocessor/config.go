@@ -26,7 +26,8 @@ type Action string
 const (
 	// ActionDrop removes duplicates from the batch.
 	ActionDrop Action = "drop"
-	// ActionMark delivers duplicates with MarkAttribute set to true (shadow mode).
+	// ActionMark delivers duplicates with MarkAttribute set to true (shadow
+	// mode).
 	ActionMark Action = "mark"
 )
 
@@ -42,7 +43,8 @@ const (
 	MissingKeyDrop MissingKeyPolicy = "drop"
 )
 
-// Config is the configuration of the dedup processor; the README documents each setting.
+// Config is the configuration of the dedup processor; the README documents
+// each setting.
 type Config struct {
 	// Window is how long a key is remembered after it was first accepted.
 	Window time.Duration `mapstructure:"window"`
@@ -50,7 +52,8 @@ type Config struct {
 	Action Action `mapstructure:"action"`
 	// MarkAttribute is set to true on duplicates under ActionMark.
 	MarkAttribute string `mapstructure:"mark_attribute"`
-	// IdentityAttribute, when set, receives each delivered unit's digest in hex.
+	// IdentityAttribute, when set, receives each delivered unit's digest in
+	// hex.
 	IdentityAttribute string `mapstructure:"identity_attribute"`
 	// OnMissingKey is what happens to a record whose key cannot be derived.
 	OnMissingKey MissingKeyPolicy `mapstructure:"on_missing_key"`
@@ -114,7 +117,8 @@ const (
 	RedisModeSentinel RedisMode = "sentinel"
 )
 
-// RedisConfig is the shared tier: a Redis that lets many collectors pass one copy of a record.
+// RedisConfig is the shared tier: a Redis that lets many collectors pass one
+// copy of a record.
 type RedisConfig struct {
 	// Endpoints are a standalone server, Cluster nodes, or Sentinels.
 	Endpoints []string `mapstructure:"endpoints"`
@@ -143,17 +147,20 @@ type RedisConfig struct {
 
 // SignalConfig is the identity of one signal's records.
 type SignalConfig struct {
-	// Key lists OTTL expressions forming the identity; empty: the whole content.
+	// Key lists OTTL expressions forming the identity; empty: the whole
+	// content.
 	Key []string `mapstructure:"key"`
 	// Ignore lists fields left out of the content identity (empty Key only).
 	Ignore []string `mapstructure:"ignore"`
-	// Conditions lists OTTL conditions, OR-ed, selecting the records deduplicated.
+	// Conditions lists OTTL conditions, OR-ed, selecting the records
+	// deduplicated.
 	Conditions []string `mapstructure:"conditions"`
 
 	_ struct{}
 }
 
-// MetricsConfig is the identity of metric data points and, optionally, replica election.
+// MetricsConfig is the identity of metric data points and, optionally,
+// replica election.
 type MetricsConfig struct {
 	SignalConfig `mapstructure:",squash"`
 	// ReplicaElection, when present, delivers one replica's points per cluster.
@@ -170,14 +177,16 @@ type ElectionConfig struct {
 	ClusterLabel string `mapstructure:"cluster_label"`
 	// ReplicaLabel names the attribute that tells a group's replicas apart.
 	ReplicaLabel string `mapstructure:"replica_label"`
-	// UpdateInterval, plus up to UpdateJitter, is how often delivered data refreshes an election.
+	// UpdateInterval, plus up to UpdateJitter, is how often delivered data
+	// refreshes an election.
 	UpdateInterval time.Duration `mapstructure:"update_interval"`
 	UpdateJitter   time.Duration `mapstructure:"update_jitter"`
 	// FailoverTimeout is how long an election holds after its last refresh.
 	FailoverTimeout time.Duration `mapstructure:"failover_timeout"`
 	// MaxClusters bounds the clusters of one tenant elected for.
 	MaxClusters int `mapstructure:"max_clusters"`
-	// RemoveReplicaLabel removes ReplicaLabel from the elected replica's points.
+	// RemoveReplicaLabel removes ReplicaLabel from the elected replica's
+	// points.
 	RemoveReplicaLabel bool `mapstructure:"remove_replica_label"`
 
 	_ struct{}

@@ -54,7 +54,8 @@ type adapter[T any] interface {
 	firstCallSettled(ctx context.Context, err error)
 }
 
-// sink is an adapter's next consumer and data copy for a second call; it has no stage to settle.
+// sink is an adapter's next consumer and data copy for a second call; it has
+// no stage to settle.
 type sink[T interface{ CopyTo(T) }] struct {
 	next  func(context.Context, T) error
 	fresh func() T
@@ -163,7 +164,8 @@ func (e *engine) begin(records int) *batch {
 	return b
 }
 
-// beginRound opens a round when its claims are made: a key's window runs from its round's claim.
+// beginRound opens a round when its claims are made: a key's window runs from
+// its round's claim.
 func (e *engine) beginRound(b *batch) {
 	b.now = e.now()
 	b.token = e.nextToken()
@@ -175,7 +177,8 @@ func (e *engine) beginRound(b *batch) {
 	b.held, b.shared, b.unchecked, b.round = b.held[:0], b.shared[:0], 0, roundOpen
 }
 
-// nextToken returns a token above all before and at least the time in µs: shared tokens tell their age.
+// nextToken returns a token above all before and at least the time in µs:
+// shared tokens tell their age.
 func (b *batches) nextToken() uint64 {
 	now := uint64(b.clock.Now().UnixMicro())
 	for {
@@ -209,7 +212,8 @@ func (b *batch) copyOf(at int, by caughtBy, action Action) {
 	}
 }
 
-// firstCopies lists each digest's first copy in b.firsts, making the others duplicates: one claim each.
+// firstCopies lists each digest's first copy in b.firsts, making the others
+// duplicates: one claim each.
 func (b *batch) firstCopies(action Action) {
 	b.firsts = b.firsts[:0]
 	if len(b.keys) == 0 {
@@ -301,7 +305,8 @@ func (e *engine) claim(ctx context.Context, b *batch, idx []int32, look bool) er
 		case redistier.Claimed:
 			b.shared = append(b.shared, ds[j])
 		case redistier.Unavailable:
-			// on_error: pass: delivered on the local word; a claim that landed anyway is committed.
+			// on_error: pass: delivered on the local word; a claim that
+			// landed anyway is committed.
 			b.shared = append(b.shared, ds[j])
 			b.unchecked++
 		case redistier.Held:
@@ -366,7 +371,8 @@ func deliver[T any](ctx context.Context, e *engine, b *batch, s adapter[T], data
 	return err
 }
 
-// needsApply counts the records kept and says whether the verdicts change the batch.
+// needsApply counts the records kept and says whether the verdicts change the
+// batch.
 func (e *engine) needsApply(b *batch) bool {
 	change := e.cfg.IdentityAttribute != "" && len(b.keys) > 0 || b.alters
 	b.kept = 0
@@ -387,7 +393,8 @@ type applier struct {
 	next int // the next keyed unit's index in b.keys
 }
 
-// unit applies the next unit's verdict to its attributes: true removes the unit.
+// unit applies the next unit's verdict to its attributes: true removes the
+// unit.
 func (a *applier) unit(attrs pcommon.Map) bool {
 	v := a.b.verdicts[a.i]
 	var k *key
@@ -430,7 +437,8 @@ func (e *engine) settle(ctx context.Context, b *batch, state roundState, wake bo
 	}
 	b.round = state
 	if e.shared != nil {
-		// The writes outlive a sender that gave up: the records were delivered or must be freed.
+		// The writes outlive a sender that gave up: the records were
+		// delivered or must be freed.
 		ctx = context.WithoutCancel(ctx)
 	}
 	switch state {
@@ -459,7 +467,8 @@ func (e *engine) settle(ctx context.Context, b *batch, state roundState, wake bo
 // pending_wait; that batch may never deliver it, so the sender retries.
 var errInFlight = errors.New("dedup: a record of this batch is still being delivered by another batch; retry later")
 
-// refusal is errInFlight naming the shared claim last met pending, for a processor before (deliver).
+// refusal is errInFlight naming the shared claim last met pending, for a
+// processor before (deliver).
 func (b *batch) refusal() error {
 	if b.holder == "" {
 		return errInFlight
@@ -498,7 +507,8 @@ func (e *engine) await(ctx context.Context, b *batch) error {
 			w.record(ctx, waitSettled)
 			return nil
 		}
-		// Waking others would let two batches waiting for the same records wake each other forever.
+		// Waking others would let two batches waiting for the same records
+		// wake each other forever.
 		e.settle(ctx, b, roundReleased, false)
 		b.later = b.later[:0]
 		for _, i := range look {
@@ -510,7 +520,8 @@ func (e *engine) await(ctx context.Context, b *batch) error {
 	}
 }
 
-// secondCall keeps the verdicts of the records left for later and drops the rest, sent with the first.
+// secondCall keeps the verdicts of the records left for later and drops the
+// rest, sent with the first.
 func (b *batch) secondCall() {
 	const second = 8 // above every verdict
 	for _, i := range b.later {
@@ -526,7 +537,8 @@ func (b *batch) secondCall() {
 	b.later = b.later[:0]
 }
 
-// end releases what the batch holds and pools it, keeping its arrays unless they grew large.
+// end releases what the batch holds and pools it, keeping its arrays unless
+// they grew large.
 func (e *engine) end(ctx context.Context, b *batch) {
 	e.settle(ctx, b, roundReleased, true)
 	e.flying.Add(-1)
@@ -572,7 +584,8 @@ func (w *wait) record(ctx context.Context, r waitResult) {
 	w.b.tel.waits.Record(ctx, w.b.clock.Now().Sub(w.start).Seconds(), w.b.tel.waitOpts[r:r+1]...)
 }
 
-// settledSignal wakes waiters when a round or election ends; only waiters make its channel: cheap.
+// settledSignal wakes waiters when a round or election ends; only waiters
+// make its channel: cheap.
 type settledSignal struct{ ch atomic.Pointer[chan struct{}] }
 
 // channel returns a channel closed at the next broadcast.

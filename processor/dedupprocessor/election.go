@@ -47,7 +47,8 @@ const (
 
 var electionReasonNames = [numElectionReasons]string{"new", "failover"}
 
-// elector is a metrics processor's replica election: a stage settled with the batch's first call.
+// elector is a metrics processor's replica election: a stage settled with the
+// batch's first call.
 type elector struct {
 	cfg              *Config
 	b                *batches
@@ -78,7 +79,8 @@ func newElector(cfg *Config, ec *ElectionConfig, b *batches, tier *sharedStage) 
 	}
 }
 
-// ballotBox is a batch's elections: ballots per cluster, votes per replica, each point's vote.
+// ballotBox is a batch's elections: ballots per cluster, votes per replica,
+// each point's vote.
 type ballotBox struct {
 	strip         bool   // remove_replica_label
 	replicaLabel  string // the replica label's name
@@ -129,7 +131,8 @@ type vote struct {
 	replica election.Replica
 }
 
-// pointVote is a point's vote (noVote: no labels) and whether its label is its resource's.
+// pointVote is a point's vote (noVote: no labels) and whether its label is
+// its resource's.
 type pointVote struct {
 	vote     int32
 	resource bool
@@ -319,7 +322,8 @@ func (e *elector) decide(ctx context.Context, box *ballotBox) error {
 			}
 			return nil
 		}
-		// Waking nobody, as await: batches waiting for each other would wake each other forever.
+		// Waking nobody, as await: batches waiting for each other would wake
+		// each other forever.
 		e.release(ctx, box, false, true)
 		for i := range box.ballots {
 			if bl := &box.ballots[i]; bl.state == ballotTaken {
@@ -375,7 +379,8 @@ func (box *ballotBox) replicaOf(i int32, d digest.Digest) election.Replica {
 	return election.Replica{Digest: d}
 }
 
-// settle commits the batch's elections and refreshes if its first call passed, else releases them.
+// settle commits the batch's elections and refreshes if its first call
+// passed, else releases them.
 func (e *elector) settle(ctx context.Context, box *ballotBox, err error) {
 	if err != nil {
 		e.release(ctx, box, false, true)
@@ -464,7 +469,8 @@ func (e *elector) commit(ctx context.Context, box *ballotBox) {
 	}
 }
 
-// admit reports whether point idx goes on to the dedup (elected or undecided), else appends a duplicate.
+// admit reports whether point idx goes on to the dedup (elected or
+// undecided), else appends a duplicate.
 func (box *ballotBox) admit(b *batch, idx int, action Action) bool {
 	vt, bl := box.voteAt(idx)
 	switch {
@@ -483,13 +489,15 @@ func (box *ballotBox) admit(b *batch, idx int, action Action) bool {
 	return true
 }
 
-// elected reports whether point idx is the elected replica's, and whether its label is the resource's.
+// elected reports whether point idx is the elected replica's, and whether its
+// label is the resource's.
 func (box *ballotBox) elected(idx int) (elected, resource bool) {
 	vt, bl := box.voteAt(idx)
 	return vt != nil && (bl.state == ballotElected || bl.state == ballotTaken) && vt.replica.Digest == bl.elected, box.points[idx].resource
 }
 
-// voteAt returns the vote of the point at verdict index idx and its ballot, or nils.
+// voteAt returns the vote of the point at verdict index idx and its ballot,
+// or nils.
 func (box *ballotBox) voteAt(idx int) (*vote, *ballot) {
 	v := box.points[idx].vote
 	if v == noVote {

@@ -37,7 +37,8 @@ func NewFactory() processor.Factory {
 	)
 }
 
-// create is a signal's create function: b.add, then build; a nil P on error, not a typed nil.
+// create is a signal's create function: b.add, then build; a nil P on error,
+// not a typed nil.
 func create[N, P any](b *built, signal string, build func(component.TelemetrySettings, component.ID, *Config, N) (P, error)) func(context.Context, processor.Settings, component.Config, N) (P, error) {
 	return func(_ context.Context, set processor.Settings, cfg component.Config, next N) (p P, err error) {
 		if err = b.add(set, cfg.(*Config), signal); err == nil {

@@ -17,13 +17,15 @@ import (
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/identity"
 )
 
-// Domain tags open every identity encoding: key and content identities and signals never collide.
+// Domain tags open every identity encoding: key and content identities and
+// signals never collide.
 const (
 	domainKey     byte = 'k'
 	domainContent byte = 'c'
 )
 
-// plainPath is a field access evaluated on pdata, not OTTL, returning what OTTL does: digests agree.
+// plainPath is a field access evaluated on pdata, not OTTL, returning what
+// OTTL does: digests agree.
 type plainPath struct {
 	field string // "attributes", "resource.attributes", "body", ...
 	key   string // the map key for attribute paths
@@ -34,7 +36,8 @@ var (
 	fieldPathRE = regexp.MustCompile(`^\s*([a-z_.]+)\s*$`)
 )
 
-// parsePlainPath recognises attribute paths and the plain fields named in fields.
+// parsePlainPath recognises attribute paths and the plain fields named in
+// fields.
 func parsePlainPath(expr string, fields []string) (plainPath, bool) {
 	if m := attrPathRE.FindStringSubmatch(expr); m != nil {
 		return plainPath{field: m[1], key: m[2]}, true
@@ -162,7 +165,8 @@ func encodeKey[K transformContext, V unitView[K]](ctx context.Context, si *signa
 	return true, nil
 }
 
-// matches evaluates the conditions (OR); on an error, no match: the unit passes untouched.
+// matches evaluates the conditions (OR); on an error, no match: the unit
+// passes untouched.
 func (si *signalIdentity[K]) matches(ctx context.Context, tctx K) (bool, error) {
 	var firstErr error
 	for _, c := range si.conditions {
@@ -180,7 +184,8 @@ func (si *signalIdentity[K]) matches(ctx context.Context, tctx K) (bool, error) 
 	return false, firstErr
 }
 
-// scopeKey opens every unit's identity: tenant per batch, the rest (content only) per group.
+// scopeKey opens every unit's identity: tenant per batch, the rest (content
+// only) per group.
 type scopeKey struct {
 	tenant    [digest.Size]byte
 	resource  [digest.Size]byte
@@ -242,7 +247,8 @@ func decide[K transformContext, V unitView[K]](ctx context.Context, policy Missi
 	return enc.Digest(), outcomeUnique, nil
 }
 
-// walk is a batch's walk over its units: the adapter calls resource, scope and unit at each level.
+// walk is a batch's walk over its units: the adapter calls resource, scope
+// and unit at each level.
 type walk[K transformContext] struct {
 	ctx     context.Context
 	e       *engine
@@ -407,7 +413,8 @@ const (
 	fieldSchemaURL
 )
 
-// resourceDigest is a content identity's resource part (dropped count, schema URL only when set).
+// resourceDigest is a content identity's resource part (dropped count, schema
+// URL only when set).
 func (ign *contentIgnore) resourceDigest(e *identity.Encoder, res pcommon.Resource, schemaURL string) [digest.Size]byte {
 	e.Reset()
 	if !ign.fields.has(ignResource) {
@@ -437,14 +444,16 @@ func droppedAndSchema(e *identity.Encoder, dropped uint32, schemaURL string) {
 	}
 }
 
-// dropped32 writes a nonzero dropped count (attributes, events, links): it tells units apart.
+// dropped32 writes a nonzero dropped count (attributes, events, links): it
+// tells units apart.
 func dropped32(e *identity.Encoder, id byte, n uint32) {
 	if n != 0 {
 		e.FieldUint(id, uint64(n))
 	}
 }
 
-// commonPath evaluates the attribute paths every context shares, or reports them not handled.
+// commonPath evaluates the attribute paths every context shares, or reports
+// them not handled.
 func commonPath(e *identity.Encoder, p plainPath, res pcommon.Resource, scope pcommon.InstrumentationScope, attrs pcommon.Map) (handled, ok bool) {
 	var m pcommon.Map
 	switch p.field {
@@ -461,7 +470,8 @@ func commonPath(e *identity.Encoder, p plainPath, res pcommon.Resource, scope pc
 	return true, ok && e.Value(v)
 }
 
-// nonEmptyString encodes s, missing when empty: OTLP strings like event_name have no presence.
+// nonEmptyString encodes s, missing when empty: OTLP strings like event_name
+// have no presence.
 func nonEmptyString(e *identity.Encoder, s string) bool {
 	if s == "" {
 		return false

@@ -16,10 +16,12 @@ import (
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/snapshot"
 )
 
-// snapshotKey is the snapshot's key in a client scoped to the instance and signal.
+// snapshotKey is the snapshot's key in a client scoped to the instance and
+// signal.
 const snapshotKey = "local-cache"
 
-// localStage is the local tier: the digest cache and, with storage, its snapshots (restored, saved).
+// localStage is the local tier: the digest cache and, with storage, its
+// snapshots (restored, saved).
 type localStage struct {
 	*localcache.Cache
 	cfg         *Config
@@ -104,7 +106,8 @@ func (l *localStage) save(ctx context.Context) error {
 	return l.client.Set(ctx, snapshotKey, b)
 }
 
-// close stops the periodic saves, saves once more (the pipeline has drained) and closes the client.
+// close stops the periodic saves, saves once more (the pipeline has drained)
+// and closes the client.
 func (l *localStage) close(ctx context.Context) error {
 	if l.client == nil {
 		return nil

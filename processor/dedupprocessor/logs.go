@@ -140,7 +140,8 @@ func (p *logsProcessor) identify(ctx context.Context, b *batch, enc *identity.En
 	}
 }
 
-// apply applies the verdicts and prunes the scopes and resources left empty (as all signals).
+// apply applies the verdicts and prunes the scopes and resources left empty
+// (as all signals).
 func (p *logsProcessor) apply(b *batch, ld plog.Logs) {
 	a := applier{e: p.engine, b: b}
 	ld.ResourceLogs().RemoveIf(func(rl plog.ResourceLogs) bool {

@@ -39,7 +39,8 @@ type pointSlice[P dataPoint] interface {
 	RemoveIf(func(P) bool)
 }
 
-// pointView is a data point as the identity sees it, fields copied out so no point is boxed.
+// pointView is a data point as the identity sees it, fields copied out so no
+// point is boxed.
 type pointView struct {
 	rm     pmetric.ResourceMetrics
 	sm     pmetric.ScopeMetrics
@@ -72,7 +73,8 @@ func (v pointView) path(e *identity.Encoder, p plainPath) bool {
 	return true
 }
 
-// content encodes attributes and timestamps (the stream is in the group digest), not the value: a repeat.
+// content encodes attributes and timestamps (the stream is in the group
+// digest), not the value: a repeat.
 func (v pointView) content(e *identity.Encoder, ign *contentIgnore) {
 	e.Field(fieldAttributes)
 	e.Map(v.attrs, ign.skipAttr)
@@ -107,7 +109,8 @@ func metricDigest(e *identity.Encoder, m pmetric.Metric) [16]byte {
 	return e.Digest().Bytes()
 }
 
-// metricsProcessor is the dedup processor in a metrics pipeline; its unit is the data point.
+// metricsProcessor is the dedup processor in a metrics pipeline; its unit is
+// the data point.
 type metricsProcessor struct {
 	*engine
 	out   sink[pmetric.Metrics]

@@ -15,7 +15,8 @@ import (
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/clock"
 )
 
-// engine is a processor's signal-independent core: its guarantees are written once (consume.go).
+// engine is a processor's signal-independent core: its guarantees are written
+// once (consume.go).
 type engine struct {
 	*batches
 	cfg      *Config
@@ -28,7 +29,8 @@ type engine struct {
 	flying   atomic.Int64 // batches in flight
 }
 
-// batches is what a processor's batches share: clock, tokens, wait loop, error policy, telemetry.
+// batches is what a processor's batches share: clock, tokens, wait loop,
+// error policy, telemetry.
 type batches struct {
 	clock       clock.Clock
 	tokens      atomic.Uint64
@@ -85,7 +87,8 @@ func (e *engine) Start(ctx context.Context, host component.Host) error {
 	return nil
 }
 
-// Shutdown waits for the batches in flight, so their commits and releases land, then closes the tiers.
+// Shutdown waits for the batches in flight, so their commits and releases
+// land, then closes the tiers.
 func (e *engine) Shutdown(ctx context.Context) error {
 	e.drain(ctx)
 	var errShared error
@@ -95,7 +98,8 @@ func (e *engine) Shutdown(ctx context.Context) error {
 	return errors.Join(e.local.close(ctx), errShared, e.tel.registration.Unregister())
 }
 
-// drain waits for the batches in flight, at most a lease (or pending_wait), or until ctx ends.
+// drain waits for the batches in flight, at most a lease (or pending_wait),
+// or until ctx ends.
 func (e *engine) drain(ctx context.Context) {
 	bound := e.pendingWait
 	if r := e.cfg.Redis.Get(); r != nil {

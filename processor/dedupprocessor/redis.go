@@ -29,10 +29,12 @@ func defaultKeyPrefix(id component.ID, cfg *Config) string {
 	return fmt.Sprintf("dedup:%08x:", uint32(h^h>>32))
 }
 
-// identityEncoding versions the digests' encoding, in the fingerprint: bump it on any change to it.
+// identityEncoding versions the digests' encoding, in the fingerprint: bump
+// it on any change to it.
 const identityEncoding = 1
 
-// identityFingerprint hashes what a digest means: no snapshot or key of other settings is reused.
+// identityFingerprint hashes what a digest means: no snapshot or key of other
+// settings is reused.
 func identityFingerprint(cfg *Config) uint64 {
 	var e identity.Encoder
 	e.Uint(identityEncoding)
@@ -52,7 +54,8 @@ func identityFingerprint(cfg *Config) uint64 {
 	return e.Digest().Hi
 }
 
-// redisLog routes go-redis's process-wide log to the first shared tier's logger.
+// redisLog routes go-redis's process-wide log to the first shared tier's
+// logger.
 var redisLog sync.Once
 
 type zapRedisLogger struct{ logger *zap.Logger }
@@ -61,7 +64,8 @@ func (l zapRedisLogger) Printf(_ context.Context, format string, v ...any) {
 	l.logger.Warn(fmt.Sprintf(format, v...))
 }
 
-// sharedStage is the shared tier and what the processor logs, reports and forgets as Redis changes.
+// sharedStage is the shared tier and what the processor logs, reports and
+// forgets as Redis changes.
 type sharedStage struct {
 	*redistier.Tier
 	cfg    *RedisConfig
@@ -110,7 +114,8 @@ func newSharedStage(cfg *Config, r *RedisConfig, id component.ID, logger *zap.Lo
 	return s, nil
 }
 
-// start connects the shared tier; a Redis that does not answer leaves batches to on_error, as any outage.
+// start connects the shared tier; a Redis that does not answer leaves batches
+// to on_error, as any outage.
 func (s *sharedStage) start(ctx context.Context, host component.Host) error {
 	s.host.Store(&host)
 	if err := s.Tier.Start(ctx); err != nil {
@@ -129,7 +134,8 @@ func (s *sharedStage) start(ctx context.Context, host component.Host) error {
 	return nil
 }
 
-// topologyFound reports what the tier learns once Redis answers; a bad configuration is permanent.
+// topologyFound reports what the tier learns once Redis answers; a bad
+// configuration is permanent.
 func (s *sharedStage) topologyFound(mode redistier.Mode, err error) {
 	if err == nil {
 		s.logger.Info("dedup: shared tier connected: Redis answered", zap.String("mode", string(mode)), zap.Strings("endpoints", s.cfg.Endpoints))

@@ -217,14 +217,16 @@ func (t *telemetry) with(kv ...attribute.KeyValue) metric.MeasurementOption {
 	return metric.WithAttributeSet(attribute.NewSet(slices.Concat(t.base, kv)...))
 }
 
-// labelled sets opts[i] to the series with attribute key = values[i], as an AddOption or RecordOption.
+// labelled sets opts[i] to the series with attribute key = values[i], as an
+// AddOption or RecordOption.
 func labelled[O any](t *telemetry, opts []O, key string, values []string) {
 	for i, v := range values {
 		opts[i] = t.with(attribute.String(key, v)).(O)
 	}
 }
 
-// recordCall adds an accepted call's counts and zeroes them: a second call records its own.
+// recordCall adds an accepted call's counts and zeroes them: a second call
+// records its own.
 func (t *telemetry) recordCall(ctx context.Context, b *batch) {
 	if b.unidentified {
 		var n int64
@@ -247,7 +249,8 @@ func (t *telemetry) recordCall(ctx context.Context, b *batch) {
 	b.outcomes, b.caught, b.unchecked = [numOutcomes]int64{}, [numCaughtBy]int64{}, 0
 }
 
-// addEach adds each nonzero count under opts[i:i+1] (one option alone would make a slice per call).
+// addEach adds each nonzero count under opts[i:i+1] (one option alone would
+// make a slice per call).
 func addEach(ctx context.Context, c metric.Int64Counter, counts []int64, opts []metric.AddOption) {
 	for i, n := range counts {
 		if n > 0 {
@@ -256,7 +259,8 @@ func addEach(ctx context.Context, c metric.Int64Counter, counts []int64, opts []
 	}
 }
 
-// throttledLog logs a recurring problem at most every throttleInterval, with the occurrences since.
+// throttledLog logs a recurring problem at most every throttleInterval, with
+// the occurrences since.
 type throttledLog struct {
 	logger *zap.Logger
 	msg    string

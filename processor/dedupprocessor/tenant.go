@@ -35,7 +35,8 @@ func tenantDigest(ctx context.Context, cfg *Config, enc *identity.Encoder) (d [d
 	return enc.Digest().Bytes(), identified
 }
 
-// encodeAuth encodes the attributes after a 1, or just a 0 (no identity's encoding) if one lacks.
+// encodeAuth encodes the attributes after a 1, or just a 0 (no identity's
+// encoding) if one lacks.
 func encodeAuth(enc *identity.Encoder, auth client.AuthData, names []string) bool {
 	for _, name := range names {
 		if auth == nil || !hasValue(auth.GetAttribute(name)) {
@@ -73,7 +74,8 @@ func hasValue(v any) bool {
 	return true
 }
 
-// unidentified is why a request lacks the identity (see unidentifiedFix): the counter's reason.
+// unidentified is why a request lacks the identity (see unidentifiedFix): the
+// counter's reason.
 type unidentified int
 
 const (
@@ -84,7 +86,8 @@ const (
 
 var unidentifiedNames = [numUnidentified]string{"unauthenticated", "missing_attribute"}
 
-// unidentifiedFix is the line logged for each reason: what happened, and what to change.
+// unidentifiedFix is the line logged for each reason: what happened, and what
+// to change.
 var unidentifiedFix = [numUnidentified]string{
 	"dedup: a request reached dedup without an authenticated identity, so auth_attributes cannot partition it: its records share one partition with every such request. " +
 		"Name the authenticator in auth.authenticator of every receiver of this pipeline, and put no batch processor before dedup (it keeps client metadata only)",
@@ -92,7 +95,8 @@ var unidentifiedFix = [numUnidentified]string{
 		"Name an attribute the authenticator sets for every sender (oidc: subject, or membership with groups_claim set; basicauth: username), or give every sender's token the claim",
 }
 
-// whyUnidentified says why ctx's request lacks the identity of names, and which attribute.
+// whyUnidentified says why ctx's request lacks the identity of names, and
+// which attribute.
 func whyUnidentified(ctx context.Context, names []string) (unidentified, string) {
 	auth := client.FromContext(ctx).Auth
 	if auth == nil {
@@ -106,12 +110,14 @@ func whyUnidentified(ctx context.Context, names []string) (unidentified, string)
 	return unidentifiedMissingAttribute, ""
 }
 
-// serverAuthenticator is extensionauth.Server, matched by shape: no module needed for it.
+// serverAuthenticator is extensionauth.Server, matched by shape: no module
+// needed for it.
 type serverAuthenticator interface {
 	Authenticate(ctx context.Context, sources map[string][]string) (context.Context, error)
 }
 
-// checkAuthenticator refuses auth_attributes without a server authenticator: no request would have one.
+// checkAuthenticator refuses auth_attributes without a server authenticator:
+// no request would have one.
 func checkAuthenticator(cfg *Config, host component.Host) error {
 	if len(cfg.AuthAttributes) == 0 {
 		return nil

@@ -137,7 +137,8 @@ func contentIDs(e *identity.Encoder, f fieldSet, traceID pcommon.TraceID, spanID
 	}
 }
 
-// tracesProcessor is the traces dedup processor: its unit is the span, kept or dropped whole.
+// tracesProcessor is the traces dedup processor: its unit is the span, kept
+// or dropped whole.
 type tracesProcessor struct {
 	*engine
 	sink[ptrace.Traces]

@@ -34,7 +34,8 @@ const (
 	DefaultMaxCooldown = time.Minute
 )
 
-// Breaker is a consecutive-failure circuit breaker. It is safe for concurrent use.
+// Breaker is a consecutive-failure circuit breaker. It is safe for concurrent
+// use.
 type Breaker struct {
 	cfg         Config // defaults filled in
 	mu          sync.Mutex
@@ -64,7 +65,8 @@ func New(cfg Config) *Breaker {
 	return &Breaker{cfg: cfg, cooldown: cfg.Cooldown}
 }
 
-// Ticket is the permission to make one call. Its outcome must be reported with Done exactly once.
+// Ticket is the permission to make one call. Its outcome must be reported
+// with Done exactly once.
 type Ticket struct {
 	gen   uint64
 	probe bool
@@ -102,7 +104,8 @@ func (b *Breaker) Allow() (Ticket, bool) {
 	return Ticket{gen: b.gen}, true
 }
 
-// Done reports the outcome of a call allowed with t, ignored if it began before a state change.
+// Done reports the outcome of a call allowed with t, ignored if it began
+// before a state change.
 func (b *Breaker) Done(t Ticket, o Outcome) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -132,7 +135,8 @@ func (b *Breaker) Done(t Ticket, o Outcome) {
 	}
 }
 
-// State returns the state: HalfOpen once an open breaker's cooldown ends (the next call probes).
+// State returns the state: HalfOpen once an open breaker's cooldown ends (the
+// next call probes).
 func (b *Breaker) State() State {
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -1,4 +1,5 @@
-// Package digest defines a record's 128-bit identity; only digests are stored: they reveal nothing.
+// Package digest defines a record's 128-bit identity; only digests are
+// stored: they reveal nothing.
 package digest
 
 import (
@@ -12,7 +13,8 @@ import (
 // Size is the number of bytes in a digest.
 const Size = 16
 
-// Digest is the 128-bit hash of an identity; collisions (~n²/2¹²⁹) are negligible at any volume.
+// Digest is the 128-bit hash of an identity; collisions (~n²/2¹²⁹) are
+// negligible at any volume.
 type Digest struct {
 	Hi, Lo uint64
 }

@@ -20,14 +20,16 @@ import (
 // Tenant is the digest of a request's tenant (metadata_keys values).
 type Tenant = [digest.Size]byte
 
-// Ref names one election; Key, the digest of tenant and cluster, is the same everywhere.
+// Ref names one election; Key, the digest of tenant and cluster, is the same
+// everywhere.
 type Ref struct {
 	Tenant  Tenant
 	Key     digest.Digest
 	Cluster string
 }
 
-// Replica is a replica label value: its digest, which elections compare, and its name if known.
+// Replica is a replica label value: its digest, which elections compare, and
+// its name if known.
 type Replica struct {
 	Digest digest.Digest
 	Name   string
@@ -51,7 +53,8 @@ type Decision struct {
 	Replica digest.Digest
 }
 
-// Config holds the timing and limit; the caller ensures FailoverTimeout > UpdateInterval+UpdateJitter.
+// Config holds the timing and limit; the caller ensures FailoverTimeout >
+// UpdateInterval+UpdateJitter.
 type Config struct {
 	UpdateInterval  time.Duration
 	UpdateJitter    time.Duration
@@ -126,7 +129,8 @@ func (t *Table) Decide(ref Ref, candidate Replica, token uint64, now int64, take
 	return Decision{State: Taken, Replica: candidate.Digest}
 }
 
-// admit reports whether the tenant may add a live election, sweeping dead ones at the limit.
+// admit reports whether the tenant may add a live election, sweeping dead
+// ones at the limit.
 func (t *Table) admit(tenant Tenant, key digest.Digest, clusters map[digest.Digest]*entry, now int64) bool {
 	if len(clusters) < t.cfg.MaxClusters {
 		return true
@@ -145,7 +149,8 @@ func (t *Table) admit(tenant Tenant, key digest.Digest, clusters map[digest.Dige
 	return live < t.cfg.MaxClusters
 }
 
-// hold makes ref pending under token for candidate, keeping old (if any) to restore on release.
+// hold makes ref pending under token for candidate, keeping old (if any) to
+// restore on release.
 func (t *Table) hold(ref Ref, candidate Replica, token uint64, old *entry) {
 	t.clusters(ref.Tenant)[ref.Key] = &entry{
 		cluster: strings.Clone(ref.Cluster), replica: clone(candidate), holder: token, prev: old,
@@ -169,7 +174,8 @@ func (t *Table) remove(tenant Tenant, clusters map[digest.Digest]*entry, key dig
 	}
 }
 
-// Hold records that Redis gave ref to candidate, pending under token, unless an election pends here.
+// Hold records that Redis gave ref to candidate, pending under token, unless
+// an election pends here.
 func (t *Table) Hold(ref Ref, candidate Replica, token uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -197,7 +203,8 @@ func (t *Table) Learn(ref Ref, replica Replica, remaining time.Duration, now int
 	t.setDeadlines(en, now, int64(remaining))
 }
 
-// setDeadlines makes a committed election live for remaining, next refreshed from now+remaining-failover.
+// setDeadlines makes a committed election live for remaining, next refreshed
+// from now+remaining-failover.
 func (t *Table) setDeadlines(en *entry, now, remaining int64) {
 	en.until = now + remaining
 	en.refresh = now + remaining - t.failover + int64(t.cfg.UpdateInterval) + int64(t.cfg.Jitter())
@@ -254,7 +261,8 @@ func (t *Table) Release(ref Ref, token uint64) {
 	}
 }
 
-// TakeRefresh reports whether token's batch carries ref's due refresh, naming a digest-only replica.
+// TakeRefresh reports whether token's batch carries ref's due refresh, naming
+// a digest-only replica.
 func (t *Table) TakeRefresh(ref Ref, replica Replica, token uint64, now int64) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -282,14 +290,16 @@ func (t *Table) Forget(ref Ref) {
 	}
 }
 
-// ForgetCommitted drops the committed elections, asked again in Redis; pending ones stay with batches.
+// ForgetCommitted drops the committed elections, asked again in Redis;
+// pending ones stay with batches.
 func (t *Table) ForgetCommitted() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.sweep(func(*entry) bool { return true })
 }
 
-// Each calls fn, under the lock, for every live committed election whose replica is named.
+// Each calls fn, under the lock, for every live committed election whose
+// replica is named.
 func (t *Table) Each(now int64, fn func(cluster, replica string)) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -302,7 +312,8 @@ func (t *Table) Each(now int64, fn func(cluster, replica string)) {
 	}
 }
 
-// maybeSweep drops dead entries once per failover timeout: gone clusters hold no memory.
+// maybeSweep drops dead entries once per failover timeout: gone clusters hold
+// no memory.
 func (t *Table) maybeSweep(now int64) {
 	if now-t.lastSweep >= t.failover {
 		t.lastSweep = now

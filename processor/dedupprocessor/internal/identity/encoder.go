@@ -39,7 +39,8 @@ const (
 )
 
 const (
-	// maxRetainedBuffer bounds the buffer kept between records: a huge one is not pinned.
+	// maxRetainedBuffer bounds the buffer kept between records: a huge one is
+	// not pinned.
 	maxRetainedBuffer = 64 << 10
 	initialBuffer     = 1024
 )
@@ -117,13 +118,15 @@ func (e *Encoder) put64(tag byte, v uint64) {
 	binary.BigEndian.PutUint64(w[1:], v)
 }
 
-// Field starts a named part of a content identity: equal values in different fields differ.
+// Field starts a named part of a content identity: equal values in different
+// fields differ.
 func (e *Encoder) Field(id byte) {
 	w := e.room(2)
 	w[0], w[1] = tagField, id
 }
 
-// FieldValue is Field(id) then valueOrMissing(v); Field* write in one reservation (a dozen per record).
+// FieldValue is Field(id) then valueOrMissing(v); Field* write in one
+// reservation (a dozen per record).
 func (e *Encoder) FieldValue(id byte, v pcommon.Value) {
 	if v.Type() == pcommon.ValueTypeStr {
 		e.FieldString(id, v.Str())
@@ -157,7 +160,8 @@ func (e *Encoder) field64(id, tag byte, v uint64) {
 	binary.BigEndian.PutUint64(w[3:], v)
 }
 
-// FieldIDs is Field(traceField) then TraceID(t), then Field(spanField) then SpanID(s).
+// FieldIDs is Field(traceField) then TraceID(t), then Field(spanField) then
+// SpanID(s).
 func (e *Encoder) FieldIDs(traceField byte, t pcommon.TraceID, spanField byte, s pcommon.SpanID) {
 	w := e.room(2 + 1 + len(t) + 2 + 1 + len(s))
 	w[0], w[1], w[2] = tagField, traceField, tagTraceID
@@ -264,7 +268,8 @@ func (e *Encoder) Map(m pcommon.Map, skip func(key string) bool) {
 	e.hashedMap(m, skip)
 }
 
-// sortedMap encodes m in key order (insertion sort), or returns false, encoding nothing, if it cannot.
+// sortedMap encodes m in key order (insertion sort), or returns false,
+// encoding nothing, if it cannot.
 func (e *Encoder) sortedMap(m pcommon.Map, skip func(key string) bool) bool {
 	var keys [maxSortedEntries]string
 	var vals [maxSortedEntries]pcommon.Value
@@ -295,7 +300,8 @@ func (e *Encoder) sortedMap(m pcommon.Map, skip func(key string) bool) bool {
 	return true
 }
 
-// entry is String(k) then valueOrMissing(v), in one write for short keys and values.
+// entry is String(k) then valueOrMissing(v), in one write for short keys and
+// values.
 func (e *Encoder) entry(k string, v pcommon.Value) {
 	if len(k) < 0x80 {
 		switch v.Type() {
@@ -323,7 +329,8 @@ func (e *Encoder) entry(k string, v pcommon.Value) {
 	e.valueOrMissing(v)
 }
 
-// hashedMap sums the entries' 128-bit hashes: commutative, and repeated entries still count.
+// hashedMap sums the entries' 128-bit hashes: commutative, and repeated
+// entries still count.
 func (e *Encoder) hashedMap(m pcommon.Map, skip func(key string) bool) {
 	var accHi, accLo uint64
 	n := 0
@@ -354,7 +361,8 @@ func (e *Encoder) Slice(s pcommon.Slice) {
 	}
 }
 
-// Any encodes a value an OTTL expression returned; false, encoding nothing, for nil and unset IDs.
+// Any encodes a value an OTTL expression returned; false, encoding nothing,
+// for nil and unset IDs.
 func (e *Encoder) Any(v any) bool {
 	switch t := v.(type) {
 	case nil:
@@ -406,7 +414,8 @@ func (e *Encoder) Any(v any) bool {
 	return true
 }
 
-// other encodes types with no canonical form: %T keeps types apart, %#v values. Rare: may allocate.
+// other encodes types with no canonical form: %T keeps types apart, %#v
+// values. Rare: may allocate.
 func (e *Encoder) other(v any) {
 	e.putTaggedString(tagOther, fmt.Sprintf("%T\x00%#v", v, v))
 }

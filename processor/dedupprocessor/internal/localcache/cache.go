@@ -29,11 +29,13 @@ const (
 	HeldBySelf
 	// Held: the digest is held by a committed claim: its record was delivered.
 	Held
-	// Pending: held by a token in flight (see Begin): its record is downstream, may be released.
+	// Pending: held by a token in flight (see Begin): its record is
+	// downstream, may be released.
 	Pending
 )
 
-// noToken marks an entry no claim owns (restored, or disowned): committed, and never released.
+// noToken marks an entry no claim owns (restored, or disowned): committed,
+// and never released.
 const noToken uint64 = 0
 
 // Cache is safe for concurrent use; no lock is held across shards. A key is
@@ -73,7 +75,8 @@ type slot struct {
 	token   uint64
 }
 
-// New returns a cache of at most maxEntries (>= 1) digests, each kept window ns from its claim.
+// New returns a cache of at most maxEntries (>= 1) digests, each kept window
+// ns from its claim.
 func New(maxEntries int, windowNanos int64) *Cache {
 	// Small caches keep one shard, so eviction is exactly oldest first.
 	n := 1
@@ -98,14 +101,16 @@ func New(maxEntries int, windowNanos int64) *Cache {
 	return c
 }
 
-// flights is the tokens in flight. Its lock is taken inside a shard's or alone, never around one.
+// flights is the tokens in flight. Its lock is taken inside a shard's or
+// alone, never around one.
 type flights struct {
 	mu     sync.Mutex
 	tokens map[uint64]struct{}
 	oldest atomic.Uint64 // the smallest token in flight, 0 if none: read without the lock
 }
 
-// Begin puts token (unique, not noToken) in flight: the keys it claims are pending until End.
+// Begin puts token (unique, not noToken) in flight: the keys it claims are
+// pending until End.
 func (c *Cache) Begin(token uint64) {
 	c.flights.mu.Lock()
 	c.flights.tokens[token] = struct{}{}
@@ -115,7 +120,8 @@ func (c *Cache) Begin(token uint64) {
 	c.flights.mu.Unlock()
 }
 
-// End takes token out of flight, committing its keys: release them first if not delivered.
+// End takes token out of flight, committing its keys: release them first if
+// not delivered.
 func (c *Cache) End(token uint64) {
 	c.flights.mu.Lock()
 	delete(c.flights.tokens, token)
@@ -162,7 +168,8 @@ type batchScratch struct {
 
 var scratchPool = sync.Pool{New: func() any { return new(batchScratch) }}
 
-// eachShard calls fn, under its lock, for each shard with digests of ds, with their positions.
+// eachShard calls fn, under its lock, for each shard with digests of ds, with
+// their positions.
 func (c *Cache) eachShard(ds []digest.Digest, fn func(s *shard, group []int32)) {
 	sc := scratchPool.Get().(*batchScratch)
 	defer scratchPool.Put(sc)
@@ -214,7 +221,8 @@ func (s *shard) expire(now int64) {
 	}
 }
 
-// prefetch reads the index cells the coming claims probe first, so these independent loads overlap.
+// prefetch reads the index cells the coming claims probe first, so these
+// independent loads overlap.
 func (s *shard) prefetch(ds []digest.Digest, group []int32) {
 	var acc cell
 	for _, i := range group {
@@ -223,7 +231,8 @@ func (s *shard) prefetch(ds []digest.Digest, group []int32) {
 	s.sink = acc
 }
 
-// claim records d for token unless held, and returns the holder; the shard is locked and expired.
+// claim records d for token unless held, and returns the holder; the shard is
+// locked and expired.
 func (s *shard) claim(d digest.Digest, token uint64, now, window int64) (Result, uint64) {
 	if sl, ci := s.lookup(d); sl != nil {
 		switch {
@@ -243,7 +252,8 @@ func (s *shard) claim(d digest.Digest, token uint64, now, window int64) (Result,
 	return Claimed, token
 }
 
-// lookup returns d's slot and its cell's index word, or nil, probing on while a mark says it overflowed.
+// lookup returns d's slot and its cell's index word, or nil, probing on while
+// a mark says it overflowed.
 func (s *shard) lookup(d digest.Digest) (*slot, uint64) {
 	fp := fingerprint(d)
 	b := s.home(fp)
@@ -306,7 +316,8 @@ func (s *shard) pop() {
 	s.used--
 }
 
-// forget removes a held key (cell ci), releasing its slot; no probe ends at an empty cell: none moves.
+// forget removes a held key (cell ci), releasing its slot; no probe ends at
+// an empty cell: none moves.
 func (s *shard) forget(sl *slot, ci uint64) {
 	s.index[ci] = 0
 	sl.expires = 0
@@ -336,7 +347,8 @@ func (c cell) fingerprint() uint32 { return uint32(c >> 32) }
 
 func makeCell(fp, seq uint32) cell { return cell(uint64(fp)<<32 | uint64(seq)) }
 
-// fingerprint, d's bits the index keeps, alone picks the home bucket: growing never reads the ring.
+// fingerprint, d's bits the index keeps, alone picks the home bucket: growing
+// never reads the ring.
 func fingerprint(d digest.Digest) uint32 { return uint32(d.Hi) | 1 }
 
 const (
@@ -366,7 +378,8 @@ func (s *shard) next(b uint64) uint64 {
 	return b
 }
 
-// posOf returns the ring position of the key numbered seq, or false if it left (a stale cell).
+// posOf returns the ring position of the key numbered seq, or false if it
+// left (a stale cell).
 func (s *shard) posOf(seq uint32) (int, bool) {
 	off := seq - s.headSeq
 	if off >= uint32(s.used) {
@@ -387,7 +400,8 @@ func (s *shard) stale(c cell) bool {
 // overflowed reports whether a live key passed the bucket with mark m.
 func (s *shard) overflowed(m cell) bool { return m != 0 && !s.stale(m) }
 
-// place puts c in the first empty or stale cell of its probe (40% full at most), marking full buckets.
+// place puts c in the first empty or stale cell of its probe (40% full at
+// most), marking full buckets.
 func (s *shard) place(c cell) {
 	b := s.home(c.fingerprint())
 	for {
@@ -403,7 +417,8 @@ func (s *shard) place(c cell) {
 	}
 }
 
-// mark records that key seq passed the full bucket w, unless it names a later live key already.
+// mark records that key seq passed the full bucket w, unless it names a later
+// live key already.
 func (s *shard) mark(w *[bucketWords]cell, seq uint32) {
 	if m := w[0]; s.overflowed(m) && m.seq()-s.headSeq > seq-s.headSeq {
 		return
@@ -411,7 +426,8 @@ func (s *shard) mark(w *[bucketWords]cell, seq uint32) {
 	w[0] = makeCell(1, seq)
 }
 
-// moving is grow's copy of a shard's cells, shared by the shards, which grow one at a time.
+// moving is grow's copy of a shard's cells, shared by the shards, which grow
+// one at a time.
 type moving struct {
 	mu    sync.Mutex
 	cells []cell
@@ -432,7 +448,8 @@ func (s *shard) grow() {
 	old := s.moving.cells[:s.nb*bucketWords]
 	copy(old, s.index)
 	clear(s.index[:len(old)])
-	// Back new pages before the moves read them: a page read first faults again at the first write.
+	// Back new pages before the moves read them: a page read first faults
+	// again at the first write.
 	if fresh := s.index[len(old) : nb*bucketWords]; !populate(fresh) {
 		for i := 0; i < len(fresh); i += pageCells {
 			fresh[i] = 0
@@ -446,7 +463,8 @@ func (s *shard) grow() {
 	}
 }
 
-// ReleaseBatch forgets the digests of ds token holds, so copies are claimed anew, and counts them.
+// ReleaseBatch forgets the digests of ds token holds, so copies are claimed
+// anew, and counts them.
 func (c *Cache) ReleaseBatch(ds []digest.Digest, token uint64) int {
 	if token == noToken || len(ds) == 0 {
 		return 0
@@ -481,7 +499,8 @@ func (c *Cache) Insert(d digest.Digest, expires, now int64) bool {
 	return true
 }
 
-// Disown commits d if token holds it, so a release keeps it: another instance delivered it.
+// Disown commits d if token holds it, so a release keeps it: another instance
+// delivered it.
 func (c *Cache) Disown(d digest.Digest, token uint64) {
 	s := &c.shards[d.Lo&c.mask]
 	s.mu.Lock()
@@ -517,7 +536,8 @@ func (c *Cache) Evictions() int64 {
 	return n
 }
 
-// Range calls fn, per shard under its lock, for each committed key, oldest first; fn must not call c.
+// Range calls fn, per shard under its lock, for each committed key, oldest
+// first; fn must not call c.
 func (c *Cache) Range(now int64, fn func(d digest.Digest, expires int64)) {
 	c.eachLocked(func(s *shard) {
 		s.expire(now)

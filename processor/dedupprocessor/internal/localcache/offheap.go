@@ -18,7 +18,8 @@ type arena struct {
 	mapped [][]byte
 }
 
-// alloc returns n zeroed pointer-free Ts from a, or from the Go heap if the kernel refuses.
+// alloc returns n zeroed pointer-free Ts from a, or from the Go heap if the
+// kernel refuses.
 func alloc[T any](a *arena, n int) []T {
 	var zero T
 	b, err := syscall.Mmap(-1, 0, n*int(unsafe.Sizeof(zero)), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)

@@ -109,7 +109,8 @@ func (x *clusterExec) worthRetry(ctx context.Context, c *call) bool {
 	return false
 }
 
-// pause waits d if ctx's deadline (wall clock, as go-redis's) leaves 2d, and reports if it did.
+// pause waits d if ctx's deadline (wall clock, as go-redis's) leaves 2d, and
+// reports if it did.
 func (x *clusterExec) pause(ctx context.Context, d time.Duration) bool {
 	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < 2*d {
 		return false
@@ -124,7 +125,8 @@ type nodeCalls struct {
 	calls  []*call
 }
 
-// send sends one pipeline per master at once, and redirected calls through the ClusterClient.
+// send sends one pipeline per master at once, and redirected calls through
+// the ClusterClient.
 func (x *clusterExec) send(ctx context.Context, calls []*call, retry bool) {
 	var direct []*call
 	var allowed []*nodeCalls
@@ -222,7 +224,8 @@ func (x *clusterExec) degraded() {
 	}
 }
 
-// refresher reloads the slot map every refreshDegraded while degraded (woken at once), else refreshIdle.
+// refresher reloads the slot map every refreshDegraded while degraded (woken
+// at once), else refreshIdle.
 func (x *clusterExec) refresher(ctx context.Context) {
 	defer close(x.done)
 	last := x.clock.Now()

@@ -16,7 +16,8 @@ import (
 // Mode is how the tier reaches Redis: what the endpoints are.
 type Mode string
 
-// The modes. In a Cluster, one node (e.g. a managed service's configuration endpoint) is enough.
+// The modes. In a Cluster, one node (e.g. a managed service's configuration
+// endpoint) is enough.
 const (
 	ModeAuto       Mode = "auto" // ask the endpoints
 	ModeStandalone Mode = "standalone"
@@ -24,10 +25,12 @@ const (
 	ModeSentinel   Mode = "sentinel" // Sentinels monitoring MasterName
 )
 
-// errNoAnswer wraps discovery errors where no endpoint told what it is; the rest are bad configurations.
+// errNoAnswer wraps discovery errors where no endpoint told what it is; the
+// rest are bad configurations.
 var errNoAnswer = errors.New("no endpoint answered")
 
-// minProbeTimeout: a probe (dial, TLS, AUTH, two round trips) costs more than a call; start can wait.
+// minProbeTimeout: a probe (dial, TLS, AUTH, two round trips) costs more than
+// a call; start can wait.
 const minProbeTimeout = time.Second
 
 // probe is what one endpoint said it is.
@@ -69,7 +72,8 @@ func (t *Tier) probe(ctx context.Context, addr string, credentials bool) probe {
 		DisableIdentity: true,
 		MaxRetries:      -1,
 		DialerRetries:   1,
-		// One connection: a pool whose every dial failed starts a goroutine outliving the probe.
+		// One connection: a pool whose every dial failed starts a goroutine
+		// outliving the probe.
 		PoolSize:                 2,
 		ContextTimeoutEnabled:    true,
 		DialTimeout:              max(t.opts.Timeout, minProbeTimeout),

@@ -137,7 +137,8 @@ func (t *Tier) electionMarker(k digest.Digest, token string) string {
 	return t.electionKey(k) + "r" + token
 }
 
-// electionAnswer decodes the election scripts' reply {state, replica, remaining ms}.
+// electionAnswer decodes the election scripts' reply {state, replica,
+// remaining ms}.
 func electionAnswer(c *redis.Cmd) (ElectionAnswer, error) {
 	vals, err := c.Slice()
 	if err != nil {

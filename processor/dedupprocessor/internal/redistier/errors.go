@@ -25,7 +25,8 @@ import (
 // errBreakerOpen marks a command not sent because its node's breaker was open.
 var errBreakerOpen = errors.New("circuit breaker open")
 
-// nodeDown reports whether the node did not answer (or its breaker was open), or cannot serve.
+// nodeDown reports whether the node did not answer (or its breaker was open),
+// or cannot serve.
 func nodeDown(err error) bool {
 	return err != nil && (redis.IsLoadingError(err) || redis.IsMasterDownError(err) || !isReply(err))
 }
@@ -36,7 +37,8 @@ func isReply(err error) bool {
 	return errors.As(err, &reply)
 }
 
-// moving reports whether err says a Cluster's slots move or recover: a retry can succeed soon.
+// moving reports whether err says a Cluster's slots move or recover: a retry
+// can succeed soon.
 func moving(err error) bool {
 	return redirected(err) || redis.IsTryAgainError(err) || redis.IsClusterDownError(err) || redis.IsReadOnlyError(err)
 }

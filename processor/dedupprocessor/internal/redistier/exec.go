@@ -30,7 +30,8 @@ type executor interface {
 	close() error
 }
 
-// NodeBreaker is a node's breaker state: a master's address, a standalone endpoint, a Sentinel master.
+// NodeBreaker is a node's breaker state: a master's address, a standalone
+// endpoint, a Sentinel master.
 type NodeBreaker struct {
 	Node  string
 	State breaker.State
@@ -75,7 +76,8 @@ func (x *singleExec) ping(ctx context.Context) {
 	}
 }
 
-// failureOutcome is a failed call's breaker outcome: a caller that gave up tells nothing.
+// failureOutcome is a failed call's breaker outcome: a caller that gave up
+// tells nothing.
 func failureOutcome(ctx context.Context) breaker.Outcome {
 	if err := ctx.Err(); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		return breaker.Unknown
@@ -83,7 +85,8 @@ func failureOutcome(ctx context.Context) breaker.Outcome {
 	return breaker.Failure
 }
 
-// sendPipeline sends calls to a node in one round trip, and the NOSCRIPT ones again as EVAL.
+// sendPipeline sends calls to a node in one round trip, and the NOSCRIPT ones
+// again as EVAL.
 func sendPipeline(ctx context.Context, client *redis.Client, calls []*call) {
 	send := func(cs []*call) {
 		if len(cs) == 1 {

@@ -103,7 +103,8 @@ type conn struct {
 	srv    *servers
 }
 
-// New returns a Tier that has not asked Redis anything yet (config.go validates the options).
+// New returns a Tier that has not asked Redis anything yet (config.go
+// validates the options).
 func New(opts Options) *Tier {
 	opts.Mode = cmp.Or(opts.Mode, ModeAuto)
 	opts.Clock = cmp.Or[clock.Clock](opts.Clock, clock.Wall{})
@@ -173,7 +174,8 @@ func (t *Tier) discoverLater() {
 func (t *Tier) connect(mode Mode) {
 	o := t.opts
 	u := redis.UniversalOptions{
-		// A copy: go-redis appends the Cluster nodes it learns, and tiers share Endpoints.
+		// A copy: go-redis appends the Cluster nodes it learns, and tiers
+		// share Endpoints.
 		Addrs:       slices.Clip(slices.Clone(o.Endpoints)),
 		MasterName:  o.MasterName,
 		Username:    o.Username,
@@ -189,7 +191,8 @@ func (t *Tier) connect(mode Mode) {
 		// One retry on a broken connection: every call is idempotent.
 		MaxRetries:    1,
 		DialerRetries: 1,
-		// Plain Redis does not know this handshake: a failed command per new connection.
+		// Plain Redis does not know this handshake: a failed command per new
+		// connection.
 		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
 	}
 	c := &conn{mode: mode, layout: newLayout(o.KeyPrefix, 0), srv: &servers{seen: map[string]bool{}, fn: o.OnNewServer}}
@@ -222,7 +225,8 @@ func (t *Tier) Mode() Mode {
 	return ""
 }
 
-// Close stops the tier after its batches: calls fail, renewals stop, the writes left get two tries.
+// Close stops the tier after its batches: calls fail, renewals stop, the
+// writes left get two tries.
 func (t *Tier) Close() error {
 	var err error
 	t.closed.Do(func() {
@@ -363,7 +367,8 @@ func (t *Tier) patiently(ctx context.Context, c *conn, calls []*call) error {
 	return t.failure(calls)
 }
 
-// readClaim sets a claim call's answers from its reply and returns the first pending claim met.
+// readClaim sets a claim call's answers from its reply and returns the first
+// pending claim met.
 func readClaim(cl *call, answers []Answer) (owner string, err error) {
 	switch v := cl.cmd.Val().(type) {
 	case int64: // all claimed
@@ -410,7 +415,8 @@ func (t *Tier) Release(ctx context.Context, token string, ds []digest.Digest) er
 	return t.settle(ctx, OpRelease, token, ds, false)
 }
 
-// settle queues a commit or release, a write per group, or sends it now if !queue or full.
+// settle queues a commit or release, a write per group, or sends it now if
+// !queue or full.
 func (t *Tier) settle(ctx context.Context, op, token string, ds []digest.Digest, queue bool) error {
 	c, err := t.beginSettle(op, token, len(ds))
 	if c == nil {
@@ -467,7 +473,8 @@ func (t *Tier) connected(op string) (*conn, error) {
 	return nil, fmt.Errorf("dedup: redis %s: topology not known: %w", op, *t.unknown.Load())
 }
 
-// run sends calls within timeout, reports each operation's worst result to Observe, returns failure.
+// run sends calls within timeout, reports each operation's worst result to
+// Observe, returns failure.
 func (t *Tier) run(ctx context.Context, c *conn, calls []*call, timeout time.Duration) error {
 	start := t.opts.Clock.Now()
 	cctx, cancel := context.WithTimeout(ctx, timeout)
@@ -582,7 +589,8 @@ func (c *conn) prepare(ds []digest.Digest) *grouping {
 func (t *Tier) claimCalls(ctx context.Context, c *conn, b *grouping, op, token string, ds []digest.Digest, look bool) []*call {
 	n := len(b.order)
 	l := &c.layout
-	// Keys are substrings of one string, arguments pointing at them: a few allocations per batch.
+	// Keys are substrings of one string, arguments pointing at them: a few
+	// allocations per batch.
 	var sb strings.Builder
 	sb.Grow(n * (len(l.groups[len(l.groups)-1].prefix) + 2 + digest.Size))
 	ends := make([]int, n)

@@ -40,7 +40,8 @@ type write struct {
 	next     time.Time
 }
 
-// renewal is a pending claim's group, or a pending election, whose batch is downstream.
+// renewal is a pending claim's group, or a pending election, whose batch is
+// downstream.
 type renewal struct {
 	token    string
 	key      string    // the group's status key, or the election's key
@@ -76,7 +77,8 @@ func (w *writer) drop(token string) {
 	w.mu.Unlock()
 }
 
-// forget stops renewing r, whose claim or election ended, and reports whether it still was.
+// forget stops renewing r, whose claim or election ended, and reports whether
+// it still was.
 func (w *writer) forget(r *renewal) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -113,7 +115,8 @@ func (w *writer) signal() {
 	}
 }
 
-// run is the writer's loop, a round whenever work is queued or due; once closed, it drains.
+// run is the writer's loop, a round whenever work is queued or due; once
+// closed, it drains.
 func (w *writer) run(t *Tier) {
 	clk := t.opts.Clock
 	next := time.Duration(0)
@@ -122,7 +125,8 @@ func (w *writer) run(t *Tier) {
 		now := clk.Now()
 		next = w.round(t, t.bg, now)
 		if now.Sub(pinged) >= max(t.renewEvery(), time.Second) {
-			// A restarted or failed-over master shows on a new connection: ping however quiet.
+			// A restarted or failed-over master shows on a new connection:
+			// ping however quiet.
 			if c := t.conn.Load(); c != nil {
 				ctx, cancel := context.WithTimeout(t.bg, t.opts.Timeout)
 				c.exec.ping(ctx)
@@ -255,7 +259,8 @@ func (t *Tier) send(ctx context.Context, c *conn, ws []write) ([]*call, error) {
 	return calls, err
 }
 
-// retry hands failed writes to the writer (pause doubling); outside a round, after Close, they are lost.
+// retry hands failed writes to the writer (pause doubling); outside a round,
+// after Close, they are lost.
 func (t *Tier) retry(failed []write, now time.Time, inRound bool) {
 	if len(failed) == 0 {
 		return
@@ -317,7 +322,8 @@ func (t *Tier) writeCalls(ctx context.Context, c *conn, ws []write) []*call {
 	return calls
 }
 
-// readWrites reports the commits that found their claim ended, and returns the writes that failed.
+// readWrites reports the commits that found their claim ended, and returns
+// the writes that failed.
 func (t *Tier) readWrites(ws []write, calls []*call) []write {
 	var retry []write
 	for i, cl := range calls {

@@ -35,7 +35,8 @@ func Restore(c *localcache.Cache, b []byte, fingerprint uint64, window, now int6
 	return meta, restored, nil
 }
 
-// run is a stretch of entries [next, end) in expiry order; expires is entry next's.
+// run is a stretch of entries [next, end) in expiry order; expires is entry
+// next's.
 type run struct {
 	next, end int
 	expires   int64

@@ -53,7 +53,8 @@ var (
 	ErrTruncated = errors.New("snapshot truncated")
 	ErrCorrupt   = errors.New("snapshot corrupt") // bad checksum, or bytes after it
 	ErrVersion   = errors.New("snapshot version unknown")
-	// ErrForeign: not a snapshot (magic), or of another identity configuration (fingerprint).
+	// ErrForeign: not a snapshot (magic), or of another identity
+	// configuration (fingerprint).
 	ErrForeign = errors.New("snapshot foreign")
 )
 
@@ -61,14 +62,16 @@ var (
 type Meta struct {
 	Window    int64 // of the writing cache, ns; restoring clamps to its own
 	WrittenAt int64 // unix ns
-	// Fingerprint, computed by the caller, identifies the configuration its digests were made under.
+	// Fingerprint, computed by the caller, identifies the configuration its
+	// digests were made under.
 	Fingerprint uint64
 }
 
 // encodedLen is the size of a snapshot of n entries.
 func encodedLen(n int) int { return headerLen + entryLen*n + checksumLen }
 
-// appendEncode appends a snapshot of the entries (digest, expiry) each passes on, in order.
+// appendEncode appends a snapshot of the entries (digest, expiry) each passes
+// on, in order.
 func appendEncode(dst []byte, meta Meta, each func(func(d digest.Digest, expires int64))) []byte {
 	start := len(dst)
 	dst = append(dst, magic...)
@@ -87,7 +90,8 @@ func appendEncode(dst []byte, meta Meta, each func(func(d digest.Digest, expires
 	return binary.BigEndian.AppendUint64(dst, xxh3.Hash(dst[start:]))
 }
 
-// parse validates any input, trusting no count, and returns its Meta and entries region.
+// parse validates any input, trusting no count, and returns its Meta and
+// entries region.
 func parse(b []byte, fingerprint uint64) (Meta, []byte, error) {
 	if len(b) < len(magic)+2 {
 		if k := min(len(b), len(magic)); string(b[:k]) != magic[:k] {
