@@ -62,9 +62,6 @@ func BenchmarkLayout(b *testing.B) {
 				h.shardBits = max(1, bits.Len(uint(b.N*benchBatch/32))-1)
 				h.given = make([]atomic.Bool, 1<<h.shardBits)
 				runBatches(b, c, func(ctx context.Context, ds []digest.Digest, claimed []bool) error {
-					if expiry == "roll" {
-						return h.rollCommit(ctx, c, ds, claimed)
-					}
 					return h.claimCommit(ctx, c, ds, claimed)
 				})
 			})
@@ -122,6 +119,8 @@ if any then redis.call('SET', KEYS[1], 'p', 'NX', 'PX', ARGV[2]) end
 return table.concat(out)
 `)
 
+// claimCommit claims ds in one script call, with the expiry or roll flags
+// of the variant, and commits the claim.
 func (h *hashLayout) claimCommit(ctx context.Context, c *redis.Client, ds []digest.Digest, claimed []bool) error {
 	var id [4]byte
 	_, _ = rand.Read(id[:])
@@ -129,26 +128,35 @@ func (h *hashLayout) claimCommit(ctx context.Context, c *redis.Client, ds []dige
 	cur := h.prefix + "h" + strconv.FormatInt(epoch, 36) + ":"
 	prev := h.prefix + "h" + strconv.FormatInt(epoch-1, 36) + ":"
 	status := h.prefix + "s:" + string(id[:])
-	expat := strconv.FormatInt((epoch+2)*h.window.Milliseconds(), 10)
-	give := make([]byte, len(ds))
 	keys := make([]string, 0, 1+2*len(ds))
-	args := make([]any, 0, 5+len(ds))
 	keys = append(keys, status)
+	give := make([]byte, len(ds))
 	for i, d := range ds {
 		shard := d.Hi >> (64 - h.shardBits)
 		give[i] = '0'
-		if h.expiry == "each" || h.expiry == "once" && !h.given[shard].Load() {
+		if h.expiry == "each" || h.expiry != "none" && !h.given[shard].Load() {
 			give[i] = '1'
 		}
 		s := strconv.FormatUint(shard, 36)
-		keys = append(keys, cur+s, prev+s)
+		if h.expiry == "roll" {
+			keys = append(keys, h.prefix+"r:"+s)
+		} else {
+			keys = append(keys, cur+s, prev+s)
+		}
 	}
-	args = append(args, string(id[:]), 30000, expat, h.prefix+"s:", string(give))
+	script := hashClaim
+	args := make([]any, 0, 6+len(ds))
+	if h.expiry == "roll" {
+		script = rollClaim
+		args = append(args, string(id[:]), 30000, string([]byte{byte(epoch)}), h.prefix+"s:", string(give), 3*h.window.Milliseconds())
+	} else {
+		args = append(args, string(id[:]), 30000, strconv.FormatInt((epoch+2)*h.window.Milliseconds(), 10), h.prefix+"s:", string(give))
+	}
 	for _, d := range ds {
 		bs := d.Bytes()
 		args = append(args, string(bs[2:]))
 	}
-	out, err := hashClaim.Run(ctx, c, keys, args...).Text()
+	out, err := script.Run(ctx, c, keys, args...).Text()
 	if err != nil {
 		return err
 	}
@@ -209,38 +217,3 @@ end
 if any then redis.call('SET', KEYS[1], 'p', 'NX', 'PX', ARGV[2]) end
 return table.concat(out)
 `)
-
-func (h *hashLayout) rollCommit(ctx context.Context, c *redis.Client, ds []digest.Digest, claimed []bool) error {
-	var id [4]byte
-	_, _ = rand.Read(id[:])
-	epoch := time.Now().UnixMilli() / h.window.Milliseconds()
-	status := h.prefix + "s:" + string(id[:])
-	roll := make([]byte, len(ds))
-	keys := make([]string, 0, 1+len(ds))
-	args := make([]any, 0, 5+len(ds))
-	keys = append(keys, status)
-	for i, d := range ds {
-		shard := d.Hi >> (64 - h.shardBits)
-		roll[i] = '0'
-		if !h.given[shard].Load() {
-			roll[i] = '1'
-		}
-		keys = append(keys, h.prefix+"r:"+strconv.FormatUint(shard, 36))
-	}
-	args = append(args, string(id[:]), 30000, string([]byte{byte(epoch)}), h.prefix+"s:", string(roll), 3*h.window.Milliseconds())
-	for _, d := range ds {
-		bs := d.Bytes()
-		args = append(args, string(bs[2:]))
-	}
-	out, err := rollClaim.Run(ctx, c, keys, args...).Text()
-	if err != nil {
-		return err
-	}
-	for i := range claimed {
-		claimed[i] = out[i] == '1'
-		if claimed[i] {
-			h.given[ds[i].Hi>>(64-h.shardBits)].Store(true)
-		}
-	}
-	return c.Set(ctx, status, "c", 2*h.window).Err()
-}
