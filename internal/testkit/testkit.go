@@ -24,22 +24,33 @@ type TB interface {
 
 // WaitFor polls cond until it holds, for at most timeout, and fails the test
 // naming what it waited for if it never does, with what detail (if given)
-// says of the last poll. It is the one wait of the repository's tests. Polls
-// start at 1ms, so a state that holds only briefly is still seen, and back
-// off to 20ms, so that a costly condition (a scrape, a Redis round trip)
-// does not crowd out the code under test.
+// says of the last poll. It and Until are the one wait of the repository's
+// tests.
 func WaitFor(t TB, what string, timeout time.Duration, cond func() bool, detail ...func() string) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
+	if Until(time.Now().Add(timeout), cond) {
+		return
+	}
+	for _, d := range detail {
+		what += " (" + d() + ")"
+	}
+	t.Fatalf("%s: not after %v", what, timeout)
+}
+
+// Until polls cond until it holds or deadline has passed, and reports
+// whether it held: for a wait whose end is an outcome, not a failure (a
+// probe that measures how long a state lasts). Polls start at 1ms, so a
+// state that holds only briefly is still seen, and back off to 20ms, so that
+// a costly condition (a scrape, a Redis round trip) does not crowd out the
+// code under test.
+func Until(deadline time.Time, cond func() bool) bool {
 	pause := time.Millisecond
 	for !cond() {
 		if time.Now().After(deadline) {
-			for _, d := range detail {
-				what += " (" + d() + ")"
-			}
-			t.Fatalf("%s: not after %v", what, timeout)
+			return false
 		}
 		time.Sleep(pause)
 		pause = min(2*pause, 20*time.Millisecond)
 	}
+	return true
 }

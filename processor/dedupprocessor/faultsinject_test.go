@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/faultproxy"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/redistier"
 )
@@ -212,43 +213,41 @@ func (r *faultRun) probe(fired <-chan faultFiring, late time.Duration) {
 		}
 		return true, false
 	}
-	deadline := time.Now().Add(faultHang)
-	for {
-		answered, died := settled()
-		if died || time.Now().After(deadline) {
-			return
-		}
-		if answered {
-			break
-		}
-		time.Sleep(10 * time.Millisecond) // polling the requests in flight
+	died := false
+	if !testkit.Until(time.Now().Add(faultHang), func() bool {
+		answered, d := settled()
+		died = d
+		return answered
+	}) || died {
+		return
 	}
 	p := faultProbe{f: f, answered: time.Now()}
 	ctx, cancel := context.WithTimeout(context.Background(), faultHang)
 	defer cancel()
-	for {
-		v, err := r.redis().Get(ctx, f.key).Result()
-		if err != nil && !errors.Is(err, redis.Nil) {
-			r.t.Errorf("probe of %s: %v", readableKey(f.key), err)
-			return
+	var getErr error
+	settledBy := func(end time.Time) bool {
+		return testkit.Until(end, func() bool {
+			v, err := r.redis().Get(ctx, f.key).Result()
+			if err != nil && !errors.Is(err, redis.Nil) {
+				getErr = err
+				return true
+			}
+			return !pendingFor(f, v)
+		})
+	}
+	// The verdict: settled within faultCommitSlack of the answer or not;
+	// then, for its message, how long it stays pending.
+	if settledBy(p.answered.Add(faultCommitSlack)) {
+		p.at = time.Now()
+	} else {
+		p.at, p.pending = time.Now(), true
+		if settledBy(p.answered.Add(3 * faultLease)) {
+			p.until = time.Now()
 		}
-		pending, now := pendingFor(f, v), time.Now()
-		switch {
-		case !p.pending && !pending: // settled in time
-			p.at = now
-		case !p.pending && now.Sub(p.answered) <= faultCommitSlack:
-			time.Sleep(10 * time.Millisecond) // polling Redis
-			continue
-		case !p.pending: // the verdict; then, for its message, how long it lasts
-			p.at, p.pending = now, true
-			continue
-		case pending && now.Sub(p.answered) < 3*faultLease:
-			time.Sleep(10 * time.Millisecond)
-			continue
-		case !pending:
-			p.until = now
-		}
-		break
+	}
+	if getErr != nil {
+		r.t.Errorf("probe of %s: %v", readableKey(f.key), getErr)
+		return
 	}
 	r.mu.Lock()
 	r.probes = append(r.probes, p)
