@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -24,13 +26,11 @@ func TestIssuerWritesVariablesAndServes(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- run(env, []string{"acme", "globex-2"}, stop) }()
 	var text string
-	for deadline := time.Now().Add(30 * time.Second); text == ""; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("no env file after 30s")
-		}
+	testkit.WaitFor(t, "the env file", 30*time.Second, func() bool {
 		b, _ := os.ReadFile(env)
 		text = string(b)
-	}
+		return text != ""
+	})
 	re := regexp.MustCompile(`^export OIDC_ISSUER_URL=(http://127\.0\.0\.1:\d+) OIDC_AUDIENCE=otelcol-dedup\nexport TOKEN_ACME=[\w-]+\.[\w-]+\.[\w-]+\nexport TOKEN_GLOBEX_2=[\w-]+\.[\w-]+\.[\w-]+\n$`)
 	m := re.FindStringSubmatch(text)
 	if m == nil {
