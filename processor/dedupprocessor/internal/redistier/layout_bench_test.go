@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"math/bits"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -69,12 +70,64 @@ func BenchmarkLayout(b *testing.B) {
 	}
 }
 
+// BenchmarkLayoutSteady runs the tier's keys and the rolled hashes of
+// BenchmarkLayout at a 2-second window for b.N batches (-benchtime 5000x is
+// about 8 windows here): Redis CPU per record with expiry and rolls in it,
+// and the memory left at the end per record claimed in the last two windows
+// (what a steady load keeps: a rolled record goes between one and two
+// windows after its claim).
+func BenchmarkLayoutSteady(b *testing.B) {
+	const window = 2 * time.Second
+	for _, layout := range []string{"keys", "roll"} {
+		b.Run("layout="+layout, func(b *testing.B) {
+			srv := redistest.Standalone(b)
+			c := srv.Client()
+			var op func(context.Context, []digest.Digest, []bool) error
+			if layout == "keys" {
+				tr := newTier(b, Options{Endpoints: []string{srv.Addr()}, KeyPrefix: "otelcol-dedup:", Window: window, Lease: time.Second, Timeout: 5 * time.Second})
+				op = func(ctx context.Context, ds []digest.Digest, claimed []bool) error {
+					tok := testToken()
+					if err := tr.claimBools(ctx, tok, ds, claimed); err != nil {
+						return err
+					}
+					return tr.settle(ctx, OpCommit, tok, ds, false)
+				}
+			} else {
+				h := &hashLayout{prefix: "otelcol-dedup:", window: window, expiry: "roll", shardBits: 15}
+				h.given = make([]atomic.Bool, 1<<h.shardBits)
+				op = func(ctx context.Context, ds []digest.Digest, claimed []bool) error {
+					return h.claimCommit(ctx, c, ds, claimed)
+				}
+			}
+			var mu sync.Mutex
+			var done []time.Time // when each batch was claimed
+			before := usedMemory(b, c)
+			runBatches(b, c, func(ctx context.Context, ds []digest.Digest, claimed []bool) error {
+				at := time.Now()
+				err := op(ctx, ds, claimed)
+				mu.Lock()
+				done = append(done, at)
+				mu.Unlock()
+				return err
+			})
+			recent := 0
+			for _, at := range done {
+				if time.Since(at) < 2*window {
+					recent += benchBatch
+				}
+			}
+			b.ReportMetric(float64(usedMemory(b, c)-before)/float64(recent), "redis-B/recent-record")
+		})
+	}
+}
+
 type hashLayout struct {
 	prefix    string
 	window    time.Duration
 	expiry    string
 	shardBits int
-	given     []atomic.Bool // expiry=once: the shards this client gave their expiry
+	given     []atomic.Bool // the shards this client gave their expiry, or rolled
+	epoch     atomic.Int64  // the epoch given is of
 }
 
 // hashClaim claims the records of KEYS[2..] (pairs: the current and the
@@ -125,6 +178,11 @@ func (h *hashLayout) claimCommit(ctx context.Context, c *redis.Client, ds []dige
 	var id [4]byte
 	_, _ = rand.Read(id[:])
 	epoch := time.Now().UnixMilli() / h.window.Milliseconds()
+	if h.epoch.Swap(epoch) != epoch {
+		for i := range h.given {
+			h.given[i].Store(false)
+		}
+	}
 	cur := h.prefix + "h" + strconv.FormatInt(epoch, 36) + ":"
 	prev := h.prefix + "h" + strconv.FormatInt(epoch-1, 36) + ":"
 	status := h.prefix + "s:" + string(id[:])
