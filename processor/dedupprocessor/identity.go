@@ -195,10 +195,6 @@ type scopeKey struct {
 	hasPrefix bool
 }
 
-func (sk *scopeKey) setResource(d [digest.Size]byte) { sk.resource, sk.hasPrefix = d, false }
-func (sk *scopeKey) setScope(d [digest.Size]byte)    { sk.scope, sk.hasPrefix = d, false }
-func (sk *scopeKey) setGroup(d [digest.Size]byte)    { sk.group, sk.hasPrefix = d, false }
-
 // contentPrefix is the digest opening the current group's content identities.
 func (sk *scopeKey) contentPrefix(enc *identity.Encoder, tag byte) []byte {
 	if !sk.hasPrefix {
@@ -271,13 +267,13 @@ func newWalk[K transformContext](ctx context.Context, e *engine, si *signalIdent
 
 func (w *walk[K]) resource(res pcommon.Resource, schemaURL string) {
 	if w.content {
-		w.sk.setResource(w.si.ignore.resourceDigest(w.enc, res, schemaURL))
+		w.sk.resource, w.sk.hasPrefix = w.si.ignore.resourceDigest(w.enc, res, schemaURL), false
 	}
 }
 
 func (w *walk[K]) scope(scope pcommon.InstrumentationScope, schemaURL string) {
 	if w.content {
-		w.sk.setScope(w.si.ignore.scopeDigest(w.enc, scope, schemaURL))
+		w.sk.scope, w.sk.hasPrefix = w.si.ignore.scopeDigest(w.enc, scope, schemaURL), false
 	}
 }
 

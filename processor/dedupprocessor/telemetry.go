@@ -162,10 +162,7 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, signal strin
 	observed := []metric.Observable{entries, evictions, breaker}
 	var elected metric.Int64ObservableGauge
 	election := e.cfg.Metrics.ReplicaElection.Get()
-	if signal != "metrics" {
-		election = nil
-	}
-	if election != nil {
+	if signal == "metrics" && election != nil {
 		elected = gauge("otelcol_processor_dedup_elected_replica", "{clusters}",
 			"The replica elected for each cluster, as a series per cluster and replica label value; the value is the number of tenants whose cluster of that name elected that replica.")
 		observed = append(observed, elected)
