@@ -83,7 +83,6 @@ const (
 	Unknown
 )
 
-// Allow reports whether a call may go ahead now.
 func (b *Breaker) Allow() (Ticket, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
