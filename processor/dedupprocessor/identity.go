@@ -127,10 +127,7 @@ func newSignalIdentity[K any](spec *signalSpec[K], set component.TelemetrySettin
 	}
 	var err error
 	si.ignore, err = parseIgnore(spec.name+".ignore", cfg.Ignore, spec.ignorable)
-	if err := errors.Join(append(errs, err)...); err != nil {
-		return nil, err
-	}
-	return si, nil
+	return si, errors.Join(append(errs, err)...)
 }
 
 // newParts makes what every signal's processor has: engine and identity.

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/clock"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/localcache"
 )
 
 // engine is a processor's signal-independent core: its guarantees are written
@@ -58,7 +59,10 @@ func newEngine(cfg *Config, set component.TelemetrySettings, id component.ID, si
 			"the two share one key space in Redis (the same processor ID and settings, or the same redis.key_prefix) and stall each other; " +
 			"give one of them another redis.key_prefix or processor ID"},
 	}
-	e.local = newLocalStage(cfg, id, signal, set.Logger, clk)
+	e.local = &localStage{
+		Cache: localcache.New(cfg.Cache.MaxEntries, int64(cfg.Window)),
+		cfg:   cfg, id: id, signal: signal, fingerprint: identityFingerprint(cfg), logger: set.Logger, clock: clk,
+	}
 	var err error
 	if r := cfg.Redis.Get(); r != nil {
 		e.policy = r.OnError
@@ -66,10 +70,8 @@ func newEngine(cfg *Config, set component.TelemetrySettings, id component.ID, si
 			return nil, err
 		}
 	}
-	if e.tel, err = newTelemetry(set, id, signal, e); err != nil {
-		return nil, err
-	}
-	return e, nil
+	e.tel, err = newTelemetry(set, id, signal, e)
+	return e, err
 }
 
 func (b *batches) now() int64 { return b.clock.Now().UnixNano() }

@@ -203,10 +203,7 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, signal strin
 		}
 		return nil
 	}, observed...)
-	if err != nil {
-		return nil, err
-	}
-	return t, nil
+	return t, err
 }
 
 // with is the attribute set of a series: the base attributes, then kv.
