@@ -1,6 +1,7 @@
 package dedupprocessor
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -182,10 +183,7 @@ func (e *elector) scan(ctx context.Context, cfg *Config, box *ballotBox, enc *id
 func scanPoints[P dataPoint](e *elector, box *ballotBox, enc *identity.Encoder, points pointSlice[P], resCluster, resReplica string) {
 	for i := 0; i < points.Len(); i++ {
 		attrs := points.At(i).Attributes()
-		cluster := label(attrs, e.ec.ClusterLabel)
-		if cluster == "" {
-			cluster = resCluster
-		}
+		cluster := cmp.Or(label(attrs, e.ec.ClusterLabel), resCluster)
 		pv := pointVote{vote: noVote}
 		replica := label(attrs, e.ec.ReplicaLabel)
 		if replica == "" {

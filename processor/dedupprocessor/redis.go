@@ -1,6 +1,7 @@
 package dedupprocessor
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -83,10 +84,7 @@ func newSharedStage(cfg *Config, r *RedisConfig, id component.ID, logger *zap.Lo
 			return nil, fmt.Errorf("dedup: redis.tls: %w", err)
 		}
 	}
-	s := &sharedStage{cfg: r, prefix: r.KeyPrefix, logger: logger}
-	if s.prefix == "" {
-		s.prefix = defaultKeyPrefix(id, cfg)
-	}
+	s := &sharedStage{cfg: r, prefix: cmp.Or(r.KeyPrefix, defaultKeyPrefix(id, cfg)), logger: logger}
 	s.Tier = redistier.New(redistier.Options{
 		Endpoints:  r.Endpoints,
 		Mode:       redistier.Mode(r.Mode),

@@ -317,9 +317,7 @@ func (t *Tier) Claim(ctx context.Context, token string, ds []digest.Digest, answ
 			err = errors.Join(err, fmt.Errorf("dedup: redis %s: %w", op, perr))
 			continue
 		}
-		if holder == "" {
-			holder = owner
-		}
+		holder = cmp.Or(holder, owner)
 		if slices.ContainsFunc(cl.idx, func(i int32) bool { return answers[i] == Claimed }) {
 			if key := c.layout.statusKey(cl.group, token); len(held) == 0 || held[len(held)-1] != key {
 				held = append(held, key)
