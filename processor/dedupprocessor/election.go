@@ -386,7 +386,7 @@ func (e *elector) settle(ctx context.Context, box *ballotBox, err error) {
 // release gives up the batch's elections and refreshes (with undecidedOnly, the
 // undecided ones) in the table and, with shared, in the shared tier.
 func (e *elector) release(ctx context.Context, box *ballotBox, undecidedOnly, shared bool) {
-	var keys []digest.Digest
+	var es []redistier.Election
 	for i := range box.ballots {
 		bl := &box.ballots[i]
 		if undecidedOnly && bl.state != ballotUnavailable {
@@ -396,13 +396,13 @@ func (e *elector) release(ctx context.Context, box *ballotBox, undecidedOnly, sh
 			e.table.Release(bl.ref, box.token)
 		}
 		if bl.inRedis {
-			keys = append(keys, bl.ref.Key)
+			es = append(es, redistier.Election{Key: bl.ref.Key})
 			bl.inRedis = false
 		}
 		bl.refresh = false
 	}
-	if shared && len(keys) > 0 {
-		if err := e.tier.ReleaseElections(context.WithoutCancel(ctx), box.redisToken, e.ec.FailoverTimeout, keys); err != nil {
+	if shared && len(es) > 0 {
+		if err := e.tier.ReleaseElections(context.WithoutCancel(ctx), box.redisToken, e.ec.FailoverTimeout, es); err != nil {
 			e.b.tierError.log(e.b.now(), err, zap.String("op", redistier.OpRelease))
 		}
 	}

@@ -102,13 +102,9 @@ func (t *Tier) CommitElected(ctx context.Context, token string, failover time.Du
 	return nil
 }
 
-// ReleaseElections gives up the elections of keys token holds, restoring those
+// ReleaseElections gives up the elections of es token holds, restoring those
 // they replaced, and leaves a marker so a late Elect takes nothing; idempotent.
-func (t *Tier) ReleaseElections(ctx context.Context, token string, failover time.Duration, keys []digest.Digest) error {
-	es := make([]Election, len(keys))
-	for i, k := range keys {
-		es[i].Key = k
-	}
+func (t *Tier) ReleaseElections(ctx context.Context, token string, failover time.Duration, es []Election) error {
 	_, err := t.settleElections(ctx, OpRelease, token, failover, es)
 	return err
 }
