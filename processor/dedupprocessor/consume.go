@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math/bits"
 	"slices"
 	"strings"
 	"sync"
@@ -220,10 +221,7 @@ func (b *batch) firstCopies(action Action) {
 	if len(b.keys) == 0 {
 		return
 	}
-	size := 1
-	for size < 2*len(b.keys) {
-		size <<= 1
-	}
+	size := 1 << bits.Len(uint(2*len(b.keys)-1)) // at least twice the keys
 	if cap(b.seen) < size {
 		b.seen = make([]int32, size)
 	}

@@ -14,7 +14,6 @@ import (
 	"go.opentelemetry.io/collector/processor"
 )
 
-// componentType is the name of the processor in collector configs.
 var componentType = component.MustNewType("dedup")
 
 const stability = component.StabilityLevelAlpha

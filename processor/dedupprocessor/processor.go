@@ -10,7 +10,6 @@ import (
 
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/consumer"
-	"go.uber.org/zap"
 
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/clock"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/localcache"
@@ -23,7 +22,6 @@ type engine struct {
 	cfg      *Config
 	local    *localStage
 	shared   *sharedStage // nil: local only
-	logger   *zap.Logger
 	keyError *throttledLog
 	stacked  *throttledLog
 	looks    sync.Mutex   // one look claims locally at a time
@@ -53,7 +51,6 @@ func newEngine(cfg *Config, set component.TelemetrySettings, id component.ID, si
 			tierError:   &throttledLog{logger: set.Logger, msg: "dedup: shared tier (redis) failed"},
 		},
 		cfg:      cfg,
-		logger:   set.Logger,
 		keyError: &throttledLog{logger: set.Logger, msg: "dedup: cannot evaluate the key or conditions of a " + signal + " item; passing it through"},
 		stacked: &throttledLog{logger: set.Logger, msg: "dedup: the next consumer refused a batch because a dedup processor after this one waits for this batch's own claims: " +
 			"the two share one key space in Redis (the same processor ID and settings, or the same redis.key_prefix) and stall each other; " +

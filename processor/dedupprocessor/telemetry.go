@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/collector/client"
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -227,7 +228,7 @@ func (t *telemetry) recordCall(ctx context.Context, b *batch) {
 		for _, c := range b.outcomes {
 			n += c
 		}
-		why, attr := whyUnidentified(ctx, t.authAttributes)
+		why, attr, _ := whyUnidentified(client.FromContext(ctx).Auth, t.authAttributes)
 		t.unidentified.Add(ctx, n, t.unidentifiedOpts[why:why+1]...)
 		fields := []zap.Field{zap.Strings("auth_attributes", t.authAttributes), zap.Int64("records", n)}
 		if attr != "" {

@@ -92,12 +92,10 @@ func (t *Tier) CommitElected(ctx context.Context, token string, failover time.Du
 		return err
 	}
 	for i, cl := range calls {
-		a, err := electionAnswer(cl.cmd)
-		if err != nil {
+		if answers[i], err = electionAnswer(cl.cmd); err != nil {
 			clear(answers)
 			return fmt.Errorf("dedup: redis elect: %w", err)
 		}
-		answers[i] = a
 	}
 	return nil
 }

@@ -511,19 +511,17 @@ func (t *Tier) run(ctx context.Context, c *conn, calls []*call, timeout time.Dur
 
 // failure names how many of calls failed and the first failure, or is nil.
 func (t *Tier) failure(calls []*call) error {
-	var first *call
-	failed := 0
-	for _, cl := range calls {
-		if cl.err != nil {
-			failed++
-			if first == nil {
-				first = cl
-			}
-		}
-	}
-	if first == nil {
+	i := slices.IndexFunc(calls, func(cl *call) bool { return cl.err != nil })
+	if i < 0 {
 		return nil
 	}
+	failed := 0
+	for _, cl := range calls[i:] {
+		if cl.err != nil {
+			failed++
+		}
+	}
+	first := calls[i]
 	op, err := first.op, first.err
 	if first.node != "" {
 		err = fmt.Errorf("node %s: %w", first.node, err)

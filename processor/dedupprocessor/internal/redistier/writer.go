@@ -331,10 +331,8 @@ func (t *Tier) readWrites(ws []write, calls []*call) []write {
 			retry = append(retry, ws[i])
 			continue
 		}
-		if ws[i].op == OpCommit && ws[i].election == nil {
-			if n, _ := cl.cmd.Int64(); n == 0 {
-				t.lost(OpCommit, errors.New("dedup: redis commit: the claim was not pending at its commit (its lease had ended, or its claim had not reached Redis): copies of its records may have been delivered meanwhile"))
-			}
+		if n, _ := cl.cmd.Int64(); ws[i].op == OpCommit && ws[i].election == nil && n == 0 {
+			t.lost(OpCommit, errors.New("dedup: redis commit: the claim was not pending at its commit (its lease had ended, or its claim had not reached Redis): copies of its records may have been delivered meanwhile"))
 		}
 	}
 	return retry
