@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"math/bits"
 	"slices"
 	"strings"
 	"sync"
@@ -221,7 +220,10 @@ func (b *batch) firstCopies(action Action) {
 	if len(b.keys) == 0 {
 		return
 	}
-	size := 1 << bits.Len(uint(2*len(b.keys)-1)) // at least twice the keys
+	size := 1
+	for size < 2*len(b.keys) {
+		size <<= 1
+	}
 	if cap(b.seen) < size {
 		b.seen = make([]int32, size)
 	}

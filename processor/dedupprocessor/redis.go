@@ -159,13 +159,12 @@ func (s *sharedStage) newServer(runID string) {
 
 // observeRedis is the tier's Options.Observe.
 func (t *telemetry) observeRedis(op, result string, d time.Duration) {
-	ctx := context.Background()
 	opts, ok := t.redisOpts[op+"/"+result]
 	if !ok {
 		return
 	}
-	t.redisRequests.Add(ctx, 1, opts.add...)
+	t.redisRequests.Add(context.Background(), 1, opts.add...)
 	if d > 0 { // zero: no round trip was made
-		t.redisDuration.Record(ctx, d.Seconds(), opts.record...)
+		t.redisDuration.Record(context.Background(), d.Seconds(), opts.record...)
 	}
 }

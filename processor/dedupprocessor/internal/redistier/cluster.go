@@ -216,10 +216,7 @@ func (x *clusterExec) breaker(addr string) *breaker.Breaker {
 func (x *clusterExec) degraded() {
 	now := x.clock.Now()
 	if x.degradedUntil.Swap(now.Add(degradedFor).UnixNano()) < now.UnixNano() {
-		select {
-		case x.reload <- struct{}{}:
-		default:
-		}
+		wake(x.reload)
 	}
 }
 

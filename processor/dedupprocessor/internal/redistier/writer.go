@@ -104,13 +104,14 @@ func (w *writer) enqueue(ws []write) bool {
 	}
 	w.queue = append(w.queue, ws...)
 	w.mu.Unlock()
-	w.signal()
+	wake(w.wake)
 	return true
 }
 
-func (w *writer) signal() {
+// wake sends on ch unless a wake is pending there already.
+func wake(ch chan struct{}) {
 	select {
-	case w.wake <- struct{}{}:
+	case ch <- struct{}{}:
 	default:
 	}
 }
@@ -279,7 +280,7 @@ func (t *Tier) retry(failed []write, now time.Time, inRound bool) {
 	t.w.retry = append(t.w.retry, failed...)
 	t.w.mu.Unlock()
 	if !inRound {
-		t.w.signal()
+		wake(t.w.wake)
 	}
 }
 
