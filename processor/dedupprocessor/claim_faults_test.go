@@ -18,7 +18,7 @@ import (
 
 // Claims through faults of the shared tier, on a real Redis.
 
-var claimScriptHash = redistier.ScriptHash(redistier.ScriptClaim)
+var claimScriptHash = redistier.ScriptHash("claim")
 
 // TestLateClaimAfterItsRelease: a batch's claim is held on the network past
 // its timeout (both tries); the batch is refused and releases it. The claim
@@ -74,7 +74,7 @@ func TestClaimRenewedThroughFailedRenewals(t *testing.T) {
 	sink := new(consumertest.LogsSink)
 	owner := newHarness(t, newCfg(proxy.Addr()), gate)
 	other := newHarness(t, newCfg(srv.Addr()), sink)
-	cut := proxy.Add(&faultproxy.Rule{Match: faultproxy.Script(redistier.ScriptHash(redistier.ScriptRenew)), Fault: faultproxy.CutBefore(), Times: 2})
+	cut := proxy.Add(&faultproxy.Rule{Match: faultproxy.Script(redistier.ScriptHash("renew")), Fault: faultproxy.CutBefore(), Times: 2})
 	first := consumeAsync(owner, events(1, 2))
 	<-gate.entered
 	testkit.WaitFor(t, "two renewals cut and one landed", 10*time.Second, func() bool {
@@ -240,7 +240,7 @@ func TestContendingLooksEnd(t *testing.T) {
 		})
 		return ch
 	}
-	release := faultproxy.Script(redistier.ScriptHash(redistier.ScriptRelease))
+	release := faultproxy.Script(redistier.ScriptHash("release"))
 	var waiters []*harness
 	for i := range 2 {
 		proxy := faultproxy.New(t, srv.Addr())

@@ -1,6 +1,7 @@
 package dedupprocessor
 
 import (
+	"cmp"
 	"context"
 	"encoding/hex"
 	"errors"
@@ -288,9 +289,7 @@ func (e *engine) claim(ctx context.Context, b *batch, idx []int32, look bool) er
 	ds = b.digests(won)
 	b.answers = slices.Grow(b.answers[:0], len(ds))[:len(ds)]
 	holder, err := e.shared.Claim(ctx, b.redisToken, ds, b.answers, look)
-	if holder != "" {
-		b.holder = holder
-	}
+	b.holder = cmp.Or(holder, b.holder)
 	if err != nil {
 		e.tierError.log(b.now, err, zap.String("on_error", string(e.policy)))
 		if e.policy == ErrorRefuse || ctx.Err() != nil {
@@ -467,15 +466,6 @@ func (e *engine) settle(ctx context.Context, b *batch, state roundState, wake bo
 // pending_wait; that batch may never deliver it, so the sender retries.
 var errInFlight = errors.New("dedup: a record of this batch is still being delivered by another batch; retry later")
 
-// refusal is errInFlight naming the shared claim last met pending, for a
-// processor before (deliver).
-func (b *batch) refusal() error {
-	if b.holder == "" {
-		return errInFlight
-	}
-	return fmt.Errorf("%w (held by claim %s)", errInFlight, tokenName(b.holder))
-}
-
 // tokenName is how a refusal names a shared claim token.
 func tokenName(token string) string { return hex.EncodeToString([]byte(token)) }
 
@@ -488,7 +478,13 @@ const maxPause = 16 * time.Millisecond
 func (e *engine) await(ctx context.Context, b *batch) error {
 	w := e.beginWait()
 	for {
-		if err := w.pause(ctx, b.now, b.refusal(), zap.Int("records", len(b.later))); err != nil {
+		// The refusal names the shared claim last met pending, for a
+		// processor before (deliver).
+		refused := errInFlight
+		if b.holder != "" {
+			refused = fmt.Errorf("%w (held by claim %s)", errInFlight, tokenName(b.holder))
+		}
+		if err := w.pause(ctx, b.now, refused, zap.Int("records", len(b.later))); err != nil {
 			return err
 		}
 		look := b.later

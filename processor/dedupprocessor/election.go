@@ -1,12 +1,12 @@
 package dedupprocessor
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"sync"
-	"time"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pmetric"
@@ -50,25 +50,20 @@ var electionReasonNames = [numElectionReasons]string{"new", "failover"}
 // elector is a metrics processor's replica election: a stage settled with the
 // batch's first call.
 type elector struct {
-	cfg              *Config
-	b                *batches
-	tier             *sharedStage // nil: local only
-	cluster, replica string       // the label names
-	strip            bool
-	failover         time.Duration
-	table            *election.Table
-	boxes            sync.Pool
+	cfg   *Config
+	ec    *ElectionConfig
+	b     *batches
+	tier  *sharedStage // nil: local only
+	table *election.Table
+	boxes sync.Pool
 }
 
 func newElector(cfg *Config, ec *ElectionConfig, b *batches, tier *sharedStage) *elector {
 	return &elector{
-		cfg:      cfg,
-		b:        b,
-		tier:     tier,
-		cluster:  ec.ClusterLabel,
-		replica:  ec.ReplicaLabel,
-		strip:    ec.RemoveReplicaLabel,
-		failover: ec.FailoverTimeout,
+		cfg:  cfg,
+		ec:   ec,
+		b:    b,
+		tier: tier,
 		table: election.New(election.Config{
 			UpdateInterval:  ec.UpdateInterval,
 			UpdateJitter:    ec.UpdateJitter,
@@ -82,8 +77,7 @@ func newElector(cfg *Config, ec *ElectionConfig, b *batches, tier *sharedStage) 
 // ballotBox is a batch's elections: ballots per cluster, votes per replica,
 // each point's vote.
 type ballotBox struct {
-	strip         bool   // remove_replica_label
-	replicaLabel  string // the replica label's name
+	ec            *ElectionConfig
 	token         uint64
 	redisToken    string
 	tenant        election.Tenant
@@ -166,7 +160,7 @@ func (e *elector) scan(ctx context.Context, cfg *Config, box *ballotBox, enc *id
 	box.lastVote = noVote
 	for _, rm := range md.ResourceMetrics().All() {
 		res := rm.Resource().Attributes()
-		cluster, replica := label(res, e.cluster), label(res, e.replica)
+		cluster, replica := label(res, e.ec.ClusterLabel), label(res, e.ec.ReplicaLabel)
 		for _, sm := range rm.ScopeMetrics().All() {
 			for _, m := range sm.Metrics().All() {
 				switch m.Type() {
@@ -189,12 +183,9 @@ func (e *elector) scan(ctx context.Context, cfg *Config, box *ballotBox, enc *id
 func scanPoints[P dataPoint](e *elector, box *ballotBox, enc *identity.Encoder, points pointSlice[P], resCluster, resReplica string) {
 	for i := 0; i < points.Len(); i++ {
 		attrs := points.At(i).Attributes()
-		cluster := label(attrs, e.cluster)
-		if cluster == "" {
-			cluster = resCluster
-		}
+		cluster := cmp.Or(label(attrs, e.ec.ClusterLabel), resCluster)
 		pv := pointVote{vote: noVote}
-		replica := label(attrs, e.replica)
+		replica := label(attrs, e.ec.ReplicaLabel)
 		if replica == "" {
 			replica, pv.resource = resReplica, true
 		}
@@ -248,7 +239,7 @@ func (box *ballotBox) voteOf(enc *identity.Encoder, cluster, replica string) int
 // elect scans and decides a batch's elections; on error it holds none.
 func (e *elector) elect(ctx context.Context, md pmetric.Metrics) (*ballotBox, error) {
 	box := e.boxes.Get().(*ballotBox)
-	box.strip, box.replicaLabel = e.strip, e.replica
+	box.ec = e.ec
 	enc := encoderPool.Get().(*identity.Encoder)
 	e.scan(ctx, e.cfg, box, enc, md)
 	encoderPool.Put(enc)
@@ -347,7 +338,7 @@ func (e *elector) decide(ctx context.Context, box *ballotBox) error {
 func (e *elector) ask(ctx context.Context, box *ballotBox, i int32) (pending bool, err error) {
 	bl := &box.ballots[i]
 	start := e.b.now()
-	a, err := e.tier.Elect(ctx, box.redisToken, e.failover, redistier.Election{Key: bl.ref.Key, Replica: bl.candidate.Digest})
+	a, err := e.tier.Elect(ctx, box.redisToken, e.ec.FailoverTimeout, redistier.Election{Key: bl.ref.Key, Replica: bl.candidate.Digest})
 	switch a.State {
 	case redistier.ElectionUnknown:
 		bl.inRedis = true
@@ -395,7 +386,7 @@ func (e *elector) settle(ctx context.Context, box *ballotBox, err error) {
 // release gives up the batch's elections and refreshes (with undecidedOnly, the
 // undecided ones) in the table and, with shared, in the shared tier.
 func (e *elector) release(ctx context.Context, box *ballotBox, undecidedOnly, shared bool) {
-	var keys []digest.Digest
+	var es []redistier.Election
 	for i := range box.ballots {
 		bl := &box.ballots[i]
 		if undecidedOnly && bl.state != ballotUnavailable {
@@ -405,13 +396,13 @@ func (e *elector) release(ctx context.Context, box *ballotBox, undecidedOnly, sh
 			e.table.Release(bl.ref, box.token)
 		}
 		if bl.inRedis {
-			keys = append(keys, bl.ref.Key)
+			es = append(es, redistier.Election{Key: bl.ref.Key})
 			bl.inRedis = false
 		}
 		bl.refresh = false
 	}
-	if shared && len(keys) > 0 {
-		if err := e.tier.ReleaseElections(context.WithoutCancel(ctx), box.redisToken, e.failover, keys); err != nil {
+	if shared && len(es) > 0 {
+		if err := e.tier.ReleaseElections(context.WithoutCancel(ctx), box.redisToken, e.ec.FailoverTimeout, es); err != nil {
 			e.b.tierError.log(e.b.now(), err, zap.String("op", redistier.OpRelease))
 		}
 	}
@@ -435,9 +426,9 @@ func (e *elector) commit(ctx context.Context, box *ballotBox) {
 	start := e.b.now()
 	if e.tier == nil {
 		for k, el := range box.es {
-			box.answers[k] = redistier.ElectionAnswer{State: redistier.ElectionLive, Replica: el.Replica, Remaining: e.failover}
+			box.answers[k] = redistier.ElectionAnswer{State: redistier.ElectionLive, Replica: el.Replica, Remaining: e.ec.FailoverTimeout}
 		}
-	} else if err := e.tier.CommitElected(context.WithoutCancel(ctx), box.redisToken, e.failover, box.es, box.answers); err != nil {
+	} else if err := e.tier.CommitElected(context.WithoutCancel(ctx), box.redisToken, e.ec.FailoverTimeout, box.es, box.answers); err != nil {
 		// The tier retries the commit; until Redis confirms, the table holds
 		// none of these (a lost commit would elect another replica than peers).
 		e.b.tierError.log(start, err, zap.String("op", redistier.OpCommit))
@@ -481,7 +472,7 @@ func (box *ballotBox) admit(b *batch, idx int, action Action) bool {
 	case bl.state == ballotUnavailable:
 		box.undecided[undecidedUnavailable]++
 	case vt.replica.Digest == bl.elected:
-		b.alters = b.alters || box.strip
+		b.alters = b.alters || box.ec.RemoveReplicaLabel
 	default:
 		b.duplicate(byElection, action)
 		return false

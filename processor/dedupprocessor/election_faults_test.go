@@ -71,7 +71,7 @@ func TestElectionLostAnswerReleased(t *testing.T) {
 	sink := new(consumertest.MetricsSink)
 	h := newElectHarness(t, cfg, sink, nil)
 	h.mustSend(scrape("c0", "a", 0, 1, onResource)) // loads the scripts
-	elect := redistier.ScriptHash(redistier.ScriptElect)
+	elect := redistier.ScriptHash("elect")
 	ran := proxy.ScriptAnswered(elect)
 	cut := proxy.Add(&faultproxy.Rule{Match: faultproxy.Script(elect), Fault: faultproxy.CutAfter(), Times: 2})
 	h.mustSend(scrape("c1", "a", 0, 2, onResource))

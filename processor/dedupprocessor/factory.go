@@ -14,12 +14,10 @@ import (
 	"go.opentelemetry.io/collector/processor"
 )
 
-// componentType is the name of the processor in collector configs.
 var componentType = component.MustNewType("dedup")
 
 const stability = component.StabilityLevelAlpha
 
-// NewFactory returns the factory of the dedup processor.
 func NewFactory() processor.Factory {
 	b := new(built)
 	return processor.NewFactory(

@@ -20,13 +20,13 @@ import (
 
 // tierOps names the tier's scripts by their SHA1.
 var tierOps = map[string]string{
-	redistier.ScriptHash(redistier.ScriptClaim):           "claim", // claims and rechecks
-	redistier.ScriptHash(redistier.ScriptCommit):          "commit",
-	redistier.ScriptHash(redistier.ScriptRelease):         "release",
-	redistier.ScriptHash(redistier.ScriptRenew):           "renew", // of claims and elections
-	redistier.ScriptHash(redistier.ScriptElect):           "elect",
-	redistier.ScriptHash(redistier.ScriptConfirm):         "confirm",
-	redistier.ScriptHash(redistier.ScriptReleaseElection): "unelect",
+	redistier.ScriptHash("claim"):            "claim", // claims and rechecks
+	redistier.ScriptHash("commit"):           "commit",
+	redistier.ScriptHash("release"):          "release",
+	redistier.ScriptHash("renew"):            "renew", // of claims and elections
+	redistier.ScriptHash("elect"):            "elect",
+	redistier.ScriptHash("confirm"):          "confirm",
+	redistier.ScriptHash("release-election"): "unelect",
 }
 
 // tierOp names what a command of the shared tier does: the op of its

@@ -127,10 +127,7 @@ func newSignalIdentity[K any](spec *signalSpec[K], set component.TelemetrySettin
 	}
 	var err error
 	si.ignore, err = parseIgnore(spec.name+".ignore", cfg.Ignore, spec.ignorable)
-	if err := errors.Join(append(errs, err)...); err != nil {
-		return nil, err
-	}
-	return si, nil
+	return si, errors.Join(append(errs, err)...)
 }
 
 // newParts makes what every signal's processor has: engine and identity.
@@ -194,10 +191,6 @@ type scopeKey struct {
 	prefix    [digest.Size]byte // of the above, valid if hasPrefix
 	hasPrefix bool
 }
-
-func (sk *scopeKey) setResource(d [digest.Size]byte) { sk.resource, sk.hasPrefix = d, false }
-func (sk *scopeKey) setScope(d [digest.Size]byte)    { sk.scope, sk.hasPrefix = d, false }
-func (sk *scopeKey) setGroup(d [digest.Size]byte)    { sk.group, sk.hasPrefix = d, false }
 
 // contentPrefix is the digest opening the current group's content identities.
 func (sk *scopeKey) contentPrefix(enc *identity.Encoder, tag byte) []byte {
@@ -269,15 +262,33 @@ func newWalk[K transformContext](ctx context.Context, e *engine, si *signalIdent
 	}
 }
 
+// resource sets the content identities' resource part (dropped count, schema
+// URL only when set).
 func (w *walk[K]) resource(res pcommon.Resource, schemaURL string) {
 	if w.content {
-		w.sk.setResource(w.si.ignore.resourceDigest(w.enc, res, schemaURL))
+		e, ign := w.enc, &w.si.ignore
+		e.Reset()
+		if !ign.fields.has(ignResource) {
+			e.Field(fieldResource)
+			e.Map(res.Attributes(), ign.skipResource)
+			droppedAndSchema(e, res.DroppedAttributesCount(), schemaURL)
+		}
+		w.sk.resource, w.sk.hasPrefix = e.Digest().Bytes(), false
 	}
 }
 
 func (w *walk[K]) scope(scope pcommon.InstrumentationScope, schemaURL string) {
 	if w.content {
-		w.sk.setScope(w.si.ignore.scopeDigest(w.enc, scope, schemaURL))
+		e, ign := w.enc, &w.si.ignore
+		e.Reset()
+		if !ign.fields.has(ignInstrumentationScope) {
+			e.Field(fieldScope)
+			e.String(scope.Name())
+			e.String(scope.Version())
+			e.Map(scope.Attributes(), ign.skipScopeAttrs)
+			droppedAndSchema(e, scope.DroppedAttributesCount(), schemaURL)
+		}
+		w.sk.scope, w.sk.hasPrefix = e.Digest().Bytes(), false
 	}
 }
 
@@ -412,30 +423,6 @@ const (
 	fieldDroppedLinks
 	fieldSchemaURL
 )
-
-// resourceDigest is a content identity's resource part (dropped count, schema
-// URL only when set).
-func (ign *contentIgnore) resourceDigest(e *identity.Encoder, res pcommon.Resource, schemaURL string) [digest.Size]byte {
-	e.Reset()
-	if !ign.fields.has(ignResource) {
-		e.Field(fieldResource)
-		e.Map(res.Attributes(), ign.skipResource)
-		droppedAndSchema(e, res.DroppedAttributesCount(), schemaURL)
-	}
-	return e.Digest().Bytes()
-}
-
-func (ign *contentIgnore) scopeDigest(e *identity.Encoder, scope pcommon.InstrumentationScope, schemaURL string) [digest.Size]byte {
-	e.Reset()
-	if !ign.fields.has(ignInstrumentationScope) {
-		e.Field(fieldScope)
-		e.String(scope.Name())
-		e.String(scope.Version())
-		e.Map(scope.Attributes(), ign.skipScopeAttrs)
-		droppedAndSchema(e, scope.DroppedAttributesCount(), schemaURL)
-	}
-	return e.Digest().Bytes()
-}
 
 func droppedAndSchema(e *identity.Encoder, dropped uint32, schemaURL string) {
 	dropped32(e, fieldDroppedAttributes, dropped)

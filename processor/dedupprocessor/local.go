@@ -36,13 +36,6 @@ type localStage struct {
 	done   sync.WaitGroup
 }
 
-func newLocalStage(cfg *Config, id component.ID, signal string, logger *zap.Logger, clk clock.Clock) *localStage {
-	return &localStage{
-		Cache: localcache.New(cfg.Cache.MaxEntries, int64(cfg.Window)),
-		cfg:   cfg, id: id, signal: signal, fingerprint: identityFingerprint(cfg), logger: logger, clock: clk,
-	}
-}
-
 // start restores the last snapshot and starts saving one every
 // snapshot_interval. Only a storage naming no storage extension fails it: lost
 // state (no storage, a bad snapshot) costs its keys and one warning.

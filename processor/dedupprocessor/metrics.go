@@ -173,7 +173,7 @@ func (c metricsCall) identify(ctx context.Context, b *batch, enc *identity.Encod
 			for _, m := range sm.Metrics().All() {
 				view.metric = m
 				if w.content {
-					w.sk.setGroup(metricDigest(w.enc, m))
+					w.sk.group, w.sk.hasPrefix = metricDigest(w.enc, m), false
 				}
 				switch m.Type() {
 				case pmetric.MetricTypeGauge:
@@ -231,7 +231,7 @@ func (c metricsCall) apply(b *batch, md pmetric.Metrics) {
 			return sm.Metrics().Len() == 0
 		})
 		if c.box != nil && c.box.stripResource {
-			rm.Resource().Attributes().Remove(c.box.replicaLabel)
+			rm.Resource().Attributes().Remove(c.box.ec.ReplicaLabel)
 		}
 		return rm.ScopeMetrics().Len() == 0
 	})
@@ -254,7 +254,7 @@ func applyPoints[P dataPoint](a *applier, box *ballotBox, points pointSlice[P]) 
 		if elected, resource := box.elected(i); elected && resource {
 			box.stripResource = true
 		} else if elected && !removed {
-			dp.Attributes().Remove(box.replicaLabel)
+			dp.Attributes().Remove(box.ec.ReplicaLabel)
 		}
 		return removed
 	})

@@ -10,9 +10,9 @@ import (
 
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/consumer"
-	"go.uber.org/zap"
 
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/clock"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/localcache"
 )
 
 // engine is a processor's signal-independent core: its guarantees are written
@@ -22,7 +22,6 @@ type engine struct {
 	cfg      *Config
 	local    *localStage
 	shared   *sharedStage // nil: local only
-	logger   *zap.Logger
 	keyError *throttledLog
 	stacked  *throttledLog
 	looks    sync.Mutex   // one look claims locally at a time
@@ -52,13 +51,15 @@ func newEngine(cfg *Config, set component.TelemetrySettings, id component.ID, si
 			tierError:   &throttledLog{logger: set.Logger, msg: "dedup: shared tier (redis) failed"},
 		},
 		cfg:      cfg,
-		logger:   set.Logger,
 		keyError: &throttledLog{logger: set.Logger, msg: "dedup: cannot evaluate the key or conditions of a " + signal + " item; passing it through"},
 		stacked: &throttledLog{logger: set.Logger, msg: "dedup: the next consumer refused a batch because a dedup processor after this one waits for this batch's own claims: " +
 			"the two share one key space in Redis (the same processor ID and settings, or the same redis.key_prefix) and stall each other; " +
 			"give one of them another redis.key_prefix or processor ID"},
 	}
-	e.local = newLocalStage(cfg, id, signal, set.Logger, clk)
+	e.local = &localStage{
+		Cache: localcache.New(cfg.Cache.MaxEntries, int64(cfg.Window)),
+		cfg:   cfg, id: id, signal: signal, fingerprint: identityFingerprint(cfg), logger: set.Logger, clock: clk,
+	}
 	var err error
 	if r := cfg.Redis.Get(); r != nil {
 		e.policy = r.OnError
@@ -66,10 +67,8 @@ func newEngine(cfg *Config, set component.TelemetrySettings, id component.ID, si
 			return nil, err
 		}
 	}
-	if e.tel, err = newTelemetry(set, id, signal, e); err != nil {
-		return nil, err
-	}
-	return e, nil
+	e.tel, err = newTelemetry(set, id, signal, e)
+	return e, err
 }
 
 func (b *batches) now() int64 { return b.clock.Now().UnixNano() }

@@ -1,6 +1,7 @@
 package dedupprocessor
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -83,10 +84,7 @@ func newSharedStage(cfg *Config, r *RedisConfig, id component.ID, logger *zap.Lo
 			return nil, fmt.Errorf("dedup: redis.tls: %w", err)
 		}
 	}
-	s := &sharedStage{cfg: r, prefix: r.KeyPrefix, logger: logger}
-	if s.prefix == "" {
-		s.prefix = defaultKeyPrefix(id, cfg)
-	}
+	s := &sharedStage{cfg: r, prefix: cmp.Or(r.KeyPrefix, defaultKeyPrefix(id, cfg)), logger: logger}
 	s.Tier = redistier.New(redistier.Options{
 		Endpoints:  r.Endpoints,
 		Mode:       redistier.Mode(r.Mode),
@@ -161,13 +159,12 @@ func (s *sharedStage) newServer(runID string) {
 
 // observeRedis is the tier's Options.Observe.
 func (t *telemetry) observeRedis(op, result string, d time.Duration) {
-	ctx := context.Background()
 	opts, ok := t.redisOpts[op+"/"+result]
 	if !ok {
 		return
 	}
-	t.redisRequests.Add(ctx, 1, opts.add...)
+	t.redisRequests.Add(context.Background(), 1, opts.add...)
 	if d > 0 { // zero: no round trip was made
-		t.redisDuration.Record(ctx, d.Seconds(), opts.record...)
+		t.redisDuration.Record(context.Background(), d.Seconds(), opts.record...)
 	}
 }

@@ -500,13 +500,13 @@ func TestLostClaimAnswerIsReleased(t *testing.T) {
 	cfg.Redis.Get().Lease = time.Hour // only a release can free the claim in time
 	sink := new(consumertest.LogsSink)
 	h := newHarness(t, cfg, sink)
-	cut := proxy.Add(&faultproxy.Rule{Match: faultproxy.Script(redistier.ScriptHash(redistier.ScriptClaim)), Fault: faultproxy.CutAfter(), Times: 2})
+	cut := proxy.Add(&faultproxy.Rule{Match: faultproxy.Script(redistier.ScriptHash("claim")), Fault: faultproxy.CutAfter(), Times: 2})
 	err := h.consume(events(1, 2))
 	if !errors.Is(err, errSharedTier) {
 		t.Fatalf("claim whose replies were lost: %v, want the retryable shared-tier error", err)
 	}
-	if cut.Fired() != 2 || proxy.ScriptAnswered(redistier.ScriptHash(redistier.ScriptClaim)) != 2 {
-		t.Fatalf("claims cut %d, run %d; want both tries run and cut", cut.Fired(), proxy.ScriptAnswered(redistier.ScriptHash(redistier.ScriptClaim)))
+	if cut.Fired() != 2 || proxy.ScriptAnswered(redistier.ScriptHash("claim")) != 2 {
+		t.Fatalf("claims cut %d, run %d; want both tries run and cut", cut.Fired(), proxy.ScriptAnswered(redistier.ScriptHash("claim")))
 	}
 	if err := h.consume(events(1, 2)); err != nil {
 		t.Fatalf("the retry: %v", err)
@@ -524,7 +524,7 @@ func TestSlowClaimAnswerIsAskedAgain(t *testing.T) {
 	cfg.Redis.Get().Timeout = 200 * time.Millisecond
 	sink := new(consumertest.LogsSink)
 	h := newHarness(t, cfg, sink)
-	proxy.Add(&faultproxy.Rule{Match: faultproxy.Script(redistier.ScriptHash(redistier.ScriptClaim)), Fault: faultproxy.DelayReply(300 * time.Millisecond), Times: 1})
+	proxy.Add(&faultproxy.Rule{Match: faultproxy.Script(redistier.ScriptHash("claim")), Fault: faultproxy.DelayReply(300 * time.Millisecond), Times: 1})
 	if err := h.consume(events(1, 2)); err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/collector/client"
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -162,10 +163,7 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, signal strin
 	observed := []metric.Observable{entries, evictions, breaker}
 	var elected metric.Int64ObservableGauge
 	election := e.cfg.Metrics.ReplicaElection.Get()
-	if signal != "metrics" {
-		election = nil
-	}
-	if election != nil {
+	if signal == "metrics" && election != nil {
 		elected = gauge("otelcol_processor_dedup_elected_replica", "{clusters}",
 			"The replica elected for each cluster, as a series per cluster and replica label value; the value is the number of tenants whose cluster of that name elected that replica.")
 		observed = append(observed, elected)
@@ -206,10 +204,7 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, signal strin
 		}
 		return nil
 	}, observed...)
-	if err != nil {
-		return nil, err
-	}
-	return t, nil
+	return t, err
 }
 
 // with is the attribute set of a series: the base attributes, then kv.
@@ -233,7 +228,7 @@ func (t *telemetry) recordCall(ctx context.Context, b *batch) {
 		for _, c := range b.outcomes {
 			n += c
 		}
-		why, attr := whyUnidentified(ctx, t.authAttributes)
+		why, attr, _ := whyUnidentified(client.FromContext(ctx).Auth, t.authAttributes)
 		t.unidentified.Add(ctx, n, t.unidentifiedOpts[why:why+1]...)
 		fields := []zap.Field{zap.Strings("auth_attributes", t.authAttributes), zap.Int64("records", n)}
 		if attr != "" {

@@ -38,11 +38,9 @@ func tenantDigest(ctx context.Context, cfg *Config, enc *identity.Encoder) (d [d
 // encodeAuth encodes the attributes after a 1, or just a 0 (no identity's
 // encoding) if one lacks.
 func encodeAuth(enc *identity.Encoder, auth client.AuthData, names []string) bool {
-	for _, name := range names {
-		if auth == nil || !hasValue(auth.GetAttribute(name)) {
-			enc.Uint(0)
-			return false
-		}
+	if _, _, identified := whyUnidentified(auth, names); !identified {
+		enc.Uint(0)
+		return false
 	}
 	enc.Uint(1)
 	for _, name := range names {
@@ -95,19 +93,18 @@ var unidentifiedFix = [numUnidentified]string{
 		"Name an attribute the authenticator sets for every sender (oidc: subject, or membership with groups_claim set; basicauth: username), or give every sender's token the claim",
 }
 
-// whyUnidentified says why ctx's request lacks the identity of names, and
-// which attribute.
-func whyUnidentified(ctx context.Context, names []string) (unidentified, string) {
-	auth := client.FromContext(ctx).Auth
+// whyUnidentified says why auth lacks the identity of names, and which
+// attribute, or that it has it.
+func whyUnidentified(auth client.AuthData, names []string) (why unidentified, attr string, identified bool) {
 	if auth == nil {
-		return unidentifiedUnauthenticated, ""
+		return unidentifiedUnauthenticated, "", false
 	}
 	for _, name := range names {
 		if !hasValue(auth.GetAttribute(name)) {
-			return unidentifiedMissingAttribute, name
+			return unidentifiedMissingAttribute, name, false
 		}
 	}
-	return unidentifiedMissingAttribute, ""
+	return 0, "", true
 }
 
 // serverAuthenticator is extensionauth.Server, matched by shape: no module

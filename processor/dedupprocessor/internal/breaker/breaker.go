@@ -4,6 +4,7 @@
 package breaker
 
 import (
+	"cmp"
 	"sync"
 	"time"
 )
@@ -49,16 +50,9 @@ type Breaker struct {
 
 // New returns a closed breaker.
 func New(cfg Config) *Breaker {
-	if cfg.Failures <= 0 {
-		cfg.Failures = DefaultFailures
-	}
-	if cfg.Cooldown <= 0 {
-		cfg.Cooldown = DefaultCooldown
-	}
-	if cfg.MaxCooldown <= 0 {
-		cfg.MaxCooldown = DefaultMaxCooldown
-	}
-	cfg.MaxCooldown = max(cfg.MaxCooldown, cfg.Cooldown)
+	cfg.Failures = cmp.Or(cfg.Failures, DefaultFailures)
+	cfg.Cooldown = cmp.Or(cfg.Cooldown, DefaultCooldown)
+	cfg.MaxCooldown = max(cmp.Or(cfg.MaxCooldown, DefaultMaxCooldown), cfg.Cooldown)
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -83,7 +77,6 @@ const (
 	Unknown
 )
 
-// Allow reports whether a call may go ahead now.
 func (b *Breaker) Allow() (Ticket, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()

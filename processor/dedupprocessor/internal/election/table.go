@@ -38,7 +38,6 @@ type Replica struct {
 // State is what Decide found.
 type State uint8
 
-// The States.
 const (
 	Elected   State = iota // a committed election holds
 	Taken                  // the caller's batch holds it, pending
@@ -47,7 +46,6 @@ const (
 	OverLimit              // new cluster, and its tenant has MaxClusters live elections
 )
 
-// Decision is Decide's answer.
 type Decision struct {
 	State   State
 	Replica digest.Digest
@@ -90,7 +88,6 @@ func (en *entry) live(now int64) bool { return en.holder != 0 || now < en.until 
 // clone copies the name out of the batch's memory: the table outlives it.
 func clone(r Replica) Replica { return Replica{Digest: r.Digest, Name: strings.Clone(r.Name)} }
 
-// New returns an empty table.
 func New(cfg Config) *Table {
 	if cfg.Jitter == nil {
 		n := max(int64(cfg.UpdateJitter), 0) + 1
@@ -108,7 +105,11 @@ func New(cfg Config) *Table {
 func (t *Table) Decide(ref Ref, candidate Replica, token uint64, now int64, take bool) Decision {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.maybeSweep(now)
+	// Dead entries go once per failover timeout: gone clusters hold no memory.
+	if now-t.lastSweep >= t.failover {
+		t.lastSweep = now
+		t.sweep(func(en *entry) bool { return now >= en.until+t.failover })
+	}
 	clusters := t.tenants[ref.Tenant]
 	en := clusters[ref.Key]
 	switch {
@@ -309,15 +310,6 @@ func (t *Table) Each(now int64, fn func(cluster, replica string)) {
 				fn(en.cluster, en.replica.Name)
 			}
 		}
-	}
-}
-
-// maybeSweep drops dead entries once per failover timeout: gone clusters hold
-// no memory.
-func (t *Table) maybeSweep(now int64) {
-	if now-t.lastSweep >= t.failover {
-		t.lastSweep = now
-		t.sweep(func(en *entry) bool { return now >= en.until+t.failover })
 	}
 }
 

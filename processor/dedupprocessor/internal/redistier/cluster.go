@@ -45,7 +45,7 @@ type clusterExec struct {
 	degradedUntil atomic.Int64 // unix ns
 	reload        chan struct{}
 	stop          context.CancelFunc
-	done          chan struct{}
+	done          sync.WaitGroup // the refresher
 }
 
 type clusterNode struct {
@@ -61,18 +61,17 @@ func newClusterExec(cc *redis.ClusterClient, cfg breaker.Config, clk clock.Clock
 		clock:  clk,
 		nodes:  map[string]*clusterNode{},
 		reload: make(chan struct{}, 1),
-		done:   make(chan struct{}),
 	}
 	x.refresh() // now, not within the first call's deadline
 	ctx, stop := context.WithCancel(context.Background())
 	x.stop = stop
-	go x.refresher(ctx)
+	x.done.Go(func() { x.refresher(ctx) })
 	return x
 }
 
 func (x *clusterExec) close() error {
 	x.stop()
-	<-x.done
+	x.done.Wait()
 	return x.cc.Close()
 }
 
@@ -217,17 +216,13 @@ func (x *clusterExec) breaker(addr string) *breaker.Breaker {
 func (x *clusterExec) degraded() {
 	now := x.clock.Now()
 	if x.degradedUntil.Swap(now.Add(degradedFor).UnixNano()) < now.UnixNano() {
-		select {
-		case x.reload <- struct{}{}:
-		default:
-		}
+		wake(x.reload)
 	}
 }
 
 // refresher reloads the slot map every refreshDegraded while degraded (woken
 // at once), else refreshIdle.
 func (x *clusterExec) refresher(ctx context.Context) {
-	defer close(x.done)
 	last := x.clock.Now()
 	for x.clock.Wait(ctx, x.reload, refreshDegraded) == nil {
 		if now := x.clock.Now(); now.UnixNano() >= x.degradedUntil.Load() && now.Sub(last) < refreshIdle {

@@ -92,23 +92,17 @@ func (t *Tier) CommitElected(ctx context.Context, token string, failover time.Du
 		return err
 	}
 	for i, cl := range calls {
-		a, err := electionAnswer(cl.cmd)
-		if err != nil {
+		if answers[i], err = electionAnswer(cl.cmd); err != nil {
 			clear(answers)
 			return fmt.Errorf("dedup: redis elect: %w", err)
 		}
-		answers[i] = a
 	}
 	return nil
 }
 
-// ReleaseElections gives up the elections of keys token holds, restoring those
+// ReleaseElections gives up the elections of es token holds, restoring those
 // they replaced, and leaves a marker so a late Elect takes nothing; idempotent.
-func (t *Tier) ReleaseElections(ctx context.Context, token string, failover time.Duration, keys []digest.Digest) error {
-	es := make([]Election, len(keys))
-	for i, k := range keys {
-		es[i].Key = k
-	}
+func (t *Tier) ReleaseElections(ctx context.Context, token string, failover time.Duration, es []Election) error {
 	_, err := t.settleElections(ctx, OpRelease, token, failover, es)
 	return err
 }
@@ -178,7 +172,7 @@ end
 // committed election; {1, previous replica or "", 0} when the token holds it
 // (taken now, or by an earlier try of the same call); {2, candidate, 0} for
 // another token's pending election; {3, "", 0} if the token was released.
-var electScript = newScript(ScriptElect, electionLib+`
+var electScript = newScript("elect", electionLib+`
 if redis.call('EXISTS', KEYS[2]) == 1 then return {3, '', 0} end
 local rep, tok, lease, failover = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local t = now()
@@ -204,7 +198,7 @@ return {1, string.sub(prev, 2, 17), 0}
 // pending election, refreshes a committed one of the same replica, or takes
 // a free one committed: each answers {0, replica, failover}. Otherwise it
 // answers as electScript about what holds the election.
-var confirmScript = newScript(ScriptConfirm, electionLib+`
+var confirmScript = newScript("confirm", electionLib+`
 local rep, tok, failover = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local t = now()
 local v = redis.call('GET', KEYS[1])
@@ -225,7 +219,7 @@ return {0, rep, failover}
 // failover ms, lease ms. Leaves the marker for the lease and gives up the
 // token's pending election, restoring the committed value it replaced for
 // the rest of its time, if any is left. Answers 1 if it gave one up, else 0.
-var releaseElectionScript = newScript(ScriptReleaseElection, electionLib+`
+var releaseElectionScript = newScript("release-election", electionLib+`
 local tok, failover = ARGV[1], tonumber(ARGV[2])
 redis.call('SET', KEYS[2], '1', 'PX', ARGV[3])
 local v = redis.call('GET', KEYS[1])

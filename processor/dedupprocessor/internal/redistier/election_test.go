@@ -135,11 +135,11 @@ func runElectionCases(t *testing.T, newT func(*testing.T, string) *Tier, key fun
 		tokA, tokB := testToken(), testToken()
 		wantAnswer(t, elect1(t, tr, tokA, k, a), ElectionTaken, digest.Digest{})
 		// Another token cannot release it.
-		if err := tr.ReleaseElections(ctx, testToken(), testFailover, []digest.Digest{k}); err != nil {
+		if err := tr.ReleaseElections(ctx, testToken(), testFailover, []Election{{Key: k}}); err != nil {
 			t.Fatal(err)
 		}
 		wantAnswer(t, elect1(t, tr, tokB, k, b), ElectionPending, a)
-		if err := tr.ReleaseElections(ctx, tokA, testFailover, []digest.Digest{k}); err != nil {
+		if err := tr.ReleaseElections(ctx, tokA, testFailover, []Election{{Key: k}}); err != nil {
 			t.Fatal(err)
 		}
 		wantMissing(t, st, tr.electionKey(k))
@@ -162,7 +162,7 @@ func runElectionCases(t *testing.T, newT func(*testing.T, string) *Tier, key fun
 		if got.State != ElectionTaken || !got.HasPrev || got.Replica != a {
 			t.Fatalf("takeover = %+v, want taken with prev a", got)
 		}
-		if err := tr.ReleaseElections(ctx, tokB, testFailover, []digest.Digest{k}); err != nil {
+		if err := tr.ReleaseElections(ctx, tokB, testFailover, []Election{{Key: k}}); err != nil {
 			t.Fatal(err)
 		}
 		// a's expired record is back: the next takeover is still a failover.
@@ -293,7 +293,7 @@ func TestElectionNoScriptReload(t *testing.T) {
 	if err := srv.Client().ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := tr.ReleaseElections(ctx, tok, time.Minute, []digest.Digest{k}); err != nil {
+	if err := tr.ReleaseElections(ctx, tok, time.Minute, []Election{{Key: k}}); err != nil {
 		t.Fatalf("release after SCRIPT FLUSH: %v", err)
 	}
 }
@@ -319,7 +319,7 @@ func TestElectionReleaseRetried(t *testing.T) {
 		}
 	}
 	acl("-evalsha", "-eval")
-	err := tr.ReleaseElections(ctx, tok, testFailover, []digest.Digest{k})
+	err := tr.ReleaseElections(ctx, tok, testFailover, []Election{{Key: k}})
 	acl("+evalsha", "+eval")
 	if err == nil || !strings.Contains(err.Error(), "NOPERM") {
 		t.Fatalf("ReleaseElections with scripts refused: %v, want NOPERM", err)

@@ -5,18 +5,8 @@ import "github.com/redis/go-redis/v9"
 // Each script's source by hash (for withSource), and hash by name.
 var scriptSources, scriptHashes = map[string]string{}, map[string]string{}
 
-// Script names, for ScriptHash.
-const (
-	ScriptClaim           = "claim"
-	ScriptCommit          = "commit"
-	ScriptRelease         = "release"
-	ScriptRenew           = "renew"
-	ScriptElect           = "elect"
-	ScriptConfirm         = "confirm"
-	ScriptReleaseElection = "release-election"
-)
-
-// ScriptHash returns the SHA1 of a script by name, for fault-injecting tests.
+// ScriptHash returns the SHA1 of a script by the name newScript gave it, for
+// fault-injecting tests.
 func ScriptHash(name string) string { return scriptHashes[name] }
 
 func newScript(name, src string) *redis.Script {
@@ -43,7 +33,7 @@ func newScript(name, src string) *redis.Script {
 // not expire keys while a script runs. SET NX GET costs the server less
 // than SET NX, whose status reply Lua turns into a table. ARGV: token, lease
 // ms, window ms, status key prefix of the group, stop.
-var claimScript = newScript(ScriptClaim, `
+var claimScript = newScript("claim", `
 if redis.call('GET', KEYS[1]) == 'r' then return 'r' end
 local tok, window, sp, stop = ARGV[1], ARGV[3], ARGV[4], ARGV[5] == '1'
 local out, live, any, blocker = nil, {}, false, ''
@@ -85,7 +75,7 @@ return #KEYS - 1
 
 // releaseScript deletes the digest keys holding token ARGV[1], leaves the
 // release's marker for ARGV[2] ms, and answers how many it deleted.
-var releaseScript = newScript(ScriptRelease, `
+var releaseScript = newScript("release", `
 local tok, n = ARGV[1], 0
 for i = 2, #KEYS do
   if redis.call('GET', KEYS[i]) == tok then
@@ -104,7 +94,7 @@ return n
 // committed: the digest keys still holding the token are delivered records,
 // and a late claim of the token claims nothing pending. A released claim is
 // never revived. ARGV: window ms.
-var commitScript = newScript(ScriptCommit, `
+var commitScript = newScript("commit", `
 local s = redis.call('GET', KEYS[1])
 if s == 'c' then return 1 end
 if s == 'r' then return 0 end
@@ -115,7 +105,7 @@ return 0
 
 // renewScript extends by ARGV[1] ms the lease of a pending claim (KEYS[1] its
 // status key) or election pending under token ARGV[2]: 1, or 0 if it ended.
-var renewScript = newScript(ScriptRenew, `
+var renewScript = newScript("renew", `
 local v = redis.call('GET', KEYS[1])
 if v == 'p' or (ARGV[2] ~= '' and v and string.sub(v, 1, 1) == 'p' and string.sub(v, 18, 33) == ARGV[2]) then
   redis.call('PEXPIRE', KEYS[1], ARGV[1])

@@ -25,7 +25,12 @@ func (s *servers) onConnect(ctx context.Context, cn *redis.Conn) error {
 	if err != nil {
 		return nil // INFO refused (an ACL, a managed service): nothing known
 	}
-	id := runID(info)
+	var id string
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(line, "run_id:"); ok {
+			id = strings.TrimSpace(v)
+		}
+	}
 	if id == "" {
 		return nil
 	}
@@ -37,13 +42,4 @@ func (s *servers) onConnect(ctx context.Context, cn *redis.Conn) error {
 		s.fn(id)
 	}
 	return nil
-}
-
-func runID(info string) string {
-	for line := range strings.Lines(info) {
-		if v, ok := strings.CutPrefix(line, "run_id:"); ok {
-			return strings.TrimSpace(v)
-		}
-	}
-	return ""
 }

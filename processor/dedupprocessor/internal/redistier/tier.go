@@ -48,7 +48,6 @@ const (
 	ResultLost    = "lost"    // a claim ended before its commit or renewal landed, or a write was given up
 )
 
-// Options configures a Tier.
 type Options struct {
 	// Endpoints: a standalone server, nodes of one Redis Cluster, or Sentinels.
 	Endpoints  []string
@@ -92,7 +91,6 @@ type Tier struct {
 	bg     context.Context // the background work's; Close cancels it
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
-	closed sync.Once
 	shut   atomic.Bool // Close was called: calls fail
 }
 
@@ -228,19 +226,18 @@ func (t *Tier) Mode() Mode {
 // Close stops the tier after its batches: calls fail, renewals stop, the
 // writes left get two tries.
 func (t *Tier) Close() error {
-	var err error
-	t.closed.Do(func() {
-		t.shut.Store(true)
-		t.w.mu.Lock()
-		t.w.closed = true
-		t.w.mu.Unlock()
-		t.cancel()
-		t.wg.Wait()
-		if c := t.conn.Load(); c != nil {
-			err = c.exec.close()
-		}
-	})
-	return err
+	if t.shut.Swap(true) {
+		return nil
+	}
+	t.w.mu.Lock()
+	t.w.closed = true
+	t.w.mu.Unlock()
+	t.cancel()
+	t.wg.Wait()
+	if c := t.conn.Load(); c != nil {
+		return c.exec.close()
+	}
+	return nil
 }
 
 // Breakers returns the state of every node's circuit breaker, if connected.
@@ -320,9 +317,7 @@ func (t *Tier) Claim(ctx context.Context, token string, ds []digest.Digest, answ
 			err = errors.Join(err, fmt.Errorf("dedup: redis %s: %w", op, perr))
 			continue
 		}
-		if holder == "" {
-			holder = owner
-		}
+		holder = cmp.Or(holder, owner)
 		if slices.ContainsFunc(cl.idx, func(i int32) bool { return answers[i] == Claimed }) {
 			if key := c.layout.statusKey(cl.group, token); len(held) == 0 || held[len(held)-1] != key {
 				held = append(held, key)
@@ -492,7 +487,15 @@ func (t *Tier) run(ctx context.Context, c *conn, calls []*call, timeout time.Dur
 			k = len(ops)
 			ops = append(ops, report{op: cl.op, result: ResultOK})
 		}
-		r := resultOf(cl.err)
+		r := ResultError
+		switch {
+		case cl.err == nil:
+			r = ResultOK
+		case errors.Is(cl.err, errBreakerOpen):
+			r = ResultSkipped
+		case isTimeout(cl.err):
+			r = ResultTimeout
+		}
 		if r != ResultSkipped {
 			ops[k].d = d
 		}
@@ -508,19 +511,17 @@ func (t *Tier) run(ctx context.Context, c *conn, calls []*call, timeout time.Dur
 
 // failure names how many of calls failed and the first failure, or is nil.
 func (t *Tier) failure(calls []*call) error {
-	var first *call
-	failed := 0
-	for _, cl := range calls {
-		if cl.err != nil {
-			failed++
-			if first == nil {
-				first = cl
-			}
-		}
-	}
-	if first == nil {
+	i := slices.IndexFunc(calls, func(cl *call) bool { return cl.err != nil })
+	if i < 0 {
 		return nil
 	}
+	failed := 0
+	for _, cl := range calls[i:] {
+		if cl.err != nil {
+			failed++
+		}
+	}
+	first := calls[i]
 	op, err := first.op, first.err
 	if first.node != "" {
 		err = fmt.Errorf("node %s: %w", first.node, err)
@@ -533,18 +534,6 @@ func (t *Tier) failure(calls []*call) error {
 
 // severity orders the results: an operation's is the worst of its calls'.
 var severity = []string{ResultOK, ResultSkipped, ResultError, ResultTimeout}
-
-func resultOf(err error) string {
-	switch {
-	case err == nil:
-		return ResultOK
-	case errors.Is(err, errBreakerOpen):
-		return ResultSkipped
-	case isTimeout(err):
-		return ResultTimeout
-	}
-	return ResultError
-}
 
 // grouping is ds grouped by group, as indexes into ds.
 type grouping struct {

@@ -104,13 +104,14 @@ func (w *writer) enqueue(ws []write) bool {
 	}
 	w.queue = append(w.queue, ws...)
 	w.mu.Unlock()
-	w.signal()
+	wake(w.wake)
 	return true
 }
 
-func (w *writer) signal() {
+// wake sends on ch unless a wake is pending there already.
+func wake(ch chan struct{}) {
 	select {
-	case w.wake <- struct{}{}:
+	case ch <- struct{}{}:
 	default:
 	}
 }
@@ -279,7 +280,7 @@ func (t *Tier) retry(failed []write, now time.Time, inRound bool) {
 	t.w.retry = append(t.w.retry, failed...)
 	t.w.mu.Unlock()
 	if !inRound {
-		t.w.signal()
+		wake(t.w.wake)
 	}
 }
 
@@ -331,10 +332,8 @@ func (t *Tier) readWrites(ws []write, calls []*call) []write {
 			retry = append(retry, ws[i])
 			continue
 		}
-		if ws[i].op == OpCommit && ws[i].election == nil {
-			if n, _ := cl.cmd.Int64(); n == 0 {
-				t.lost(OpCommit, errors.New("dedup: redis commit: the claim was not pending at its commit (its lease had ended, or its claim had not reached Redis): copies of its records may have been delivered meanwhile"))
-			}
+		if n, _ := cl.cmd.Int64(); ws[i].op == OpCommit && ws[i].election == nil && n == 0 {
+			t.lost(OpCommit, errors.New("dedup: redis commit: the claim was not pending at its commit (its lease had ended, or its claim had not reached Redis): copies of its records may have been delivered meanwhile"))
 		}
 	}
 	return retry
