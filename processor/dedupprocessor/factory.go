@@ -18,6 +18,7 @@ var componentType = component.MustNewType("dedup")
 
 const stability = component.StabilityLevelAlpha
 
+// NewFactory returns the factory of the dedup processor.
 func NewFactory() processor.Factory {
 	b := new(built)
 	return processor.NewFactory(

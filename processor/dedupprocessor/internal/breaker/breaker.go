@@ -77,6 +77,7 @@ const (
 	Unknown
 )
 
+// Allow reports whether a call may go ahead now.
 func (b *Breaker) Allow() (Ticket, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()

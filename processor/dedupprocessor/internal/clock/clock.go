@@ -19,8 +19,10 @@ type Clock interface {
 // Wall is the wall clock.
 type Wall struct{}
 
+// Now returns time.Now().
 func (Wall) Now() time.Time { return time.Now() }
 
+// Wait waits on a timer.
 func (Wall) Wait(ctx context.Context, wake <-chan struct{}, d time.Duration) error {
 	if err := ctx.Err(); err != nil {
 		return err

@@ -54,6 +54,7 @@ type Encoder struct {
 	n   int
 }
 
+// Reset starts a new identity.
 func (e *Encoder) Reset() {
 	if len(e.buf) > maxRetainedBuffer {
 		e.buf = nil
@@ -180,8 +181,10 @@ func (e *Encoder) Raw(b []byte) {
 
 func (e *Encoder) missing() { e.room(1)[0] = tagMissing }
 
+// String encodes a string.
 func (e *Encoder) String(s string) { e.putTaggedString(tagString, s) }
 
+// Int encodes a signed integer.
 func (e *Encoder) Int(v int64) { e.put64(tagInt, uint64(v)) }
 
 // Uint encodes an unsigned integer (timestamps, flags, counts).
@@ -195,6 +198,7 @@ func (e *Encoder) double(v float64) {
 	e.put64(tagDouble, math.Float64bits(v))
 }
 
+// Bool encodes a boolean.
 func (e *Encoder) Bool(v bool) {
 	w := e.room(2)
 	w[0], w[1] = tagBool, 0
@@ -203,10 +207,13 @@ func (e *Encoder) Bool(v bool) {
 	}
 }
 
+// Bytes encodes a byte string.
 func (e *Encoder) Bytes(b []byte) { putTagged(e, tagBytes, b) }
 
+// TraceID encodes a trace ID.
 func (e *Encoder) TraceID(id pcommon.TraceID) { e.putFixed(tagTraceID, id[:]) }
 
+// SpanID encodes a span ID.
 func (e *Encoder) SpanID(id pcommon.SpanID) { e.putFixed(tagSpanID, id[:]) }
 
 // putFixed writes tag and b, whose length the tag implies.

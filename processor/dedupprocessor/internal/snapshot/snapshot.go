@@ -58,6 +58,7 @@ var (
 	ErrForeign = errors.New("snapshot foreign")
 )
 
+// Meta describes a snapshot.
 type Meta struct {
 	Window    int64 // of the writing cache, ns; restoring clamps to its own
 	WrittenAt int64 // unix ns
