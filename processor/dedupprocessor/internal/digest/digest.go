@@ -10,6 +10,7 @@ import (
 	"github.com/zeebo/xxh3"
 )
 
+// Size is the number of bytes in a digest.
 const Size = 16
 
 // Digest is the 128-bit hash of an identity; collisions (~n²/2¹²⁹) are

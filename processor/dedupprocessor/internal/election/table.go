@@ -46,6 +46,7 @@ const (
 	OverLimit              // new cluster, and its tenant has MaxClusters live elections
 )
 
+// Decision is Decide's answer.
 type Decision struct {
 	State   State
 	Replica digest.Digest
@@ -88,6 +89,7 @@ func (en *entry) live(now int64) bool { return en.holder != 0 || now < en.until 
 // clone copies the name out of the batch's memory: the table outlives it.
 func clone(r Replica) Replica { return Replica{Digest: r.Digest, Name: strings.Clone(r.Name)} }
 
+// New returns an empty table.
 func New(cfg Config) *Table {
 	if cfg.Jitter == nil {
 		n := max(int64(cfg.UpdateJitter), 0) + 1

@@ -48,6 +48,7 @@ const (
 	ResultLost    = "lost"    // a claim ended before its commit or renewal landed, or a write was given up
 )
 
+// Options configures a Tier.
 type Options struct {
 	// Endpoints: a standalone server, nodes of one Redis Cluster, or Sentinels.
 	Endpoints  []string
