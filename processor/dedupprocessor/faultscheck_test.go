@@ -539,7 +539,8 @@ func (r *faultRun) digestKey(id int) string {
 // checkBothReplicas: a scrape's points delivered by both replicas had a
 // cause: the elections were undecided (Redis failed under on_error: pass,
 // counted), or collectors held different elections after Redis lost them,
-// after renewals failed for a lease, or after a collector holding one died.
+// after renewals failed for a lease, after a collector holding one died, or
+// after one shut down while the batch that held one was still exporting.
 func (r *faultRun) checkBothReplicas(v *faultViolations, cp *faultCopies) {
 	first := map[int]*[2]*faultExport{}
 	for _, e := range r.exports {
@@ -573,6 +574,11 @@ func (r *faultRun) checkBothReplicas(v *faultViolations, cp *faultCopies) {
 		}
 		if x.c.died && !x.c.downAt.After(y.start.Add(faultTol)) {
 			causes = append(causes, "collector-killed")
+		}
+		// x's collector shut down with x in flight: the drain waits a lease
+		// at most, then the tier closes and x's election lapses.
+		if !x.c.died && !x.c.downAt.IsZero() && between(x.c.downAt, x.start.Add(-faultTol), earliest(x.end.Add(faultCommitSlack), y.start)) {
+			causes = append(causes, "shutdown-in-flight")
 		}
 		if r.policy == ErrorPass {
 			for _, e := range []*faultExport{x, y} {
