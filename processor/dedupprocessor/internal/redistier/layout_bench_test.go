@@ -47,21 +47,13 @@ func BenchmarkLayout(b *testing.B) {
 		b.Run("layout=keys"+w, func(b *testing.B) {
 			srv := redistest.Standalone(b)
 			tr := newTier(b, Options{Endpoints: []string{srv.Addr()}, KeyPrefix: "otelcol-dedup:", Window: window, Timeout: 5 * time.Second})
-			runBatches(b, srv.Client(), func(ctx context.Context, ds []digest.Digest, claimed []bool) error {
-				tok := testToken()
-				if err := tr.claimBools(ctx, tok, ds, claimed); err != nil {
-					return err
-				}
-				return tr.settle(ctx, OpCommit, tok, ds, false)
-			})
+			runBatches(b, srv.Client(), tierClaimCommit(tr))
 		})
 		for _, expiry := range []string{"each", "once", "none", "roll"} {
 			b.Run("layout=hashes/expiry="+expiry+w, func(b *testing.B) {
 				srv := redistest.Standalone(b)
 				c := srv.Client()
-				h := hashLayout{prefix: "otelcol-dedup:", window: window, expiry: expiry}
-				h.shardBits = max(1, bits.Len(uint(b.N*benchBatch/32))-1)
-				h.given = make([]atomic.Bool, 1<<h.shardBits)
+				h := newHashLayout(window, expiry, max(1, bits.Len(uint(b.N*benchBatch/32))-1))
 				runBatches(b, c, func(ctx context.Context, ds []digest.Digest, claimed []bool) error {
 					return h.claimCommit(ctx, c, ds, claimed)
 				})
@@ -85,16 +77,9 @@ func BenchmarkLayoutSteady(b *testing.B) {
 			var op func(context.Context, []digest.Digest, []bool) error
 			if layout == "keys" {
 				tr := newTier(b, Options{Endpoints: []string{srv.Addr()}, KeyPrefix: "otelcol-dedup:", Window: window, Lease: time.Second, Timeout: 5 * time.Second})
-				op = func(ctx context.Context, ds []digest.Digest, claimed []bool) error {
-					tok := testToken()
-					if err := tr.claimBools(ctx, tok, ds, claimed); err != nil {
-						return err
-					}
-					return tr.settle(ctx, OpCommit, tok, ds, false)
-				}
+				op = tierClaimCommit(tr)
 			} else {
-				h := &hashLayout{prefix: "otelcol-dedup:", window: window, expiry: "roll", shardBits: 15}
-				h.given = make([]atomic.Bool, 1<<h.shardBits)
+				h := newHashLayout(window, "roll", 15)
 				op = func(ctx context.Context, ds []digest.Digest, claimed []bool) error {
 					return h.claimCommit(ctx, c, ds, claimed)
 				}
@@ -119,6 +104,22 @@ func BenchmarkLayoutSteady(b *testing.B) {
 			b.ReportMetric(float64(usedMemory(b, c)-before)/float64(recent), "redis-B/recent-record")
 		})
 	}
+}
+
+// tierClaimCommit claims a batch in the tier and commits it at once.
+func tierClaimCommit(tr *Tier) func(context.Context, []digest.Digest, []bool) error {
+	return func(ctx context.Context, ds []digest.Digest, claimed []bool) error {
+		tok := testToken()
+		if err := tr.claimBools(ctx, tok, ds, claimed); err != nil {
+			return err
+		}
+		return tr.settle(ctx, OpCommit, tok, ds, false)
+	}
+}
+
+func newHashLayout(window time.Duration, expiry string, shardBits int) *hashLayout {
+	return &hashLayout{prefix: "otelcol-dedup:", window: window, expiry: expiry, shardBits: shardBits,
+		given: make([]atomic.Bool, 1<<shardBits)}
 }
 
 type hashLayout struct {
