@@ -575,9 +575,7 @@ func (r *faultRun) checkBothReplicas(v *faultViolations, cp *faultCopies) {
 		if x.c.died && !x.c.downAt.After(y.start.Add(faultTol)) {
 			causes = append(causes, "collector-killed")
 		}
-		// x's collector shut down with x in flight: the drain waits a lease
-		// at most, then the tier closes and x's election lapses.
-		if !x.c.died && !x.c.downAt.IsZero() && between(x.c.downAt, x.start.Add(-faultTol), earliest(x.end.Add(faultCommitSlack), y.start)) {
+		if shutDownUnder(x, y) {
 			causes = append(causes, "shutdown-in-flight")
 		}
 		if r.policy == ErrorPass {
@@ -652,10 +650,17 @@ func (r *faultRun) copyCauses(id int, x, y *faultExport) []string {
 	if r.renewalsLost(x.c, x.start, earliest(x.end.Add(faultCommitSlack), y.start)) != "" {
 		causes = append(causes, "lease-ran-out")
 	}
-	if !x.c.died && !x.c.downAt.IsZero() && between(x.c.downAt, x.start.Add(-faultTol), earliest(x.end.Add(faultCommitSlack), y.start)) {
+	if shutDownUnder(x, y) {
 		causes = append(causes, "shutdown-in-flight")
 	}
 	return causes
+}
+
+// shutDownUnder reports whether x's collector began shutting down while x
+// was in flight, before y: the drain waits a lease at most, then the tier
+// closes and x's claims and elections lapse.
+func shutDownUnder(x, y *faultExport) bool {
+	return !x.c.died && !x.c.downAt.IsZero() && between(x.c.downAt, x.start.Add(-faultTol), earliest(x.end.Add(faultCommitSlack), y.start))
 }
 
 // copyContext describes what a copy's collectors went through, for its
