@@ -349,7 +349,7 @@ func runLargeRacingCopies(t *testing.T, cols []*running, nodes []*redistest.Serv
 	if bad > 0 || total != n {
 		t.Errorf("the sinks hold %d records, %d events not delivered exactly once; want %d", total, bad, n)
 	}
-	// Every claim committed: no digest key points at a pending claim, and
+	// Every claim committed: no record is held by a pending claim, and
 	// no claim is left pending.
 	checkRedisContents(t, dumpRedis(t, nodes), n, 10*time.Minute, fewNeedles(needles))
 }

@@ -10,7 +10,6 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -189,22 +188,17 @@ func groupCaughtUp(ctx context.Context, cl *kgo.Client) (bool, string, error) {
 }
 
 // waitCommitted waits until the sink holds as many records as Redis holds
-// digest keys whose claim is committed, and both have held still for
+// records whose claim is committed, and both have held still for
 // 100 ms.
 func waitCommitted(t *testing.T, rdb *redistest.Server, sink *testSink) {
 	t.Helper()
 	committed, since := -1, time.Now()
 	testkit.WaitFor(t, "Redis's committed keys matching the sink's records", 2*time.Minute, func() bool {
 		entries := dumpRedis(t, []*redistest.Server{rdb})
-		status := map[string]string{}
-		for _, e := range entries {
-			if m := redisKeyRE.FindStringSubmatch(e.key); m != nil && strings.HasPrefix(m[2], "claim:") {
-				status[m[1]+m[2][len("claim:"):]] = e.value
-			}
-		}
+		status := claimStatus(entries)
 		n := 0
 		for _, e := range entries {
-			if m := redisKeyRE.FindStringSubmatch(e.key); m != nil && len(m[2]) == 16 && status[m[1]+e.value] == "c" {
+			if group, id, ok := record(e); ok && status[group+id] == "c" {
 				n++
 			}
 		}

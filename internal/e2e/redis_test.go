@@ -2,11 +2,11 @@ package e2e
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -94,16 +94,19 @@ func wantSum(t *testing.T, scs []Scrape, name string, labels Labels, want float6
 	}
 }
 
-// redisEntry is one key of a Redis server.
+// redisEntry is one key of a Redis server, or one field of a hash.
 type redisEntry struct {
 	node  string
 	key   string
+	hash  bool   // the entry is a field of the hash key
+	field string // the hash's field
 	value string
 	pttl  time.Duration
 }
 
-// dumpRedis reads every key of every node (SCAN), with its value and TTL:
-// one pipelined round trip per page of keys.
+// dumpRedis reads every key of every node (SCAN), with its value (a hash's
+// fields each as an entry) and TTL: two pipelined round trips per page of
+// keys.
 func dumpRedis(t *testing.T, nodes []*redistest.Server) []redisEntry {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
@@ -118,28 +121,53 @@ func dumpRedis(t *testing.T, nodes []*redistest.Server) []redisEntry {
 				t.Fatalf("SCAN %s: %v", n.Addr(), err)
 			}
 			pipe := cl.Pipeline()
-			gets := make([]*redis.StringCmd, len(keys))
+			types := make([]*redis.StatusCmd, len(keys))
 			ttls := make([]*redis.DurationCmd, len(keys))
 			for i, k := range keys {
-				gets[i] = pipe.Get(ctx, k)
+				types[i] = pipe.Type(ctx, k)
 				ttls[i] = pipe.PTTL(ctx, k)
 			}
 			if len(keys) > 0 {
 				_, _ = pipe.Exec(ctx) // errors are read per command below
 			}
+			pipe = cl.Pipeline()
+			gets := make([]*redis.StringCmd, len(keys))
+			hashes := make([]*redis.MapStringStringCmd, len(keys))
 			for i, k := range keys {
-				v, err := gets[i].Result()
-				if errors.Is(err, redis.Nil) {
-					continue // expired between SCAN and GET (a pending claim's lease)
+				switch typ := types[i].Val(); typ {
+				case "string":
+					gets[i] = pipe.Get(ctx, k)
+				case "hash":
+					hashes[i] = pipe.HGetAll(ctx, k)
+				case "none": // expired since the SCAN (a pending claim's lease)
+				default:
+					t.Fatalf("key %q on %s is a %s (%v), want a string or a hash", k, n.Addr(), typ, types[i].Err())
 				}
-				if err != nil {
-					t.Fatalf("GET %q on %s: %v (every key should be a string)", k, n.Addr(), err)
+			}
+			if len(keys) > 0 {
+				_, _ = pipe.Exec(ctx)
+			}
+			for i, k := range keys {
+				ttl := ttls[i].Val()
+				switch {
+				case gets[i] != nil:
+					v, err := gets[i].Result()
+					if errors.Is(err, redis.Nil) {
+						continue
+					}
+					if err != nil {
+						t.Fatalf("GET %q on %s: %v", k, n.Addr(), err)
+					}
+					out = append(out, redisEntry{node: n.Addr(), key: k, value: v, pttl: ttl})
+				case hashes[i] != nil:
+					fields, err := hashes[i].Result()
+					if err != nil {
+						t.Fatalf("HGETALL %q on %s: %v", k, n.Addr(), err)
+					}
+					for f, v := range fields {
+						out = append(out, redisEntry{node: n.Addr(), key: k, hash: true, field: f, value: v, pttl: ttl})
+					}
 				}
-				ttl, err := ttls[i].Result()
-				if err != nil {
-					t.Fatalf("PTTL %q on %s: %v", k, n.Addr(), err)
-				}
-				out = append(out, redisEntry{node: n.Addr(), key: k, value: v, pttl: ttl})
 			}
 			if cursor = next; cursor == 0 {
 				break
@@ -150,90 +178,94 @@ func dumpRedis(t *testing.T, nodes []*redistest.Server) []redisEntry {
 }
 
 // The shared tier's key layout as the processor's README and redistier
-// describe it: the default prefix "dedup:<8 hex>:", in a Cluster a
-// hash tag, then a 16-byte digest (value: the claim token), "claim:" and the
-// token (value "p" pending, "c" committed), or the same + "w" (value "1": the
-// claim's waiting mark, set while its batch waited for a younger one).
-var redisKeyRE = regexp.MustCompile(`^(dedup:[0-9a-f]{8}:(?:\{[0-9a-z]+\})?)((?s).*)$`)
+// describe it: the default prefix "dedup:<8 hex>:", in a Cluster a hash
+// tag, the layout's version "2:", then either a record hash
+// "<shards>:<shard>" (base 36), whose fields are 11 digest bytes valued
+// with an epoch's byte and a claim id, and whose field "" holds the epoch
+// it was last rolled in; or "c:" and a claim id, the claim's status (value
+// "p" pending, "c" committed, "r" released).
+var (
+	redisKeyRE  = regexp.MustCompile(`^(dedup:[0-9a-f]{8}:(?:\{[0-9a-z]+\})?)2:((?s).*)$`)
+	redisHashRE = regexp.MustCompile(`^[0-9a-z]+:[0-9a-z]+$`)
+)
 
-// isClaimToken reports whether s is a claim token: 16 bytes, the claiming
-// batch's age (microseconds since the epoch, big-endian; a batch of this
-// test run), then the mark flag and random bytes.
-func isClaimToken(s string) bool {
-	if len(s) != 16 {
-		return false
+// claimStatus returns the statuses of the claims in entries, by group
+// prefix and claim id.
+func claimStatus(entries []redisEntry) map[string]string {
+	status := map[string]string{}
+	for _, e := range entries {
+		if m := redisKeyRE.FindStringSubmatch(e.key); m != nil && !e.hash && strings.HasPrefix(m[2], "c:") {
+			status[m[1]+m[2][len("c:"):]] = e.value
+		}
 	}
-	age := time.UnixMicro(int64(binary.BigEndian.Uint64([]byte(s[:8]))))
-	return time.Since(age).Abs() < time.Hour
+	return status
+}
+
+// record returns the group prefix and claim id of a record entry, or false.
+func record(e redisEntry) (group, id string, ok bool) {
+	m := redisKeyRE.FindStringSubmatch(e.key)
+	if m == nil || !e.hash || e.field == "" || len(e.value) != 9 {
+		return "", "", false
+	}
+	return m[1], e.value[1:], true
 }
 
 // checkRedisContents checks what the fleet left in Redis: exactly digests
-// digest keys, each pointing at a committed claim, every key expiring within
-// the window, and not one attribute value, body or resource attribute of the
-// events (needles) in any key or value.
+// records, each held by a committed claim, every status key expiring
+// within the window and every record hash within two, and not one
+// attribute value, body or resource attribute of the events (needles) in
+// any key, field or value.
 func checkRedisContents(t *testing.T, entries []redisEntry, digests int, window time.Duration, needles []string) map[string]int {
 	t.Helper()
-	status := map[string]string{} // group prefix + token -> value
-	var marks []string            // group prefix + token of each waiting mark
-	type digestKey struct{ group, token, node string }
-	var keys []digestKey
+	status := claimStatus(entries)
+	records, uncommitted := 0, 0
 	perNode := map[string]int{}
 	for _, e := range entries {
-		for _, s := range []string{e.key, e.value} {
+		for _, s := range []string{e.key, e.field, e.value} {
 			for _, n := range needles {
 				if strings.Contains(s, n) {
-					t.Errorf("Redis on %s holds %q (key %q, value %q): record content left the record", e.node, n, e.key, e.value)
+					t.Errorf("Redis on %s holds %q (key %q, field %q, value %q): record content left the record", e.node, n, e.key, e.field, e.value)
 				}
 			}
 		}
-		if e.pttl <= 0 || e.pttl > window {
-			t.Errorf("key %q has TTL %s, want in (0, %s]", e.key, e.pttl, window)
+		if most := map[bool]time.Duration{false: window, true: 2 * window}[e.hash]; e.pttl <= 0 || e.pttl > most {
+			t.Errorf("key %q has TTL %s, want in (0, %s]", e.key, e.pttl, most)
 		}
 		m := redisKeyRE.FindStringSubmatch(e.key)
 		if m == nil {
-			t.Errorf("key %q does not follow the layout dedup:<hex>:[{tag}](<digest>|claim:<token>)", e.key)
+			t.Errorf("key %q does not follow the layout dedup:<hex>:[{tag}]2:(<shards>:<shard>|c:<id>)", e.key)
 			continue
 		}
-		group, rest := m[1], m[2]
+		rest := m[2]
 		switch {
-		case strings.HasPrefix(rest, "claim:") && isClaimToken(rest[len("claim:"):]):
-			status[group+rest[len("claim:"):]] = e.value
-		case strings.HasPrefix(rest, "claim:") && strings.HasSuffix(rest, "w") && isClaimToken(rest[len("claim:"):len(rest)-1]):
-			if e.value != "1" {
-				t.Errorf("waiting mark %q holds %q, want 1", e.key, e.value)
+		case !e.hash && strings.HasPrefix(rest, "c:") && len(rest) == len("c:")+8:
+			if e.value != "c" && e.value != "r" {
+				t.Errorf("claim %q is %q, want committed (\"c\") or a release's marker (\"r\")", e.key, e.value)
 			}
-			marks = append(marks, group+rest[len("claim:"):len(rest)-1])
-		case len(rest) == 16:
-			if !isClaimToken(e.value) {
-				t.Errorf("digest key %q holds %q, want a claim token", e.key, e.value)
+		case e.hash && redisHashRE.MatchString(rest) && e.field == "":
+			if _, err := strconv.ParseInt(e.value, 10, 64); err != nil {
+				t.Errorf("record hash %q was rolled in epoch %q, want a number", e.key, e.value)
 			}
-			keys = append(keys, digestKey{group, e.value, e.node})
+		case e.hash && redisHashRE.MatchString(rest) && len(e.field) == 11:
+			group, id, ok := record(e)
+			if !ok {
+				t.Errorf("record %q/%q holds %q, want an epoch's byte and a claim id", e.key, e.field, e.value)
+				continue
+			}
+			records++
 			perNode[e.node]++
+			if status[group+id] != "c" {
+				uncommitted++
+			}
 		default:
-			t.Errorf("key %q: unexpected %q after the prefix", e.key, rest)
+			t.Errorf("key %q (field %q): unexpected %q after the prefix", e.key, e.field, rest)
 		}
 	}
-	if len(keys) != digests {
-		t.Errorf("Redis holds %d digest keys, want %d (one per unique event)", len(keys), digests)
-	}
-	uncommitted := 0
-	for _, k := range keys {
-		if status[k.group+k.token] != "c" {
-			uncommitted++
-		}
+	if records != digests {
+		t.Errorf("Redis holds %d records, want %d (one per unique event)", records, digests)
 	}
 	if uncommitted > 0 {
-		t.Errorf("%d digest keys point at a claim that is not committed (status missing or pending); every delivered batch should have committed", uncommitted)
-	}
-	for st, v := range status {
-		if v != "c" && v != "r" {
-			t.Errorf("claim %q is %q, want committed (\"c\") or a release's marker (\"r\")", st, v)
-		}
-	}
-	for _, m := range marks {
-		if _, ok := status[m]; !ok {
-			t.Errorf("waiting mark of claim %q, which holds nothing in its group", m)
-		}
+		t.Errorf("%d records are held by a claim that is not committed (status missing or pending); every delivered batch should have committed", uncommitted)
 	}
 	return perNode
 }
@@ -380,11 +412,11 @@ func runFleet(t *testing.T, endpoints []string, nodes []*redistest.Server) {
 	}
 
 	perNode := checkRedisContents(t, dumpRedis(t, nodes), n, window, needles)
-	t.Logf("digest keys per node: %v", perNode)
+	t.Logf("records per node: %v", perNode)
 	if len(nodes) > 1 {
 		for _, node := range nodes {
 			if perNode[node.Addr()] == 0 {
-				t.Errorf("Cluster master %s holds no digest key: the keys are not spread over the masters", node.Addr())
+				t.Errorf("Cluster master %s holds no record: the records are not spread over the masters", node.Addr())
 			}
 		}
 	}

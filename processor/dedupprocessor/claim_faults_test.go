@@ -148,7 +148,7 @@ func TestShutdownWithBatchesInFlight(t *testing.T) {
 				t.Fatal(err)
 			}
 			committed := 0
-			for _, v := range keyValues(t, srv, "shutdown:claim:*") {
+			for _, v := range keyValues(t, srv, "shutdown:2:c:*") {
 				if v == "c" {
 					committed++
 				}

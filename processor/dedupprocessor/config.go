@@ -135,6 +135,9 @@ type RedisConfig struct {
 	TLS configoptional.Optional[configtls.ClientConfig] `mapstructure:"tls"`
 	// KeyPrefix starts every key; empty: derived from the identity settings.
 	KeyPrefix string `mapstructure:"key_prefix"`
+	// Capacity is the unique records one window holds across the fleet: it
+	// sizes the hashes Redis keeps them in.
+	Capacity int `mapstructure:"capacity"`
 	// Timeout bounds each round trip.
 	Timeout time.Duration `mapstructure:"timeout"`
 	// Lease is how long a pending claim lives unless its batch renews it.
@@ -197,6 +200,8 @@ const (
 	minDuration = time.Millisecond
 	// maxMaxEntries keeps a typo from reserving an absurd amount of memory.
 	maxMaxEntries = 100_000_000
+	// maxCapacity catches a capacity off by orders of magnitude.
+	maxCapacity = 1_000_000_000_000
 	// maxMaxClusters bounds the election table and gauge series per tenant.
 	maxMaxClusters = 100_000
 	// defaultRedisLease: how long the retries of a collector that died
@@ -226,10 +231,11 @@ func createDefaultConfig() component.Config {
 			}),
 		},
 		Redis: configoptional.Default(RedisConfig{
-			Mode:    RedisModeAuto,
-			Timeout: 250 * time.Millisecond,
-			Lease:   defaultRedisLease,
-			OnError: ErrorPass,
+			Mode:     RedisModeAuto,
+			Capacity: 1_000_000,
+			Timeout:  250 * time.Millisecond,
+			Lease:    defaultRedisLease,
+			OnError:  ErrorPass,
 		}),
 	}
 }
@@ -319,6 +325,8 @@ func (r *RedisConfig) validate(p *problems, window time.Duration) {
 			"redis.db must be 0 with several endpoints (a Redis Cluster has only database 0), got %d", r.DB)
 	}
 	p.check(r.DB < 0, "redis.db must be >= 0, got %d", r.DB)
+	p.check(r.Capacity < 1 || r.Capacity > maxCapacity,
+		"redis.capacity must be the unique records one window holds (unique records a second x window seconds), from 1 to %d, got %d", maxCapacity, r.Capacity)
 	p.check(r.Timeout <= 0, "redis.timeout must be > 0, got %q", r.Timeout)
 	p.check(r.Lease < minDuration, "redis.lease must be >= 1ms, got %q", r.Lease)
 	// The user may have written neither: the error names what to change.

@@ -151,7 +151,7 @@ type batch struct {
 	seen    []int32
 
 	unidentified bool   // the request lacks the auth_attributes identity
-	holder       string // a shared claim token met pending, for the refusal
+	holder       string // the id of a shared claim met pending, for the refusal
 }
 
 var batchPool = sync.Pool{New: func() any { return new(batch) }}
@@ -360,7 +360,7 @@ func deliver[T any](ctx context.Context, e *engine, b *batch, s adapter[T], data
 		e.tel.recordCall(ctx, b)
 		return nil
 	}
-	if b.redisToken != "" && strings.Contains(err.Error(), tokenName(b.redisToken)) {
+	if b.redisToken != "" && strings.Contains(err.Error(), claimName(redistier.ClaimID(b.redisToken))) {
 		e.stacked.log(b.now, err, zap.String("key_prefix", e.shared.prefix))
 		e.tel.stacked.Add(ctx, 1, e.tel.baseOpt)
 	}
@@ -466,8 +466,8 @@ func (e *engine) settle(ctx context.Context, b *batch, state roundState, wake bo
 // pending_wait; that batch may never deliver it, so the sender retries.
 var errInFlight = errors.New("dedup: a record of this batch is still being delivered by another batch; retry later")
 
-// tokenName is how a refusal names a shared claim token.
-func tokenName(token string) string { return hex.EncodeToString([]byte(token)) }
+// claimName is how a refusal names a shared claim, by its id.
+func claimName(id string) string { return hex.EncodeToString([]byte(id)) }
 
 // maxPause bounds the pause between looks (nothing wakes a batch when other
 // collectors' claims settle): short next to exports, long next to looks.
@@ -482,7 +482,7 @@ func (e *engine) await(ctx context.Context, b *batch) error {
 		// processor before (deliver).
 		refused := errInFlight
 		if b.holder != "" {
-			refused = fmt.Errorf("%w (held by claim %s)", errInFlight, tokenName(b.holder))
+			refused = fmt.Errorf("%w (held by claim %s)", errInFlight, claimName(b.holder))
 		}
 		if err := w.pause(ctx, b.now, refused, zap.Int("records", len(b.later))); err != nil {
 			return err

@@ -483,14 +483,14 @@ func (r *faultRun) checkCopies(v *faultViolations) faultCopies {
 }
 
 // claimFailed describes a fault that failed the claim of record id by e's
-// try before e: a claim command holding its key (a log record's; a point's
+// try before e: a claim command holding its field (a log record's; a point's
 // key is not computed, so any claim of the try), or Redis as a whole.
 func (r *faultRun) claimFailed(e *faultExport, id int) string {
 	from, to := e.a.start.Add(-faultTol), e.start.Add(faultTol)
 	if r.signal != "logs" {
 		return r.downOn(e.c, claimOps, from, to)
 	}
-	key := r.digestKey(id)
+	field := r.field(id)
 	for _, f := range r.firings {
 		if !f.down || !f.ep.covers(e.c) || !between(f.at, from, to) {
 			continue
@@ -501,8 +501,8 @@ func (r *faultRun) claimFailed(e *faultExport, id int) string {
 		if f.op != "claim" {
 			continue
 		}
-		for _, k := range f.keys {
-			if strings.HasSuffix(k, key) {
+		for _, k := range f.fields {
+			if k == field {
 				return fmt.Sprintf("%s (claim) at %s", f.ep.kind, r.rel(f.at))
 			}
 		}
@@ -515,9 +515,10 @@ func (r *faultRun) claimFailed(e *faultExport, id int) string {
 	return ""
 }
 
-// digestKey returns the digest of event id as its Redis key ends with:
-// the processor's own identity of the record.
-func (r *faultRun) digestKey(id int) string {
+// field returns the digest of event id as the shared tier's record hashes
+// hold it (the digest's bytes but 8 to 13: the tier's layout.go), from the
+// processor's own identity of the record.
+func (r *faultRun) field(id int) string {
 	if k, ok := r.digests[id]; ok {
 		return k
 	}
@@ -531,7 +532,8 @@ func (r *faultRun) digestKey(id int) string {
 	}
 	p := r.identity
 	d := firstDigest(r.t, p.engine, func(b *batch, enc *identity.Encoder) { p.identify(context.Background(), b, enc, events(id)) })
-	k := string(d.AppendBinary(nil))
+	b := d.Bytes()
+	k := string(b[:8]) + string(b[13:])
 	r.digests[id] = k
 	return k
 }

@@ -79,8 +79,8 @@ func firing(ep *faultEpisode, cmd faultproxy.Command, op string, down bool) faul
 	f := faultFiring{ep: ep, at: time.Now(), op: op, key: cmd.Args[3], down: down}
 	n, _ := strconv.Atoi(cmd.Args[2])
 	switch argv := cmd.Args[min(3+n, len(cmd.Args)):]; {
-	case op == "claim":
-		f.keys = slices.Clone(cmd.Args[4 : 3+n])
+	case op == "claim" && len(argv) > 5: // ARGV: id, lease, window, status prefix, stop, fields
+		f.fields = slices.Clone(argv[5:])
 	case op == "elect" && len(argv) >= 2: // ARGV: replica, token, ...
 		f.token = argv[1]
 	}
@@ -128,13 +128,13 @@ const faultBreakerCooldown = 5*time.Second + faultTimeout
 
 // faultFiring is one command a fault hit.
 type faultFiring struct {
-	ep    *faultEpisode
-	at    time.Time
-	op    string
-	key   string   // a script's first key: a claim's status key, an election's key
-	keys  []string // a claim's digest keys
-	token string   // an election's token
-	down  bool     // the command failed (timed out, was cut, or landed late); else it was only slow
+	ep     *faultEpisode
+	at     time.Time
+	op     string
+	key    string   // a script's first key: a claim's status key, an election's key
+	fields []string // a claim's records, as the tier's fields
+	token  string   // an election's token
+	down   bool     // the command failed (timed out, was cut, or landed late); else it was only slow
 }
 
 // faultProbe is what Redis held under the key of a claim or election

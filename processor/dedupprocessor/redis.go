@@ -94,6 +94,7 @@ func newSharedStage(cfg *Config, r *RedisConfig, id component.ID, logger *zap.Lo
 		DB:         r.DB,
 		TLS:        tlsCfg,
 		KeyPrefix:  s.prefix,
+		Capacity:   r.Capacity,
 		Timeout:    r.Timeout,
 		Window:     cfg.Window,
 		Lease:      r.Lease,

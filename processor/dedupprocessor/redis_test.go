@@ -30,7 +30,7 @@ func redisConfig(endpoints []string, onError ErrorPolicy) *Config {
 	cfg := defaultConfig()
 	cfg.Logs.Key = []string{`attributes["event.id"]`}
 	cfg.PendingWait = 5 * time.Second // generous: -race on 2 busy cores
-	cfg.Redis = configoptional.Some(RedisConfig{
+	cfg.Redis = configoptional.Some(RedisConfig{Capacity: 1_000_000,
 		Endpoints: endpoints,
 		Mode:      RedisModeAuto,
 		Timeout:   300 * time.Millisecond,
@@ -133,8 +133,15 @@ func assertOnlyDigestsInRedis(t *testing.T, srv *redistest.Server) {
 		if !strings.HasPrefix(k, "dedup:") {
 			t.Fatalf("key %q lacks the namespace prefix", k)
 		}
-		v, err := c.Get(ctx, k).Result()
-		if err != nil {
+		// A status key's value, or a record hash's fields and values.
+		var v string
+		if c.Type(ctx, k).Val() == "hash" {
+			kv, err := c.HGetAll(ctx, k).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			v = fmt.Sprint(kv)
+		} else if v, err = c.Get(ctx, k).Result(); err != nil {
 			t.Fatal(err)
 		}
 		for _, secret := range []string{"secret", "evt-", "someone@example.com", "svc"} {
@@ -422,7 +429,7 @@ func TestCopyOfARecordPendingTooLongIsRefused(t *testing.T) {
 	r := cfg.Redis.Get()
 	r.Lease, cfg.PendingWait = 900*time.Millisecond, 200*time.Millisecond
 	// The dead owner: a claim written through the tier and then abandoned.
-	owner := redistier.New(redistier.Options{Endpoints: r.Endpoints, KeyPrefix: defaultKeyPrefix(component.MustNewID("dedup"), cfg), Window: cfg.Window, Lease: r.Lease, Timeout: r.Timeout})
+	owner := redistier.New(redistier.Options{Endpoints: r.Endpoints, KeyPrefix: defaultKeyPrefix(component.MustNewID("dedup"), cfg), Capacity: r.Capacity, Window: cfg.Window, Lease: r.Lease, Timeout: r.Timeout})
 	if err := owner.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}

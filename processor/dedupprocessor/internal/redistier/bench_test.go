@@ -34,7 +34,9 @@ var benchSeq atomic.Uint64
 func benchDigests(ds []digest.Digest) {
 	n := benchSeq.Add(uint64(len(ds))) - uint64(len(ds))
 	for i := range ds {
-		ds[i] = digest.Digest{Hi: splitmix(n + uint64(i)), Lo: n + uint64(i)}
+		// Uniform in every bit, as a hash is (Hi picks the group, Lo the
+		// shard); splitmix is a bijection, so Hi never repeats.
+		ds[i] = digest.Digest{Hi: splitmix(n + uint64(i)), Lo: splitmix(^(n + uint64(i)))}
 	}
 }
 
@@ -123,7 +125,7 @@ func BenchmarkClaimCommitTags(b *testing.B) {
 			b.Run(fmt.Sprintf("batch=%d/tags=%d", batch, tags), func(b *testing.B) {
 				srv := redistest.Standalone(b)
 				tr := newTier(b, Options{Endpoints: []string{srv.Addr()}, KeyPrefix: "otelcol-dedup:", Window: 10 * time.Minute, Timeout: 5 * time.Second})
-				tr.conn.Load().layout = newLayout("otelcol-dedup:", tags)
+				tr.conn.Load().layout = newLayout("otelcol-dedup:", tags, b.N*batch)
 				runBatchesOf(b, batch, srv.Client(), func(ctx context.Context, ds []digest.Digest, claimed []bool) error {
 					tok := testToken()
 					if err := tr.claimBools(ctx, tok, ds, claimed); err != nil {

@@ -1,8 +1,11 @@
 package redistier
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -36,6 +39,7 @@ func digests(t testing.TB, salt string, n int) []digest.Digest {
 const (
 	testTimeout   = 250 * time.Millisecond
 	testTierLease = 30 * time.Second
+	testCapacity  = 100_000
 )
 
 // newTier returns a started tier; zero Timeout and Lease take the test
@@ -48,6 +52,7 @@ func newTier(t testing.TB, opts Options) *Tier {
 	if opts.Lease == 0 {
 		opts.Lease = testTierLease
 	}
+	opts.Capacity = cmp.Or(opts.Capacity, testCapacity)
 	tr := New(opts)
 	t.Cleanup(func() {
 		if err := tr.Close(); err != nil {
@@ -187,23 +192,33 @@ func (s clusterStore) scanAll(t testing.TB, match string) map[string]string {
 	return all
 }
 
-// scanValues returns every key matching match, with its value, from one node.
+// scanValues returns every key matching match, with its value, from one
+// node; a hash's fields as keys of their own: the hash's name, "/", the
+// field.
 func scanValues(t testing.TB, c *redis.Client, match string) map[string]string {
 	ctx := context.Background()
 	kv := map[string]string{}
+	var keys []string
 	iter := c.Scan(ctx, 0, match, 1000).Iterator()
 	for iter.Next(ctx) {
-		kv[iter.Val()] = ""
+		keys = append(keys, iter.Val())
 	}
 	if err := iter.Err(); err != nil {
 		t.Errorf("SCAN: %v", err)
 		return kv
 	}
-	for k := range kv {
+	slices.Sort(keys)
+	keys = slices.Compact(keys) // SCAN may return a key twice
+	for _, k := range keys {
+		if typ := c.Type(ctx, k).Val(); typ == "hash" {
+			for f, v := range c.HGetAll(ctx, k).Val() {
+				kv[k+"/"+f] = v
+			}
+			continue
+		}
 		v, err := c.Get(ctx, k).Result()
 		switch {
 		case err == redis.Nil: // expired since the SCAN
-			delete(kv, k)
 		case err != nil:
 			t.Errorf("GET %q: %v", k, err)
 		default:
@@ -211,6 +226,36 @@ func scanValues(t testing.TB, c *redis.Client, match string) map[string]string {
 		}
 	}
 	return kv
+}
+
+// wantOwner fails t unless d's field is held by token's claim ("": held by
+// none).
+func wantOwner(t testing.TB, s store, l *layout, d digest.Digest, token string) {
+	t.Helper()
+	v, err := s.HGet(context.Background(), string(l.appendHash(nil, d)), string(appendField(nil, d))).Result()
+	if err == redis.Nil {
+		v, err = "", nil
+	}
+	if err != nil {
+		t.Fatalf("HGET digest %s: %v", d, err)
+	}
+	want := ""
+	if token != "" {
+		want = ClaimID(token)
+	}
+	if len(v) > 0 {
+		v = v[1:] // the epoch's byte
+	}
+	if v != want {
+		t.Fatalf("digest %s is held by id %q, want %q", d, v, want)
+	}
+}
+
+// wantRecordPTTL fails t unless d's record hash expires after the window and
+// by two, when the next epoch ends.
+func wantRecordPTTL(t testing.TB, s store, l *layout, d digest.Digest, window time.Duration) {
+	t.Helper()
+	wantPTTL(t, s, string(l.appendHash(nil, d)), window-time.Second, 2*window)
 }
 
 // apart returns ds[0] and the first digest of ds in another group than it
@@ -235,4 +280,11 @@ func electAll(ctx context.Context, tr *Tier, token string, failover time.Duratio
 		}
 	}
 	return nil
+}
+
+// isRollEpoch reports whether k, from scanValues, is a record hash's field
+// "", holding its last roll's epoch.
+func isRollEpoch(k string) bool {
+	_, f, ok := strings.Cut(k, "/")
+	return ok && f == "" && !strings.Contains(k, layoutVersion+statusInfix)
 }

@@ -6,47 +6,90 @@ import (
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
 )
 
-// Key layout. Every key starts with the group prefix: KeyPrefix, plus
-// "{" + tag + "}" in a Cluster. Then come the digest's 16 bytes (a digest
-// key, holding the claim token) or "claim:" + token (the claim's status key:
-// "p" pending, "c" committed). Nothing else is stored.
+// Key layout, version 2. Every key starts with the group prefix: KeyPrefix,
+// plus "{" + tag + "}" in a Cluster, plus "2:". Then come either
 //
-// In a Cluster the tag puts a digest key and its owner's status key in one
-// slot, so one script checks both atomically. A digest's tag is one of
-// clusterTags, chosen from its bits, each in the middle of one of
+//   - a record hash, "<shards>:<shard>" in base 36: the records of one
+//     digest shard, each a field valued with the byte of the epoch it was
+//     claimed in and its claim's id, and the field "" holding the epoch the
+//     hash was last rolled in; or
+//   - a claim's status key, "c:" + the claim's id: "p" pending, "c"
+//     committed, "r" released (scripts.go).
+//
+// A claim's id is the random half of its token (NewToken). Nothing else is
+// stored.
+//
+// Why hashes: a top-level key costs Redis about 160 bytes of headers,
+// dictionary and expiry entries beside its own bytes, while a field of a
+// small hash, stored as a listpack, costs its bytes and two or three more.
+// A field is the digest without the bytes the shard is taken from and one
+// more (11 bytes: with the shard a record keeps at least 88 of the digest's
+// 128 bits, and more as the shards grow), its value 9 bytes. Sized so that
+// a shard takes about recordsPerShard records a window, a hash stays under
+// Redis's hash-max-listpack-entries (128 by default); a bigger one still
+// works, at about a top-level key's cost per record.
+//
+// Why epochs: a field cannot expire on its own (before Redis 7.4, and such
+// expiries cost more than the record), and a whole hash expiring would
+// forget records younger than a window. An epoch is one window of the
+// server's clock (TIME, so skewed collectors agree). The first claim to
+// read a hash in an epoch rolls it: it deletes the records of epochs before
+// the previous one and sets the hash to expire when the next epoch ends. So
+// a record is remembered from its claim until its status key expires, a
+// window after its commit, as it would be with a key of its own, and it
+// stays at most until the end of the epoch after its own, or until the
+// next roll after that: Redis holds between one and two windows of
+// records, and a window more in a hash no claim has read yet this epoch.
+//
+// In a Cluster the tag puts a claim's status key and the hashes of its
+// records in one slot, so one script checks both atomically. A digest's tag
+// is one of clusterTags, chosen from its bits, each in the middle of one of
 // clusterTags equal slot ranges, so an even split gives 3, 4, 6 or 12
 // masters the same number of tags. Each tag costs a script call and a
 // commit per batch that touches it: the count trades spread against cost
 // per record (BENCHMARKS.md, "The shared tier on its own").
 //
-// The layout is shared by every collector using the same Redis: changing
-// clusterTags, the tag table, the infix or the digest encoding makes old and
-// new instances blind to each other's claims for one window.
+// The layout is shared by every collector using the same Redis: the shard
+// count (from Options.Capacity) is in the hash's name, so instances sized
+// differently are blind to each other's claims rather than wrong; so are
+// instances of another layout version.
 const (
+	layoutVersion    = "2:"
+	statusInfix      = "c:"
+	recordsPerShard  = 32
 	clusterTags      = 12
-	statusInfix      = "claim:"
 	clusterSlots     = 16384
 	maxKeysPerScript = 1000 // bounds the time one script holds the server
+	fieldSize        = 11
 )
 
 type layout struct {
 	groups []group // one outside a Cluster, clusterTags inside
+	shards uint64  // record hashes per group and epoch
 }
 
 type group struct {
-	prefix       string // KeyPrefix, plus the hash tag in a Cluster
+	prefix       string // KeyPrefix, the hash tag in a Cluster, the version
+	hashPrefix   string // prefix + the shard count + ":"
 	statusPrefix string // prefix + statusInfix
 }
 
-// newLayout returns the layout of tags hash tags, or one untagged group.
-func newLayout(keyPrefix string, tags int) layout {
-	if tags == 0 {
-		return layout{groups: []group{{prefix: keyPrefix, statusPrefix: keyPrefix + statusInfix}}}
+// newLayout returns the layout of tags hash tags, or one untagged group, for
+// capacity records a window.
+func newLayout(keyPrefix string, tags, capacity int) layout {
+	tagNames := []string{""}
+	if tags > 0 {
+		tagNames = clusterHashTags(tags)
 	}
-	l := layout{groups: make([]group, tags)}
-	for i, tag := range clusterHashTags(tags) {
-		p := keyPrefix + "{" + tag + "}"
-		l.groups[i] = group{prefix: p, statusPrefix: p + statusInfix}
+	l := layout{groups: make([]group, len(tagNames))}
+	l.shards = uint64(max(1, (capacity+len(l.groups)*recordsPerShard-1)/(len(l.groups)*recordsPerShard)))
+	for i, tag := range tagNames {
+		p := keyPrefix
+		if tag != "" {
+			p += "{" + tag + "}"
+		}
+		p += layoutVersion
+		l.groups[i] = group{prefix: p, hashPrefix: p + strconv.FormatUint(l.shards, 36) + ":", statusPrefix: p + statusInfix}
 	}
 	return l
 }
@@ -56,9 +99,29 @@ func (l *layout) groupOf(d digest.Digest) int {
 	return int((d.Hi >> 32) * uint64(len(l.groups)) >> 32)
 }
 
-func (l *layout) statusKey(g int, token string) string {
-	return l.groups[g].statusPrefix + token
+func (l *layout) shardOf(d digest.Digest) uint64 { return (d.Lo >> 32) * l.shards >> 32 }
+
+// appendHash appends the name of d's record hash.
+func (l *layout) appendHash(dst []byte, d digest.Digest) []byte {
+	dst = append(dst, l.groups[l.groupOf(d)].hashPrefix...)
+	return strconv.AppendUint(dst, l.shardOf(d), 36)
 }
+
+// appendField appends d's field: the digest's bytes but the four the shard
+// is taken from and one more.
+func appendField(dst []byte, d digest.Digest) []byte {
+	b := d.Bytes()
+	return append(append(dst, b[:8]...), b[13:]...)
+}
+
+// statusKey is the status key of token's claim in group g.
+func (l *layout) statusKey(g int, token string) string {
+	return l.groups[g].statusPrefix + ClaimID(token)
+}
+
+// ClaimID is the part of a claim's token Redis holds and Claim returns for a
+// pending holder: its random half.
+func ClaimID(token string) string { return token[len(token)/2:] }
 
 // clusterHashTags returns n tags: tag i is the first base-36 number whose slot
 // lies in the middle half of the i-th of n equal ranges. A test pins them.

@@ -62,18 +62,24 @@ func TestClusterTagsArePinned(t *testing.T) {
 }
 
 func TestLayout(t *testing.T) {
-	d := digest.Digest{Hi: 0xffff_ffff_0000_0001, Lo: 2}
-	b := d.Bytes()
+	d := digest.Digest{Hi: 0xffff_ffff_0000_0001, Lo: 0x8000_0000_0000_0002}
 
-	l := newLayout("p:", 0)
-	if got, want := l.digestKey(d), "p:"+string(b[:]); got != want {
-		t.Errorf("standalone digest key = %q, want %q", got, want)
+	// 10 shards of 32 records hold a capacity of 320.
+	l := newLayout("p:", 0, 320)
+	if got, want := string(l.appendHash(nil, d)), "p:2:a:5"; got != want {
+		t.Errorf("standalone record hash = %q, want %q", got, want)
 	}
-	if got := l.statusKey(l.groupOf(d), "tok"); got != "p:claim:tok" {
+	if got, want := string(appendField(nil, d)), "\xff\xff\xff\xff\x00\x00\x00\x01\x00\x00\x02"; got != want {
+		t.Errorf("field = %q, want %q", got, want)
+	}
+	if got := l.statusKey(l.groupOf(d), "token-id"); got != "p:2:c:n-id" {
 		t.Errorf("standalone status key = %q", got)
 	}
+	if l := newLayout("p:", 0, 0); l.shards != 1 {
+		t.Errorf("shards without a capacity = %d, want 1", l.shards)
+	}
 
-	l = newLayout("p:", clusterTags)
+	l = newLayout("p:", clusterTags, 12*320)
 	g := l.groupOf(d)
 	if g != clusterTags-1 {
 		t.Fatalf("group of a digest with the top 32 bits set = %d, want %d", g, clusterTags-1)
@@ -82,23 +88,18 @@ func TestLayout(t *testing.T) {
 		t.Fatalf("group of a digest with the top 32 bits clear = %d, want 0", g)
 	}
 	tag := clusterHashTags(clusterTags)[clusterTags-1]
-	if got, want := l.digestKey(d), "p:{"+tag+"}"+string(b[:]); got != want {
-		t.Errorf("cluster digest key = %q, want %q", got, want)
+	if got, want := string(l.appendHash(nil, d)), "p:{"+tag+"}2:a:5"; got != want {
+		t.Errorf("cluster record hash = %q, want %q", got, want)
 	}
-	if keySlot(l.digestKey(d)) != keySlot(l.statusKey(g, "any-token")) {
-		t.Error("a digest key and its group's status key are in different slots")
+	if keySlot(string(l.appendHash(nil, d))+":123") != keySlot(l.statusKey(g, "any-token")) {
+		t.Error("a record hash and its group's status key are in different slots")
 	}
-	// A prefix with its own hash tag still keeps a digest and its status
+	// A prefix with its own hash tag still keeps a record and its status
 	// key together (in one slot for all).
-	l = newLayout("p{x:", clusterTags)
-	if keySlot(l.digestKey(d)) != keySlot(l.statusKey(l.groupOf(d), "tok")) {
-		t.Error("with a brace in the prefix, digest and status keys split")
+	l = newLayout("p{x:", clusterTags, 1000)
+	if keySlot(string(l.appendHash(nil, d))) != keySlot(l.statusKey(l.groupOf(d), "tok")) {
+		t.Error("with a brace in the prefix, record and status keys split")
 	}
-}
-
-func (l *layout) digestKey(d digest.Digest) string {
-	b := d.Bytes()
-	return l.groups[l.groupOf(d)].prefix + string(b[:])
 }
 
 // keySlot is the Cluster slot of key (CLUSTER KEYSLOT), hash tags included.

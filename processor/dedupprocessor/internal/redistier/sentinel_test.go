@@ -23,10 +23,10 @@ func TestSentinel(t *testing.T) {
 	// The claims live on the master the sentinel named.
 	master := standaloneStore{s.Master.Client()}
 	for _, d := range ds {
-		wantValue(t, master, tr.lay().digestKey(d), tok)
+		wantOwner(t, master, tr.lay(), d, tok)
 	}
 	wantValue(t, master, tr.lay().statusKey(0, tok), "c")
 
 	release(t, tr, tok, ds...)
-	wantMissing(t, master, tr.lay().digestKey(ds[0]))
+	wantOwner(t, master, tr.lay(), ds[0], "")
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -194,9 +195,7 @@ func runContractSuite(t *testing.T, tg suiteTarget) {
 					t.Errorf("digest %d claimed by %d goroutines, want 1", i, winners)
 					continue
 				}
-				if v, err := tg.store.Get(ctx, tiers[0].lay().digestKey(d)).Result(); err != nil || v != tok {
-					t.Errorf("digest %d holds %q (%v), want the winner's token %q", i, v, err, tok)
-				}
+				wantOwner(t, tg.store, tiers[0].lay(), d, tok)
 			}
 			if total != len(ds) {
 				t.Fatalf("claims won in total = %d, want %d", total, len(ds))
@@ -209,11 +208,10 @@ func runContractSuite(t *testing.T, tg suiteTarget) {
 			ds := digests(t, "", 2)
 			tok := testToken()
 			wantClaimed(t, claim(t, tr, tok, ds...), true, true)
-			key := tr.lay().digestKey(ds[0])
 			status := tr.lay().statusKey(tr.lay().groupOf(ds[0]), tok)
-			// The window runs from the claim; the pending status lives for
-			// the lease only.
-			wantPTTL(t, tg.store, key, testWindow-5*time.Second, testWindow)
+			// The record's hash outlives the window; the pending status
+			// lives for the lease only.
+			wantRecordPTTL(t, tg.store, tr.lay(), ds[0], testWindow)
 			wantPTTL(t, tg.store, status, 1, testLease)
 			wantValue(t, tg.store, status, "p")
 
@@ -224,7 +222,7 @@ func runContractSuite(t *testing.T, tg suiteTarget) {
 
 			time.Sleep(pastLease)
 			wantClaimed(t, claim(t, tr, testToken(), ds...), false, false)
-			wantValue(t, tg.store, key, tok)
+			wantOwner(t, tg.store, tr.lay(), ds[0], tok)
 		})
 
 		t.Run("uncommitted claim ends with the lease", func(t *testing.T) {
@@ -238,9 +236,7 @@ func runContractSuite(t *testing.T, tg suiteTarget) {
 
 			time.Sleep(pastLease)
 			wantClaimed(t, claim(t, tr, tokB, ds...), true) // taken over
-			key := tr.lay().digestKey(ds[0])
-			wantValue(t, tg.store, key, tokB)
-			wantPTTL(t, tg.store, key, testWindow-5*time.Second, testWindow) // a new window
+			wantOwner(t, tg.store, tr.lay(), ds[0], tokB)
 
 			// A late commit or release of the first claim changes nothing,
 			// and the commit is reported lost.
@@ -250,7 +246,7 @@ func runContractSuite(t *testing.T, tg suiteTarget) {
 				t.Fatalf("observed %v, want the commit and its loss", got)
 			}
 			release(t, tr, tokA, ds...)
-			wantValue(t, tg.store, key, tokB)
+			wantOwner(t, tg.store, tr.lay(), ds[0], tokB)
 			wantClaimed(t, claim(t, tr, testToken(), ds...), false)
 		})
 
@@ -294,9 +290,9 @@ func runContractSuite(t *testing.T, tg suiteTarget) {
 			wantClaimed(t, claim(t, tr, tokB, ds[1]), true)
 
 			release(t, tr, tokA, ds...)
-			wantMissing(t, tg.store, tr.lay().digestKey(ds[0]))
-			wantValue(t, tg.store, tr.lay().digestKey(ds[1]), tokB)
-			wantMissing(t, tg.store, tr.lay().digestKey(ds[2]))
+			wantOwner(t, tg.store, tr.lay(), ds[0], "")
+			wantOwner(t, tg.store, tr.lay(), ds[1], tokB)
+			wantOwner(t, tg.store, tr.lay(), ds[2], "")
 			// The status key is the release's marker for the lease.
 			wantValue(t, tg.store, tr.lay().statusKey(tr.lay().groupOf(ds[0]), tokA), "r")
 			wantPTTL(t, tg.store, tr.lay().statusKey(tr.lay().groupOf(ds[0]), tokA), 0, testLease)
@@ -338,7 +334,7 @@ func runContractSuite(t *testing.T, tg suiteTarget) {
 			}
 		})
 
-		t.Run("keys hold only prefix and digest", func(t *testing.T) {
+		t.Run("keys hold only digests and claim ids", func(t *testing.T) {
 			t.Parallel()
 			// B's claims stay pending until the scan: a lease that outlasts
 			// the test, however slow a busy machine makes it.
@@ -349,20 +345,37 @@ func runContractSuite(t *testing.T, tg suiteTarget) {
 			commit(t, tr, tokA, ds[:100]...)
 			claim(t, tr, tokB, ds[100:]...)
 
-			// Digest keys hold their token; each group a token claimed in
-			// holds its status: committed for A, pending for B.
+			// Fields hold the epoch's byte and their claim's id, each hash
+			// its last roll's epoch; each group a token claimed in holds its
+			// status: committed for A, pending for B.
 			want := map[string]string{}
 			for i, d := range ds {
 				tok, status := tokA, "c"
 				if i >= 100 {
 					tok, status = tokB, "p"
 				}
-				b := d.Bytes()
-				group := tr.lay().groups[tr.lay().groupOf(d)].prefix
-				want[group+string(b[:])] = tok
-				want[group+"claim:"+tok] = status
+				hash := string(tr.lay().appendHash(nil, d))
+				want[hash+"/"+string(appendField(nil, d))] = ClaimID(tok)
+				want[hash+"/"] = "epoch"
+				want[tr.lay().statusKey(tr.lay().groupOf(d), tok)] = status
 			}
-			got := tg.store.scanAll(t, "layout:*")
+			got := map[string]string{}
+			epochs := map[string]bool{}
+			for k, v := range tg.store.scanAll(t, "layout:*") {
+				switch {
+				case strings.Contains(k, layoutVersion+statusInfix): // a status key
+				case isRollEpoch(k):
+					epochs[v] = true
+					v = "epoch"
+				case strings.Contains(k, "/"):
+					epochs[strconv.Itoa(int(v[0]))] = true
+					v = v[1:]
+				}
+				got[k] = v
+			}
+			if len(epochs) != 2 {
+				t.Errorf("epochs %v, want one, as a roll's number and a record's byte", epochs)
+			}
 			if len(got) != len(want) {
 				t.Errorf("%d keys under layout:, want %d", len(got), len(want))
 			}
@@ -375,8 +388,8 @@ func runContractSuite(t *testing.T, tg suiteTarget) {
 	})
 
 	// Every key any subtest left must follow the layout: a known prefix, the
-	// hash tag in a Cluster, then 16 digest bytes holding a token, or
-	// "claim:" and a token holding "p", "c" or "r".
+	// hash tag in a Cluster, the version, then a record hash's fields each
+	// holding a claim id, or "c:" and a claim id holding "p", "c" or "r".
 	all := tg.store.scanAll(t, "*")
 	if len(all) == 0 {
 		t.Fatal("no keys on the server after the suite")
@@ -401,17 +414,22 @@ func runContractSuite(t *testing.T, tg suiteTarget) {
 			}
 			rest = rest[end+1:]
 		}
+		name, field, isField := strings.Cut(rest, "/")
 		switch {
-		case strings.HasPrefix(rest, "claim:"):
+		case strings.HasPrefix(rest, layoutVersion+statusInfix):
 			if v != "p" && v != "c" && v != "r" {
 				t.Errorf("status key %q holds %q, want p, c or r", k, v)
 			}
-		case len(rest) == digest.Size:
-			if len(v) == 0 {
-				t.Errorf("digest key %q holds %q, want a token", k, v)
+		case strings.HasPrefix(rest, layoutVersion) && isField && strings.Count(name, ":") == 2 && field == "":
+			if _, err := strconv.ParseInt(v, 10, 64); err != nil {
+				t.Errorf("hash %q was rolled in epoch %q, want a number", k, v)
+			}
+		case strings.HasPrefix(rest, layoutVersion) && isField && strings.Count(name, ":") == 2 && len(field) == fieldSize:
+			if len(v) < 2 {
+				t.Errorf("record %q holds %q, want an epoch's byte and a claim id", k, v)
 			}
 		default:
-			t.Errorf("key %q is neither a digest nor a status key", k)
+			t.Errorf("key %q is neither a record hash nor a status key", k)
 		}
 	}
 }

@@ -20,7 +20,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -59,6 +58,9 @@ type Options struct {
 	DB         int // 0 in a Cluster
 	TLS        *tls.Config
 	KeyPrefix  string // starts every key, as given
+	// Capacity is the unique records a window holds across the fleet: it
+	// sizes the record hashes (layout.go); 0 keeps one hash per group.
+	Capacity int
 	// Timeout bounds each call, including a reload of the scripts and the
 	// retries of groups whose slot moved. Required, as are Window (counted
 	// from the claim) and Lease (a pending claim's life without renewal).
@@ -194,13 +196,13 @@ func (t *Tier) connect(mode Mode) {
 		// connection.
 		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
 	}
-	c := &conn{mode: mode, layout: newLayout(o.KeyPrefix, 0), srv: &servers{seen: map[string]bool{}, fn: o.OnNewServer}}
+	c := &conn{mode: mode, layout: newLayout(o.KeyPrefix, 0, o.Capacity), srv: &servers{seen: map[string]bool{}, fn: o.OnNewServer}}
 	u.OnConnect = c.srv.onConnect
 	switch mode {
 	case ModeCluster:
 		co := u.Cluster()
 		co.DisableRoutingPolicies = true // the tier sends only EVAL, EVALSHA and SET of one slot each
-		c.layout = newLayout(o.KeyPrefix, clusterTags)
+		c.layout = newLayout(o.KeyPrefix, clusterTags, o.Capacity)
 		c.exec = newClusterExec(redis.NewClusterClient(co), o.Breaker, o.Clock)
 	case ModeSentinel:
 		c.exec = &singleExec{client: redis.NewFailoverClient(u.Failover()), name: o.MasterName, br: breaker.New(o.Breaker)}
@@ -275,7 +277,7 @@ const (
 // maxKeysPerScript). The claim is pending, its lease renewed in the
 // background, and must end with Commit or Release whatever the answers. A
 // failed group's digests answer Unavailable. Retrying with the same token
-// is safe. It returns the token of a pending claim it met, if any. With
+// is safe. It returns the ClaimID of a pending claim it met, if any. With
 // look (OpRecheck), it claims one call at a time in (group, digest) order,
 // stopping at the first digest held pending: the rest answer Pending,
 // untried (see the processor's consume.go for why).
@@ -579,22 +581,21 @@ func (c *conn) prepare(ds []digest.Digest) *grouping {
 func (t *Tier) claimCalls(ctx context.Context, c *conn, b *grouping, op, token string, ds []digest.Digest, look bool) []*call {
 	n := len(b.order)
 	l := &c.layout
-	// Keys are substrings of one string, arguments pointing at them: a few
-	// allocations per batch.
-	var sb strings.Builder
-	sb.Grow(n * (len(l.groups[len(l.groups)-1].prefix) + 2 + digest.Size))
-	ends := make([]int, n)
-	var buf [digest.Size]byte
+	// Hash names and fields are substrings of one string, arguments pointing
+	// at them: a few allocations per batch.
+	buf := make([]byte, 0, n*(len(l.groups[0].hashPrefix)+8+fieldSize))
+	ends := make([]int, 2*n)
 	for k, i := range b.order {
-		sb.WriteString(l.groups[l.groupOf(ds[i])].prefix)
-		sb.Write(ds[i].AppendBinary(buf[:0]))
-		ends[k] = sb.Len()
+		buf = l.appendHash(buf, ds[i])
+		ends[2*k] = len(buf)
+		buf = appendField(buf, ds[i])
+		ends[2*k+1] = len(buf)
 	}
-	all := sb.String()
-	keys := make([]string, n)
+	all := string(buf)
+	parts := make([]string, 2*n) // hash, field of each digest in order
 	prev := 0
 	for k, end := range ends {
-		keys[k] = all[prev:end]
+		parts[k] = all[prev:end]
 		prev = end
 	}
 
@@ -607,11 +608,11 @@ func (t *Tier) claimCalls(ctx context.Context, c *conn, b *grouping, op, token s
 	if look {
 		stop = &stopAtPending
 	}
-	// Per chunk: evalsha, sha, numkeys, status key, keys..., ARGV.
-	args := make([]any, 0, n+chunks*9)
+	id := ClaimID(token)
+	// Per chunk: evalsha, sha, numkeys, status key, hashes..., ARGV, fields.
+	args := make([]any, 0, 2*n+chunks*9)
 	calls := make([]call, chunks)
 	out := make([]*call, 0, chunks)
-	tok := &token
 	for _, g := range b.groups {
 		lo, hi := int(b.bounds[g]), int(b.bounds[g+1])
 		for lo < hi {
@@ -620,9 +621,12 @@ func (t *Tier) claimCalls(ctx context.Context, c *conn, b *grouping, op, token s
 			status := l.statusKey(g, token)
 			args = append(args, "evalsha", claimScript.Hash(), 1+end-lo, status)
 			for k := lo; k < end; k++ {
-				args = append(args, &keys[k])
+				args = append(args, &parts[2*k])
 			}
-			args = append(args, tok, &t.leaseArg, &t.winArg, &l.groups[g].statusPrefix, stop)
+			args = append(args, &id, &t.leaseArg, &t.winArg, &l.groups[g].statusPrefix, stop)
+			for k := lo; k < end; k++ {
+				args = append(args, &parts[2*k+1])
+			}
 			cl := &calls[len(out)]
 			*cl = call{
 				op:    op,

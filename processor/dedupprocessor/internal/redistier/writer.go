@@ -311,13 +311,15 @@ func (t *Tier) writeCalls(ctx context.Context, c *conn, ws []write) []*call {
 			calls[i] = &call{op: OpCommit, cmd: redis.NewCmd(ctx, "evalsha", commitScript.Hash(), 1, status, t.winArg), route: status, group: wr.group}
 			continue
 		}
-		args := make([]any, 0, 6+len(wr.ds))
+		args := make([]any, 0, 6+2*len(wr.ds))
 		args = append(args, "evalsha", releaseScript.Hash(), 1+len(wr.ds), status)
 		for _, d := range wr.ds {
-			b := d.Bytes()
-			args = append(args, c.layout.groups[wr.group].prefix+string(b[:]))
+			args = append(args, string(c.layout.appendHash(nil, d)))
 		}
-		args = append(args, wr.token, t.leaseArg)
+		args = append(args, ClaimID(wr.token), t.leaseArg)
+		for _, d := range wr.ds {
+			args = append(args, string(appendField(nil, d)))
+		}
 		calls[i] = &call{op: OpRelease, cmd: redis.NewCmd(ctx, args...), route: status, group: wr.group}
 	}
 	return calls
