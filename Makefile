@@ -147,7 +147,8 @@ test: deps
 # The performance targets in one run (cmd/dedupbench; BENCHMARKS.md says how
 # long at each scale), after a wait of at most BENCH_LOAD_WAIT for the
 # machine's 1-minute load to drop below 1: the processor module's Go
-# benchmarks (go test -bench, -count BENCH_COUNT, benchstat), BENCH_REPS
+# benchmarks (go test -bench, -count BENCH_COUNT, benchstat; the Redis key
+# layout's memory per record at 10^7 records, once), BENCH_REPS
 # rounds of the distribution end to end (pass-through, local tier, Redis tier
 # on BENCH_RECORDS OTLP logs, 30% and 0% copies, every delivery checked
 # against the load's ground truth, and redis-benchmark's SET NX PX on the

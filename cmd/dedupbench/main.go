@@ -149,17 +149,23 @@ func run(ctx context.Context, o options) error {
 // goTest runs the processor module's benchmarks and benchstat.
 func goTest(ctx context.Context, o options, res *results, w io.Writer) error {
 	var raw bytes.Buffer
-	for _, job := range [][2]string{
-		{".", `^BenchmarkConsumeLogs$/^cache=(empty|1M)$/^key=/^batch=1000$`},
-		{"./internal/localcache", `^BenchmarkMemoryPerKey$`},
+	for _, job := range []struct {
+		pkg, bench string
+		count      int
+		benchtime  string
+	}{
+		{".", `^BenchmarkConsumeLogs$/^cache=(empty|1M)$/^key=/^batch=1000$`, o.count, "1s"},
+		{"./internal/localcache", `^BenchmarkMemoryPerKey$`, o.count, "1s"},
+		// 10^7 records in Redis for each of two windows: once is minutes.
+		{"./internal/redistier", `^BenchmarkLayout$`, 1, "10000x"},
 	} {
-		args := []string{"test", "-run", "^$", "-bench", job[1], "-benchmem", "-cpu", "1", "-count", fmt.Sprint(o.count), job[0]}
+		args := []string{"test", "-run", "^$", "-bench", job.bench, "-benchmem", "-cpu", "1", "-count", fmt.Sprint(job.count), "-benchtime", job.benchtime, job.pkg}
 		fmt.Fprintf(w, "$ (cd %s && go %s)\n", processorDir, strings.Join(args, " "))
 		cmd := exec.CommandContext(ctx, "go", args...)
 		cmd.Dir = processorDir
 		cmd.Stdout, cmd.Stderr = io.MultiWriter(&raw, w), w
 		if err := cmd.Run(); err != nil {
-			return fmt.Errorf("go test %s: %w", job[0], err)
+			return fmt.Errorf("go test %s: %w", job.pkg, err)
 		}
 	}
 	path := filepath.Join(o.out, "gotest.txt")

@@ -83,6 +83,17 @@ func targetRows(res *results) []Row {
 	if mb, ok := Median(res.GoBench["BenchmarkMemoryPerKey"]["bytes/key"]); ok {
 		rows = append(rows, Row{"5", "local cache heap per key at 10^6 keys (BenchmarkMemoryPerKey)", fmt.Sprintf("%.1f bytes/key", mb), "", Info})
 	}
+	for _, w := range []string{"1h0m0s", "168h0m0s"} {
+		name := "BenchmarkLayout/window=" + w
+		fig := fmt.Sprintf("Redis used_memory per record, 10^7 records, window %s (BenchmarkLayout)", strings.TrimSuffix(strings.TrimSuffix(w, "0s"), "0m"))
+		b, ok := Median(res.GoBench[name]["redis-B/record"])
+		if !ok {
+			rows = append(rows, missing("R", fig, "<= 32 bytes/record", "gotest"))
+			continue
+		}
+		cpu, _ := Median(res.GoBench[name]["redis-cpu-ns/record"])
+		rows = append(rows, Row{"R", fig, fmt.Sprintf("%.1f bytes/record, Redis CPU %.2f µs/record", b, cpu/1e3), "<= 32 bytes/record", verdict[b <= 32]})
+	}
 	return append(rows, redisRows(res)...)
 }
 

@@ -20,11 +20,11 @@ import (
 // stored.
 //
 // Why hashes: a top-level key costs Redis about 160 bytes of headers,
-// dictionary and expiry entries beside its own bytes, while a field of a
-// small hash, stored as a listpack, costs its bytes and two or three more.
-// A field is the digest without the bytes the shard is taken from and one
-// more (11 bytes: with the shard a record keeps at least 88 of the digest's
-// 128 bits, and more as the shards grow), its value 9 bytes. Sized so that
+// dictionary and expiry entries, a field of a small hash (a listpack) its
+// bytes and two or three more. A field is the digest without the bytes the
+// shard is taken from and one more (11 bytes: with the shard a record keeps
+// at least 88 of the digest's 128 bits, more as shards grow), its value 9
+// bytes. Sized so that
 // a shard takes about recordsPerShard records a window, a hash stays under
 // Redis's hash-max-listpack-entries (128 by default); a bigger one still
 // works, at about a top-level key's cost per record.
@@ -36,10 +36,10 @@ import (
 // read a hash in an epoch rolls it: it deletes the records of epochs before
 // the previous one and sets the hash to expire when the next epoch ends. So
 // a record is remembered from its claim until its status key expires, a
-// window after its commit, as it would be with a key of its own, and it
-// stays at most until the end of the epoch after its own, or until the
-// next roll after that: Redis holds between one and two windows of
-// records, and a window more in a hash no claim has read yet this epoch.
+// window after its commit, as it would be with a key of its own, and leaves
+// Redis with the first roll from the second epoch after its own, or with
+// its hash: Redis holds between one and two windows of records, and a
+// window more in a hash not rolled yet this epoch.
 //
 // In a Cluster the tag puts a claim's status key and the hashes of its
 // records in one slot, so one script checks both atomically. A digest's tag

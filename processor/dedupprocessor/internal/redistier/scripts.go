@@ -36,11 +36,9 @@ func newScript(name, src string) *redis.Script {
 // ARGV[5] = "1" (a look) it stops at the first pending digest. Redis does
 // not expire keys while a script runs.
 //
-// The first claim to read a hash in an epoch rolls it: deletes the fields
-// of epochs before the previous one, notes the epoch in the field "", and
-// sets the hash to expire when the next epoch ends. One read (HMGET) finds
-// both the record and whether to roll. A field of the next epoch (a server
-// whose clock is behind the one before a failover) is kept.
+// One read (HMGET) finds both the record and whether its hash is to be
+// rolled first (layout.go); a roll keeps a field of the next epoch (a
+// server whose clock is behind the one before a failover).
 //
 // ARGV: id, lease ms, window ms, status key prefix of the group, stop,
 // fields.
