@@ -24,10 +24,10 @@ import (
 // bytes and two or three more. A field is the digest without the bytes the
 // shard is taken from and one more (11 bytes: with the shard a record keeps
 // at least 88 of the digest's 128 bits, more as shards grow), its value 9
-// bytes. Sized so that
-// a shard takes about recordsPerShard records a window, a hash stays under
-// Redis's hash-max-listpack-entries (128 by default); a bigger one still
-// works, at about a top-level key's cost per record.
+// bytes. Sized so that a shard takes about recordsPerShard records a
+// window, a hash is short to scan and stays under Redis's
+// hash-max-listpack-entries (512 by default); a bigger one still works, at
+// about a top-level key's cost per record.
 //
 // Why epochs: a field cannot expire on its own (before Redis 7.4, and such
 // expiries cost more than the record), and a whole hash expiring would
