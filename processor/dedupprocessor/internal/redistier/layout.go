@@ -7,17 +7,12 @@ import (
 )
 
 // Key layout, version 2. Every key starts with the group prefix: KeyPrefix,
-// plus "{" + tag + "}" in a Cluster, plus "2:". Then come either
-//
-//   - a record hash, "<shards>:<shard>" in base 36: the records of one
-//     digest shard, each a field valued with the byte of the epoch it was
-//     claimed in and its claim's id, and the field "" holding the epoch the
-//     hash was last rolled in; or
-//   - a claim's status key, "c:" + the claim's id: "p" pending, "c"
-//     committed, "r" released (scripts.go).
-//
-// A claim's id is the random half of its token (NewToken). Nothing else is
-// stored.
+// plus "{" + tag + "}" in a Cluster, plus "2:". Then come either a record
+// hash, "<shards>:<shard>" in base 36: the records of one digest shard, each
+// a field valued with the byte of the epoch it was claimed in and its
+// claim's id (the random half of its token), and the field "" holding the
+// epoch the hash was last rolled in; or a claim's status key, "c:" + its id
+// (scripts.go). Nothing else is stored.
 //
 // Why hashes: a top-level key costs Redis about 160 bytes of headers,
 // dictionary and expiry entries, a field of a small hash (a listpack) its
@@ -65,14 +60,12 @@ const (
 
 type layout struct {
 	groups []group // one outside a Cluster, clusterTags inside
-	shards uint64  // record hashes per group and epoch
+	shards uint64  // record hashes per group
 }
 
-type group struct {
-	prefix       string // KeyPrefix, the hash tag in a Cluster, the version
-	hashPrefix   string // prefix + the shard count + ":"
-	statusPrefix string // prefix + statusInfix
-}
+// group is the keys of one hash tag: KeyPrefix, the tag, the version, then
+// the shard count and ":" (hashPrefix) or statusInfix (statusPrefix).
+type group struct{ hashPrefix, statusPrefix string }
 
 // newLayout returns the layout of tags hash tags, or one untagged group, for
 // capacity records a window.
@@ -89,7 +82,7 @@ func newLayout(keyPrefix string, tags, capacity int) layout {
 			p += "{" + tag + "}"
 		}
 		p += layoutVersion
-		l.groups[i] = group{prefix: p, hashPrefix: p + strconv.FormatUint(l.shards, 36) + ":", statusPrefix: p + statusInfix}
+		l.groups[i] = group{hashPrefix: p + strconv.FormatUint(l.shards, 36) + ":", statusPrefix: p + statusInfix}
 	}
 	return l
 }
