@@ -14,13 +14,25 @@ import (
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
 )
 
-// TestRedisFleetClusterOneEndpoint: the fleet of TestRedisFleetCluster, each
-// collector given one node of the Cluster, as a managed service's
-// configuration endpoint: the collectors find the Cluster by asking it, and
-// its keys spread over every master.
+// TestRedisFleetClusterOneEndpoint: the fleet of TestRedisFleetCluster on 9
+// masters with redis.cluster_slots 9, each collector given one node of the
+// Cluster, as a managed service's configuration endpoint: the collectors
+// find the Cluster by asking it, and each master holds the keys of exactly
+// one hash tag.
 func TestRedisFleetClusterOneEndpoint(t *testing.T) {
-	cl := redistest.Cluster(t, 3)
-	runFleet(t, cl.Addrs()[2:], cl.Nodes)
+	cl := redistest.Cluster(t, 9)
+	runFleet(t, cl.Addrs()[2:3], cl.Nodes, "cluster_slots: 9")
+	for _, n := range cl.Nodes {
+		tags := map[string]bool{}
+		for _, e := range dumpRedis(t, []*redistest.Server{n}) {
+			_, rest, _ := strings.Cut(e.key, "{")
+			tag, _, _ := strings.Cut(rest, "}")
+			tags[tag] = true
+		}
+		if len(tags) != 1 {
+			t.Errorf("master %s holds keys of %d hash tags (%v), want 1", n.Addr(), len(tags), tags)
+		}
+	}
 }
 
 // TestRedisReplicaEndpointRefusesToStart: a collector pointed at a replica

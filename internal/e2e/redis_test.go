@@ -275,15 +275,16 @@ func checkRedisContents(t *testing.T, entries []redisEntry, digests int, window 
 // at once from 4 goroutines, every batch to both collectors concurrently
 // (gRPC to one, HTTP to the other, in opposite orders), then re-sends 4
 // batches, 2 to each collector. It checks each event is delivered exactly
-// once across both sinks, the summed counters, and Redis' contents.
-func runFleet(t *testing.T, endpoints []string, nodes []*redistest.Server) {
+// once across both sinks, the summed counters, and Redis' contents. extra
+// adds redis settings.
+func runFleet(t *testing.T, endpoints []string, nodes []*redistest.Server, extra string) {
 	const (
 		n       = 2000
 		size    = 100
 		batches = n / size
 		window  = 10 * time.Minute // the default
 	)
-	cfg := redisConfig(endpoints, "")
+	cfg := redisConfig(endpoints, extra)
 	a := startCollector(t, nil, cfg)
 	b := startCollector(t, nil, cfg)
 	c, needles := eventCorpus(n)
@@ -426,14 +427,14 @@ func runFleet(t *testing.T, endpoints []string, nodes []*redistest.Server) {
 // of 2000 events, sent to both at once, through exactly once.
 func TestRedisFleetStandalone(t *testing.T) {
 	srv := redistest.Standalone(t)
-	runFleet(t, []string{srv.Addr()}, []*redistest.Server{srv})
+	runFleet(t, []string{srv.Addr()}, []*redistest.Server{srv}, "")
 }
 
 // TestRedisFleetCluster: the same over a 3-master Redis Cluster, every
 // master given as an endpoint.
 func TestRedisFleetCluster(t *testing.T) {
 	cl := redistest.Cluster(t, 3)
-	runFleet(t, cl.Addrs(), cl.Nodes)
+	runFleet(t, cl.Addrs(), cl.Nodes, "")
 }
 
 // sendUntilAccepted re-sends like an OTLP exporter: on a retryable refusal

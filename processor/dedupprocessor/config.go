@@ -138,6 +138,9 @@ type RedisConfig struct {
 	// Capacity is the unique records one window holds across the fleet: it
 	// sizes the hashes Redis keeps them in.
 	Capacity int `mapstructure:"capacity"`
+	// ClusterSlots is the number of hash slots a Redis Cluster's dedup keys
+	// are spread over: the masters they can use.
+	ClusterSlots int `mapstructure:"cluster_slots"`
 	// Timeout bounds each round trip.
 	Timeout time.Duration `mapstructure:"timeout"`
 	// Lease is how long a pending claim lives unless its batch renews it.
@@ -202,6 +205,9 @@ const (
 	maxMaxEntries = 100_000_000
 	// maxCapacity catches a capacity off by orders of magnitude.
 	maxCapacity = 1_000_000_000_000
+	// maxClusterSlots: a tenth of a Cluster's slots, more masters than
+	// Redis Cluster is made for.
+	maxClusterSlots = 1000
 	// maxMaxClusters bounds the election table and gauge series per tenant.
 	maxMaxClusters = 100_000
 	// defaultRedisLease: how long the retries of a collector that died
@@ -231,11 +237,12 @@ func createDefaultConfig() component.Config {
 			}),
 		},
 		Redis: configoptional.Default(RedisConfig{
-			Mode:     RedisModeAuto,
-			Capacity: 1_000_000,
-			Timeout:  250 * time.Millisecond,
-			Lease:    defaultRedisLease,
-			OnError:  ErrorPass,
+			Mode:         RedisModeAuto,
+			Capacity:     1_000_000,
+			ClusterSlots: 12,
+			Timeout:      250 * time.Millisecond,
+			Lease:        defaultRedisLease,
+			OnError:      ErrorPass,
 		}),
 	}
 }
@@ -327,6 +334,8 @@ func (r *RedisConfig) validate(p *problems, window time.Duration) {
 	p.check(r.DB < 0, "redis.db must be >= 0, got %d", r.DB)
 	p.check(r.Capacity < 1 || r.Capacity > maxCapacity,
 		"redis.capacity must be the unique records one window holds (unique records a second x window seconds), from 1 to %d, got %d", maxCapacity, r.Capacity)
+	p.check(r.ClusterSlots < 1 || r.ClusterSlots > maxClusterSlots,
+		"redis.cluster_slots must be the hash slots a Redis Cluster's dedup keys spread over (the masters, or a multiple of them), from 1 to %d, got %d", maxClusterSlots, r.ClusterSlots)
 	p.check(r.Timeout <= 0, "redis.timeout must be > 0, got %q", r.Timeout)
 	p.check(r.Lease < minDuration, "redis.lease must be >= 1ms, got %q", r.Lease)
 	// The user may have written neither: the error names what to change.

@@ -111,6 +111,7 @@ func TestConfigMatrixValidateErrors(t *testing.T) {
 		{`redis: {endpoints: ["a:1"], mode: Cluster}`, `redis.mode must be "auto", "standalone", "cluster" or "sentinel", got "Cluster"`},
 		{`redis: {endpoints: ["a:1"], mode: ""}`, `redis.mode must be "auto", "standalone", "cluster" or "sentinel", got ""`},
 		{`redis: {endpoints: ["a:1"], mode: cluster, master_name: m}`, `redis.master_name is for Sentinel: remove it, or set redis.mode to "sentinel" (or "auto"), got mode "cluster"`},
+		{`redis: {endpoints: ["a:1"], cluster_slots: 1001}`, `redis.cluster_slots must be the hash slots a Redis Cluster's dedup keys spread over (the masters, or a multiple of them), from 1 to 1000, got 1001`},
 		{`redis: {endpoints: ["a:1"], capacity: 0}`, `redis.capacity must be the unique records one window holds (unique records a second x window seconds), from 1 to 1000000000000, got 0`},
 		{`redis: {endpoints: ["a:1"], timeout: -1s}`, `redis.timeout must be > 0, got "-1s"`},
 		{`redis: {endpoints: ["a:1"], timeout: 0s}`, `redis.timeout must be > 0, got "0s"`},

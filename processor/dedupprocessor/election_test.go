@@ -570,7 +570,7 @@ func TestElectionSharedTier(t *testing.T) {
 				cfg := electionConfig()
 				el := cfg.Metrics.ReplicaElection.Get()
 				el.UpdateInterval, el.FailoverTimeout = update, failover
-				cfg.Redis = configoptional.Some(RedisConfig{Capacity: 1_000_000, Endpoints: endpoints, Mode: RedisModeAuto, Timeout: 2 * time.Second, Lease: 30 * time.Second, OnError: ErrorRefuse})
+				cfg.Redis = configoptional.Some(RedisConfig{Capacity: 1_000_000, ClusterSlots: 12, Endpoints: endpoints, Mode: RedisModeAuto, Timeout: 2 * time.Second, Lease: 30 * time.Second, OnError: ErrorRefuse})
 				return cfg
 			}
 			sinks := []*consumertest.MetricsSink{new(consumertest.MetricsSink), new(consumertest.MetricsSink)}
@@ -657,7 +657,7 @@ func TestElectionRedisDownPassesBothReplicas(t *testing.T) {
 	srv := redistest.Standalone(t)
 	newCfg := func() *Config {
 		cfg := electionConfig()
-		cfg.Redis = configoptional.Some(RedisConfig{Capacity: 1_000_000, Endpoints: []string{srv.Addr()}, Mode: RedisModeStandalone, Timeout: 200 * time.Millisecond, Lease: 30 * time.Second, OnError: ErrorPass})
+		cfg.Redis = configoptional.Some(RedisConfig{Capacity: 1_000_000, ClusterSlots: 12, Endpoints: []string{srv.Addr()}, Mode: RedisModeStandalone, Timeout: 200 * time.Millisecond, Lease: 30 * time.Second, OnError: ErrorPass})
 		return cfg
 	}
 	sinks := []*consumertest.MetricsSink{new(consumertest.MetricsSink), new(consumertest.MetricsSink)}
@@ -685,7 +685,7 @@ func TestElectionRedisDownPassesBothReplicas(t *testing.T) {
 func TestElectionNotSettledWhileRedisHasNotConfirmed(t *testing.T) {
 	srv := redistest.Standalone(t)
 	cfg := electionConfig()
-	cfg.Redis = configoptional.Some(RedisConfig{Capacity: 1_000_000, Endpoints: []string{srv.Addr()}, Mode: RedisModeStandalone, Timeout: 200 * time.Millisecond, Lease: 30 * time.Second, OnError: ErrorPass})
+	cfg.Redis = configoptional.Some(RedisConfig{Capacity: 1_000_000, ClusterSlots: 12, Endpoints: []string{srv.Addr()}, Mode: RedisModeStandalone, Timeout: 200 * time.Millisecond, Lease: 30 * time.Second, OnError: ErrorPass})
 	next := newGatedMetrics()
 	h := newElectHarness(t, cfg, next, nil)
 	first := sendAsync(h, scrape("c1", "a", 0, 2, onResource))

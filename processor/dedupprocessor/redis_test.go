@@ -30,7 +30,7 @@ func redisConfig(endpoints []string, onError ErrorPolicy) *Config {
 	cfg := defaultConfig()
 	cfg.Logs.Key = []string{`attributes["event.id"]`}
 	cfg.PendingWait = 5 * time.Second // generous: -race on 2 busy cores
-	cfg.Redis = configoptional.Some(RedisConfig{Capacity: 1_000_000,
+	cfg.Redis = configoptional.Some(RedisConfig{Capacity: 1_000_000, ClusterSlots: 12,
 		Endpoints: endpoints,
 		Mode:      RedisModeAuto,
 		Timeout:   300 * time.Millisecond,

@@ -113,15 +113,14 @@ return 0`)
 	})
 }
 
-// BenchmarkClaimCommitTags is the cost of the Cluster layout's tag count:
-// claim + commit with tags hash-tagged groups (one script call and one
-// commit command per group a batch touches), on one server so that only the
-// group count changes, at batches of 100 and 1000. The layout uses
-// clusterTags; more tags would let more masters hold dedup keys, at this
-// price for every batch.
+// BenchmarkClaimCommitTags is the cost of Options.ClusterSlots: claim +
+// commit with tags hash-tagged groups (one script call, one commit command
+// and one status key per group a batch touches), on one server so that only
+// the group count changes, at batches of 1000 and 10000. More tags let more
+// masters hold dedup keys, at this price for every batch.
 func BenchmarkClaimCommitTags(b *testing.B) {
-	for _, batch := range []int{100, 1000} {
-		for _, tags := range []int{0, clusterTags, 2 * clusterTags, 4 * clusterTags} {
+	for _, batch := range []int{1000, 10000} {
+		for _, tags := range []int{0, defaultTags, 100, 300} {
 			b.Run(fmt.Sprintf("batch=%d/tags=%d", batch, tags), func(b *testing.B) {
 				srv := redistest.Standalone(b)
 				tr := newTier(b, Options{Endpoints: []string{srv.Addr()}, KeyPrefix: "otelcol-dedup:", Window: 10 * time.Minute, Timeout: 5 * time.Second, Capacity: b.N * benchBatch})

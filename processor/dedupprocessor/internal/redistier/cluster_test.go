@@ -3,9 +3,14 @@ package redistier
 import (
 	"context"
 	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
@@ -52,8 +57,8 @@ func TestCluster(t *testing.T) {
 					r++
 				}
 			}
-			if s != clusterTags/3 {
-				t.Errorf("master %s serves %d of %d tags, want %d", n.Addr(), s, clusterTags, clusterTags/3)
+			if s != defaultTags/3 {
+				t.Errorf("master %s serves %d of %d tags, want %d", n.Addr(), s, defaultTags, defaultTags/3)
 			}
 			if r < len(ds)/4 || r > len(ds)/2 {
 				t.Errorf("master %s holds %d of %d records", n.Addr(), r, len(ds))
@@ -61,8 +66,8 @@ func TestCluster(t *testing.T) {
 			records += r
 			statusKeys += s
 		}
-		if records != len(ds) || statusKeys != clusterTags {
-			t.Errorf("under spread: %d records + %d status keys, want %d + %d", records, statusKeys, len(ds), clusterTags)
+		if records != len(ds) || statusKeys != defaultTags {
+			t.Errorf("under spread: %d records + %d status keys, want %d + %d", records, statusKeys, len(ds), defaultTags)
 		}
 	})
 
@@ -234,4 +239,73 @@ func TestClusterMasterDies(t *testing.T) {
 	if s, ok := breakerOf(tr, dead.Addr()); !ok || s != breaker.Open {
 		t.Fatalf("the dead master's breaker: %v (known %v), want open", s, ok)
 	}
+}
+
+// TestClusterSpreadsOverNineMasters: with as many tags as masters, or twice
+// as many, every master of a 9-master Cluster holds an even share of the
+// records (within 10%) and of the status keys, and serves each batch the
+// same calls: two per tag it holds (the claim and the commit), however many
+// masters there are.
+func TestClusterSpreadsOverNineMasters(t *testing.T) {
+	const masters, batches, batch = 9, 12, 1000
+	cl := redistest.Cluster(t, masters)
+	for _, tags := range []int{masters, 2 * masters} {
+		t.Run(fmt.Sprintf("tags=%d", tags), func(t *testing.T) {
+			ctx := context.Background()
+			prefix := fmt.Sprintf("spread%d:", tags)
+			tr := newTier(t, Options{Endpoints: cl.Addrs(), KeyPrefix: prefix, Window: testWindow, Lease: time.Minute, ClusterSlots: tags, Capacity: batches * batch})
+			// One batch loads the scripts on every master; the counts start after it.
+			wantClaimed(t, claim(t, tr, testToken(), digests(t, prefix+"warm", 200)...), slices.Repeat([]bool{true}, 200)...)
+			for _, n := range cl.Nodes {
+				if err := n.Client().ConfigResetStat(ctx).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ds := digests(t, prefix, batches*batch)
+			for b := range batches {
+				part := ds[b*batch : (b+1)*batch]
+				tok := testToken()
+				wantClaimed(t, claim(t, tr, tok, part...), slices.Repeat([]bool{true}, batch)...)
+				commit(t, tr, tok, part...)
+			}
+			warm := 200 * 2 // the warm-up's records, and their roll epochs at most
+			for _, n := range cl.Nodes {
+				records, status := 0, 0
+				for k, v := range scanValues(t, n.Client(), prefix+"*") {
+					switch {
+					case strings.Contains(k, layoutVersion+statusInfix):
+						if v == "c" {
+							status++
+						}
+					case !isRollEpoch(k):
+						records++
+					}
+				}
+				share := len(ds) / masters
+				if lo, hi := share*9/10, share*11/10+warm/masters; records < lo || records > hi {
+					t.Errorf("master %s holds %d records, want %d to %d (an even share of %d)", n.Addr(), records, lo, hi, len(ds))
+				}
+				if want := batches * tags / masters; status != want {
+					t.Errorf("master %s holds %d committed status keys, want %d", n.Addr(), status, want)
+				}
+				if got, want := evalshaCalls(t, n.Client()), int64(2*batches*tags/masters); got != want {
+					t.Errorf("master %s served %d script calls for %d batches, want %d", n.Addr(), got, batches, want)
+				}
+			}
+		})
+	}
+}
+
+// evalshaCalls is the server's EVALSHA calls since its last CONFIG RESETSTAT.
+func evalshaCalls(t testing.TB, c *redis.Client) int64 {
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`cmdstat_evalsha:calls=(\d+)`).FindStringSubmatch(info)
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.ParseInt(m[1], 10, 64)
+	return n
 }

@@ -38,11 +38,15 @@ import (
 //
 // In a Cluster the tag puts a claim's status key and the hashes of its
 // records in one slot, so one script checks both atomically. A digest's tag
-// is one of clusterTags, chosen from its bits, each in the middle of one of
-// clusterTags equal slot ranges, so an even split gives 3, 4, 6 or 12
-// masters the same number of tags. Each tag costs a script call and a
-// commit per batch that touches it: the count trades spread against cost
-// per record (BenchmarkClaimCommitTags measures it).
+// is one of Options.ClusterSlots tags (12 unless set), chosen from its bits,
+// tag i in the middle of the i-th of as many equal slot ranges: an even
+// split of the slots over masters (as redis-cli makes it) gives each master
+// the same number of tags when their count is a multiple of the masters'.
+// A tag is one slot, so records spread over as many masters as there are
+// tags, and each tag costs a script call, a commit and a status key per
+// batch that touches it: the count trades spread against cost per record
+// (BenchmarkClaimCommitTags). Round trips do not grow with it:
+// a batch's calls go in one pipeline per master.
 //
 // The layout is shared by every collector using the same Redis: the shard
 // count (from Options.Capacity) is in the hash's name, so instances sized
@@ -52,14 +56,14 @@ const (
 	layoutVersion    = "2:"
 	statusInfix      = "c:"
 	recordsPerShard  = 32
-	clusterTags      = 12
+	defaultTags      = 12
 	clusterSlots     = 16384
 	maxKeysPerScript = 1000 // bounds the time one script holds the server
 	fieldSize        = 11
 )
 
 type layout struct {
-	groups []group // one outside a Cluster, clusterTags inside
+	groups []group // one outside a Cluster, one per tag inside
 	shards uint64  // record hashes per group
 }
 
@@ -116,20 +120,19 @@ func (l *layout) statusKey(g int, token string) string {
 // pending holder: its random half.
 func ClaimID(token string) string { return token[len(token)/2:] }
 
-// clusterHashTags returns n tags: tag i is the first base-36 number whose slot
-// lies in the middle half of the i-th of n equal ranges. A test pins them.
+// clusterHashTags returns n tags (n <= clusterSlots/4): tag i is the first
+// base-36 number whose slot lies in the middle half of the i-th of n equal
+// ranges. A test pins them.
 func clusterHashTags(n int) []string {
 	tags := make([]string, n)
-	width := clusterSlots / n
-	for i := range tags {
-		lo := i*clusterSlots/n + width/4
-		hi := lo + width/2
-		for n := uint64(0); ; n++ {
-			s := strconv.FormatUint(n, 36)
-			if slot := int(crc16(s)) % clusterSlots; slot >= lo && slot < hi {
-				tags[i] = s
-				break
-			}
+	for left, k := n, uint64(0); left > 0; k++ {
+		s := strconv.FormatUint(k, 36)
+		slot := int(crc16(s)) % clusterSlots
+		i := slot * n / clusterSlots
+		lo := i*clusterSlots/n + clusterSlots/n/4
+		if tags[i] == "" && slot >= lo && slot < lo+clusterSlots/n/2 {
+			tags[i] = s
+			left--
 		}
 	}
 	return tags

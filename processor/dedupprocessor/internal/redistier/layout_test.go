@@ -1,6 +1,7 @@
 package redistier
 
 import (
+	"math"
 	"strconv"
 	"strings"
 	"testing"
@@ -27,7 +28,7 @@ func TestCRC16AndKeySlot(t *testing.T) {
 // TestClusterTagsArePinned pins the Cluster layout: every collector sharing a
 // Redis must derive the same keys, so these tags may never change.
 func TestClusterTagsArePinned(t *testing.T) {
-	tags := clusterHashTags(clusterTags)
+	tags := clusterHashTags(defaultTags)
 	const want = "18,7,b,19,1q,c,6b,5,d,6c,4,a"
 	if got := strings.Join(tags, ","); got != want {
 		t.Fatalf("cluster hash tags changed:\n got %s\nwant %s", got, want)
@@ -42,7 +43,7 @@ func TestClusterTagsArePinned(t *testing.T) {
 	}
 	for i, tag := range tags {
 		slot := keySlot("{" + tag + "}")
-		if lo := i * clusterSlots / clusterTags; slot < lo || slot >= lo+clusterSlots/clusterTags {
+		if lo := i * clusterSlots / defaultTags; slot < lo || slot >= lo+clusterSlots/defaultTags {
 			t.Errorf("tag %d (%q) hashes to slot %d, outside its range", i, tag, slot)
 		}
 	}
@@ -54,11 +55,53 @@ func TestClusterTagsArePinned(t *testing.T) {
 			per[keySlot("{"+tag+"}")*masters/clusterSlots]++
 		}
 		for m, n := range per {
-			if n != clusterTags/masters {
-				t.Errorf("%d masters: master %d serves %d tags, want %d", masters, m, n, clusterTags/masters)
+			if n != defaultTags/masters {
+				t.Errorf("%d masters: master %d serves %d tags, want %d", masters, m, n, defaultTags/masters)
 			}
 		}
 	}
+}
+
+// TestTagsSpreadEvenly: for any tag count, each tag has a slot of its own in
+// its range, and the slots of masters split as redis-cli splits them serve
+// the same number of tags when the masters' count divides the tags'.
+func TestTagsSpreadEvenly(t *testing.T) {
+	for _, n := range []int{9, 18, 30, 60, 100, 300, 1000} {
+		tags := clusterHashTags(n)
+		for i, tag := range tags {
+			slot := keySlot("{" + tag + "}")
+			if lo := i * clusterSlots / n; slot < lo || slot >= (i+1)*clusterSlots/n {
+				t.Errorf("%d tags: tag %d (%q) hashes to slot %d, outside its range", n, i, tag, slot)
+			}
+		}
+		for masters := 3; masters <= n; masters++ {
+			if n%masters != 0 {
+				continue
+			}
+			per := make([]int, masters)
+			for _, tag := range tags {
+				per[masterOf(keySlot("{"+tag+"}"), masters)]++
+			}
+			for m, got := range per {
+				if got != n/masters {
+					t.Errorf("%d tags over %d masters: master %d serves %d, want %d", n, masters, m, got, n/masters)
+				}
+			}
+		}
+	}
+}
+
+// masterOf is the master serving slot in a Cluster of masters created by
+// redis-cli --cluster create: master i serves the slots up to
+// lround((i+1)*16384/masters - 1).
+func masterOf(slot, masters int) int {
+	per := float64(clusterSlots) / float64(masters)
+	for i := range masters - 1 {
+		if float64(slot) < math.Round(float64(i+1)*per-1)+1 {
+			return i
+		}
+	}
+	return masters - 1
 }
 
 func TestLayout(t *testing.T) {
@@ -79,15 +122,15 @@ func TestLayout(t *testing.T) {
 		t.Errorf("shards without a capacity = %d, want 1", l.shards)
 	}
 
-	l = newLayout("p:", clusterTags, 12*320)
+	l = newLayout("p:", defaultTags, 12*320)
 	g := l.groupOf(d)
-	if g != clusterTags-1 {
-		t.Fatalf("group of a digest with the top 32 bits set = %d, want %d", g, clusterTags-1)
+	if g != defaultTags-1 {
+		t.Fatalf("group of a digest with the top 32 bits set = %d, want %d", g, defaultTags-1)
 	}
 	if g := l.groupOf(digest.Digest{Hi: 0x0000_0000_ffff_ffff}); g != 0 {
 		t.Fatalf("group of a digest with the top 32 bits clear = %d, want 0", g)
 	}
-	tag := clusterHashTags(clusterTags)[clusterTags-1]
+	tag := clusterHashTags(defaultTags)[defaultTags-1]
 	if got, want := string(l.appendHash(nil, d)), "p:{"+tag+"}2:a:5"; got != want {
 		t.Errorf("cluster record hash = %q, want %q", got, want)
 	}
@@ -96,7 +139,7 @@ func TestLayout(t *testing.T) {
 	}
 	// A prefix with its own hash tag still keeps a record and its status
 	// key together (in one slot for all).
-	l = newLayout("p{x:", clusterTags, 1000)
+	l = newLayout("p{x:", defaultTags, 1000)
 	if keySlot(string(l.appendHash(nil, d))) != keySlot(l.statusKey(l.groupOf(d), "tok")) {
 		t.Error("with a brace in the prefix, record and status keys split")
 	}

@@ -61,6 +61,9 @@ type Options struct {
 	// Capacity is the unique records a window holds across the fleet: it
 	// sizes the record hashes (layout.go); 0 keeps one hash per group.
 	Capacity int
+	// ClusterSlots is the number of hash tags, each one slot, a Cluster's
+	// keys are spread over (layout.go); 0: 12.
+	ClusterSlots int
 	// Timeout bounds each call, including a reload of the scripts and the
 	// retries of groups whose slot moved. Required, as are Window (counted
 	// from the claim) and Lease (a pending claim's life without renewal).
@@ -202,7 +205,7 @@ func (t *Tier) connect(mode Mode) {
 	case ModeCluster:
 		co := u.Cluster()
 		co.DisableRoutingPolicies = true // the tier sends only EVAL, EVALSHA and SET of one slot each
-		c.layout = newLayout(o.KeyPrefix, clusterTags, o.Capacity)
+		c.layout = newLayout(o.KeyPrefix, cmp.Or(o.ClusterSlots, defaultTags), o.Capacity)
 		c.exec = newClusterExec(redis.NewClusterClient(co), o.Breaker, o.Clock)
 	case ModeSentinel:
 		c.exec = &singleExec{client: redis.NewFailoverClient(u.Failover()), name: o.MasterName, br: breaker.New(o.Breaker)}
