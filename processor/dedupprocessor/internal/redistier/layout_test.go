@@ -66,7 +66,7 @@ func TestClusterTagsArePinned(t *testing.T) {
 // its range, and the slots of masters split as redis-cli splits them serve
 // the same number of tags when the masters' count divides the tags'.
 func TestTagsSpreadEvenly(t *testing.T) {
-	for _, n := range []int{9, 18, 30, 60, 100, 300, 1000} {
+	for _, n := range []int{9, 18, 24, 30, 60, 100, 300, 1000} {
 		tags := clusterHashTags(n)
 		for i, tag := range tags {
 			slot := keySlot("{" + tag + "}")
