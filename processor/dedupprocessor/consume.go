@@ -47,28 +47,26 @@ import (
 // adapter is a signal's side of the batch.
 type adapter[T any] interface {
 	identify(ctx context.Context, b *batch, enc *identity.Encoder, data T)
-	apply(b *batch, data T)
-	clone(data T) T
+	// apply applies the verdicts to data; with later, it moves the records
+	// left for a second call there (in walk order) instead of dropping them.
+	apply(b *batch, data T, later *T)
+	fresh() T
 	send(ctx context.Context, data T) error
 	// firstCallSettled settles the adapter's stage (replica election) with the
 	// first call: err is how it ended, or why the batch was refused first.
 	firstCallSettled(ctx context.Context, err error)
 }
 
-// sink is an adapter's next consumer and data copy for a second call; it has
+// sink is an adapter's next consumer and empty data for a second call; it has
 // no stage to settle.
-type sink[T interface{ CopyTo(T) }] struct {
-	next  func(context.Context, T) error
-	fresh func() T
+type sink[T any] struct {
+	next    func(context.Context, T) error
+	newData func() T
 }
 
 func (s sink[T]) send(ctx context.Context, data T) error { return s.next(ctx, data) }
 
-func (s sink[T]) clone(data T) T {
-	c := s.fresh()
-	data.CopyTo(c)
-	return c
-}
+func (s sink[T]) fresh() T { return s.newData() }
 
 func (sink[T]) firstCallSettled(context.Context, error) {}
 
@@ -91,20 +89,27 @@ func consume[T any](ctx context.Context, e *engine, s adapter[T], data T, items 
 		return err
 	}
 	b.countUnique(b.firsts)
-	change, later := e.needsApply(b), data
+	change, later := e.needsApply(b), &data
+	var moveTo *T
 	if len(b.later) > 0 && b.kept > 0 {
-		later = s.clone(data) // the first call changes data
+		// The first call takes data: the records left for later move out of it.
+		moveTo = new(T)
+		*moveTo, later = s.fresh(), moveTo
 	}
-	err := deliver(ctx, e, b, s, data, change)
+	err := deliver(ctx, e, b, s, data, change, moveTo)
 	s.firstCallSettled(ctx, err)
 	if err != nil || len(b.later) == 0 {
 		return err
 	}
+	for _, i := range b.later {
+		b.second = append(b.second, b.keys[i].at)
+	}
+	slices.Sort(b.second)
 	if err := e.await(ctx, b); err != nil {
 		return err
 	}
-	b.secondCall()
-	return deliver(ctx, e, b, s, later, e.needsApply(b))
+	b.secondCall(moveTo != nil)
+	return deliver(ctx, e, b, s, *later, e.needsApply(b), nil)
 }
 
 // verdict is what a call to the next consumer does with one record.
@@ -130,6 +135,8 @@ type batch struct {
 	keys     []key     // the keyed records, walk order
 	firsts   []int32   // indexes into keys: the first copy of each digest
 	later    []int32   // indexes into keys: left for the second call
+	second   []int32   // verdict indexes of the units left for the second call, ascending
+	split    bool      // the first call moved them out: the second call's data holds them alone
 	outcomes [numOutcomes]int64
 	caught   [numCaughtBy]int64 // duplicates, by what caught them
 	kept     int                // records the current call keeps (needsApply)
@@ -347,11 +354,11 @@ func (b *batch) countUnique(idx []int32) {
 // accepted, else released, so the sender's retry is not dropped as a copy of
 // data that never arrived. A refusal naming the round's own shared claim means
 // a dedup processor after this one shares its key space.
-func deliver[T any](ctx context.Context, e *engine, b *batch, s adapter[T], data T, change bool) error {
+func deliver[T any](ctx context.Context, e *engine, b *batch, s adapter[T], data T, change bool, later *T) error {
 	var err error
 	if b.kept > 0 {
 		if change {
-			s.apply(b, data)
+			s.apply(b, data, later)
 		}
 		err = s.send(ctx, data)
 	}
@@ -388,30 +395,56 @@ func (e *engine) needsApply(b *batch) bool {
 type applier struct {
 	e    *engine
 	b    *batch
-	i    int // the next unit's verdict index
+	i    int // the next unit's index in the data applied to
 	next int // the next keyed unit's index in b.keys
 }
 
-// unit applies the next unit's verdict to its attributes: true removes the
-// unit.
-func (a *applier) unit(attrs pcommon.Map) bool {
-	v := a.b.verdicts[a.i]
+// at is the next unit's verdict index: its place in the data as received.
+func (a *applier) at() int {
+	if a.b.split {
+		return int(a.b.second[a.i])
+	}
+	return a.i
+}
+
+// unit applies the next unit's verdict to its attributes: remove takes the
+// unit out, later says it is left for the second call.
+func (a *applier) unit(attrs pcommon.Map) (remove, later bool) {
+	at := a.at()
+	a.i++
+	for a.next < len(a.b.keys) && int(a.b.keys[a.next].at) < at {
+		a.next++ // a unit not in this data
+	}
 	var k *key
-	if a.next < len(a.b.keys) && int(a.b.keys[a.next].at) == a.i {
+	if a.next < len(a.b.keys) && int(a.b.keys[a.next].at) == at {
 		k = &a.b.keys[a.next]
 		a.next++
 	}
-	a.i++
-	switch v {
-	case verdictDrop, verdictLater:
-		return true
+	switch a.b.verdicts[at] {
+	case verdictDrop:
+		return true, false
+	case verdictLater:
+		return true, true
 	case verdictMark:
 		attrs.PutBool(a.e.cfg.MarkAttribute, true)
 	}
 	if name := a.e.cfg.IdentityAttribute; name != "" && k != nil {
 		attrs.PutStr(name, k.d.String())
 	}
-	return false
+	return false, false
+}
+
+// lazily is a destination for moved units, made at its first use.
+type lazily[T any] struct {
+	v    T
+	made bool
+}
+
+func (l *lazily[T]) get(make func() T) T {
+	if !l.made {
+		l.v, l.made = make(), true
+	}
+	return l.v
 }
 
 // roundState is where a round of claims stands.
@@ -516,12 +549,15 @@ func (e *engine) await(ctx context.Context, b *batch) error {
 	}
 }
 
-// secondCall keeps the verdicts of the records left for later and drops the
-// rest, sent with the first.
-func (b *batch) secondCall() {
+// secondCall keeps the verdicts of the records left for later (a duplicate
+// among them is dropped or marked as any) and drops the rest, sent with the
+// first. With split, the first call moved the records left for later out:
+// the second call's data holds them alone.
+func (b *batch) secondCall(split bool) {
 	const second = 8 // above every verdict
-	for _, i := range b.later {
-		b.verdicts[b.keys[i].at] += second
+	b.split = split
+	for _, at := range b.second {
+		b.verdicts[at] += second
 	}
 	for i, v := range b.verdicts {
 		if v >= second {
@@ -542,7 +578,7 @@ func (e *engine) end(ctx context.Context, b *batch) {
 	nb := batch{}
 	if max(cap(b.verdicts), cap(b.keys), cap(b.seen)) <= maxRetained {
 		nb = batch{
-			verdicts: b.verdicts[:0], keys: b.keys[:0], firsts: b.firsts[:0], later: b.later[:0],
+			verdicts: b.verdicts[:0], keys: b.keys[:0], firsts: b.firsts[:0], later: b.later[:0], second: b.second[:0],
 			held: b.held[:0], shared: b.shared[:0], won: b.won[:0], ds: b.ds[:0], results: b.results[:0],
 			answers: b.answers[:0], seen: b.seen,
 		}

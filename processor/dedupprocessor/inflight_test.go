@@ -3,7 +3,9 @@ package dedupprocessor
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -106,6 +108,73 @@ func TestCopyWaitsForTheBatchInFlight(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestSecondCallCarriesItsRecordsWhole: the records a request leaves for its
+// second call move out of its first call's data: the first call delivers the
+// rest, and the second delivers those records alone, each under its own
+// resource and scope, with the identity attribute of its own digest.
+func TestSecondCallCarriesItsRecordsWhole(t *testing.T) {
+	cfg := defaultConfig()
+	cfg.PendingWait = time.Minute
+	cfg.IdentityAttribute = "dedup.id"
+	event := func(id int, service string) rec {
+		return rec{body: fmt.Sprintf("secret body %d", id), resource: service, attrs: map[string]any{"n": int64(id)}}
+	}
+	// Each record's identity attribute, delivered alone.
+	alone := new(consumertest.LogsSink)
+	if err := newHarness(t, cfg, alone).consume(logs(event(1, "a"), event(2, "b"))); err != nil {
+		t.Fatal(err)
+	}
+	want := deliveredUnits(alone)
+
+	next := newGatedLogs()
+	next.hold = holding("secret body 1")
+	h := newHarness(t, cfg, next)
+	first := consumeAsync(h, logs(event(1, "a"), event(2, "b")))
+	<-next.entered // records 1 and 2 are being delivered
+	copyDone := consumeAsync(h, logs(event(3, "a"), event(1, "a"), event(4, "b"), event(2, "b"), event(5, "c")))
+	testkit.WaitFor(t, "the copy's first call", 10*time.Second, func() bool { return len(bodies(&next.sink)) == 3 })
+	next.release <- errors.New("backend refused")
+	next.release <- nil // the copy's second call, carrying record 1
+	if err := <-first; err == nil {
+		t.Fatal("the refused request was answered without error")
+	}
+	if err := <-copyDone; err != nil {
+		t.Fatalf("the copy's request: %v", err)
+	}
+	calls := next.sink.AllLogs()
+	if len(calls) != 2 {
+		t.Fatalf("%d calls to the next consumer, want 2", len(calls))
+	}
+	firstCall := new(consumertest.LogsSink)
+	_ = firstCall.ConsumeLogs(context.Background(), calls[0])
+	if got := fmt.Sprint(deliveredUnits(firstCall)); !strings.Contains(got, "a/test/secret body 3") || !strings.Contains(got, "b/test/secret body 4") ||
+		!strings.Contains(got, "c/test/secret body 5") || strings.Count(got, "secret body") != 3 {
+		t.Fatalf("first call delivered %s, want records 3, 4 and 5 under their resources", got)
+	}
+	secondCall := new(consumertest.LogsSink)
+	_ = secondCall.ConsumeLogs(context.Background(), calls[1])
+	if got := deliveredUnits(secondCall); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("second call delivered\n%v\nwant, as records 1 and 2 delivered alone:\n%v", got, want)
+	}
+}
+
+// deliveredUnits lists each record a sink got as service/scope/body/dedup.id.
+func deliveredUnits(sink *consumertest.LogsSink) []string {
+	var out []string
+	for _, ld := range sink.AllLogs() {
+		for _, rl := range ld.ResourceLogs().All() {
+			svc, _ := rl.Resource().Attributes().Get("service.name")
+			for _, sl := range rl.ScopeLogs().All() {
+				for _, lr := range sl.LogRecords().All() {
+					id, _ := lr.Attributes().Get("dedup.id")
+					out = append(out, svc.AsString()+"/"+sl.Scope().Name()+"/"+lr.Body().AsString()+"/"+id.AsString())
+				}
+			}
+		}
+	}
+	return out
 }
 
 // TestCopyRefusedAfterPendingWait: when the batch in flight outlasts

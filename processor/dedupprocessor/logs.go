@@ -141,12 +141,33 @@ func (p *logsProcessor) identify(ctx context.Context, b *batch, enc *identity.En
 }
 
 // apply applies the verdicts and prunes the scopes and resources left empty
-// (as all signals).
-func (p *logsProcessor) apply(b *batch, ld plog.Logs) {
+// (as all signals); a record moved to later gets a copy of its resource and
+// scope there.
+func (p *logsProcessor) apply(b *batch, ld plog.Logs, later *plog.Logs) {
 	a := applier{e: p.engine, b: b}
 	ld.ResourceLogs().RemoveIf(func(rl plog.ResourceLogs) bool {
+		var toR lazily[plog.ResourceLogs]
 		rl.ScopeLogs().RemoveIf(func(sl plog.ScopeLogs) bool {
-			sl.LogRecords().RemoveIf(func(lr plog.LogRecord) bool { return a.unit(lr.Attributes()) })
+			var toS lazily[plog.ScopeLogs]
+			sl.LogRecords().RemoveIf(func(lr plog.LogRecord) bool {
+				remove, moves := a.unit(lr.Attributes())
+				if moves && later != nil {
+					to := toS.get(func() plog.ScopeLogs {
+						r := toR.get(func() plog.ResourceLogs {
+							r := later.ResourceLogs().AppendEmpty()
+							rl.Resource().CopyTo(r.Resource())
+							r.SetSchemaUrl(rl.SchemaUrl())
+							return r
+						})
+						s := r.ScopeLogs().AppendEmpty()
+						sl.Scope().CopyTo(s.Scope())
+						s.SetSchemaUrl(sl.SchemaUrl())
+						return s
+					})
+					lr.MoveTo(to.LogRecords().AppendEmpty())
+				}
+				return remove
+			})
 			return sl.LogRecords().Len() == 0
 		})
 		return rl.ScopeLogs().Len() == 0

@@ -206,25 +206,38 @@ func decidePoints[P dataPoint](w *walk[*ottldatapoint.TransformContext], box *ba
 	}
 }
 
-func (c metricsCall) apply(b *batch, md pmetric.Metrics) {
+func (c metricsCall) apply(b *batch, md pmetric.Metrics, later *pmetric.Metrics) {
 	a := applier{e: c.p.engine, b: b}
+	var mv *pointMover
+	if later != nil {
+		mv = &pointMover{later: later}
+	}
 	md.ResourceMetrics().RemoveIf(func(rm pmetric.ResourceMetrics) bool {
 		if c.box != nil {
 			c.box.stripResource = false
 		}
+		if mv != nil {
+			mv.rm, mv.toR = rm, lazily[pmetric.ResourceMetrics]{}
+		}
 		rm.ScopeMetrics().RemoveIf(func(sm pmetric.ScopeMetrics) bool {
+			if mv != nil {
+				mv.sm, mv.toS = sm, lazily[pmetric.ScopeMetrics]{}
+			}
 			sm.Metrics().RemoveIf(func(m pmetric.Metric) bool {
+				if mv != nil {
+					mv.m, mv.toM = m, lazily[pmetric.Metric]{}
+				}
 				switch m.Type() {
 				case pmetric.MetricTypeGauge:
-					return applyPoints(&a, c.box, m.Gauge().DataPoints())
+					return applyPoints(&a, c.box, m.Gauge().DataPoints(), mv)
 				case pmetric.MetricTypeSum:
-					return applyPoints(&a, c.box, m.Sum().DataPoints())
+					return applyPoints(&a, c.box, m.Sum().DataPoints(), mv)
 				case pmetric.MetricTypeHistogram:
-					return applyPoints(&a, c.box, m.Histogram().DataPoints())
+					return applyPoints(&a, c.box, m.Histogram().DataPoints(), mv)
 				case pmetric.MetricTypeExponentialHistogram:
-					return applyPoints(&a, c.box, m.ExponentialHistogram().DataPoints())
+					return applyPoints(&a, c.box, m.ExponentialHistogram().DataPoints(), mv)
 				case pmetric.MetricTypeSummary:
-					return applyPoints(&a, c.box, m.Summary().DataPoints())
+					return applyPoints(&a, c.box, m.Summary().DataPoints(), mv)
 				}
 				return false
 			})
@@ -237,17 +250,92 @@ func (c metricsCall) apply(b *batch, md pmetric.Metrics) {
 	})
 }
 
+// pointMover moves the points left for later to copies of their metric
+// (without points), scope and resource, made at the first point moved.
+type pointMover struct {
+	later *pmetric.Metrics
+	rm    pmetric.ResourceMetrics
+	sm    pmetric.ScopeMetrics
+	m     pmetric.Metric
+	toR   lazily[pmetric.ResourceMetrics]
+	toS   lazily[pmetric.ScopeMetrics]
+	toM   lazily[pmetric.Metric]
+}
+
+func (mv *pointMover) metric() pmetric.Metric {
+	return mv.toM.get(func() pmetric.Metric {
+		s := mv.toS.get(func() pmetric.ScopeMetrics {
+			r := mv.toR.get(func() pmetric.ResourceMetrics {
+				r := mv.later.ResourceMetrics().AppendEmpty()
+				mv.rm.Resource().CopyTo(r.Resource())
+				r.SetSchemaUrl(mv.rm.SchemaUrl())
+				return r
+			})
+			s := r.ScopeMetrics().AppendEmpty()
+			mv.sm.Scope().CopyTo(s.Scope())
+			s.SetSchemaUrl(mv.sm.SchemaUrl())
+			return s
+		})
+		return metricWithoutPoints(mv.m, s.Metrics().AppendEmpty())
+	})
+}
+
+func (mv *pointMover) move(dp any) {
+	to := mv.metric()
+	switch dp := dp.(type) {
+	case pmetric.NumberDataPoint:
+		if to.Type() == pmetric.MetricTypeGauge {
+			dp.MoveTo(to.Gauge().DataPoints().AppendEmpty())
+		} else {
+			dp.MoveTo(to.Sum().DataPoints().AppendEmpty())
+		}
+	case pmetric.HistogramDataPoint:
+		dp.MoveTo(to.Histogram().DataPoints().AppendEmpty())
+	case pmetric.ExponentialHistogramDataPoint:
+		dp.MoveTo(to.ExponentialHistogram().DataPoints().AppendEmpty())
+	case pmetric.SummaryDataPoint:
+		dp.MoveTo(to.Summary().DataPoints().AppendEmpty())
+	}
+}
+
+// metricWithoutPoints makes dst m's copy without its points, and returns it.
+func metricWithoutPoints(m, dst pmetric.Metric) pmetric.Metric {
+	dst.SetName(m.Name())
+	dst.SetDescription(m.Description())
+	dst.SetUnit(m.Unit())
+	m.Metadata().CopyTo(dst.Metadata())
+	switch m.Type() {
+	case pmetric.MetricTypeGauge:
+		dst.SetEmptyGauge()
+	case pmetric.MetricTypeSum:
+		s := dst.SetEmptySum()
+		s.SetAggregationTemporality(m.Sum().AggregationTemporality())
+		s.SetIsMonotonic(m.Sum().IsMonotonic())
+	case pmetric.MetricTypeHistogram:
+		dst.SetEmptyHistogram().SetAggregationTemporality(m.Histogram().AggregationTemporality())
+	case pmetric.MetricTypeExponentialHistogram:
+		dst.SetEmptyExponentialHistogram().SetAggregationTemporality(m.ExponentialHistogram().AggregationTemporality())
+	case pmetric.MetricTypeSummary:
+		dst.SetEmptySummary()
+	}
+	return dst
+}
+
 // applyPoints applies a metric's verdicts and reports whether it lost all its
-// points (none at first: kept). With remove_replica_label, elected points lose
-// the label, or set box.stripResource if it is the resource's.
-func applyPoints[P dataPoint](a *applier, box *ballotBox, points pointSlice[P]) bool {
+// points (none at first: kept); with mv, a point left for later moves there.
+// With remove_replica_label, elected points lose the label, or set
+// box.stripResource if it is the resource's.
+func applyPoints[P dataPoint](a *applier, box *ballotBox, points pointSlice[P], mv *pointMover) bool {
 	if points.Len() == 0 {
 		return false
 	}
 	strip := box != nil && a.b.alters
 	points.RemoveIf(func(dp P) bool {
-		i := a.i
-		removed := a.unit(dp.Attributes())
+		i := a.at()
+		removed, later := a.unit(dp.Attributes())
+		if later && mv != nil {
+			mv.move(dp)
+		}
 		if !strip {
 			return removed
 		}

@@ -174,11 +174,31 @@ func (p *tracesProcessor) identify(ctx context.Context, b *batch, enc *identity.
 	}
 }
 
-func (p *tracesProcessor) apply(b *batch, td ptrace.Traces) {
+func (p *tracesProcessor) apply(b *batch, td ptrace.Traces, later *ptrace.Traces) {
 	a := applier{e: p.engine, b: b}
 	td.ResourceSpans().RemoveIf(func(rs ptrace.ResourceSpans) bool {
+		var toR lazily[ptrace.ResourceSpans]
 		rs.ScopeSpans().RemoveIf(func(ss ptrace.ScopeSpans) bool {
-			ss.Spans().RemoveIf(func(sp ptrace.Span) bool { return a.unit(sp.Attributes()) })
+			var toS lazily[ptrace.ScopeSpans]
+			ss.Spans().RemoveIf(func(sp ptrace.Span) bool {
+				remove, moves := a.unit(sp.Attributes())
+				if moves && later != nil {
+					to := toS.get(func() ptrace.ScopeSpans {
+						r := toR.get(func() ptrace.ResourceSpans {
+							r := later.ResourceSpans().AppendEmpty()
+							rs.Resource().CopyTo(r.Resource())
+							r.SetSchemaUrl(rs.SchemaUrl())
+							return r
+						})
+						s := r.ScopeSpans().AppendEmpty()
+						ss.Scope().CopyTo(s.Scope())
+						s.SetSchemaUrl(ss.SchemaUrl())
+						return s
+					})
+					sp.MoveTo(to.Spans().AppendEmpty())
+				}
+				return remove
+			})
 			return ss.Spans().Len() == 0
 		})
 		return rs.ScopeSpans().Len() == 0
