@@ -160,6 +160,61 @@ func TestSecondCallCarriesItsRecordsWhole(t *testing.T) {
 	}
 }
 
+// TestDuplicateFoundWhileWaitingIsMarked: with action mark, a request whose
+// two records wait for two batches in flight delivers both in its second
+// call when one of those batches commits and the other fails: the record of
+// the committed batch marked, whichever the look met first.
+func TestDuplicateFoundWhileWaitingIsMarked(t *testing.T) {
+	cfg := defaultConfig()
+	cfg.PendingWait = time.Minute
+	cfg.Action = ActionMark
+	next := newGatedLogs()
+	next.hold = func(plog.Logs) bool { return true }
+	h := newHarness(t, cfg, next)
+	one, two := consumeAsync(h, events(1)), consumeAsync(h, events(2))
+	<-next.entered
+	<-next.entered // both batches are being delivered
+	copies := consumeAsync(h, events(1, 2))
+	notYet(t, copies, "the copies' request")
+	next.release <- nil // one of the two batches is delivered
+	var failed <-chan error
+	select {
+	case err := <-one:
+		if err != nil {
+			t.Fatal(err)
+		}
+		failed = two
+	case err := <-two:
+		if err != nil {
+			t.Fatal(err)
+		}
+		failed = one
+	}
+	time.Sleep(200 * time.Millisecond) // the copies' request looks again: one record held, one pending
+	next.release <- errors.New("backend refused")
+	if err := <-failed; err == nil {
+		t.Fatal("the refused batch was answered without error")
+	}
+	<-next.entered // the copies' second call
+	next.release <- nil
+	if err := <-copies; err != nil {
+		t.Fatalf("the copies' request: %v", err)
+	}
+	calls := next.sink.AllLogs()
+	if len(calls) != 2 {
+		t.Fatalf("%d calls delivered, want 2 (the batch delivered, the copies' second call)", len(calls))
+	}
+	marked := 0
+	for _, lr := range calls[1].ResourceLogs().At(0).ScopeLogs().At(0).LogRecords().All() {
+		if v, ok := lr.Attributes().Get(cfg.MarkAttribute); ok && v.Bool() {
+			marked++
+		}
+	}
+	if n := calls[1].LogRecordCount(); n != 2 || marked != 1 {
+		t.Fatalf("the copies' second call delivered %d records, %d marked; want 2, 1 marked", n, marked)
+	}
+}
+
 // deliveredUnits lists each record a sink got as service/scope/body/dedup.id.
 func deliveredUnits(sink *consumertest.LogsSink) []string {
 	var out []string
