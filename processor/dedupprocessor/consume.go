@@ -440,9 +440,9 @@ type lazily[T any] struct {
 	made bool
 }
 
-func (l *lazily[T]) get(make func() T) T {
+func (l *lazily[T]) get(newT func() T) T {
 	if !l.made {
-		l.v, l.made = make(), true
+		l.v, l.made = newT(), true
 	}
 	return l.v
 }
