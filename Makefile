@@ -122,34 +122,27 @@ deps:
 
 # The modules run in one `go test` process tree at a time: the 2-core
 # machines this runs on have no room for two -race runs side by side. Only
-# the root module's end-to-end tests (internal/e2e) need the agent, so the
-# binaries are built while the other tests run, filling the time those tests
-# wait on their Redis servers (the ocb output goes to _build/binaries.log,
-# printed if a build fails): the processor's and the testkit's, then, once
-# the distribution is built, the root module's but the end-to-end package,
-# which runs last, once the agent is built. Both keep a first run on empty Go
-# caches within its time.
-GO_TEST = OTELCOL_DEDUP_BIN=$(CURDIR)/$(BIN) OTELCOL_AGENT_BIN=$(CURDIR)/$(AGENT_BIN) PROMTOOL=$(CURDIR)/$(PROMTOOL) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS)
-
+# the root module's end-to-end tests need the two binaries, so they are built
+# while the processor's and the testkit's tests run, filling the time those
+# tests wait on their Redis servers (the ocb output goes to
+# _build/binaries.log, printed if a build fails). The end-to-end package, which mostly waits on
+# its collectors, starts first in its module, so that the others' compiling
+# and CPU-bound tests run beside it. Both keep a first run on empty Go caches
+# within its time.
 test: deps
-	@mkdir -p _build; rm -f _build/distribution.built; \
-	{ $(MAKE) --no-print-directory build && touch _build/distribution.built && $(MAKE) --no-print-directory agent; } >_build/binaries.log 2>&1 & builds=$$!; \
-	built() { if ! wait $$builds; then cat _build/binaries.log; echo "make build agent: FAILED"; exit 1; fi; grep '^ocb: built' _build/binaries.log || true; }; \
+	@mkdir -p _build; \
+	{ $(MAKE) --no-print-directory build && $(MAKE) --no-print-directory agent; } >_build/binaries.log 2>&1 & builds=$$!; \
 	failed=""; for m in $(MODULES); do \
-		pkgs=./...; \
 		if [ "$$m" = . ]; then \
-			echo "make build: waiting for the distribution (_build/binaries.log)"; \
-			while [ ! -e _build/distribution.built ] && kill -0 $$builds 2>/dev/null; do sleep 1; done; \
-			[ -e _build/distribution.built ] || built; \
-			pkgs=$$($(GO) list ./... | grep -v '/internal/e2e$$'); \
+			echo "make build agent: waiting for the ocb builds (_build/binaries.log)"; \
+			if ! wait $$builds; then cat _build/binaries.log; echo "make build agent: FAILED"; exit 1; fi; \
+			grep '^ocb: built' _build/binaries.log || true; \
 		fi; \
+		pkgs=./...; [ "$$m" != . ] || pkgs="./internal/e2e ./..."; \
 		echo "go test: module $$m"; \
-		(cd $$m && $(GO_TEST) $$pkgs) || failed="$$failed $$m"; \
+		(cd $$m && OTELCOL_DEDUP_BIN=$(CURDIR)/$(BIN) OTELCOL_AGENT_BIN=$(CURDIR)/$(AGENT_BIN) PROMTOOL=$(CURDIR)/$(PROMTOOL) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) $$pkgs) || failed="$$failed $$m"; \
 	done; \
-	echo "make agent: waiting for the agent (_build/binaries.log)"; built; \
-	echo "go test: the end-to-end tests"; \
-	$(GO_TEST) ./internal/e2e || failed="$$failed ./internal/e2e"; \
-	if [ -n "$$failed" ]; then echo "go test: FAILED in:$$failed"; exit 1; fi
+	if [ -n "$$failed" ]; then echo "go test: FAILED in module(s):$$failed"; exit 1; fi
 
 # The performance targets in one run (cmd/dedupbench; BENCHMARKS.md says how
 # long at each scale), after a wait of at most BENCH_LOAD_WAIT for the
