@@ -184,8 +184,8 @@ func (f *clusterFleet) check(t *testing.T, healthy time.Time) {
 	for _, h := range f.hs {
 		unchecked += h.metric("otelcol_processor_dedup_redis_unchecked")
 		refusedWaits += int64(h.histogramCount("otelcol_processor_dedup_wait_duration", attribute.String("result", "refused")))
-		for _, op := range []string{"claim", "recheck", "commit", "release"} {
-			for _, res := range []string{"ok", "error", "timeout", "skipped"} {
+		for _, op := range []string{"claim", "recheck", "commit", "release", "renew"} {
+			for _, res := range []string{"ok", "error", "timeout", "skipped", "lost"} {
 				if n := h.redisRequests(op, res); n > 0 {
 					requests[op+"/"+res] += n
 				}

@@ -128,8 +128,8 @@ type nodeCalls struct {
 // the ClusterClient.
 func (x *clusterExec) send(ctx context.Context, calls []*call, retry bool) {
 	var direct []*call
-	var allowed []*nodeCalls
-	byNode := make(map[string]*nodeCalls, 4) // nil for a node whose breaker is open
+	var nodes []*nodeCalls
+	byNode := make(map[string]*nodeCalls, 4) // br nil: the node's breaker is open
 	for _, c := range calls {
 		if retry { // go-redis keeps a command's reply and slot
 			c.cmd = redis.NewCmd(ctx, c.cmd.Args()...)
@@ -147,26 +147,29 @@ func (x *clusterExec) send(ctx context.Context, calls []*call, retry bool) {
 		}
 		addr := client.Options().Addr
 		c.node = addr
-		nc, asked := byNode[addr]
-		if !asked {
+		nc := byNode[addr]
+		if nc == nil {
+			nc = &nodeCalls{client: client}
 			br := x.breaker(addr)
 			if ticket, ok := br.Allow(); ok {
-				nc = &nodeCalls{client: client, br: br, ticket: ticket}
-				allowed = append(allowed, nc)
+				nc.br, nc.ticket = br, ticket
 			} else {
 				x.degraded()
 			}
 			byNode[addr] = nc
+			nodes = append(nodes, nc)
 		}
-		if nc == nil {
+		if nc.br == nil && !c.paced {
 			c.err = errBreakerOpen
 			continue
 		}
 		nc.calls = append(nc.calls, c)
 	}
 	var wg sync.WaitGroup
-	for _, nc := range allowed {
-		wg.Go(func() { sendPipeline(ctx, nc.client, nc.calls) })
+	for _, nc := range nodes {
+		if len(nc.calls) > 0 {
+			wg.Go(func() { sendPipeline(ctx, nc.client, nc.calls) })
+		}
 	}
 	if len(direct) > 0 {
 		wg.Go(func() { sendEach(ctx, x.cc, direct) })
@@ -174,7 +177,7 @@ func (x *clusterExec) send(ctx context.Context, calls []*call, retry bool) {
 	wg.Wait()
 
 	stale := false
-	for _, nc := range allowed {
+	for _, nc := range nodes {
 		outcome := breaker.Success
 		for _, c := range nc.calls {
 			if c.err == nil {
@@ -190,7 +193,9 @@ func (x *clusterExec) send(ctx context.Context, calls []*call, retry bool) {
 				}
 			}
 		}
-		nc.br.Done(nc.ticket, outcome)
+		if nc.br != nil { // paced calls sent through an open breaker tell it nothing
+			nc.br.Done(nc.ticket, outcome)
+		}
 	}
 	for _, c := range direct {
 		stale = stale || nodeDown(c.err) || moving(c.err)

@@ -17,10 +17,12 @@ import (
 //	TRYAGAIN (slot migrating), CLUSTERDOWN  yes             success   yes                     yes
 //	READONLY (a demoted master)             yes             success*  yes                     yes
 //	any other error reply (OOM, NOPERM...)  yes             failure   no                      no
-//	breaker open                            not asked       -         if the slot moved       yes
+//	breaker open                            not asked*      -         if the slot moved       yes
 //
-// (*) in a Cluster; a standalone or Sentinel master that answers READONLY is
-// a failure like any other error reply.
+// (*) READONLY: in a Cluster; a standalone or Sentinel master that answers
+// READONLY is a failure like any other error reply. Breaker open: a writer
+// round's commits, releases and renewals are asked all the same, and their
+// outcome tells the breaker nothing.
 
 // errBreakerOpen marks a command not sent because its node's breaker was open.
 var errBreakerOpen = errors.New("circuit breaker open")

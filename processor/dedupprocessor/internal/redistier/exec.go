@@ -20,6 +20,11 @@ type call struct {
 	node     string  // the node it was last sent to ("" if none)
 	err      error
 	redirect bool // answered MOVED or ASK: retry through the ClusterClient
+	// paced: a writer round's commit, release or renewal, sent even through
+	// an open breaker. The breaker spares batches a timeout per call, the
+	// writer's pace spares the node, and a commit held back until its lease
+	// ended would let copies in once the node is back.
+	paced bool
 }
 
 // executor sends calls to Redis and sets each call's err.
@@ -47,9 +52,9 @@ type singleExec struct {
 func (x *singleExec) exec(ctx context.Context, calls []*call) {
 	ticket, ok := x.br.Allow()
 	if !ok {
-		for _, c := range calls {
-			c.node, c.err = x.name, errBreakerOpen
-		}
+		calls = skipUnpaced(calls, x.name)
+	}
+	if len(calls) == 0 {
 		return
 	}
 	sendPipeline(ctx, x.client, calls)
@@ -61,7 +66,23 @@ func (x *singleExec) exec(ctx context.Context, calls []*call) {
 			outcome = failureOutcome(ctx)
 		}
 	}
-	x.br.Done(ticket, outcome)
+	if ok {
+		x.br.Done(ticket, outcome)
+	}
+}
+
+// skipUnpaced fails the calls an open breaker keeps from node and returns
+// the paced ones, to be sent all the same.
+func skipUnpaced(calls []*call, node string) []*call {
+	var paced []*call
+	for _, c := range calls {
+		if c.paced {
+			paced = append(paced, c)
+		} else {
+			c.node, c.err = node, errBreakerOpen
+		}
+	}
+	return paced
 }
 
 func (x *singleExec) breakers() []NodeBreaker {

@@ -206,6 +206,45 @@ func TestBreaker(t *testing.T) {
 	wantState(t, tr, breaker.Closed)
 }
 
+// TestCommitGoesThroughOpenBreaker: a node back before its breaker's
+// cooldown ends gets the queued commit at once, while batches' claims are
+// still skipped: a commit held back until its claim's lease ends would let a
+// copy's claim in first.
+func TestCommitGoesThroughOpenBreaker(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Standalone(t)
+	var obs observations
+	clk := testkit.NewClock(time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)) // the breaker's: its cooldown never ends
+	tr := newTier(t, Options{
+		Endpoints: []string{srv.Addr()}, Window: testWindow, Timeout: 100 * time.Millisecond, Lease: 30 * time.Second,
+		Observe: obs.observe,
+		Breaker: breaker.Config{Failures: 3, Cooldown: 5 * time.Second, Now: clk.Now},
+	})
+	ds := digests(t, "", 4)
+	tok := testToken()
+	wantClaimed(t, claim(t, tr, tok, ds[:1]...), true)
+	srv.Pause() // a claim is asked again on a timeout: one opens the breaker
+	if err := tr.claimBools(ctx, testToken(), ds[1:], make([]bool, 3)); !errors.Is(err, errBreakerOpen) {
+		t.Fatalf("Claim against a paused server: %v, want its breaker open", err)
+	}
+	srv.Resume()
+	wantState(t, tr, breaker.Open)
+	obs.take()
+
+	if err := tr.Commit(ctx, tok, ds[:1]); err != nil {
+		t.Fatalf("Commit: %v", err)
+	}
+	testkit.WaitFor(t, "the queued commit to land", 10*time.Second, func() bool { return obs.count("commit/ok") == 1 })
+	if err := tr.claimBools(ctx, testToken(), ds[:1], make([]bool, 1)); !errors.Is(err, errBreakerOpen) {
+		t.Fatalf("Claim after the commit: %v, want the breaker still open", err)
+	}
+	wantState(t, tr, breaker.Open)
+	// Another collector finds the record committed.
+	other := newTier(t, Options{Endpoints: []string{srv.Addr()}, Window: testWindow})
+	wantClaimed(t, claim(t, other, testToken(), ds[:1]...), false)
+	wantObservedBut(t, &obs, "commit/ok", "claim/skipped")
+}
+
 func wantState(t testing.TB, tr *Tier, want breaker.State) {
 	t.Helper()
 	if got := tr.Breakers(); len(got) != 1 || got[0].State != want {

@@ -18,9 +18,10 @@ import (
 // claims and elections whose batches are downstream once a third of the lease
 // has passed since their last renewal landed, sends the queued commits, and
 // retries, with a growing pause, the failed writes until they land or their
-// lease has ended (freeing the claim). A round is one round trip per master. A
-// batch that finds the queue full (maxQueued) sends its own write: a slow Redis
-// slows the senders, not grows the queue.
+// lease has ended (freeing the claim). A round is one round trip per master,
+// sent even to a master whose breaker is open (call.paced). A batch that finds
+// the queue full (maxQueued) sends its own write: a slow Redis slows the
+// senders, not grows the queue.
 const (
 	maxQueued  = 4096
 	retryFirst = 100 * time.Millisecond
@@ -202,6 +203,9 @@ func (w *writer) round(t *Tier, ctx context.Context, now time.Time) time.Duratio
 		calls = append(calls, &call{op: OpRenew, cmd: redis.NewCmd(ctx, "evalsha", renewScript.Hash(), 1, r.key, t.leaseArg, tok), route: r.key})
 	}
 	calls = append(calls, t.writeCalls(ctx, c, ws)...)
+	for _, cl := range calls {
+		cl.paced = true
+	}
 	t.writeError(t.run(ctx, c, calls, t.opts.Timeout))
 
 	for i, r := range renew {
