@@ -114,7 +114,8 @@ func TestBreaker(t *testing.T) {
 	var obs observations
 	clk := testkit.NewClock(time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)) // for the breaker
 	// A lease of 1ms: the failed commit below is not retried in the
-	// background, which would spend the breaker's probe.
+	// background, where it would go through the open breaker (and count
+	// below as a command the server processed).
 	tr := newTier(t, Options{
 		Endpoints: []string{srv.Addr()}, Window: testWindow, Timeout: 100 * time.Millisecond, Lease: time.Millisecond,
 		Observe: obs.observe,
