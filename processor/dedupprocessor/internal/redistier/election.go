@@ -110,7 +110,7 @@ func (t *Tier) ReleaseElections(ctx context.Context, token string, failover time
 // settleElections sends es's commits or releases now; the writer retries what
 // fails: peers must learn them, and a pending one stalls its cluster.
 func (t *Tier) settleElections(ctx context.Context, op, token string, failover time.Duration, es []Election) ([]*call, error) {
-	c, err := t.beginSettle(op, token, len(es))
+	c, _, err := t.beginSettle(op, token, len(es))
 	if c == nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package redistier
 
 import (
 	"strconv"
+	"strings"
 
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
 )
@@ -114,6 +115,12 @@ func appendField(dst []byte, d digest.Digest) []byte {
 // statusKey is the status key of token's claim in group g.
 func (l *layout) statusKey(g int, token string) string {
 	return l.groups[g].statusPrefix + ClaimID(token)
+}
+
+// isStatusKey reports whether key is the status key of token's claim in group g.
+func (l *layout) isStatusKey(key string, g int, token string) bool {
+	id, ok := strings.CutPrefix(key, l.groups[g].statusPrefix)
+	return ok && id == ClaimID(token)
 }
 
 // ClaimID is the part of a claim's token Redis holds and Claim returns for a

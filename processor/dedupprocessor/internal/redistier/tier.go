@@ -405,7 +405,8 @@ func readClaim(cl *call, answers []Answer) (owner string, err error) {
 
 // Commit makes the digests ds token claimed hold for their window: the batch
 // was delivered. It is queued, or sent now if the queue is full (the error is
-// that send's); a claim not pending is reported ResultLost, and committed.
+// that send's); a claim that landed but is no longer pending is reported
+// ResultLost, and committed.
 func (t *Tier) Commit(ctx context.Context, token string, ds []digest.Digest) error {
 	return t.settle(ctx, OpCommit, token, ds, true)
 }
@@ -419,7 +420,7 @@ func (t *Tier) Release(ctx context.Context, token string, ds []digest.Digest) er
 // settle queues a commit or release, a write per group, or sends it now if
 // !queue or full.
 func (t *Tier) settle(ctx context.Context, op, token string, ds []digest.Digest, queue bool) error {
-	c, err := t.beginSettle(op, token, len(ds))
+	c, held, err := t.beginSettle(op, token, len(ds))
 	if c == nil {
 		return err
 	}
@@ -429,6 +430,9 @@ func (t *Tier) settle(ctx context.Context, op, token string, ds []digest.Digest,
 	ws := make([]write, 0, len(b.groups))
 	for _, g := range b.groups {
 		w := write{op: op, token: token, group: g, until: until}
+		if op == OpCommit {
+			w.landed = slices.ContainsFunc(held, func(r *renewal) bool { return c.layout.isStatusKey(r.key, g, token) })
+		}
 		if op == OpRelease {
 			w.ds = make([]digest.Digest, 0, b.bounds[g+1]-b.bounds[g])
 			for _, i := range b.order[b.bounds[g]:b.bounds[g+1]] {
@@ -445,17 +449,18 @@ func (t *Tier) settle(ctx context.Context, op, token string, ds []digest.Digest,
 }
 
 // beginSettle stops token's renewals and returns the connection for n keys, or
-// nil: nothing to send, or no connection (the write lost, err says why).
-func (t *Tier) beginSettle(op, token string, n int) (*conn, error) {
-	t.w.drop(token)
+// nil: nothing to send, or no connection (the write lost, err says why); and
+// the claims and elections it was renewing.
+func (t *Tier) beginSettle(op, token string, n int) (*conn, []*renewal, error) {
+	held := t.w.drop(token)
 	if n == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	c, err := t.connected(op)
-	if err != nil {
+	if err != nil && (op != OpCommit || len(held) > 0) {
 		t.lost(op, err)
 	}
-	return c, err
+	return c, held, err
 }
 
 // errClosed fails the calls made after Close.

@@ -37,8 +37,12 @@ type write struct {
 	election *Election       // set for an election
 	failover time.Duration   // an election's
 	until    time.Time       // the claim's lease has ended by then
-	pause    time.Duration   // before the next try, once one failed
-	next     time.Time
+	// landed: a commit's claim is known to have reached Redis; one whose
+	// answer never came back delivered its records unchecked, counted as
+	// such, so its commit ending or finding no claim is not a claim lost.
+	landed bool
+	pause  time.Duration // before the next try, once one failed
+	next   time.Time
 }
 
 // renewal is a pending claim's group, or a pending election, whose batch is
@@ -72,10 +76,13 @@ func (w *writer) hold(token string, keys []string, election bool, now time.Time)
 	w.mu.Unlock()
 }
 
-func (w *writer) drop(token string) {
+// drop stops renewing token's claims and elections and returns them.
+func (w *writer) drop(token string) []*renewal {
 	w.mu.Lock()
+	defer w.mu.Unlock()
+	rs := w.live[token]
 	delete(w.live, token)
-	w.mu.Unlock()
+	return rs
 }
 
 // forget stops renewing r, whose claim or election ended, and reports whether
@@ -252,6 +259,9 @@ func (t *Tier) renewEvery() time.Duration { return max(t.opts.Lease/3, time.Mill
 
 func (t *Tier) lostAll(ws []write, why string) {
 	for _, wr := range ws {
+		if wr.op == OpCommit && wr.election == nil && !wr.landed {
+			continue
+		}
 		t.lost(wr.op, fmt.Errorf("dedup: redis %s: %s", wr.op, why))
 	}
 }
@@ -338,8 +348,8 @@ func (t *Tier) readWrites(ws []write, calls []*call) []write {
 			retry = append(retry, ws[i])
 			continue
 		}
-		if n, _ := cl.cmd.Int64(); ws[i].op == OpCommit && ws[i].election == nil && n == 0 {
-			t.lost(OpCommit, errors.New("dedup: redis commit: the claim was not pending at its commit (its lease had ended, or its claim had not reached Redis): copies of its records may have been delivered meanwhile"))
+		if n, _ := cl.cmd.Int64(); ws[i].landed && n == 0 {
+			t.lost(OpCommit, errors.New("dedup: redis commit: the claim was not pending at its commit (its lease had ended): copies of its records may have been delivered meanwhile"))
 		}
 	}
 	return retry
