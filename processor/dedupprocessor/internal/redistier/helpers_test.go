@@ -83,6 +83,17 @@ func claim(t testing.TB, tr *Tier, token string, ds ...digest.Digest) []bool {
 	return claimed
 }
 
+// claimDownstream claims ds under token as a batch that goes downstream (its
+// claim renewed until settled), and fails unless every one is won.
+func claimDownstream(t testing.TB, tr *Tier, token string, ds ...digest.Digest) {
+	t.Helper()
+	answers := make([]Answer, len(ds))
+	_, err := tr.Claim(context.Background(), token, ds, answers, false)
+	if err != nil || slices.ContainsFunc(answers, func(a Answer) bool { return a != Claimed }) {
+		t.Fatalf("Claim: %v, %v", answers, err)
+	}
+}
+
 // claimBools is Claim reduced to claimed or not. The claim is not renewed
 // (as if its collector had died), so that tests see no renewals they did
 // not ask for.

@@ -258,10 +258,7 @@ func runContractSuite(t *testing.T, tg suiteTarget) {
 			tr := newTierObserved(t, "landed:", testLease, obs)
 			ds := digests(t, "", 1)
 			tok := testToken()
-			answers := make([]Answer, 1)
-			if _, err := tr.Claim(ctx, tok, ds, answers, false); err != nil || answers[0] != Claimed {
-				t.Fatalf("Claim: %v, %v", answers, err)
-			}
+			claimDownstream(t, tr, tok, ds...)
 			// The claim ends behind the tier's back (evicted, say).
 			if err := tg.store.Del(ctx, tr.lay().statusKey(tr.lay().groupOf(ds[0]), tok)).Err(); err != nil {
 				t.Fatal(err)
@@ -285,10 +282,7 @@ func runContractSuite(t *testing.T, tg suiteTarget) {
 			tr := newTierObserved(t, "renew:", testLease, obs)
 			ds := digests(t, "", 2)
 			tok := testToken()
-			answers := make([]Answer, len(ds))
-			if _, err := tr.Claim(ctx, tok, ds, answers, false); err != nil || answers[0] != Claimed || answers[1] != Claimed {
-				t.Fatalf("Claim: %v, %v", answers, err)
-			}
+			claimDownstream(t, tr, tok, ds...)
 			time.Sleep(3 * testLease) // an export far longer than the lease
 			wantClaimed(t, claim(t, tr, testToken(), ds...), false, false)
 			status := tr.lay().statusKey(tr.lay().groupOf(ds[0]), tok)
