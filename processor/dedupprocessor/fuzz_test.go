@@ -302,14 +302,6 @@ func FuzzKeyDerivation(f *testing.F) {
 	})
 }
 
-func fuzzAttr(lr plog.LogRecord, k string) pcommon.Value {
-	v, ok := lr.Attributes().Get(k)
-	if !ok {
-		return pcommon.NewValueEmpty()
-	}
-	return v
-}
-
 // FuzzConfig decodes random YAML as a dedup config the way the collector
 // does and validates it: nothing panics, and a config that validates always
 // builds a processor of every signal (Validate catches everything the

@@ -20,9 +20,9 @@
 //     behind it. If the client closes its connection meanwhile, the command
 //     is still delivered before the proxy closes its side towards Redis, as
 //     TCP delivers what was sent before a close.
-//   - DelayReply, HoldReply: the command ran; its reply reaches the client no
-//     sooner than the delay after Redis sent it, or once the hold is
-//     released. The replies after it wait behind it.
+//   - DelayReply: the command ran; its reply reaches the client no sooner
+//     than the delay after Redis sent it. The replies after it wait behind
+//     it.
 //   - DropReply: the command ran; its reply never reaches the client, and
 //     neither does any later reply on that connection. Later commands still
 //     reach Redis and run. The connection stays open and silent until the
@@ -182,12 +182,6 @@ func HoldRequestUntil(until func() <-chan struct{}) Fault {
 // DelayReply makes the command's reply reach the client d after Redis sent
 // it. DelayReply(0) changes nothing: a rule with it only counts matches.
 func DelayReply(d time.Duration) Fault { return Fault{kind: delayReply, delay: d} }
-
-// HoldReply makes the command's reply reach the client once release is
-// closed.
-func HoldReply(release <-chan struct{}) Fault {
-	return Fault{kind: delayReply, until: release}
-}
 
 // DropReply lets the command run and keeps its reply, and every later reply
 // on the connection, from the client.

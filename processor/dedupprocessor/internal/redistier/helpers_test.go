@@ -269,17 +269,6 @@ func wantRecordPTTL(t testing.TB, s store, l *layout, d digest.Digest, window ti
 	wantPTTL(t, s, string(l.appendHash(nil, d)), window-time.Second, 2*window)
 }
 
-// apart returns ds[0] and the first digest of ds in another group than it
-// (ds[1] when the layout has one group).
-func apart(tr *Tier, ds []digest.Digest) (digest.Digest, digest.Digest) {
-	for _, d := range ds[1:] {
-		if tr.lay().groupOf(d) != tr.lay().groupOf(ds[0]) {
-			return ds[0], d
-		}
-	}
-	return ds[0], ds[1]
-}
-
 // electAll asks each election of es in turn, as a batch does, and sets
 // answers[i] for es[i].
 func electAll(ctx context.Context, tr *Tier, token string, failover time.Duration, es []Election, answers []ElectionAnswer) error {
