@@ -409,8 +409,20 @@ type faultCopies struct {
 // and the metric of that cause counted it.
 func (r *faultRun) checkCopies(v *faultViolations) faultCopies {
 	cp := faultCopies{byCause: map[string]int{}}
+	// The counter counts records delivered unchecked; one such delivery
+	// leaves no claim behind, so it explains the copy it is and the next.
+	type delivery struct {
+		e  *faultExport
+		id int
+	}
 	var onlyUnchecked, either []string
-	eitherClaims := map[*faultAttempt]bool{} // lost counts claims, unchecked records
+	uncheckedDeliveries := map[delivery]bool{}
+	type eitherCopy struct {
+		d    delivery
+		x    *faultExport
+		what string
+	}
+	var eithers []eitherCopy
 	lostClaims := map[*collector]map[*faultAttempt]bool{}
 	for id, ds := range r.delivered() {
 		for k := 1; k < len(ds); k++ {
@@ -425,21 +437,32 @@ func (r *faultRun) checkCopies(v *faultViolations) faultCopies {
 			}
 			cp.byCause[causes[0]]++
 			unchecked, lost := slices.Contains(causes, "unchecked"), slices.Contains(causes, "lease-ran-out") || slices.Contains(causes, "shutdown-in-flight")
-			what := fmt.Sprintf("record %d: %s (export %s), again by %s (export %s)", id, x.a, r.rel(x.start), y.a, r.rel(y.start))
+			what := fmt.Sprintf("record %d (delivered %d times): %s (export %s), again by %s (export %s)", id, len(ds), x.a, r.rel(x.start), y.a, r.rel(y.start))
 			switch {
 			case slices.Contains(causes, "redis-data-lost"), slices.Contains(causes, "collector-killed"):
 				// Listed, and nothing alive can count them.
 			case unchecked && lost: // counted by one counter or the other
-				either = append(either, what)
-				eitherClaims[x.a] = true
+				eithers = append(eithers, eitherCopy{delivery{r.uncheckedOf(id, x, y), id}, x, what})
 			case unchecked:
-				onlyUnchecked = append(onlyUnchecked, what)
+				d := delivery{r.uncheckedOf(id, x, y), id}
+				if !uncheckedDeliveries[d] {
+					uncheckedDeliveries[d] = true
+					onlyUnchecked = append(onlyUnchecked, what)
+				}
 			default: // a lost claim, or one a shutdown left behind
 				if lostClaims[x.c] == nil {
 					lostClaims[x.c] = map[*faultAttempt]bool{}
 				}
 				lostClaims[x.c][x.a] = true
 			}
+		}
+	}
+	eitherClaims := map[*faultAttempt]bool{} // lost counts claims, unchecked records
+	for _, c := range eithers {
+		// Counted already: its unchecked delivery, or its claim as lost.
+		if !uncheckedDeliveries[c.d] && !lostClaims[c.x.c][c.x.a] {
+			either = append(either, c.what)
+			eitherClaims[c.x.a] = true
 		}
 	}
 	if r.signal == "metrics" {
@@ -629,17 +652,8 @@ func (r *faultRun) copyCauses(id int, x, y *faultExport) []string {
 	if x.c.died && !x.end.After(x.c.downAt.Add(faultTol)) && x.end.Add(faultCommitSlack).After(x.c.downAt) && !x.c.downAt.After(y.start.Add(faultTol)) {
 		causes = append(causes, "collector-killed")
 	}
-	if r.policy == ErrorPass {
-		// Either copy may have been delivered on the local cache's word: the
-		// claim of its record failed, its collector's breaker was open, or
-		// its collector was closing its tier.
-		for _, e := range []*faultExport{x, y} {
-			if r.claimFailed(e, id) != "" || r.breakerOpen(e.c, e.start) != "" ||
-				!e.c.died && !e.c.downAt.IsZero() && between(e.c.downAt, e.a.start, e.start) {
-				causes = append(causes, "unchecked")
-				break
-			}
-		}
+	if r.uncheckedOf(id, x, y) != nil {
+		causes = append(causes, "unchecked")
 	}
 	// x's claim ended before y claimed: a fault before y kept x's
 	// renewals or commit from Redis.
@@ -656,6 +670,22 @@ func (r *faultRun) copyCauses(id int, x, y *faultExport) []string {
 		causes = append(causes, "shutdown-in-flight")
 	}
 	return causes
+}
+
+// uncheckedOf returns the first of x and y delivered on the local cache's
+// word under on_error: pass (the claim of record id failed, its collector's
+// breaker was open, or its collector was closing its tier), or nil.
+func (r *faultRun) uncheckedOf(id int, x, y *faultExport) *faultExport {
+	if r.policy != ErrorPass {
+		return nil
+	}
+	for _, e := range []*faultExport{x, y} {
+		if r.claimFailed(e, id) != "" || r.breakerOpen(e.c, e.start) != "" ||
+			!e.c.died && !e.c.downAt.IsZero() && between(e.c.downAt, e.a.start, e.start) {
+			return e
+		}
+	}
+	return nil
 }
 
 // shutDownUnder reports whether x's collector began shutting down while x
