@@ -514,10 +514,17 @@ func (r *faultRun) run() {
 	r.bounded("the fault schedule over", schedule.Wait)
 	close(r.ended)
 	r.bounded("every call to a collector returned", r.calls.Wait)
+	// Not under r.mu: the census rule's Match takes r.mu under the proxy's
+	// lock, and Remove takes the proxy's lock.
 	r.mu.Lock()
-	for _, ro := range r.rules {
-		ro.r.Remove()
-	}
+	rules := r.rules
+	r.mu.Unlock()
+	r.bounded("the fault rules removed", func() {
+		for _, ro := range rules {
+			ro.r.Remove()
+		}
+	})
+	r.mu.Lock()
 	var up []*collector
 	for _, c := range r.collectors {
 		if c.downAt.IsZero() || c.died {
