@@ -321,6 +321,13 @@ func (e *elector) decide(ctx context.Context, box *ballotBox) error {
 				bl.state, bl.inRedis, bl.hasPrev = ballotOpen, false, false
 			}
 		}
+		// The release left a marker for the batch's token, so that a late
+		// election of it takes nothing: the elections after the wait are
+		// taken under a token of their own.
+		box.token = e.b.nextToken()
+		if e.tier != nil {
+			box.redisToken = redistier.NewToken(box.token)
+		}
 		if w == nil {
 			w = e.b.beginWait()
 		}

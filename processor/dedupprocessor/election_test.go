@@ -22,6 +22,9 @@ import (
 
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/election"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/identity"
 )
 
 // Replica election at the processor: two replicas of one cluster send the
@@ -705,4 +708,71 @@ func TestElectionNotSettledWhileRedisHasNotConfirmed(t *testing.T) {
 	if u, d := h.undecided("unavailable"), h.tier("election"); u != 2 || d != 0 {
 		t.Errorf("undecided unavailable = %d, election duplicates = %d; want 2 and 0", u, d)
 	}
+}
+
+// TestElectionAfterAWaitTakesAfresh: a batch carrying two HA clusters takes
+// the first one's election, meets the second one's pending at another
+// collector, gives up what it took and waits. Once the other batch is
+// delivered, it decides both afresh, under a token of its own: the first
+// cluster's replica is elected and delivered, the second cluster's points
+// are duplicates of the replica elected there. Under refuse the batch is
+// not refused; under pass nothing is left undecided.
+func TestElectionAfterAWaitTakesAfresh(t *testing.T) {
+	for _, policy := range []ErrorPolicy{ErrorRefuse, ErrorPass} {
+		t.Run(string(policy), func(t *testing.T) {
+			srv := redistest.Standalone(t)
+			newCfg := func() *Config {
+				cfg := electionConfig()
+				cfg.Redis = configoptional.Some(RedisConfig{Capacity: 1_000_000, ClusterSlots: 12, Endpoints: []string{srv.Addr()}, Mode: RedisModeAuto, Timeout: 2 * time.Second, Lease: 30 * time.Second, OnError: policy})
+				return cfg
+			}
+			first, second := clustersInKeyOrder()
+			gate := newGatedMetrics()
+			other := newElectHarness(t, newCfg(), gate, nil)
+			sink := new(consumertest.MetricsSink)
+			h := newElectHarness(t, newCfg(), sink, nil)
+
+			held := sendAsync(other, scrape(second, "a", 0, 2, onResource))
+			gate.waitEntered(t) // the second cluster's election is pending at the other collector
+			md := scrape(first, "a", 0, 2, onResource)
+			scrape(second, "b", 0, 2, onResource).ResourceMetrics().MoveAndAppendTo(md.ResourceMetrics())
+			done := sendAsync(h, md)
+			select {
+			case err := <-done:
+				t.Fatalf("the batch returned (%v) while an election it carries was pending", err)
+			case <-time.After(200 * time.Millisecond): // it waits
+			}
+			gate.release <- nil
+			if err := result(t, held); err != nil {
+				t.Fatal(err)
+			}
+			if err := result(t, done); err != nil {
+				t.Fatalf("the batch that waited: %v", err)
+			}
+			wantDelivered(t, sink, repeat("a/0", 2))
+			if n := h.undecided("unavailable"); n != 0 {
+				t.Errorf("undecided for an unavailable tier: %d, want 0", n)
+			}
+			if n := h.elections("new"); n != 1 {
+				t.Errorf("elections new = %d, want 1 (the first cluster's)", n)
+			}
+		})
+	}
+}
+
+// clustersInKeyOrder returns two cluster names whose elections a batch
+// decides in this order (by their keys, for the default tenant).
+func clustersInKeyOrder() (string, string) {
+	key := func(cluster string) digest.Digest {
+		var enc identity.Encoder
+		var tenant election.Tenant
+		enc.Raw([]byte{'E'})
+		enc.Raw(tenant[:])
+		enc.String(cluster)
+		return enc.Digest()
+	}
+	if key("c1").Compare(key("c2")) < 0 {
+		return "c1", "c2"
+	}
+	return "c2", "c1"
 }

@@ -2,6 +2,7 @@ package redistier
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -72,6 +73,9 @@ func (t *Tier) Elect(ctx context.Context, token string, failover time.Duration, 
 		return ElectionAnswer{State: ElectionUnknown}, err
 	}
 	a, err := electionAnswer(cl.cmd)
+	if err == nil && a.State == ElectionUnknown {
+		err = errors.New("the token was released before its election arrived")
+	}
 	if err != nil {
 		return ElectionAnswer{State: ElectionUnknown}, fmt.Errorf("dedup: redis elect: %w", err)
 	}
