@@ -38,9 +38,13 @@ type clusterExec struct {
 	cc    *redis.ClusterClient
 	brCfg breaker.Config
 	clock clock.Clock
+	// joined is called with a master that was not one in the last slot map
+	// loaded (after the first).
+	joined func(context.Context, *redis.Client)
 
-	mu    sync.Mutex
-	nodes map[string]*clusterNode // by address
+	mu     sync.Mutex
+	nodes  map[string]*clusterNode // by address
+	mapped map[string]bool         // the masters of the last slot map refresh loaded
 
 	degradedUntil atomic.Int64 // unix ns
 	reload        chan struct{}
@@ -54,9 +58,10 @@ type clusterNode struct {
 	seen   time.Time // when it last was
 }
 
-func newClusterExec(cc *redis.ClusterClient, cfg breaker.Config, clk clock.Clock) *clusterExec {
+func newClusterExec(cc *redis.ClusterClient, cfg breaker.Config, clk clock.Clock, joined func(context.Context, *redis.Client)) *clusterExec {
 	x := &clusterExec{
 		cc:     cc,
+		joined: joined,
 		brCfg:  cfg,
 		clock:  clk,
 		nodes:  map[string]*clusterNode{},
@@ -243,11 +248,11 @@ func (x *clusterExec) refresh() {
 	ctx, cancel := context.WithTimeout(context.Background(), reloadTimeout)
 	defer cancel()
 	var mu sync.Mutex
-	masters := map[string]bool{}
+	masters := map[string]*redis.Client{}
 	// ForEachMaster begins with go-redis's only public reload of the map.
 	err := x.cc.ForEachMaster(ctx, func(_ context.Context, c *redis.Client) error {
 		mu.Lock()
-		masters[c.Options().Addr] = true
+		masters[c.Options().Addr] = c
 		mu.Unlock()
 		return nil
 	})
@@ -255,23 +260,37 @@ func (x *clusterExec) refresh() {
 		return
 	}
 	now := x.clock.Now()
+	var joined []*redis.Client
 	x.mu.Lock()
-	defer x.mu.Unlock()
-	for addr := range masters {
+	first := x.mapped == nil
+	for addr, c := range masters {
 		n := x.nodes[addr]
 		if n == nil || !n.master {
 			n = &clusterNode{br: breaker.New(x.brCfg)}
 			x.nodes[addr] = n
 		}
+		if !x.mapped[addr] {
+			joined = append(joined, c)
+		}
 		n.master, n.seen = true, now
 	}
+	x.mapped = map[string]bool{}
+	for addr := range masters {
+		x.mapped[addr] = true
+	}
 	for addr, n := range x.nodes {
-		if masters[addr] {
+		if masters[addr] != nil {
 			continue
 		}
 		n.master = false
 		if now.Sub(n.seen) > forgetNode {
 			delete(x.nodes, addr)
+		}
+	}
+	x.mu.Unlock()
+	if !first && x.joined != nil {
+		for _, c := range joined {
+			x.joined(ctx, c)
 		}
 	}
 }

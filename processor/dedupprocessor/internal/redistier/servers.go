@@ -8,31 +8,45 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// servers tells when a server not seen before answers: a restarted master (new
-// run_id) or promoted replica may have lost the last writes, so the caller
-// stops trusting its cache of Redis (OnNewServer). The servers seen at connect
-// are the baseline.
+// servers tells when a master not seen before answers: a restarted master
+// (new run_id) or a promoted replica may have lost the last writes, so the
+// caller stops trusting its cache of Redis (OnNewServer). The masters seen
+// at connect are the baseline. Replicas (a Cluster's slot map is loaded
+// through them) and Sentinels answer on connections of their own and are
+// not masters: they are never reported, and a replica is reported once it
+// is promoted.
 type servers struct {
 	mu    sync.Mutex
-	seen  map[string]bool
+	seen  map[string]bool // run_ids seen as masters
 	armed bool
 	fn    func(runID string)
 }
 
 // onConnect is the go-redis OnConnect hook: it never fails a connection.
 func (s *servers) onConnect(ctx context.Context, cn *redis.Conn) error {
-	info, err := cn.Info(ctx, "server").Result()
-	if err != nil {
-		return nil // INFO refused (an ACL, a managed service): nothing known
+	role, err := cn.Do(ctx, "role").Slice()
+	if err != nil || len(role) == 0 || role[0] != "master" {
+		return nil // a replica, a Sentinel, or ROLE refused (an ACL): nothing known
 	}
-	var id string
-	for line := range strings.Lines(info) {
-		if v, ok := strings.CutPrefix(line, "run_id:"); ok {
-			id = strings.TrimSpace(v)
-		}
+	if info, err := cn.Info(ctx, "server").Result(); err == nil {
+		s.master(runID(info))
 	}
+	return nil
+}
+
+// checkMaster asks c, a master of the Cluster's slot map that was not one
+// in the last map, which server it is: a replica promoted on connections it
+// had as a replica runs no OnConnect.
+func (s *servers) checkMaster(ctx context.Context, c *redis.Client) {
+	if info, err := c.Info(ctx, "server").Result(); err == nil {
+		s.master(runID(info))
+	}
+}
+
+// master notes a master's run_id, and reports it if it is new.
+func (s *servers) master(id string) {
 	if id == "" {
-		return nil
+		return
 	}
 	s.mu.Lock()
 	report := !s.seen[id] && s.armed && s.fn != nil
@@ -41,5 +55,14 @@ func (s *servers) onConnect(ctx context.Context, cn *redis.Conn) error {
 	if report {
 		s.fn(id)
 	}
-	return nil
+}
+
+// runID is the run_id of INFO server's answer, or "".
+func runID(info string) string {
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(line, "run_id:"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
 }

@@ -206,7 +206,7 @@ func (t *Tier) connect(mode Mode) {
 		co := u.Cluster()
 		co.DisableRoutingPolicies = true // the tier sends only EVAL, EVALSHA and SET of one slot each
 		c.layout = newLayout(o.KeyPrefix, cmp.Or(o.ClusterSlots, defaultTags), o.Capacity)
-		c.exec = newClusterExec(redis.NewClusterClient(co), o.Breaker, o.Clock)
+		c.exec = newClusterExec(redis.NewClusterClient(co), o.Breaker, o.Clock, c.srv.checkMaster)
 	case ModeSentinel:
 		c.exec = &singleExec{client: redis.NewFailoverClient(u.Failover()), name: o.MasterName, br: breaker.New(o.Breaker)}
 	default:
