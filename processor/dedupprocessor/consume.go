@@ -476,6 +476,10 @@ func (e *engine) settle(ctx context.Context, b *batch, state roundState, wake bo
 	switch state {
 	case roundCommitted:
 		e.local.End(b.token)
+		if now, window := e.now(), int64(e.cfg.Window); now-b.now > window {
+			// The export outlasted the window: its keys expired pending.
+			e.local.Recommit(b.held, now+window, now)
+		}
 		if e.shared != nil {
 			if err := e.shared.Commit(ctx, b.redisToken, b.shared); err != nil {
 				e.tierError.log(b.now, err, zap.String("op", redistier.OpCommit))

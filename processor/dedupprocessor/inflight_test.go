@@ -387,3 +387,37 @@ func TestSecondCallRemembersFromItsOwnClaim(t *testing.T) {
 		t.Fatalf("duplicates caught by the local tier = %d, want 1", got)
 	}
 }
+
+// TestClaimHeldWhileItsExportOutlastsTheWindow: a batch stays downstream for
+// three windows. Its records stay held the whole time: a copy at the same
+// collector (the local tier; fake time) is never delivered while the batch
+// is downstream, and once the batch is delivered the copy is a duplicate: a
+// record is remembered for a window from its delivery, however long its
+// export took.
+func TestClaimHeldWhileItsExportOutlastsTheWindow(t *testing.T) {
+	t.Run("local", func(t *testing.T) {
+		cfg := defaultConfig()
+		cfg.Window = time.Minute
+		cfg.PendingWait = time.Hour
+		clk := newFakeClock()
+		next := newGatedLogs()
+		next.hold = holding("secret body 1")
+		h := newClockedHarness(t, cfg, next, clk)
+		first := consumeAsync(h, events(1))
+		<-next.entered // the batch is downstream
+		clk.Advance(3 * cfg.Window)
+		copyDone := consumeAsync(h, events(1))
+		notYet(t, copyDone, "a copy three windows into the export")
+		next.release <- nil
+		if err := <-first; err != nil {
+			t.Fatal(err)
+		}
+		if err := <-copyDone; err != nil {
+			t.Fatal(err)
+		}
+		assertBodies(t, &next.sink, "secret body 1")
+		if n := h.tier("local"); n != 1 {
+			t.Fatalf("duplicates caught locally = %d, want 1", n)
+		}
+	})
+}

@@ -499,6 +499,26 @@ func (c *Cache) Insert(d digest.Digest, expires, now int64) bool {
 	return true
 }
 
+// Recommit remembers ds, committed, until expires: the keys of a batch whose
+// export outlasted their window (they expired while pending) are
+// remembered a window from their delivery, as the shared tier does. A key
+// another token holds is left to it.
+func (c *Cache) Recommit(ds []digest.Digest, expires, now int64) {
+	c.eachShard(ds, func(s *shard, group []int32) {
+		s.expire(now)
+		for _, i := range group {
+			sl, ci := s.lookup(ds[i])
+			if sl != nil && s.flights.holds(sl.token) {
+				continue
+			}
+			if sl != nil {
+				s.forget(sl, ci)
+			}
+			s.push(ds[i], expires, noToken, now)
+		}
+	})
+}
+
 // Disown commits d if token holds it, so a release keeps it: another instance
 // delivered it.
 func (c *Cache) Disown(d digest.Digest, token uint64) {
