@@ -249,7 +249,7 @@ func runAckedWithoutRetries(t *testing.T, cols []*running, nodes []*redistest.Se
 	// A refused export releases every key it carried.
 	wantSum(t, scs, metricReleased, l(), float64(refusedRecords))
 	if nodes != nil {
-		checkRedisContents(t, dumpRedis(t, nodes), total, 10*time.Minute, fewNeedles(needles))
+		checkRedisContents(t, dumpRedis(t, nodes), total, 10*time.Minute, defaultLease, fewNeedles(needles))
 	}
 }
 
@@ -351,7 +351,7 @@ func runLargeRacingCopies(t *testing.T, cols []*running, nodes []*redistest.Serv
 	}
 	// Every claim committed: no record is held by a pending claim, and
 	// no claim is left pending.
-	checkRedisContents(t, dumpRedis(t, nodes), n, 10*time.Minute, fewNeedles(needles))
+	checkRedisContents(t, dumpRedis(t, nodes), n, 10*time.Minute, time.Minute, fewNeedles(needles))
 }
 
 // scrapes reads every collector's metrics.

@@ -18,13 +18,13 @@ import (
 // masters with redis.cluster_slots 9, each collector given one node of the
 // Cluster, as a managed service's configuration endpoint: the collectors
 // find the Cluster by asking it, and each master holds the keys of exactly
-// one hash tag.
+// one hash tag (and one of them the layout's shape).
 func TestRedisFleetClusterOneEndpoint(t *testing.T) {
 	cl := redistest.Cluster(t, 9)
 	runFleet(t, cl.Addrs()[2:3], cl.Nodes, "cluster_slots: 9")
 	for _, n := range cl.Nodes {
 		tags := map[string]bool{}
-		for _, e := range dumpRedis(t, []*redistest.Server{n}) {
+		for _, e := range claimEntries(dumpRedis(t, []*redistest.Server{n})) {
 			_, rest, _ := strings.Cut(e.key, "{")
 			tag, _, _ := strings.Cut(rest, "}")
 			tags[tag] = true

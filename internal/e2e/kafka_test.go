@@ -198,7 +198,7 @@ func waitCommitted(t *testing.T, rdb *redistest.Server, sink *testSink) {
 		status := claimStatus(entries)
 		n := 0
 		for _, e := range entries {
-			if group, id, ok := record(e); ok && status[group+id] == "c" {
+			if group, id, ok := record(e); ok && committedRE.MatchString(status[group+id]) {
 				n++
 			}
 		}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -178,15 +177,19 @@ func dumpRedis(t *testing.T, nodes []*redistest.Server) []redisEntry {
 }
 
 // The shared tier's key layout as the processor's README and redistier
-// describe it: the default prefix "dedup:<8 hex>:", in a Cluster a hash
-// tag, the layout's version "2:", then either a record hash
-// "<shards>:<shard>" (base 36), whose fields are 11 digest bytes valued
-// with an epoch's byte and a claim id, and whose field "" holds the epoch
-// it was last rolled in; or "c:" and a claim id, the claim's status (value
-// "p" pending, "c" committed, "r" released).
+// describe it: the default prefix "dedup:<8 hex>:", then either "shape" (the
+// layout's version and hash tags) or, in a Cluster, a hash tag, the layout's
+// version "3:", and one of: a record hash "h<shard in hex>", whose fields
+// are 11 digest bytes valued with a 3-byte stamp and a claim id, and whose
+// field "" holds its roll mark (a second in 10 digits); "c:" and a claim id,
+// the claim's status ("p" pending, "c" and a second committed, "r"
+// released); "s", the tag's shape (L, p, n).
 var (
-	redisKeyRE  = regexp.MustCompile(`^(dedup:[0-9a-f]{8}:(?:\{[0-9a-z]+\})?)2:((?s).*)$`)
-	redisHashRE = regexp.MustCompile(`^[0-9a-z]+:[0-9a-z]+$`)
+	redisKeyRE   = regexp.MustCompile(`^(dedup:[0-9a-f]{8}:(?:\{[0-9a-z]+\})?)3:((?s).*)$`)
+	redisShapeRE = regexp.MustCompile(`^dedup:[0-9a-f]{8}:shape$`)
+	redisHashRE  = regexp.MustCompile(`^h[0-9a-f]+$`)
+	redisMarkRE  = regexp.MustCompile(`^[0-9]{10}$`)
+	committedRE  = regexp.MustCompile(`^c[0-9]{10}$`)
 )
 
 // claimStatus returns the statuses of the claims in entries, by group
@@ -204,18 +207,19 @@ func claimStatus(entries []redisEntry) map[string]string {
 // record returns the group prefix and claim id of a record entry, or false.
 func record(e redisEntry) (group, id string, ok bool) {
 	m := redisKeyRE.FindStringSubmatch(e.key)
-	if m == nil || !e.hash || e.field == "" || len(e.value) != 9 {
+	if m == nil || !e.hash || e.field == "" || len(e.value) != 3+8 {
 		return "", "", false
 	}
-	return m[1], e.value[1:], true
+	return m[1], e.value[3:], true
 }
 
 // checkRedisContents checks what the fleet left in Redis: exactly digests
 // records, each held by a committed claim, every status key expiring
-// within the window and every record hash within two, and not one
+// within the window and every record hash within one and a half windows
+// and a few leases (the layout's stamps), the shapes never, and not one
 // attribute value, body or resource attribute of the events (needles) in
 // any key, field or value.
-func checkRedisContents(t *testing.T, entries []redisEntry, digests int, window time.Duration, needles []string) map[string]int {
+func checkRedisContents(t *testing.T, entries []redisEntry, digests int, window, lease time.Duration, needles []string) map[string]int {
 	t.Helper()
 	status := claimStatus(entries)
 	records, uncommitted := 0, 0
@@ -228,33 +232,45 @@ func checkRedisContents(t *testing.T, entries []redisEntry, digests int, window 
 				}
 			}
 		}
-		if most := map[bool]time.Duration{false: window, true: 2 * window}[e.hash]; e.pttl <= 0 || e.pttl > most {
-			t.Errorf("key %q has TTL %s, want in (0, %s]", e.key, e.pttl, most)
+		if redisShapeRE.MatchString(e.key) {
+			if e.pttl != -1 || (e.field != "version" && e.field != "tags") {
+				t.Errorf("layout shape %q: field %q with TTL %s, want version or tags, kept", e.key, e.field, e.pttl)
+			}
+			continue
 		}
 		m := redisKeyRE.FindStringSubmatch(e.key)
 		if m == nil {
-			t.Errorf("key %q does not follow the layout dedup:<hex>:[{tag}]2:(<shards>:<shard>|c:<id>)", e.key)
+			t.Errorf("key %q does not follow the layout dedup:<hex>:(shape|[{tag}]3:(h<shard>|c:<id>|s))", e.key)
 			continue
 		}
 		rest := m[2]
+		if rest == "s" {
+			if e.pttl != -1 || (e.field != "L" && e.field != "p" && e.field != "n") {
+				t.Errorf("tag shape %q: field %q with TTL %s, want L, p or n, kept", e.key, e.field, e.pttl)
+			}
+			continue
+		}
+		if most := map[bool]time.Duration{false: window, true: window*3/2 + 3*lease + 5*time.Second}[e.hash]; e.pttl <= 0 || e.pttl > most {
+			t.Errorf("key %q has TTL %s, want in (0, %s]", e.key, e.pttl, most)
+		}
 		switch {
 		case !e.hash && strings.HasPrefix(rest, "c:") && len(rest) == len("c:")+8:
-			if e.value != "c" && e.value != "r" {
-				t.Errorf("claim %q is %q, want committed (\"c\") or a release's marker (\"r\")", e.key, e.value)
+			if !committedRE.MatchString(e.value) && e.value != "r" {
+				t.Errorf("claim %q is %q, want committed (\"c\" and a second) or a release's marker (\"r\")", e.key, e.value)
 			}
 		case e.hash && redisHashRE.MatchString(rest) && e.field == "":
-			if _, err := strconv.ParseInt(e.value, 10, 64); err != nil {
-				t.Errorf("record hash %q was rolled in epoch %q, want a number", e.key, e.value)
+			if !redisMarkRE.MatchString(e.value) {
+				t.Errorf("record hash %q has the roll mark %q, want a second in 10 digits", e.key, e.value)
 			}
 		case e.hash && redisHashRE.MatchString(rest) && len(e.field) == 11:
 			group, id, ok := record(e)
 			if !ok {
-				t.Errorf("record %q/%q holds %q, want an epoch's byte and a claim id", e.key, e.field, e.value)
+				t.Errorf("record %q/%q holds %q, want a stamp and a claim id", e.key, e.field, e.value)
 				continue
 			}
 			records++
 			perNode[e.node]++
-			if status[group+id] != "c" {
+			if !committedRE.MatchString(status[group+id]) {
 				uncommitted++
 			}
 		default:
@@ -269,6 +285,20 @@ func checkRedisContents(t *testing.T, entries []redisEntry, digests int, window 
 	}
 	return perNode
 }
+
+// claimEntries is entries without the layout's and the tags' shapes.
+func claimEntries(entries []redisEntry) []redisEntry {
+	var out []redisEntry
+	for _, e := range entries {
+		if m := redisKeyRE.FindStringSubmatch(e.key); !redisShapeRE.MatchString(e.key) && (m == nil || m[2] != "s") {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// defaultLease is redis.lease unless a test sets it.
+const defaultLease = 30 * time.Second
 
 // runFleet starts two collectors with the same dedup config sharing the
 // Redis at endpoints, sends the same 2000 events (20 batches of 100) to both
@@ -412,7 +442,7 @@ func runFleet(t *testing.T, endpoints []string, nodes []*redistest.Server, extra
 			totalA, totalB, scs[0].Sum(metricRecords, l("outcome", "unique")), scs[1].Sum(metricRecords, l("outcome", "unique")))
 	}
 
-	perNode := checkRedisContents(t, dumpRedis(t, nodes), n, window, needles)
+	perNode := checkRedisContents(t, dumpRedis(t, nodes), n, window, defaultLease, needles)
 	t.Logf("records per node: %v", perNode)
 	if len(nodes) > 1 {
 		for _, node := range nodes {
@@ -665,10 +695,10 @@ func TestRedisFleetReleaseOnFailure(t *testing.T) {
 	wantMetric(t, sc, metricRedisRequests, l("op", "claim", "result", "ok"), 1)
 	wantMetric(t, sc, metricRedisRequests, l("op", "release", "result", "ok"), 1)
 	wantMetric(t, sc, metricRedisRequests, l("op", "commit"), 0)
-	// Only the release's marker is left, for the lease: a claim of the same
-	// token arriving late claims nothing.
-	if entries := dumpRedis(t, []*redistest.Server{srv}); len(entries) != 1 || entries[0].value != "r" {
-		t.Errorf("Redis holds %d keys after the release, want the release's marker only: %+v", len(entries), entries)
+	// Only the release's marker is left, for the lease, beside the shapes: a
+	// claim of the same token arriving late claims nothing.
+	if entries := claimEntries(dumpRedis(t, []*redistest.Server{srv})); len(entries) != 1 || entries[0].value != "r" {
+		t.Errorf("Redis holds %d keys after the release, beside the shapes, want the release's marker only: %+v", len(entries), entries)
 	}
 
 	mustSend(t, "retry to B", sendB.SendLogs(ctx, req))
@@ -683,7 +713,7 @@ func TestRedisFleetReleaseOnFailure(t *testing.T) {
 		t.Errorf("collector A delivered %d records, want 0", n)
 	}
 	wantEachOnce(t, b.sink, c, span(0, 20))
-	checkRedisContents(t, dumpRedis(t, []*redistest.Server{srv}), 20, 10*time.Minute, needles)
+	checkRedisContents(t, dumpRedis(t, []*redistest.Server{srv}), 20, 10*time.Minute, defaultLease, needles)
 }
 
 // TestRedisCollectorDiesMidBatch: collector A claims a request's events in
@@ -816,7 +846,7 @@ func TestRedisFleetSentinel(t *testing.T) {
 	if n := b.sink.LogRecordCount(); n != 0 {
 		t.Errorf("collector B delivered %d records, want 0", n)
 	}
-	checkRedisContents(t, dumpRedis(t, []*redistest.Server{set.Master}), 50, 10*time.Minute, needles)
+	checkRedisContents(t, dumpRedis(t, []*redistest.Server{set.Master}), 50, 10*time.Minute, defaultLease, needles)
 }
 
 // TestRedisFleetRetryToPeerAfterFailedDelivery: collector A's export of a

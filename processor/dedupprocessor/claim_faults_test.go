@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -148,8 +149,8 @@ func TestShutdownWithBatchesInFlight(t *testing.T) {
 				t.Fatal(err)
 			}
 			committed := 0
-			for _, v := range keyValues(t, srv, "shutdown:2:c:*") {
-				if v == "c" {
+			for _, v := range keyValues(t, srv, "shutdown:3:c:*") {
+				if strings.HasPrefix(v, "c") {
 					committed++
 				}
 			}

@@ -135,11 +135,9 @@ type RedisConfig struct {
 	TLS configoptional.Optional[configtls.ClientConfig] `mapstructure:"tls"`
 	// KeyPrefix starts every key; empty: derived from the identity settings.
 	KeyPrefix string `mapstructure:"key_prefix"`
-	// Capacity is the unique records one window holds across the fleet: it
-	// sizes the hashes Redis keeps them in.
-	Capacity int `mapstructure:"capacity"`
 	// ClusterSlots is the number of hash slots a Redis Cluster's dedup keys
-	// are spread over: the masters they can use.
+	// are spread over, the masters they can use, when this collector is the
+	// first to use the key prefix; the layout stored in Redis keeps its own.
 	ClusterSlots int `mapstructure:"cluster_slots"`
 	// Timeout bounds each round trip.
 	Timeout time.Duration `mapstructure:"timeout"`
@@ -203,13 +201,14 @@ const (
 	minDuration = time.Millisecond
 	// maxMaxEntries keeps a typo from reserving an absurd amount of memory.
 	maxMaxEntries = 100_000_000
-	// maxCapacity catches a capacity off by orders of magnitude.
-	maxCapacity = 1_000_000_000_000
 	// maxClusterSlots: a tenth of a Cluster's slots, more masters than
 	// Redis Cluster is made for.
 	maxClusterSlots = 1000
 	// maxMaxClusters bounds the election table and gauge series per tenant.
 	maxMaxClusters = 100_000
+	// maxSharedWindow: the shared tier stamps each record with the second
+	// by which it may go, in 3 bytes read within half their range (97 days).
+	maxSharedWindow = 90 * 24 * time.Hour
 	// defaultRedisLease: how long the retries of a collector that died
 	// mid-batch wait; short next to exporters' retry horizon.
 	defaultRedisLease = 30 * time.Second
@@ -238,7 +237,6 @@ func createDefaultConfig() component.Config {
 		},
 		Redis: configoptional.Default(RedisConfig{
 			Mode:         RedisModeAuto,
-			Capacity:     1_000_000,
 			ClusterSlots: 12,
 			Timeout:      250 * time.Millisecond,
 			Lease:        defaultRedisLease,
@@ -332,10 +330,9 @@ func (r *RedisConfig) validate(p *problems, window time.Duration) {
 			"redis.db must be 0 with several endpoints (a Redis Cluster has only database 0), got %d", r.DB)
 	}
 	p.check(r.DB < 0, "redis.db must be >= 0, got %d", r.DB)
-	p.check(r.Capacity < 1 || r.Capacity > maxCapacity,
-		"redis.capacity must be the unique records one window holds (unique records a second x window seconds), from 1 to %d, got %d", maxCapacity, r.Capacity)
 	p.check(r.ClusterSlots < 1 || r.ClusterSlots > maxClusterSlots,
 		"redis.cluster_slots must be the hash slots a Redis Cluster's dedup keys spread over (the masters, or a multiple of them), from 1 to %d, got %d", maxClusterSlots, r.ClusterSlots)
+	p.check(window > maxSharedWindow, "window must be at most %s (90 days) with redis, got %q", maxSharedWindow, window)
 	p.check(r.Timeout <= 0, "redis.timeout must be > 0, got %q", r.Timeout)
 	p.check(r.Lease < minDuration, "redis.lease must be >= 1ms, got %q", r.Lease)
 	// The user may have written neither: the error names what to change.

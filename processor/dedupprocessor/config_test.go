@@ -97,7 +97,7 @@ func TestLoadValidConfigs(t *testing.T) {
 		}},
 		{name: "redis", want: func(c *Config) {
 			c.Logs.Key = []string{`attributes["event.id"]`}
-			c.Redis = configoptional.Some(RedisConfig{Capacity: 1_000_000, ClusterSlots: 12,
+			c.Redis = configoptional.Some(RedisConfig{ClusterSlots: 12,
 				Endpoints: []string{"127.0.0.1:6379"}, Mode: RedisModeAuto,
 				Timeout: 250 * time.Millisecond, Lease: 30 * time.Second, OnError: ErrorPass,
 			})
@@ -105,21 +105,21 @@ func TestLoadValidConfigs(t *testing.T) {
 		{name: "redis_cluster", want: func(c *Config) {
 			tls := configtls.ClientConfig{}
 			tls.CAFile = "testdata/tls/ca.pem"
-			c.Redis = configoptional.Some(RedisConfig{Capacity: 60_000_000, ClusterSlots: 30,
+			c.Redis = configoptional.Some(RedisConfig{ClusterSlots: 30,
 				Endpoints: []string{"10.0.0.1:7000", "10.0.0.2:7000", "10.0.0.3:7000"}, Mode: RedisModeAuto,
 				Username: "dedup", Password: "s3cret", TLS: configoptional.Some(tls), KeyPrefix: "dedup:prod:",
 				Timeout: 100 * time.Millisecond, Lease: time.Minute, OnError: ErrorRefuse,
 			})
 		}},
 		{name: "redis_sentinel", want: func(c *Config) {
-			c.Redis = configoptional.Some(RedisConfig{Capacity: 1_000_000, ClusterSlots: 12,
+			c.Redis = configoptional.Some(RedisConfig{ClusterSlots: 12,
 				Endpoints:  []string{"127.0.0.1:26379", "127.0.0.2:26379"},
 				MasterName: "mymaster", DB: 2, Mode: RedisModeAuto,
 				Timeout: 250 * time.Millisecond, Lease: 30 * time.Second, OnError: ErrorPass,
 			})
 		}},
 		{name: "redis_configuration_endpoint", want: func(c *Config) {
-			c.Redis = configoptional.Some(RedisConfig{Capacity: 1_000_000, ClusterSlots: 12,
+			c.Redis = configoptional.Some(RedisConfig{ClusterSlots: 12,
 				Endpoints: []string{"clustercfg.dedup.example.internal:6379"}, Mode: RedisModeCluster,
 				Timeout: 250 * time.Millisecond, Lease: 30 * time.Second, OnError: ErrorRefuse,
 			})

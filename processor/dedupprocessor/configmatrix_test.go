@@ -61,6 +61,8 @@ func TestConfigMatrixUnmarshalErrors(t *testing.T) {
 		{`traces: {condition: []}`, `'traces' has invalid keys: condition`},
 		{`metrics: {ignores: []}`, `'metrics' has invalid keys: ignores`},
 		{`redis: {endpoint: "a:1"}`, `'redis' ` + decodePrefix + `'dedupprocessor.RedisConfig' has invalid keys: endpoint`},
+		// The shared tier sizes itself: there is no capacity to set.
+		{`redis: {endpoints: ["a:1"], capacity: 1000000}`, `'redis' ` + decodePrefix + `'dedupprocessor.RedisConfig' has invalid keys: capacity`},
 		{`redis: {endpoints: ["a:1"], tls: {ca: x}}`, `'redis' ` + decodePrefix + `'tls' ` + decodePrefix + `'configtls.ClientConfig' has invalid keys: ca`},
 	} {
 		t.Run(tt.yaml, func(t *testing.T) {
@@ -112,7 +114,7 @@ func TestConfigMatrixValidateErrors(t *testing.T) {
 		{`redis: {endpoints: ["a:1"], mode: ""}`, `redis.mode must be "auto", "standalone", "cluster" or "sentinel", got ""`},
 		{`redis: {endpoints: ["a:1"], mode: cluster, master_name: m}`, `redis.master_name is for Sentinel: remove it, or set redis.mode to "sentinel" (or "auto"), got mode "cluster"`},
 		{`redis: {endpoints: ["a:1"], cluster_slots: 1001}`, `redis.cluster_slots must be the hash slots a Redis Cluster's dedup keys spread over (the masters, or a multiple of them), from 1 to 1000, got 1001`},
-		{`redis: {endpoints: ["a:1"], capacity: 0}`, `redis.capacity must be the unique records one window holds (unique records a second x window seconds), from 1 to 1000000000000, got 0`},
+		{`{window: 2200h, redis: {endpoints: ["a:1"]}}`, `window must be at most 2160h0m0s (90 days) with redis, got "2200h0m0s"`},
 		{`redis: {endpoints: ["a:1"], timeout: -1s}`, `redis.timeout must be > 0, got "-1s"`},
 		{`redis: {endpoints: ["a:1"], timeout: 0s}`, `redis.timeout must be > 0, got "0s"`},
 		{`redis: {endpoints: ["a:1"], lease: 0s}`, `redis.lease must be >= 1ms, got "0s"`},

@@ -19,7 +19,7 @@ import (
 func sharedElectionConfig(endpoint string, lease time.Duration, onError ErrorPolicy) *Config {
 	cfg := electionConfig()
 	cfg.PendingWait = 10 * time.Second
-	cfg.Redis = configoptional.Some(RedisConfig{Capacity: 1_000_000, ClusterSlots: 12, Endpoints: []string{endpoint}, Mode: RedisModeStandalone,
+	cfg.Redis = configoptional.Some(RedisConfig{ClusterSlots: 12, Endpoints: []string{endpoint}, Mode: RedisModeStandalone,
 		Timeout: 200 * time.Millisecond, Lease: lease, OnError: onError})
 	return cfg
 }

@@ -573,7 +573,7 @@ func TestElectionSharedTier(t *testing.T) {
 				cfg := electionConfig()
 				el := cfg.Metrics.ReplicaElection.Get()
 				el.UpdateInterval, el.FailoverTimeout = update, failover
-				cfg.Redis = configoptional.Some(RedisConfig{Capacity: 1_000_000, ClusterSlots: 12, Endpoints: endpoints, Mode: RedisModeAuto, Timeout: 2 * time.Second, Lease: 30 * time.Second, OnError: ErrorRefuse})
+				cfg.Redis = configoptional.Some(RedisConfig{ClusterSlots: 12, Endpoints: endpoints, Mode: RedisModeAuto, Timeout: 2 * time.Second, Lease: 30 * time.Second, OnError: ErrorRefuse})
 				return cfg
 			}
 			sinks := []*consumertest.MetricsSink{new(consumertest.MetricsSink), new(consumertest.MetricsSink)}
@@ -660,7 +660,7 @@ func TestElectionRedisDownPassesBothReplicas(t *testing.T) {
 	srv := redistest.Standalone(t)
 	newCfg := func() *Config {
 		cfg := electionConfig()
-		cfg.Redis = configoptional.Some(RedisConfig{Capacity: 1_000_000, ClusterSlots: 12, Endpoints: []string{srv.Addr()}, Mode: RedisModeStandalone, Timeout: 200 * time.Millisecond, Lease: 30 * time.Second, OnError: ErrorPass})
+		cfg.Redis = configoptional.Some(RedisConfig{ClusterSlots: 12, Endpoints: []string{srv.Addr()}, Mode: RedisModeStandalone, Timeout: 200 * time.Millisecond, Lease: 30 * time.Second, OnError: ErrorPass})
 		return cfg
 	}
 	sinks := []*consumertest.MetricsSink{new(consumertest.MetricsSink), new(consumertest.MetricsSink)}
@@ -688,7 +688,7 @@ func TestElectionRedisDownPassesBothReplicas(t *testing.T) {
 func TestElectionNotSettledWhileRedisHasNotConfirmed(t *testing.T) {
 	srv := redistest.Standalone(t)
 	cfg := electionConfig()
-	cfg.Redis = configoptional.Some(RedisConfig{Capacity: 1_000_000, ClusterSlots: 12, Endpoints: []string{srv.Addr()}, Mode: RedisModeStandalone, Timeout: 200 * time.Millisecond, Lease: 30 * time.Second, OnError: ErrorPass})
+	cfg.Redis = configoptional.Some(RedisConfig{ClusterSlots: 12, Endpoints: []string{srv.Addr()}, Mode: RedisModeStandalone, Timeout: 200 * time.Millisecond, Lease: 30 * time.Second, OnError: ErrorPass})
 	next := newGatedMetrics()
 	h := newElectHarness(t, cfg, next, nil)
 	first := sendAsync(h, scrape("c1", "a", 0, 2, onResource))
@@ -723,7 +723,7 @@ func TestElectionAfterAWaitTakesAfresh(t *testing.T) {
 			srv := redistest.Standalone(t)
 			newCfg := func() *Config {
 				cfg := electionConfig()
-				cfg.Redis = configoptional.Some(RedisConfig{Capacity: 1_000_000, ClusterSlots: 12, Endpoints: []string{srv.Addr()}, Mode: RedisModeAuto, Timeout: 2 * time.Second, Lease: 30 * time.Second, OnError: policy})
+				cfg.Redis = configoptional.Some(RedisConfig{ClusterSlots: 12, Endpoints: []string{srv.Addr()}, Mode: RedisModeAuto, Timeout: 2 * time.Second, Lease: 30 * time.Second, OnError: policy})
 				return cfg
 			}
 			first, second := clustersInKeyOrder()

@@ -505,6 +505,9 @@ func (r *faultRun) checkCopies(v *faultViolations) faultCopies {
 	return cp
 }
 
+// faultFieldSize is the bytes of a digest a record's field holds.
+const faultFieldSize = 11
+
 // claimFailed describes a fault that failed the claim of record id by e's
 // try before e: a claim command holding its field (a log record's; a point's
 // key is not computed, so any claim of the try), or Redis as a whole.
@@ -539,8 +542,8 @@ func (r *faultRun) claimFailed(e *faultExport, id int) string {
 }
 
 // field returns the digest of event id as the shared tier's record hashes
-// hold it (the digest's bytes but 8 to 13: the tier's layout.go), from the
-// processor's own identity of the record.
+// hold it (the digest's first faultFieldSize bytes: the tier's layout.go),
+// from the processor's own identity of the record.
 func (r *faultRun) field(id int) string {
 	if k, ok := r.digests[id]; ok {
 		return k
@@ -556,7 +559,7 @@ func (r *faultRun) field(id int) string {
 	p := r.identity
 	d := firstDigest(r.t, p.engine, func(b *batch, enc *identity.Encoder) { p.identify(context.Background(), b, enc, events(id)) })
 	b := d.Bytes()
-	k := string(b[:8]) + string(b[13:])
+	k := string(b[:faultFieldSize])
 	r.digests[id] = k
 	return k
 }

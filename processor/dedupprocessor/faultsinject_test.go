@@ -23,7 +23,9 @@ var tierOps = map[string]string{
 	redistier.ScriptHash("claim"):            "claim", // claims and rechecks
 	redistier.ScriptHash("commit"):           "commit",
 	redistier.ScriptHash("release"):          "release",
-	redistier.ScriptHash("renew"):            "renew", // of claims and elections
+	redistier.ScriptHash("renew"):            "renew", // of claims, stamping their records anew
+	redistier.ScriptHash("renew-election"):   "renew",
+	redistier.ScriptHash("shape"):            "", // the layout's shape, read at connect and now and then: not a claim's
 	redistier.ScriptHash("elect"):            "elect",
 	redistier.ScriptHash("confirm"):          "confirm",
 	redistier.ScriptHash("release-election"): "unelect",
@@ -79,8 +81,10 @@ func firing(ep *faultEpisode, cmd faultproxy.Command, op string, down bool) faul
 	f := faultFiring{ep: ep, at: time.Now(), op: op, key: cmd.Args[3], down: down}
 	n, _ := strconv.Atoi(cmd.Args[2])
 	switch argv := cmd.Args[min(3+n, len(cmd.Args)):]; {
-	case op == "claim" && len(argv) > 5: // ARGV: id, lease, window, status prefix, stop, fields
-		f.fields = slices.Clone(argv[5:])
+	case op == "claim" && len(argv) == 5: // ARGV: id, lease, window, stop, the fields packed
+		for packed := argv[4]; len(packed) >= faultFieldSize; packed = packed[faultFieldSize:] {
+			f.fields = append(f.fields, packed[:faultFieldSize])
+		}
 	case op == "elect" && len(argv) >= 2: // ARGV: replica, token, ...
 		f.token = argv[1]
 	}

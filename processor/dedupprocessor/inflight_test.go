@@ -389,11 +389,12 @@ func TestSecondCallRemembersFromItsOwnClaim(t *testing.T) {
 }
 
 // TestClaimHeldWhileItsExportOutlastsTheWindow: a batch stays downstream for
-// three windows. Its records stay held the whole time: a copy at the same
-// collector (the local tier; fake time) is never delivered while the batch
-// is downstream, and once the batch is delivered the copy is a duplicate: a
-// record is remembered for a window from its delivery, however long its
-// export took.
+// three windows. Its records stay held the whole time, in both tiers: a
+// copy at the same collector (the local tier; fake time) or at another
+// collector sharing Redis (the shared tier; real time, a 1 s window) is
+// never delivered while the batch is downstream, and once the batch is
+// delivered the copy is a duplicate: a record is remembered for a window
+// from its delivery, however long its export took.
 func TestClaimHeldWhileItsExportOutlastsTheWindow(t *testing.T) {
 	t.Run("local", func(t *testing.T) {
 		cfg := defaultConfig()
@@ -418,6 +419,49 @@ func TestClaimHeldWhileItsExportOutlastsTheWindow(t *testing.T) {
 		assertBodies(t, &next.sink, "secret body 1")
 		if n := h.tier("local"); n != 1 {
 			t.Fatalf("duplicates caught locally = %d, want 1", n)
+		}
+	})
+
+	t.Run("shared", func(t *testing.T) {
+		const window = time.Second
+		srv := redistest.Standalone(t)
+		newCfg := func() *Config {
+			cfg := redisConfig([]string{srv.Addr()}, ErrorRefuse)
+			cfg.Window, cfg.PendingWait = window, 200*time.Millisecond
+			cfg.Redis.Get().Lease = window
+			return cfg
+		}
+		next := newGatedLogs()
+		next.hold = holding("secret body 1")
+		a := newHarness(t, newCfg(), next)
+		sink := new(consumertest.LogsSink)
+		b := newHarness(t, newCfg(), sink)
+		first := consumeAsync(a, events(1))
+		<-next.entered // the batch is downstream at a
+		start := time.Now()
+		for time.Since(start) < 3*window {
+			// Copies of the held record and new records, into the same
+			// hashes, at the other collector: the copy waits and is
+			// refused for retry, never delivered.
+			if err := b.consume(events(1, int(time.Since(start)/time.Millisecond)+100)); !errors.Is(err, errInFlight) {
+				t.Fatalf("a copy %v into the export: %v, want a refusal for retry", time.Since(start).Round(time.Millisecond), err)
+			}
+		}
+		next.release <- nil
+		if err := <-first; err != nil {
+			t.Fatal(err)
+		}
+		if err := b.consume(events(1)); err != nil {
+			t.Fatal(err)
+		}
+		if slices.Contains(bodies(sink), "secret body 1") {
+			t.Fatalf("the record held downstream for three windows was delivered by the other collector too: %q", bodies(sink))
+		}
+		if n := b.tier("redis"); n != 1 {
+			t.Fatalf("duplicates caught in Redis at the other collector = %d, want 1", n)
+		}
+		if n := a.redisRequests("renew", "lost") + a.redisRequests("commit", "lost"); n != 0 {
+			t.Fatalf("%d renewals or commits lost", n)
 		}
 	})
 }

@@ -58,7 +58,7 @@ func TestLateClaimAfterItsCommit(t *testing.T) {
 	} else if err != nil {
 		t.Fatal(err)
 	}
-	for k, v := range keyValues(t, srv, "*2:c:*") {
+	for k, v := range keyValues(t, srv, "*3:c:*") {
 		if v == "p" {
 			t.Errorf("claim status %q is pending, with no batch in flight", k)
 		}

@@ -21,7 +21,10 @@ import (
 // defaultKeyPrefix namespaces the shared keys by component ID and the settings
 // that shape identities: two pipelines' dedup processors must each deliver
 // every record, and processors configured apart could hash different records
-// alike. It is short (Redis spends CPU per key); 32 bits keep processors apart.
+// alike. Settings that do not change what a digest means (the window, the
+// lease, the Redis settings) are not in it: a rolling change of them keeps
+// a fleet on one key space. It is short (Redis spends CPU per key); 32 bits
+// keep processors apart.
 func defaultKeyPrefix(id component.ID, cfg *Config) string {
 	var e identity.Encoder
 	e.String(id.String())
@@ -39,7 +42,6 @@ const identityEncoding = 1
 func identityFingerprint(cfg *Config) uint64 {
 	var e identity.Encoder
 	e.Uint(identityEncoding)
-	e.Int(int64(cfg.Window))
 	for _, list := range [][]string{
 		cfg.MetadataKeys, cfg.AuthAttributes,
 		cfg.Logs.Key, cfg.Logs.Ignore, cfg.Logs.Conditions,
@@ -94,7 +96,6 @@ func newSharedStage(cfg *Config, r *RedisConfig, id component.ID, logger *zap.Lo
 		DB:           r.DB,
 		TLS:          tlsCfg,
 		KeyPrefix:    s.prefix,
-		Capacity:     r.Capacity,
 		ClusterSlots: r.ClusterSlots,
 		Timeout:      r.Timeout,
 		Window:       cfg.Window,
@@ -107,6 +108,7 @@ func newSharedStage(cfg *Config, r *RedisConfig, id component.ID, logger *zap.Lo
 			b.tierError.log(b.now(), err, zap.String("op", "write"))
 		},
 		OnNewServer: s.newServer,
+		OnShape:     s.shapeChanged,
 	})
 	redisLog.Do(func() {
 		redis.SetLogger(zapRedisLogger{logger: logger.With(zap.String("client", "go-redis"))})
@@ -124,6 +126,7 @@ func (s *sharedStage) start(ctx context.Context, host component.Host) error {
 	fields := []zap.Field{zap.Strings("endpoints", s.cfg.Endpoints), zap.String("master_name", s.cfg.MasterName), zap.String("key_prefix", s.prefix)}
 	if mode := s.Mode(); mode != "" {
 		s.logger.Info("dedup: shared tier connected", append(fields, zap.String("mode", string(mode)))...)
+		s.adopted()
 		for _, w := range s.Durability(ctx) {
 			s.logger.Warn("dedup: shared tier: "+w, zap.String("key_prefix", s.prefix))
 		}
@@ -139,6 +142,7 @@ func (s *sharedStage) start(ctx context.Context, host component.Host) error {
 func (s *sharedStage) topologyFound(mode redistier.Mode, err error) {
 	if err == nil {
 		s.logger.Info("dedup: shared tier connected: Redis answered", zap.String("mode", string(mode)), zap.Strings("endpoints", s.cfg.Endpoints))
+		s.adopted()
 		return
 	}
 	s.logger.Error("dedup: shared tier cannot work with what Redis answered; batches follow redis.on_error until the configuration is fixed",
@@ -146,6 +150,24 @@ func (s *sharedStage) topologyFound(mode redistier.Mode, err error) {
 	if host := s.host.Load(); host != nil {
 		componentstatus.ReportStatus(*host, componentstatus.NewPermanentErrorEvent(fmt.Errorf("dedup: %w", err)))
 	}
+}
+
+// adopted says once if the layout in Redis is not the one this collector's
+// settings would have created: the first collector of a key prefix sets it.
+func (s *sharedStage) adopted() {
+	if shape, ok := s.Shape(); ok && shape.Tags > 0 && shape.Tags != s.cfg.ClusterSlots {
+		s.logger.Warn("dedup: shared tier: the layout in Redis spreads its keys over another number of hash tags than redis.cluster_slots; "+
+			"this collector uses the layout's, as every collector of the key prefix does (a new number takes a new redis.key_prefix)",
+			zap.Int("layout_tags", shape.Tags), zap.Int("cluster_slots", s.cfg.ClusterSlots), zap.String("key_prefix", s.prefix))
+	}
+}
+
+// shapeChanged is the tier's OnShape: the layout's keys were deleted and
+// another collector wrote its shape anew.
+func (s *sharedStage) shapeChanged(now, was redistier.Shape) {
+	s.logger.Warn("dedup: shared tier: the layout's shape in Redis changed, its keys were deleted (a FLUSHALL, or a restart without persistence); "+
+		"this collector uses the new one, so that the fleet agrees again",
+		zap.Int("layout_tags", now.Tags), zap.Int("was", was.Tags), zap.String("key_prefix", s.prefix))
 }
 
 // newServer is the tier's OnNewServer: a master restarted or failed over may

@@ -30,7 +30,7 @@ func redisConfig(endpoints []string, onError ErrorPolicy) *Config {
 	cfg := defaultConfig()
 	cfg.Logs.Key = []string{`attributes["event.id"]`}
 	cfg.PendingWait = 5 * time.Second // generous: -race on 2 busy cores
-	cfg.Redis = configoptional.Some(RedisConfig{Capacity: 1_000_000, ClusterSlots: 12,
+	cfg.Redis = configoptional.Some(RedisConfig{ClusterSlots: 12,
 		Endpoints: endpoints,
 		Mode:      RedisModeAuto,
 		Timeout:   300 * time.Millisecond,
@@ -271,6 +271,12 @@ func TestDefaultKeyPrefixSeparatesProcessorsAndConfigs(t *testing.T) {
 	if defaultKeyPrefix(id, a) == defaultKeyPrefix(component.MustNewIDWithName("dedup", "b"), a) {
 		t.Fatal("two processor IDs share a prefix")
 	}
+	// A rolling change of the window (or of the Redis settings) keeps the
+	// fleet on one key space: the layout's records carry their own windows.
+	b.Window, b.Redis.Get().Lease, b.Redis.Get().ClusterSlots = 2*a.Window, a.Redis.Get().Lease/2, 2*a.Redis.Get().ClusterSlots
+	if defaultKeyPrefix(id, a) != defaultKeyPrefix(id, b) {
+		t.Fatal("a change of window, lease or cluster_slots moved the default key prefix")
+	}
 	b.Logs.Key = []string{`attributes["other.id"]`}
 	if defaultKeyPrefix(id, a) == defaultKeyPrefix(id, b) {
 		t.Fatal("configs with different keys share a prefix")
@@ -429,7 +435,7 @@ func TestCopyOfARecordPendingTooLongIsRefused(t *testing.T) {
 	r := cfg.Redis.Get()
 	r.Lease, cfg.PendingWait = 900*time.Millisecond, 200*time.Millisecond
 	// The dead owner: a claim written through the tier and then abandoned.
-	owner := redistier.New(redistier.Options{Endpoints: r.Endpoints, KeyPrefix: defaultKeyPrefix(component.MustNewID("dedup"), cfg), Capacity: r.Capacity, Window: cfg.Window, Lease: r.Lease, Timeout: r.Timeout})
+	owner := redistier.New(redistier.Options{Endpoints: r.Endpoints, KeyPrefix: defaultKeyPrefix(component.MustNewID("dedup"), cfg), Window: cfg.Window, Lease: r.Lease, Timeout: r.Timeout})
 	if err := owner.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -50,7 +50,7 @@ func splitmix(x uint64) uint64 {
 func BenchmarkClaimCommit(b *testing.B) {
 	b.Run("tier", func(b *testing.B) {
 		srv := redistest.Standalone(b)
-		tr := newTier(b, Options{Endpoints: []string{srv.Addr()}, KeyPrefix: "otelcol-dedup:", Window: 10 * time.Minute, Timeout: 5 * time.Second, Capacity: b.N * benchBatch})
+		tr := newTier(b, Options{Endpoints: []string{srv.Addr()}, KeyPrefix: "otelcol-dedup:", Window: 10 * time.Minute, Timeout: 5 * time.Second})
 		runBatches(b, srv.Client(), func(ctx context.Context, ds []digest.Digest, claimed []bool) error {
 			tok := testToken()
 			if err := tr.claimBools(ctx, tok, ds, claimed); err != nil {
@@ -123,8 +123,8 @@ func BenchmarkClaimCommitTags(b *testing.B) {
 		for _, tags := range []int{0, defaultTags, 100, 300} {
 			b.Run(fmt.Sprintf("batch=%d/tags=%d", batch, tags), func(b *testing.B) {
 				srv := redistest.Standalone(b)
-				tr := newTier(b, Options{Endpoints: []string{srv.Addr()}, KeyPrefix: "otelcol-dedup:", Window: 10 * time.Minute, Timeout: 5 * time.Second, Capacity: b.N * benchBatch})
-				tr.conn.Load().layout = newLayout("otelcol-dedup:", tags, b.N*batch)
+				tr := newTier(b, Options{Endpoints: []string{srv.Addr()}, KeyPrefix: "otelcol-dedup:", Window: 10 * time.Minute, Timeout: 5 * time.Second})
+				tr.conn.Load().layout.Store(newLayout("otelcol-dedup:", Shape{Version: layoutVersion, Tags: tags}))
 				runBatchesOf(b, batch, srv.Client(), func(ctx context.Context, ds []digest.Digest, claimed []bool) error {
 					tok := testToken()
 					if err := tr.claimBools(ctx, tok, ds, claimed); err != nil {
@@ -141,7 +141,7 @@ func BenchmarkClaimCommitCluster(b *testing.B) {
 	cl := redistest.Cluster(b, 3)
 	cc := cl.Client()
 	defer cc.Close()
-	tr := newTier(b, Options{Endpoints: cl.Addrs(), KeyPrefix: "otelcol-dedup:", Window: 10 * time.Minute, Timeout: 5 * time.Second, Capacity: b.N * benchBatch})
+	tr := newTier(b, Options{Endpoints: cl.Addrs(), KeyPrefix: "otelcol-dedup:", Window: 10 * time.Minute, Timeout: 5 * time.Second})
 	cpuBefore := clusterCPU(b, cl)
 	defer func() {
 		b.ReportMetric(float64(clusterCPU(b, cl)-cpuBefore)/float64(b.N*benchBatch), "redis-cpu-ns/record")

@@ -97,6 +97,8 @@ func (x *clusterExec) exec(ctx context.Context, calls []*call) {
 	}
 }
 
+func (x *clusterExec) send1(ctx context.Context, c *call) { sendEach(ctx, x.cc, []*call{c}) }
+
 // worthRetry reports whether a failed call may succeed if sent again now.
 func (x *clusterExec) worthRetry(ctx context.Context, c *call) bool {
 	switch {

@@ -80,7 +80,7 @@ func (t *Tier) Elect(ctx context.Context, token string, failover time.Duration, 
 		return ElectionAnswer{State: ElectionUnknown}, fmt.Errorf("dedup: redis elect: %w", err)
 	}
 	if a.State == ElectionTaken {
-		t.w.hold(token, []string{key}, true, t.opts.Clock.Now())
+		t.w.hold(token, []*renewal{{token: token, key: key}}, t.opts.Clock.Now())
 	}
 	return a, nil
 }
@@ -217,6 +217,17 @@ if v then
 end
 redis.call('SET', KEYS[1], 'c' .. rep .. tok .. t, 'PX', 2 * failover)
 return {0, rep, failover}
+`)
+
+// renewElectionScript extends by ARGV[1] ms the lease of the election
+// pending under token ARGV[2]: 1, or 0 if it ended.
+var renewElectionScript = newScript("renew-election", `
+local v = redis.call('GET', KEYS[1])
+if v and string.sub(v, 1, 1) == 'p' and string.sub(v, 18, 33) == ARGV[2] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[1])
+  return 1
+end
+return 0
 `)
 
 // releaseElectionScript: KEYS[2] the token's release marker; ARGV token,

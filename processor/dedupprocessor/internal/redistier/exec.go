@@ -17,6 +17,7 @@ type call struct {
 	route    string // the key the command is routed by
 	group    int
 	idx      []int32 // the digests (indexes into the operation's ds) it stands for
+	fields   *string // a claim's packed fields, kept for the renewals' stamps
 	node     string  // the node it was last sent to ("" if none)
 	err      error
 	redirect bool // answered MOVED or ASK: retry through the ClusterClient
@@ -30,6 +31,9 @@ type call struct {
 // executor sends calls to Redis and sets each call's err.
 type executor interface {
 	exec(ctx context.Context, calls []*call)
+	// send1 sends one call of the tier's own bookkeeping (the layout's
+	// shape) past the breakers: it neither waits for one nor tells one.
+	send1(ctx context.Context, c *call)
 	ping(ctx context.Context) // every master once, errors ignored
 	breakers() []NodeBreaker
 	close() error
@@ -85,6 +89,8 @@ func skipUnpaced(calls []*call, node string) []*call {
 	return paced
 }
 
+func (x *singleExec) send1(ctx context.Context, c *call) { sendPipeline(ctx, x.client, []*call{c}) }
+
 func (x *singleExec) breakers() []NodeBreaker {
 	return []NodeBreaker{{Node: x.name, State: x.br.State()}}
 }
@@ -137,7 +143,14 @@ func withSource(ctx context.Context, calls []*call) []*call {
 			continue
 		}
 		args := c.cmd.Args()
-		args[0], args[1] = "eval", scriptSources[args[1].(string)]
+		sha, ok := args[1].(string)
+		if p, isPtr := args[1].(*string); isPtr {
+			sha, ok = *p, true
+		}
+		if !ok {
+			continue
+		}
+		args[0], args[1] = "eval", scriptSources[sha]
 		c.cmd = redis.NewCmd(ctx, args...)
 		again = append(again, c)
 	}

@@ -1,10 +1,10 @@
 package redistier
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -39,7 +39,6 @@ func digests(t testing.TB, salt string, n int) []digest.Digest {
 const (
 	testTimeout   = 250 * time.Millisecond
 	testTierLease = 30 * time.Second
-	testCapacity  = 100_000
 )
 
 // newTier returns a started tier; zero Timeout and Lease take the test
@@ -52,7 +51,6 @@ func newTier(t testing.TB, opts Options) *Tier {
 	if opts.Lease == 0 {
 		opts.Lease = testTierLease
 	}
-	opts.Capacity = cmp.Or(opts.Capacity, testCapacity)
 	tr := New(opts)
 	t.Cleanup(func() {
 		if err := tr.Close(); err != nil {
@@ -71,7 +69,7 @@ func (tr *Tier) lay() *layout {
 	if c == nil {
 		panic("redistier test: the tier's topology is not known")
 	}
-	return &c.layout
+	return c.layout.Load()
 }
 
 func claim(t testing.TB, tr *Tier, token string, ds ...digest.Digest) []bool {
@@ -239,11 +237,26 @@ func scanValues(t testing.TB, c *redis.Client, match string) map[string]string {
 	return kv
 }
 
+// hashOf returns the name of d's record hash, by its group's shape in s.
+func hashOf(t testing.TB, s store, l *layout, d digest.Digest) string {
+	t.Helper()
+	v, err := s.HMGet(context.Background(), l.groups[l.groupOf(d)].shape, "L", "p").Result()
+	if err != nil {
+		t.Fatalf("HMGET shape: %v", err)
+	}
+	var level, split uint
+	if v[0] != nil {
+		fmt.Sscan(v[0].(string), &level)
+		fmt.Sscan(v[1].(string), &split)
+	}
+	return l.hashName(d, level, split)
+}
+
 // wantOwner fails t unless d's field is held by token's claim ("": held by
 // none).
 func wantOwner(t testing.TB, s store, l *layout, d digest.Digest, token string) {
 	t.Helper()
-	v, err := s.HGet(context.Background(), string(l.appendHash(nil, d)), string(appendField(nil, d))).Result()
+	v, err := s.HGet(context.Background(), hashOf(t, s, l, d), string(appendField(nil, d))).Result()
 	if err == redis.Nil {
 		v, err = "", nil
 	}
@@ -255,18 +268,36 @@ func wantOwner(t testing.TB, s store, l *layout, d digest.Digest, token string) 
 		want = ClaimID(token)
 	}
 	if len(v) > 0 {
-		v = v[1:] // the epoch's byte
+		v = v[stampSize:]
 	}
 	if v != want {
 		t.Fatalf("digest %s is held by id %q, want %q", d, v, want)
 	}
 }
 
-// wantRecordPTTL fails t unless d's record hash expires after the window and
-// by two, when the next epoch ends.
-func wantRecordPTTL(t testing.TB, s store, l *layout, d digest.Digest, window time.Duration) {
+// stampSize is the bytes of a record's stamp, before its claim's id.
+const stampSize = 3
+
+// wantRecordPTTL fails t unless d's record hash outlives the window: it is
+// kept a half window past its last stamp (layout.go).
+func wantRecordPTTL(t testing.TB, s store, l *layout, d digest.Digest, window, lease time.Duration) {
 	t.Helper()
-	wantPTTL(t, s, string(l.appendHash(nil, d)), window-time.Second, 2*window)
+	wantPTTL(t, s, hashOf(t, s, l, d), window, 2*window+3*lease+3*time.Second)
+}
+
+// wantCommitted fails t unless the status key holds a commit, made within
+// the last minute by Redis's clock.
+func wantCommitted(t testing.TB, s store, key string) {
+	t.Helper()
+	v, err := s.Get(context.Background(), key).Result()
+	if err != nil || !strings.HasPrefix(v, "c") {
+		t.Fatalf("GET %q = %q (%v), want a commit", key, v, err)
+	}
+	now, err := s.Time(context.Background()).Result()
+	at, perr := strconv.ParseInt(v[1:], 10, 64)
+	if err != nil || perr != nil || now.Unix()-at < 0 || now.Unix()-at > 60 {
+		t.Fatalf("status %q holds %q: a commit at %q, now %v (%v)", key, v, v[1:], now, err)
+	}
 }
 
 // electAll asks each election of es in turn, as a batch does, and sets
@@ -282,9 +313,16 @@ func electAll(ctx context.Context, tr *Tier, token string, failover time.Duratio
 	return nil
 }
 
-// isRollEpoch reports whether k, from scanValues, is a record hash's field
-// "", holding its last roll's epoch.
-func isRollEpoch(k string) bool {
-	_, f, ok := strings.Cut(k, "/")
-	return ok && f == "" && !strings.Contains(k, layoutVersion+statusInfix)
+// isRollMark reports whether k, from scanValues, is a record hash's field
+// "", holding the second until which the hash is kept.
+func isRollMark(k string) bool {
+	name, f, ok := strings.Cut(k, "/")
+	return ok && f == "" && strings.Contains(name, strconv.Itoa(layoutVersion)+":h")
+}
+
+// isRecord reports whether k, from scanValues, is a record: a field of a
+// record hash but its roll mark.
+func isRecord(k string) bool {
+	name, f, ok := strings.Cut(k, "/")
+	return ok && f != "" && strings.Contains(name, strconv.Itoa(layoutVersion)+":h")
 }

@@ -18,7 +18,7 @@ func BenchmarkLayout(b *testing.B) {
 	for _, window := range []time.Duration{time.Hour, 7 * 24 * time.Hour} {
 		b.Run("window="+window.String(), func(b *testing.B) {
 			srv := redistest.Standalone(b)
-			tr := newTier(b, Options{Endpoints: []string{srv.Addr()}, KeyPrefix: "otelcol-dedup:", Window: window, Timeout: 5 * time.Second, Capacity: b.N * benchBatch})
+			tr := newTier(b, Options{Endpoints: []string{srv.Addr()}, KeyPrefix: "otelcol-dedup:", Window: window, Timeout: 5 * time.Second})
 			runBatches(b, srv.Client(), tierClaimCommit(tr))
 		})
 	}
@@ -34,7 +34,7 @@ func BenchmarkLayoutSteady(b *testing.B) {
 	const window = 2 * time.Second
 	srv := redistest.Standalone(b)
 	c := srv.Client()
-	tr := newTier(b, Options{Endpoints: []string{srv.Addr()}, KeyPrefix: "otelcol-dedup:", Window: window, Lease: time.Second, Timeout: 5 * time.Second, Capacity: 500_000})
+	tr := newTier(b, Options{Endpoints: []string{srv.Addr()}, KeyPrefix: "otelcol-dedup:", Window: window, Lease: time.Second, Timeout: 5 * time.Second})
 	op := tierClaimCommit(tr)
 	var mu sync.Mutex
 	var done []time.Time // when each batch was claimed

@@ -1,11 +1,14 @@
 package redistier
 
 import (
+	"context"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
 )
 
@@ -107,22 +110,32 @@ func masterOf(slot, masters int) int {
 func TestLayout(t *testing.T) {
 	d := digest.Digest{Hi: 0xffff_ffff_0000_0001, Lo: 0x8000_0000_0000_0002}
 
-	// 10 shards of 32 records hold a capacity of 320.
-	l := newLayout("p:", 0, 320)
-	if got, want := string(l.appendHash(nil, d)), "p:2:a:5"; got != want {
-		t.Errorf("standalone record hash = %q, want %q", got, want)
-	}
-	if got, want := string(appendField(nil, d)), "\xff\xff\xff\xff\x00\x00\x00\x01\x00\x00\x02"; got != want {
+	l := newLayout("p:", Shape{Version: layoutVersion})
+	if got, want := string(appendField(nil, d)), "\xff\xff\xff\xff\x00\x00\x00\x01\x80\x00\x00"; got != want {
 		t.Errorf("field = %q, want %q", got, want)
 	}
-	if got := l.statusKey(l.groupOf(d), "token-id"); got != "p:2:c:n-id" {
+	// The shard hash is field bytes 8 to 11: 0x01800000.
+	for _, c := range []struct {
+		level, split uint
+		want         string
+	}{
+		{0, 0, "p:3:h0"},
+		{24, 0, "p:3:h800000"},         // h mod 2^24
+		{24, 0x800001, "p:3:h1800000"}, // shard 0x800000 is split: h mod 2^25
+		{25, 0, "p:3:h1800000"},
+	} {
+		if got := l.hashName(d, c.level, c.split); got != c.want {
+			t.Errorf("L=%d p=%d: record hash %q, want %q", c.level, c.split, got, c.want)
+		}
+	}
+	if got := l.statusKey(l.groupOf(d), "token-id"); got != "p:3:c:n-id" {
 		t.Errorf("standalone status key = %q", got)
 	}
-	if l := newLayout("p:", 0, 0); l.shards != 1 {
-		t.Errorf("shards without a capacity = %d, want 1", l.shards)
+	if g := l.groups[0]; g.shape != "p:3:s" || g.fence != "p:3:f" || shapeKey("p:") != "p:shape" {
+		t.Errorf("group keys %+v, layout shape %q", g, shapeKey("p:"))
 	}
 
-	l = newLayout("p:", defaultTags, 12*320)
+	l = newLayout("p:", Shape{Version: layoutVersion, Tags: defaultTags})
 	g := l.groupOf(d)
 	if g != defaultTags-1 {
 		t.Fatalf("group of a digest with the top 32 bits set = %d, want %d", g, defaultTags-1)
@@ -131,17 +144,51 @@ func TestLayout(t *testing.T) {
 		t.Fatalf("group of a digest with the top 32 bits clear = %d, want 0", g)
 	}
 	tag := clusterHashTags(defaultTags)[defaultTags-1]
-	if got, want := string(l.appendHash(nil, d)), "p:{"+tag+"}2:a:5"; got != want {
+	if got, want := l.hashName(d, 0, 0), "p:{"+tag+"}3:h0"; got != want {
 		t.Errorf("cluster record hash = %q, want %q", got, want)
 	}
-	if keySlot(string(l.appendHash(nil, d))+":123") != keySlot(l.statusKey(g, "any-token")) {
-		t.Error("a record hash and its group's status key are in different slots")
+	for _, key := range []string{l.hashName(d, 20, 3), l.groups[g].shape, l.groups[g].fence} {
+		if keySlot(key) != keySlot(l.statusKey(g, "any-token")) {
+			t.Errorf("%q and its group's status key are in different slots", key)
+		}
 	}
-	// A prefix with its own hash tag still keeps a record and its status
-	// key together (in one slot for all).
-	l = newLayout("p{x:", defaultTags, 1000)
-	if keySlot(string(l.appendHash(nil, d))) != keySlot(l.statusKey(l.groupOf(d), "tok")) {
-		t.Error("with a brace in the prefix, record and status keys split")
+}
+
+// TestShardsSplitAsTheirShapeSays: the scripts name and split record hashes
+// as layout.go says (hashName is their twin): with a group grown to
+// hundreds of shards, every record is in the hash its group's shape names,
+// and no hash holds more than a few times recordsPerShard records.
+func TestShardsSplitAsTheirShapeSays(t *testing.T) {
+	srv := redistest.Standalone(t)
+	tr := newTier(t, Options{Endpoints: []string{srv.Addr()}, KeyPrefix: "split:", Window: testWindow})
+	ds := digests(t, "", 20_000)
+	for i := 0; i < len(ds); i += 1000 {
+		tok := testToken()
+		wantClaimed(t, claim(t, tr, tok, ds[i:i+1000]...), slices.Repeat([]bool{true}, 1000)...)
+		commit(t, tr, tok, ds[i:i+1000]...)
+	}
+	st := standaloneStore{srv.Client()}
+	shape := srv.Client().HGetAll(context.Background(), "split:3:s").Val()
+	shards := len(ds) / recordsPerShard
+	if shape["n"] != strconv.Itoa(len(ds)) {
+		t.Fatalf("group shape %v: n is not the %d records", shape, len(ds))
+	}
+	level, _ := strconv.Atoi(shape["L"])
+	split, _ := strconv.Atoi(shape["p"])
+	if got := 1<<level + split; got < shards || got > shards+2 {
+		t.Fatalf("group shape %v: %d shards for %d records, want %d", shape, got, len(ds), shards)
+	}
+	ctx := context.Background()
+	for i, d := range ds {
+		if v := srv.Client().HGet(ctx, hashOf(t, st, tr.lay(), d), string(appendField(nil, d))).Val(); len(v) != stampSize+8 {
+			t.Fatalf("record %d: %q in the hash its group's shape names, want a stamp and a claim id", i, v)
+		}
+	}
+	for k := range scanValues(t, srv.Client(), "split:3:h*") {
+		name, _, _ := strings.Cut(k, "/")
+		if n := srv.Client().HLen(ctx, name).Val(); n > 4*recordsPerShard {
+			t.Errorf("hash %q holds %d fields, want at most %d", name, n, 4*recordsPerShard)
+		}
 	}
 }
 

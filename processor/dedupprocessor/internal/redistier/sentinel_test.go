@@ -25,7 +25,7 @@ func TestSentinel(t *testing.T) {
 	for _, d := range ds {
 		wantOwner(t, master, tr.lay(), d, tok)
 	}
-	wantValue(t, master, tr.lay().statusKey(0, tok), "c")
+	wantCommitted(t, master, tr.lay().statusKey(0, tok))
 
 	release(t, tr, tok, ds...)
 	wantOwner(t, master, tr.lay(), ds[0], "")

@@ -211,13 +211,13 @@ func runContractSuite(t *testing.T, tg suiteTarget) {
 			status := tr.lay().statusKey(tr.lay().groupOf(ds[0]), tok)
 			// The record's hash outlives the window; the pending status
 			// lives for the lease only.
-			wantRecordPTTL(t, tg.store, tr.lay(), ds[0], testWindow)
+			wantRecordPTTL(t, tg.store, tr.lay(), ds[0], testWindow, testLease)
 			wantPTTL(t, tg.store, status, 1, testLease)
 			wantValue(t, tg.store, status, "p")
 
 			commit(t, tr, tok, ds...)
 			wantPTTL(t, tg.store, status, testWindow-5*time.Second, testWindow)
-			wantValue(t, tg.store, status, "c")
+			wantCommitted(t, tg.store, status)
 			commit(t, tr, tok, ds...) // idempotent
 
 			time.Sleep(pastLease)
@@ -288,7 +288,7 @@ func runContractSuite(t *testing.T, tg suiteTarget) {
 			status := tr.lay().statusKey(tr.lay().groupOf(ds[0]), tok)
 			wantValue(t, tg.store, status, "p")
 			commit(t, tr, tok, ds...)
-			wantValue(t, tg.store, status, "c")
+			wantCommitted(t, tg.store, status)
 			renewed := 0
 			for _, o := range obs.take() {
 				if o == "renew/lost" || o == "commit/lost" {
@@ -336,8 +336,14 @@ func runContractSuite(t *testing.T, tg suiteTarget) {
 				}
 			}
 			release(t, tr, tok, ds...)
-			// Only the release's markers are left, one per group.
+			// Only the release's markers are left, one per group, beside
+			// the shapes.
 			keys := tg.store.scanAll(t, "free:*")
+			for k := range keys {
+				if isShape(k) {
+					delete(keys, k)
+				}
+			}
 			groups := map[int]bool{}
 			for _, d := range ds {
 				g := tr.lay().groupOf(d)
@@ -368,36 +374,39 @@ func runContractSuite(t *testing.T, tg suiteTarget) {
 			commit(t, tr, tokA, ds[:100]...)
 			claim(t, tr, tokB, ds[100:]...)
 
-			// Fields hold the epoch's byte and their claim's id, each hash
-			// its last roll's epoch; each group a token claimed in holds its
-			// status: committed for A, pending for B.
+			// Fields hold a stamp and their claim's id, each hash its roll
+			// mark; each group a token claimed in holds its status:
+			// committed for A, pending for B.
 			want := map[string]string{}
 			for i, d := range ds {
 				tok, status := tokA, "c"
 				if i >= 100 {
 					tok, status = tokB, "p"
 				}
-				hash := string(tr.lay().appendHash(nil, d))
+				hash := hashOf(t, tg.store, tr.lay(), d)
 				want[hash+"/"+string(appendField(nil, d))] = ClaimID(tok)
-				want[hash+"/"] = "epoch"
+				want[hash+"/"] = "mark"
 				want[tr.lay().statusKey(tr.lay().groupOf(d), tok)] = status
 			}
 			got := map[string]string{}
-			epochs := map[string]bool{}
+			stamps, marks := map[string]bool{}, map[string]bool{}
 			for k, v := range tg.store.scanAll(t, "layout:*") {
 				switch {
-				case strings.Contains(k, layoutVersion+statusInfix): // a status key
-				case isRollEpoch(k):
-					epochs[v] = true
-					v = "epoch"
+				case isShape(k):
+					continue
+				case strings.Contains(k, statusInfix): // a status key
+					v = v[:1]
+				case isRollMark(k):
+					marks[v] = true
+					v = "mark"
 				case strings.Contains(k, "/"):
-					epochs[strconv.Itoa(int(v[0]))] = true
-					v = v[1:]
+					stamps[v[:stampSize]] = true
+					v = v[stampSize:]
 				}
 				got[k] = v
 			}
-			if len(epochs) != 2 {
-				t.Errorf("epochs %v, want one, as a roll's number and a record's byte", epochs)
+			if len(stamps) > 2 || len(marks) > 2 {
+				t.Errorf("stamps %v, roll marks %v: want the claims' two seconds at most", stamps, marks)
 			}
 			if len(got) != len(want) {
 				t.Errorf("%d keys under layout:, want %d", len(got), len(want))
@@ -410,13 +419,16 @@ func runContractSuite(t *testing.T, tg suiteTarget) {
 		})
 	})
 
-	// Every key any subtest left must follow the layout: a known prefix, the
-	// hash tag in a Cluster, the version, then a record hash's fields each
-	// holding a claim id, or "c:" and a claim id holding "p", "c" or "r".
+	// Every key any subtest left must follow the layout: a known prefix and
+	// the layout's shape, or the hash tag in a Cluster, the version, then a
+	// record hash (its roll mark and its records, each a stamp and a claim
+	// id), "c:" and a claim id holding "p", "c" and a second, or "r", or the
+	// group's shape.
 	all := tg.store.scanAll(t, "*")
 	if len(all) == 0 {
 		t.Fatal("no keys on the server after the suite")
 	}
+	version := strconv.Itoa(layoutVersion) + ":"
 	for k, v := range all {
 		rest, ok := "", false
 		for _, p := range prefixes {
@@ -429,6 +441,12 @@ func runContractSuite(t *testing.T, tg suiteTarget) {
 			t.Errorf("key %q has no known prefix", k)
 			continue
 		}
+		if rest == "shape/version" || rest == "shape/tags" {
+			if _, err := strconv.Atoi(v); err != nil {
+				t.Errorf("shape %q holds %q, want a number", k, v)
+			}
+			continue
+		}
 		if tg.cluster {
 			end := strings.IndexByte(rest, '}')
 			if !strings.HasPrefix(rest, "{") || end < 2 || end > 4 {
@@ -439,22 +457,33 @@ func runContractSuite(t *testing.T, tg suiteTarget) {
 		}
 		name, field, isField := strings.Cut(rest, "/")
 		switch {
-		case strings.HasPrefix(rest, layoutVersion+statusInfix):
-			if v != "p" && v != "c" && v != "r" {
-				t.Errorf("status key %q holds %q, want p, c or r", k, v)
+		case strings.HasPrefix(rest, version+statusInfix):
+			if v != "p" && v != "r" && (!strings.HasPrefix(v, "c") || len(v) != 11) {
+				t.Errorf("status key %q holds %q, want p, c and a second, or r", k, v)
 			}
-		case strings.HasPrefix(rest, layoutVersion) && isField && strings.Count(name, ":") == 2 && field == "":
-			if _, err := strconv.ParseInt(v, 10, 64); err != nil {
-				t.Errorf("hash %q was rolled in epoch %q, want a number", k, v)
+		case name == version+"s" && isField && (field == "L" || field == "p" || field == "n"):
+			if _, err := strconv.Atoi(v); err != nil {
+				t.Errorf("group shape %q holds %q, want a number", k, v)
 			}
-		case strings.HasPrefix(rest, layoutVersion) && isField && strings.Count(name, ":") == 2 && len(field) == fieldSize:
-			if len(v) < 2 {
-				t.Errorf("record %q holds %q, want an epoch's byte and a claim id", k, v)
+		case strings.HasPrefix(name, version+"h") && isField && field == "":
+			if _, err := strconv.ParseInt(v, 10, 64); err != nil || len(v) != 10 {
+				t.Errorf("hash %q has the roll mark %q, want a second in 10 digits", k, v)
+			}
+		case strings.HasPrefix(name, version+"h") && isField && len(field) == fieldSize:
+			if len(v) <= stampSize {
+				t.Errorf("record %q holds %q, want a stamp and a claim id", k, v)
 			}
 		default:
-			t.Errorf("key %q is neither a record hash nor a status key", k)
+			t.Errorf("key %q is neither a record hash, a status key nor a shape", k)
 		}
 	}
+}
+
+// isShape reports whether k, from scanValues, is a field of the layout's or a
+// group's shape.
+func isShape(k string) bool {
+	name, _, _ := strings.Cut(k, "/")
+	return strings.HasSuffix(name, "shape") || strings.HasSuffix(name, strconv.Itoa(layoutVersion)+":s")
 }
 
 func wantPTTL(t testing.TB, s store, key string, lo, hi time.Duration) {

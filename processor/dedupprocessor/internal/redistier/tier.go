@@ -6,8 +6,9 @@
 // batch's token, then Commit makes them hold for the window or Release frees
 // them; a claim neither committed nor released ends with its lease. The
 // protocol is argued in the processor's consume.go and README; the keys are
-// in layout.go. Start asks the endpoints their topology (discover.go): every
-// collector sharing a Redis must use the same key layout.
+// in layout.go. Start asks the endpoints their topology (discover.go) and
+// reads the layout's shape, which every collector sharing a key prefix
+// shares through Redis.
 package redistier
 
 import (
@@ -58,15 +59,15 @@ type Options struct {
 	DB         int // 0 in a Cluster
 	TLS        *tls.Config
 	KeyPrefix  string // starts every key, as given
-	// Capacity is the unique records a window holds across the fleet: it
-	// sizes the record hashes (layout.go); 0 keeps one hash per group.
-	Capacity int
 	// ClusterSlots is the number of hash tags, each one slot, a Cluster's
-	// keys are spread over (layout.go); 0: 12.
+	// keys are spread over when this tier creates the layout; a layout
+	// already in Redis keeps its own (layout.go). 0: 12.
 	ClusterSlots int
-	// Timeout bounds each call, including a reload of the scripts and the
-	// retries of groups whose slot moved. Required, as are Window (counted
-	// from the claim) and Lease (a pending claim's life without renewal).
+	// Timeout bounds each try of a call, including a reload of the scripts
+	// and the retries of groups whose slot moved; a claim that timed out is
+	// tried again with twice the time, within a third of the lease
+	// (patiently). Required, as are Window (counted from the commit) and
+	// Lease (a pending claim's life without renewal).
 	Timeout time.Duration
 	Window  time.Duration
 	Lease   time.Duration
@@ -82,6 +83,10 @@ type Options struct {
 	// at Start learns later; OnWriteError gets a writer round's error.
 	OnTopology   func(Mode, error)
 	OnWriteError func(error)
+	// OnShape, if set, is called when the tier finds the layout's shape in
+	// Redis changed (its keys were deleted and another collector wrote it
+	// anew) and adopts it.
+	OnShape func(now, was Shape)
 }
 
 // Tier is a connection to the shared tier. It is safe for concurrent use.
@@ -102,7 +107,7 @@ type Tier struct {
 
 type conn struct {
 	mode   Mode
-	layout layout
+	layout atomic.Pointer[layout]
 	exec   executor
 	srv    *servers
 }
@@ -133,22 +138,30 @@ func New(opts Options) *Tier {
 // Start learns what the endpoints are and connects, or fails if they cannot
 // work (see decide). If none answers, it connects as Mode, or waits for them.
 func (t *Tier) Start(ctx context.Context) error {
-	mode, err := t.discover(ctx)
+	err := t.discoverAndConnect(ctx)
 	switch {
 	case err == nil:
 	case !errors.Is(err, errNoAnswer):
 		return err
-	case t.opts.Mode != ModeAuto:
-		mode = t.opts.Mode
 	default:
 		t.unknown.Store(&err)
 		t.wg.Go(t.discoverLater)
 	}
-	if mode != "" {
-		t.connect(mode)
-	}
 	t.wg.Go(func() { t.w.run(t) })
 	return nil
+}
+
+// discoverAndConnect asks the endpoints what they are (or takes Mode) and
+// connects; an error wrapping errNoAnswer means nothing answered.
+func (t *Tier) discoverAndConnect(ctx context.Context) error {
+	mode, err := t.discover(ctx)
+	if errors.Is(err, errNoAnswer) && t.opts.Mode != ModeAuto {
+		mode, err = t.opts.Mode, nil
+	}
+	if err != nil {
+		return err
+	}
+	return t.connect(ctx, mode)
 }
 
 // discoverLater asks the endpoints, with a growing pause, until they answer.
@@ -158,11 +171,10 @@ func (t *Tier) discoverLater() {
 	reported := ""
 	for t.opts.Clock.Wait(t.bg, nil, wait) == nil {
 		wait = min(2*wait, most)
-		mode, err := t.discover(t.bg)
+		err := t.discoverAndConnect(t.bg)
 		if err == nil {
-			t.connect(mode)
 			if t.opts.OnTopology != nil {
-				t.opts.OnTopology(mode, nil)
+				t.opts.OnTopology(t.Mode(), nil)
 			}
 			return
 		}
@@ -174,8 +186,10 @@ func (t *Tier) discoverLater() {
 	}
 }
 
-// connect builds the client and key layout of mode.
-func (t *Tier) connect(mode Mode) {
+// connect builds the client of mode and reads the layout's shape (writing it
+// if it is not there yet); it fails if Redis does not answer (errNoAnswer) or
+// holds another layout.
+func (t *Tier) connect(ctx context.Context, mode Mode) error {
 	o := t.opts
 	u := redis.UniversalOptions{
 		// A copy: go-redis appends the Cluster nodes it learns, and tiers
@@ -199,26 +213,89 @@ func (t *Tier) connect(mode Mode) {
 		// connection.
 		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
 	}
-	c := &conn{mode: mode, layout: newLayout(o.KeyPrefix, 0, o.Capacity), srv: &servers{seen: map[string]bool{}, fn: o.OnNewServer}}
+	c := &conn{mode: mode, srv: &servers{seen: map[string]bool{}, fn: o.OnNewServer}}
 	u.OnConnect = c.srv.onConnect
+	proposed := Shape{Version: layoutVersion}
 	switch mode {
 	case ModeCluster:
 		co := u.Cluster()
 		co.DisableRoutingPolicies = true // the tier sends only EVAL, EVALSHA and SET of one slot each
-		c.layout = newLayout(o.KeyPrefix, cmp.Or(o.ClusterSlots, defaultTags), o.Capacity)
+		proposed.Tags = cmp.Or(o.ClusterSlots, defaultTags)
 		c.exec = newClusterExec(redis.NewClusterClient(co), o.Breaker, o.Clock, c.srv.checkMaster)
 	case ModeSentinel:
 		c.exec = &singleExec{client: redis.NewFailoverClient(u.Failover()), name: o.MasterName, br: breaker.New(o.Breaker)}
 	default:
 		c.exec = &singleExec{client: redis.NewClient(u.Simple()), name: o.Endpoints[0], br: breaker.New(o.Breaker)}
 	}
-	ctx, cancel := context.WithTimeout(t.bg, o.Timeout)
-	c.exec.ping(ctx) // the baseline: every master; a server not seen after it is reported
-	cancel()
+	pctx, cancel := context.WithTimeout(ctx, max(o.Timeout, minProbeTimeout))
+	defer cancel()
+	shape, err := t.readShape(pctx, c, proposed)
+	if err != nil {
+		_ = c.exec.close()
+		return err
+	}
+	c.layout.Store(newLayout(o.KeyPrefix, shape))
+	c.exec.ping(pctx) // the baseline: every master; a server not seen after it is reported
 	c.srv.mu.Lock()
 	c.srv.armed = true
 	c.srv.mu.Unlock()
 	t.conn.Store(c)
+	return nil
+}
+
+// readShape returns the layout's shape in Redis, writing want if there is
+// none; an error wrapping errNoAnswer if Redis did not answer, another if it
+// holds a layout this tier cannot work with.
+func (t *Tier) readShape(ctx context.Context, c *conn, want Shape) (Shape, error) {
+	key := shapeKey(t.opts.KeyPrefix)
+	cl := &call{op: "shape", route: key, cmd: redis.NewCmd(ctx, "evalsha", shapeScript.Hash(), 1, key, want.Version, want.Tags)}
+	c.exec.send1(ctx, cl)
+	if cl.err != nil {
+		if isReply(cl.err) {
+			return Shape{}, fmt.Errorf("reading the layout's shape (%s): %w", key, cl.err)
+		}
+		return Shape{}, fmt.Errorf("%w: reading the layout's shape (%s): %w", errNoAnswer, key, cl.err)
+	}
+	var got Shape
+	vals, err := cl.cmd.StringSlice()
+	if err == nil && len(vals) == 2 {
+		got.Version, err = strconv.Atoi(vals[0])
+		if err == nil {
+			got.Tags, err = strconv.Atoi(vals[1])
+		}
+	}
+	switch {
+	case err != nil || len(vals) != 2:
+		return Shape{}, fmt.Errorf("redis.key_prefix %q: %s holds %q, not a layout's shape; give the processor a key prefix of its own", t.opts.KeyPrefix, key, vals)
+	case got.Version != layoutVersion:
+		return Shape{}, fmt.Errorf("redis.key_prefix %q holds a key layout of version %d (%s) and this collector uses version %d; give it another redis.key_prefix, or delete the keys under the prefix once no collector of version %d uses it",
+			t.opts.KeyPrefix, got.Version, key, layoutVersion, got.Version)
+	case (got.Tags > 0) != (want.Tags > 0) || got.Tags < 0 || got.Tags > clusterSlots/4:
+		return Shape{}, fmt.Errorf("redis.key_prefix %q holds a layout of %d hash tags (%s) that a %s cannot use; give the processor a key prefix of its own", t.opts.KeyPrefix, got.Tags, key, kindName[string(c.mode)])
+	}
+	return got, nil
+}
+
+// checkShape reads the shape again (writing this tier's if it is gone) and
+// adopts another one written meanwhile.
+func (t *Tier) checkShape(ctx context.Context, c *conn) {
+	l := c.layout.Load()
+	got, err := t.readShape(ctx, c, l.shape)
+	if err != nil || got == l.shape {
+		return
+	}
+	c.layout.Store(newLayout(t.opts.KeyPrefix, got))
+	if t.opts.OnShape != nil {
+		t.opts.OnShape(got, l.shape)
+	}
+}
+
+// Shape returns the layout's shape the tier uses, if connected.
+func (t *Tier) Shape() (Shape, bool) {
+	if c := t.conn.Load(); c != nil {
+		return c.layout.Load().shape, true
+	}
+	return Shape{}, false
 }
 
 // Mode returns the topology the tier works with, or "" while it is unknown.
@@ -285,12 +362,25 @@ const (
 // stopping at the first digest held pending: the rest answer Pending,
 // untried (see the processor's consume.go for why).
 func (t *Tier) Claim(ctx context.Context, token string, ds []digest.Digest, answers []Answer, look bool) (holder string, err error) {
+	return t.ClaimAges(ctx, token, ds, answers, nil, look)
+}
+
+// ClaimAges is Claim that also sets, if ages is not nil, ages[i] for each
+// ds[i]: for a digest answered Held, the time since its holder's commit, to
+// the second (Redis's clock); for the others, -1.
+func (t *Tier) ClaimAges(ctx context.Context, token string, ds []digest.Digest, answers []Answer, ages []time.Duration, look bool) (holder string, err error) {
 	op := OpClaim
 	if look {
 		op = OpRecheck
 	}
 	answers = answers[:len(ds)]
 	clear(answers) // Unavailable
+	if ages != nil {
+		ages = ages[:len(ds)]
+		for i := range ages {
+			ages[i] = -1
+		}
+	}
 	if len(ds) == 0 {
 		return "", nil
 	}
@@ -298,18 +388,19 @@ func (t *Tier) Claim(ctx context.Context, token string, ds []digest.Digest, answ
 	if err != nil {
 		return "", err
 	}
-	b := c.prepare(ds)
+	l := c.layout.Load()
+	b := prepare(l, ds)
 	defer groupingPool.Put(b)
 	if look {
 		for _, g := range b.groups {
 			slices.SortFunc(b.order[b.bounds[g]:b.bounds[g+1]], func(i, j int32) int { return ds[i].Compare(ds[j]) })
 		}
 	}
-	calls := t.claimCalls(ctx, c, b, op, token, ds, look)
+	calls := t.claimCalls(ctx, l, b, op, token, ds, look)
 	if !look {
 		err = t.patiently(ctx, c, calls)
 	}
-	var held []string
+	var held []*renewal
 	for i, cl := range calls {
 		if look {
 			err = errors.Join(err, t.patiently(ctx, c, calls[i:i+1]))
@@ -317,7 +408,7 @@ func (t *Tier) Claim(ctx context.Context, token string, ds []digest.Digest, answ
 		if cl.err != nil {
 			continue
 		}
-		owner, perr := readClaim(cl, answers)
+		owner, perr := readClaim(cl, answers, ages)
 		if perr != nil {
 			// The group stays Unavailable.
 			err = errors.Join(err, fmt.Errorf("dedup: redis %s: %w", op, perr))
@@ -325,9 +416,12 @@ func (t *Tier) Claim(ctx context.Context, token string, ds []digest.Digest, answ
 		}
 		holder = cmp.Or(holder, owner)
 		if slices.ContainsFunc(cl.idx, func(i int32) bool { return answers[i] == Claimed }) {
-			if key := c.layout.statusKey(cl.group, token); len(held) == 0 || held[len(held)-1] != key {
-				held = append(held, key)
+			key := l.statusKey(cl.group, token)
+			if len(held) == 0 || held[len(held)-1].key != key {
+				held = append(held, &renewal{token: token, key: key, group: &l.groups[cl.group]})
 			}
+			r := held[len(held)-1]
+			r.fields = append(r.fields, *cl.fields)
 		}
 		if look && owner != "" { // stopped at a pending digest: the rest stay untried
 			for _, rest := range calls[i+1:] {
@@ -338,7 +432,7 @@ func (t *Tier) Claim(ctx context.Context, token string, ds []digest.Digest, answ
 			break
 		}
 	}
-	t.w.hold(token, held, false, t.opts.Clock.Now())
+	t.w.hold(token, held, t.opts.Clock.Now())
 	return holder, err
 }
 
@@ -368,9 +462,9 @@ func (t *Tier) patiently(ctx context.Context, c *conn, calls []*call) error {
 	return t.failure(calls)
 }
 
-// readClaim sets a claim call's answers from its reply and returns the first
-// pending claim met.
-func readClaim(cl *call, answers []Answer) (owner string, err error) {
+// readClaim sets a claim call's answers (and ages, if not nil) from its
+// reply and returns the first pending claim met.
+func readClaim(cl *call, answers []Answer, ages []time.Duration) (owner string, err error) {
 	switch v := cl.cmd.Val().(type) {
 	case int64: // all claimed
 		if v != int64(len(cl.idx)) {
@@ -384,20 +478,34 @@ func readClaim(cl *call, answers []Answer) (owner string, err error) {
 		if v == "r" {
 			return "", errors.New("the claim's token was released before the claim arrived")
 		}
-		if len(v) < len(cl.idx) {
-			return "", fmt.Errorf("claim script answered %d results for %d digests", len(v), len(cl.idx))
+		return "", fmt.Errorf("claim script answered %q", v)
+	case []any:
+		var codes, blocker, held string
+		if len(v) == 3 {
+			codes, _ = v[0].(string)
+			blocker, _ = v[1].(string)
+			held, _ = v[2].(string)
+		}
+		if len(codes) != len(cl.idx) {
+			return "", fmt.Errorf("claim script answered %d results for %d digests", len(codes), len(cl.idx))
 		}
 		for j, i := range cl.idx {
-			switch v[j] {
+			switch codes[j] {
 			case '1':
 				answers[i] = Claimed
 			case '2', '3':
 				answers[i] = Pending
 			default:
 				answers[i] = Held
+				if len(held) >= 3 {
+					if ages != nil {
+						ages[i] = time.Duration(int(held[0])<<16|int(held[1])<<8|int(held[2])) * time.Second
+					}
+					held = held[3:]
+				}
 			}
 		}
-		return v[len(cl.idx):], nil
+		return blocker, nil
 	default:
 		return "", fmt.Errorf("claim script answered %T", v)
 	}
@@ -424,20 +532,23 @@ func (t *Tier) settle(ctx context.Context, op, token string, ds []digest.Digest,
 	if c == nil {
 		return err
 	}
-	b := c.prepare(ds)
+	l := c.layout.Load()
+	b := prepare(l, ds)
 	defer groupingPool.Put(b)
 	until := t.opts.Clock.Now().Add(t.opts.Lease)
 	ws := make([]write, 0, len(b.groups))
 	for _, g := range b.groups {
-		w := write{op: op, token: token, group: g, until: until}
+		w := write{op: op, token: token, group: &l.groups[g], until: until}
+		w.status = l.statusKey(g, token)
 		if op == OpCommit {
-			w.landed = slices.ContainsFunc(held, func(r *renewal) bool { return c.layout.isStatusKey(r.key, g, token) })
+			w.landed = slices.ContainsFunc(held, func(r *renewal) bool { return r.key == w.status })
 		}
 		if op == OpRelease {
-			w.ds = make([]digest.Digest, 0, b.bounds[g+1]-b.bounds[g])
+			fields := make([]byte, 0, fieldSize*int(b.bounds[g+1]-b.bounds[g]))
 			for _, i := range b.order[b.bounds[g]:b.bounds[g+1]] {
-				w.ds = append(w.ds, ds[i])
+				fields = appendField(fields, ds[i])
 			}
+			w.fields = string(fields)
 		}
 		ws = append(ws, w)
 	}
@@ -557,14 +668,14 @@ type grouping struct {
 var groupingPool = sync.Pool{New: func() any { return new(grouping) }}
 
 // prepare groups ds by a counting sort, keeping ds's order in each group.
-func (c *conn) prepare(ds []digest.Digest) *grouping {
+func prepare(l *layout, ds []digest.Digest) *grouping {
 	b := groupingPool.Get().(*grouping)
-	ng := len(c.layout.groups)
+	ng := len(l.groups)
 	b.bounds = slices.Grow(b.bounds[:0], ng+1)[:ng+1]
 	clear(b.bounds)
 	b.next = slices.Grow(b.next[:0], ng)[:ng]
 	for _, d := range ds {
-		b.bounds[c.layout.groupOf(d)+1]++
+		b.bounds[l.groupOf(d)+1]++
 	}
 	b.groups = b.groups[:0]
 	for g := 1; g <= ng; g++ {
@@ -577,36 +688,27 @@ func (c *conn) prepare(ds []digest.Digest) *grouping {
 	next := b.next
 	copy(next, b.bounds[:ng])
 	for i, d := range ds {
-		g := c.layout.groupOf(d)
+		g := l.groupOf(d)
 		b.order[next[g]] = int32(i)
 		next[g]++
 	}
 	return b
 }
 
+// claimArgs are the strings of one claim call that are not the group's or
+// the tier's: the arguments point at them, so that none is copied or boxed.
+type claimArgs struct{ status, fields string }
+
 // claimCalls builds a claim call per group and chunk of at most
-// maxKeysPerScript digests; look makes each stop at its first pending key.
-func (t *Tier) claimCalls(ctx context.Context, c *conn, b *grouping, op, token string, ds []digest.Digest, look bool) []*call {
-	n := len(b.order)
-	l := &c.layout
-	// Hash names and fields are substrings of one string, arguments pointing
-	// at them: a few allocations per batch.
-	buf := make([]byte, 0, n*(len(l.groups[0].hashPrefix)+8+fieldSize))
-	ends := make([]int, 2*n)
-	for k, i := range b.order {
-		buf = l.appendHash(buf, ds[i])
-		ends[2*k] = len(buf)
+// maxKeysPerScript digests, each chunk's fields packed into one argument;
+// look makes each stop at its first pending key. A batch costs a few
+// allocations per call, none per digest.
+func (t *Tier) claimCalls(ctx context.Context, l *layout, b *grouping, op, token string, ds []digest.Digest, look bool) []*call {
+	buf := make([]byte, 0, len(b.order)*fieldSize)
+	for _, i := range b.order {
 		buf = appendField(buf, ds[i])
-		ends[2*k+1] = len(buf)
 	}
 	all := string(buf)
-	parts := make([]string, 2*n) // hash, field of each digest in order
-	prev := 0
-	for k, end := range ends {
-		parts[k] = all[prev:end]
-		prev = end
-	}
-
 	chunks := 0
 	for _, g := range b.groups {
 		m := int(b.bounds[g+1] - b.bounds[g])
@@ -617,31 +719,29 @@ func (t *Tier) claimCalls(ctx context.Context, c *conn, b *grouping, op, token s
 		stop = &stopAtPending
 	}
 	id := ClaimID(token)
-	// Per chunk: evalsha, sha, numkeys, status key, hashes..., ARGV, fields.
-	args := make([]any, 0, 2*n+chunks*9)
+	strs := make([]claimArgs, chunks)
+	args := make([]any, 0, chunks*claimArgc)
 	calls := make([]call, chunks)
 	out := make([]*call, 0, chunks)
 	for _, g := range b.groups {
+		gr := &l.groups[g]
+		status := l.statusKey(g, token)
 		lo, hi := int(b.bounds[g]), int(b.bounds[g+1])
 		for lo < hi {
 			end := min(lo+maxKeysPerScript, hi)
+			k := len(out)
+			strs[k] = claimArgs{status: status, fields: all[lo*fieldSize : end*fieldSize]}
 			start := len(args)
-			status := l.statusKey(g, token)
-			args = append(args, "evalsha", claimScript.Hash(), 1+end-lo, status)
-			for k := lo; k < end; k++ {
-				args = append(args, &parts[2*k])
-			}
-			args = append(args, &id, &t.leaseArg, &t.winArg, &l.groups[g].statusPrefix, stop)
-			for k := lo; k < end; k++ {
-				args = append(args, &parts[2*k+1])
-			}
-			cl := &calls[len(out)]
+			args = append(args, "evalsha", &claimSHA, 3, &strs[k].status, &gr.shape, &gr.fence,
+				&id, &t.leaseArg, &t.winArg, stop, &strs[k].fields)
+			cl := &calls[k]
 			*cl = call{
-				op:    op,
-				cmd:   redis.NewCmd(ctx, args[start:len(args):len(args)]...),
-				route: status,
-				group: g,
-				idx:   b.order[lo:end],
+				op:     op,
+				cmd:    redis.NewCmd(ctx, args[start:len(args):len(args)]...),
+				route:  status,
+				group:  g,
+				idx:    b.order[lo:end],
+				fields: &strs[k].fields,
 			}
 			out = append(out, cl)
 			lo = end
@@ -650,5 +750,11 @@ func (t *Tier) claimCalls(ctx context.Context, c *conn, b *grouping, op, token s
 	return out
 }
 
-// The claim script's last argument: stop at the first pending key or not.
+// claimArgc is the arguments of a claim call.
+const claimArgc = 11
+
+// The scripts' hashes, as arguments.
+var claimSHA, releaseSHA, commitSHA, renewSHA = claimScript.Hash(), releaseScript.Hash(), commitScript.Hash(), renewScript.Hash()
+
+// The claim script's stop argument: stop at the first pending key or not.
 var stopNever, stopAtPending = "0", "1"

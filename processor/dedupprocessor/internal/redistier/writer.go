@@ -1,6 +1,7 @@
 package redistier
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,8 +11,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
 )
 
 // The writer is the tier's background goroutine. Each round renews the pending
@@ -32,11 +31,12 @@ const (
 type write struct {
 	op       string // OpCommit or OpRelease
 	token    string
-	group    int
-	ds       []digest.Digest // a release's digests
-	election *Election       // set for an election
-	failover time.Duration   // an election's
-	until    time.Time       // the claim's lease has ended by then
+	group    *group
+	status   string        // the claim's status key in the group
+	fields   string        // a release's packed fields
+	election *Election     // set for an election
+	failover time.Duration // an election's
+	until    time.Time     // the claim's lease has ended by then
 	// landed: a commit's claim is known to have reached Redis; one whose
 	// answer never came back delivered its records unchecked, counted as
 	// such, so its commit ending or finding no claim is not a claim lost.
@@ -48,11 +48,15 @@ type write struct {
 // renewal is a pending claim's group, or a pending election, whose batch is
 // downstream.
 type renewal struct {
-	token    string
-	key      string    // the group's status key, or the election's key
-	election bool      // the key is an election's, pending under the token
-	landed   time.Time // when the lease was last set: the claim, or a renewal sent then that landed
-	retry    time.Time // a renewal that failed is tried again from then
+	token  string
+	key    string    // the group's status key, or the election's key
+	group  *group    // a claim's group; nil for an election, pending under the token
+	fields []string  // a claim's packed fields, a string per script call
+	landed time.Time // when the lease was last set: the claim, or a renewal sent then that landed
+	// stamped: when the claim's records were last stamped (layout.go): the
+	// claim, or a renewal that stamped them anew and landed.
+	stamped time.Time
+	retry   time.Time // a renewal that failed is tried again from then
 }
 
 type writer struct {
@@ -64,14 +68,16 @@ type writer struct {
 	wake   chan struct{}
 }
 
-// hold starts renewing token's claims or elections of keys, leased at now.
-func (w *writer) hold(token string, keys []string, election bool, now time.Time) {
-	if len(keys) == 0 {
+// hold starts renewing token's claims or elections rs, leased and stamped at
+// now.
+func (w *writer) hold(token string, rs []*renewal, now time.Time) {
+	if len(rs) == 0 {
 		return
 	}
 	w.mu.Lock()
-	for _, k := range keys {
-		w.live[token] = append(w.live[token], &renewal{token: token, key: k, election: election, landed: now})
+	for _, r := range rs {
+		r.landed, r.stamped = now, now
+		w.live[token] = append(w.live[token], r)
 	}
 	w.mu.Unlock()
 }
@@ -136,9 +142,13 @@ func (w *writer) run(t *Tier) {
 		if now.Sub(pinged) >= max(t.renewEvery(), time.Second) {
 			// A restarted or failed-over master shows on a new connection:
 			// ping however quiet.
+			// The shape is read again: a collector that finds it gone (the
+			// keys were deleted) writes its own, and adopts another written
+			// meanwhile, so that the fleet agrees again.
 			if c := t.conn.Load(); c != nil {
 				ctx, cancel := context.WithTimeout(t.bg, t.opts.Timeout)
 				c.exec.ping(ctx)
+				t.checkShape(ctx, c)
 				cancel()
 			}
 			pinged = now
@@ -202,13 +212,29 @@ func (w *writer) round(t *Tier, ctx context.Context, now time.Time) time.Duratio
 
 	c := t.conn.Load() // not nil if there are writes or claims: they follow a connection
 	calls := make([]*call, 0, len(renew)+len(ws))
-	for _, r := range renew {
-		tok := "" // an election's renewal checks its holder
-		if r.election {
-			tok = r.token
+	firsts := make([]int, len(renew)+1) // renewal i's calls are calls[firsts[i]:firsts[i+1]]
+	restamp := make([]bool, len(renew))
+	for i, r := range renew {
+		firsts[i] = len(calls)
+		if r.group == nil { // an election's renewal checks its holder
+			calls = append(calls, &call{op: OpRenew, cmd: redis.NewCmd(ctx, "evalsha", renewElectionScript.Hash(), 1, r.key, t.leaseArg, r.token), route: r.key})
+			continue
 		}
-		calls = append(calls, &call{op: OpRenew, cmd: redis.NewCmd(ctx, "evalsha", renewScript.Hash(), 1, r.key, t.leaseArg, tok), route: r.key})
+		// Stamps last three leases past the window (layout.go): the records
+		// of a batch downstream for a lease since they were stamped are
+		// stamped anew, so that they outlive its commit however late.
+		fields := []string{""}
+		if restamp[i] = !now.Before(r.stamped.Add(t.opts.Lease)); restamp[i] {
+			fields = r.fields
+		}
+		id := ClaimID(r.token)
+		for _, f := range fields {
+			calls = append(calls, &call{op: OpRenew, route: r.key,
+				cmd: redis.NewCmd(ctx, "evalsha", renewSHA, 3, r.key, r.group.shape, r.group.fence, t.leaseArg, id, t.winArg, f)})
+		}
 	}
+	firsts[len(renew)] = len(calls)
+	nRenew := len(calls)
 	calls = append(calls, t.writeCalls(ctx, c, ws)...)
 	for _, cl := range calls {
 		cl.paced = true
@@ -216,10 +242,19 @@ func (w *writer) round(t *Tier, ctx context.Context, now time.Time) time.Duratio
 	t.writeError(t.run(ctx, c, calls, t.opts.Timeout))
 
 	for i, r := range renew {
-		switch n, err := calls[i].cmd.Int64(); {
+		var n int64 = 1
+		var err error
+		for _, cl := range calls[firsts[i]:firsts[i+1]] {
+			m, e := cl.cmd.Int64()
+			n, err = min(n, m), cmp.Or(err, e)
+		}
+		switch {
 		case err == nil && n == 1:
 			w.mu.Lock()
 			r.landed, r.retry = now, time.Time{}
+			if restamp[i] {
+				r.stamped = now
+			}
 			w.mu.Unlock()
 		case err == nil:
 			if w.forget(r) {
@@ -235,7 +270,7 @@ func (w *writer) round(t *Tier, ctx context.Context, now time.Time) time.Duratio
 			w.mu.Unlock()
 		}
 	}
-	t.retry(t.readWrites(ws, calls[len(renew):]), now, true)
+	t.retry(t.readWrites(ws, calls[nRenew:]), now, true)
 	return w.nextRound(now, every)
 }
 
@@ -320,21 +355,12 @@ func (t *Tier) writeCalls(ctx context.Context, c *conn, ws []write) []*call {
 			calls[i] = &call{op: wr.op, cmd: redis.NewCmd(ctx, args...), route: key}
 			continue
 		}
-		status := c.layout.statusKey(wr.group, wr.token)
 		if wr.op == OpCommit {
-			calls[i] = &call{op: OpCommit, cmd: redis.NewCmd(ctx, "evalsha", commitScript.Hash(), 1, status, t.winArg), route: status, group: wr.group}
+			calls[i] = &call{op: OpCommit, cmd: redis.NewCmd(ctx, "evalsha", commitSHA, 1, wr.status, t.winArg), route: wr.status}
 			continue
 		}
-		args := make([]any, 0, 6+2*len(wr.ds))
-		args = append(args, "evalsha", releaseScript.Hash(), 1+len(wr.ds), status)
-		for _, d := range wr.ds {
-			args = append(args, string(c.layout.appendHash(nil, d)))
-		}
-		args = append(args, ClaimID(wr.token), t.leaseArg)
-		for _, d := range wr.ds {
-			args = append(args, string(appendField(nil, d)))
-		}
-		calls[i] = &call{op: OpRelease, cmd: redis.NewCmd(ctx, args...), route: status, group: wr.group}
+		calls[i] = &call{op: OpRelease, route: wr.status,
+			cmd: redis.NewCmd(ctx, "evalsha", releaseSHA, 3, wr.status, wr.group.shape, wr.group.fence, ClaimID(wr.token), t.leaseArg, wr.fields)}
 	}
 	return calls
 }
