@@ -42,7 +42,8 @@
 //     too. If the sentence goes on "in a collector that has the `TYPE`
 //     exporter" (or receiver, processor, extension), the distribution must
 //     refuse it for exactly that type, so the sentence cannot hide another
-//     error.
+//     error. If it goes on ", run with `--feature-gates=GATES`", validate
+//     runs with that flag.
 //  5. Anything else must be a complete config: it passes validate as printed.
 //
 // Every config of 4 and 5 (merged, as `print-config` prints it) must keep

@@ -69,11 +69,12 @@ func (l zapRedisLogger) Printf(_ context.Context, format string, v ...any) {
 // forgets as Redis changes.
 type sharedStage struct {
 	*redistier.Tier
-	cfg    *RedisConfig
-	prefix string
-	logger *zap.Logger
-	host   atomic.Pointer[component.Host] // set at start, for status reports
-	forget func()                         // drops what the processor cached of Redis; set before start
+	cfg     *RedisConfig
+	prefix  string
+	logger  *zap.Logger
+	host    atomic.Pointer[component.Host] // set at start, for status reports
+	forget  func()                         // drops what the processor cached of Redis; set before start
+	refused atomic.Bool                    // Redis refuses the credentials or a permission (see denied)
 }
 
 func newSharedStage(cfg *Config, r *RedisConfig, id component.ID, logger *zap.Logger, b *batches) (*sharedStage, error) {
@@ -105,6 +106,7 @@ func newSharedStage(cfg *Config, r *RedisConfig, id component.ID, logger *zap.Lo
 		OnTopology: s.topologyFound,
 		OnWriteError: func(err error) {
 			b.tierError.log(b.now(), err, zap.String("op", "write"))
+			s.answered(err)
 		},
 		OnNewServer: s.newServer,
 	})
@@ -115,21 +117,30 @@ func newSharedStage(cfg *Config, r *RedisConfig, id component.ID, logger *zap.Lo
 }
 
 // start connects the shared tier; a Redis that does not answer leaves batches
-// to on_error, as any outage.
+// to on_error, as any outage, and so does one that refuses the collector
+// (see denied).
 func (s *sharedStage) start(ctx context.Context, host component.Host) error {
 	s.host.Store(&host)
 	if err := s.Tier.Start(ctx); err != nil {
 		return fmt.Errorf("dedup: %w", err)
 	}
 	fields := []zap.Field{zap.Strings("endpoints", s.cfg.Endpoints), zap.String("master_name", s.cfg.MasterName), zap.String("key_prefix", s.prefix)}
-	if mode := s.Mode(); mode != "" {
-		s.logger.Info("dedup: shared tier connected", append(fields, zap.String("mode", string(mode)))...)
-		for _, w := range s.Durability(ctx) {
-			s.logger.Warn("dedup: shared tier: "+w, zap.String("key_prefix", s.prefix))
+	mode := s.Mode()
+	if mode == "" {
+		if err := s.Unknown(); redistier.Denied(err) {
+			s.denied(err)
+		} else {
+			s.logger.Warn("dedup: shared tier: Redis did not answer at start; until it does, batches follow redis.on_error",
+				append(fields, zap.String("on_error", string(s.cfg.OnError)), zap.Error(err))...)
 		}
-	} else {
-		s.logger.Warn("dedup: shared tier: Redis did not answer at start; until it does, batches follow redis.on_error",
-			append(fields, zap.String("on_error", string(s.cfg.OnError)))...)
+		return nil
+	}
+	s.logger.Info("dedup: shared tier connected", append(fields, zap.String("mode", string(mode)))...)
+	if err := s.Access(ctx); err != nil {
+		s.denied(err)
+	}
+	for _, w := range s.Durability(ctx) {
+		s.logger.Warn("dedup: shared tier: "+w, zap.String("key_prefix", s.prefix))
 	}
 	return nil
 }
@@ -137,14 +148,65 @@ func (s *sharedStage) start(ctx context.Context, host component.Host) error {
 // topologyFound reports what the tier learns once Redis answers; a bad
 // configuration is permanent.
 func (s *sharedStage) topologyFound(mode redistier.Mode, err error) {
-	if err == nil {
+	switch {
+	case err == nil:
 		s.logger.Info("dedup: shared tier connected: Redis answered", zap.String("mode", string(mode)), zap.Strings("endpoints", s.cfg.Endpoints))
+		s.answered(nil)
+		return
+	case redistier.Denied(err):
+		s.denied(err)
 		return
 	}
 	s.logger.Error("dedup: shared tier cannot work with what Redis answered; batches follow redis.on_error until the configuration is fixed",
 		zap.Error(err), zap.String("on_error", string(s.cfg.OnError)))
+	s.report(componentstatus.NewPermanentErrorEvent(fmt.Errorf("dedup: %w", err)))
+}
+
+// answered follows what Redis answers a claim (or a write, a discovery): a
+// refusal makes the tier refused; a success after a refusal ends it.
+func (s *sharedStage) answered(err error) {
+	switch {
+	case err == nil:
+		// Load first: a CompareAndSwap per batch would contend.
+		if s.refused.Load() && s.refused.CompareAndSwap(true, false) {
+			s.logger.Info("dedup: shared tier: Redis accepts the collector again", zap.String("username", s.cfg.Username))
+			s.report(componentstatus.NewEvent(componentstatus.StatusOK))
+		}
+	case redistier.Denied(err):
+		s.denied(err)
+	}
+}
+
+// denied says, once until Redis accepts the collector again, that it refuses
+// the credentials or a permission, with the fix: an error line, and a
+// recoverable error status that health_check shows.
+//
+// Why the start does not fail: the fix may be Redis's (a user created on a
+// replica that a failover promoted, a password rotated there first, an ACL
+// rule), and once made, go-redis authenticates each new connection again and
+// the tier works without a restart; a failed start would stop every pipeline
+// of the collector, and a fleet sharing the password would crash-loop, where
+// redis.on_error promises that a shared tier that cannot work costs copies
+// (pass) or retries (refuse), not the collector. Why recoverable, not
+// permanent: a permanent error status never returns to OK (the collector's
+// status machine), so health would keep reporting a tier that works again.
+func (s *sharedStage) denied(err error) {
+	if !s.refused.CompareAndSwap(false, true) {
+		return
+	}
+	fix := fmt.Sprintf("give the ACL user what the shared tier needs, on every master and replica, with keys matching redis.key_prefix %q (docs/security.md)", s.prefix)
+	if redis.IsAuthError(err) {
+		fix = "set redis.username and redis.password to a user Redis has (ACL users are per server: create it on every master and replica), or redis.password alone to requirepass's password"
+	}
+	s.logger.Error("dedup: shared tier: Redis refuses the collector's credentials or permissions; batches follow redis.on_error until it accepts them",
+		zap.Error(err), zap.String("fix", fix), zap.String("username", s.cfg.Username), zap.String("on_error", string(s.cfg.OnError)))
+	s.report(componentstatus.NewRecoverableErrorEvent(fmt.Errorf("dedup: Redis refuses the collector (%w); %s", err, fix)))
+}
+
+// report sends a status event to the host, once started.
+func (s *sharedStage) report(ev *componentstatus.Event) {
 	if host := s.host.Load(); host != nil {
-		componentstatus.ReportStatus(*host, componentstatus.NewPermanentErrorEvent(fmt.Errorf("dedup: %w", err)))
+		componentstatus.ReportStatus(*host, ev)
 	}
 }
 

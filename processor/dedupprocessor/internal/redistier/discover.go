@@ -25,9 +25,10 @@ const (
 	ModeSentinel   Mode = "sentinel" // Sentinels monitoring MasterName
 )
 
-// errNoAnswer wraps discovery errors where no endpoint told what it is; the
-// rest are bad configurations.
-var errNoAnswer = errors.New("no endpoint answered")
+// errNoAnswer wraps discovery errors where no endpoint told what it is (none
+// answered, or each refused the credentials); the rest are bad
+// configurations.
+var errNoAnswer = errors.New("no endpoint told what it is")
 
 // minProbeTimeout: a probe (dial, TLS, AUTH, two round trips) costs more than
 // a call; start can wait.
@@ -97,7 +98,7 @@ func (t *Tier) probe(ctx context.Context, addr string, credentials bool) probe {
 				role = fmt.Sprint(fields[i+1])
 			}
 		}
-	} else if !isReply(err) {
+	} else if !isReply(err) || Denied(err) {
 		p.err = err
 		return p
 	}

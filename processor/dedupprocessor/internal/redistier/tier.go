@@ -79,7 +79,8 @@ type Options struct {
 	// a server not seen before answers after the tier connected (see servers).
 	OnNewServer func(runID string)
 	// OnTopology, if set, gets the mode or the error a tier that got no answer
-	// at Start learns later; OnWriteError gets a writer round's error.
+	// at Start learns later (a refusal, see Denied, included); OnWriteError
+	// gets a writer round's error.
 	OnTopology   func(Mode, error)
 	OnWriteError func(error)
 }
@@ -167,7 +168,7 @@ func (t *Tier) discoverLater() {
 			return
 		}
 		t.unknown.Store(&err)
-		if !errors.Is(err, errNoAnswer) && err.Error() != reported && t.opts.OnTopology != nil {
+		if (!errors.Is(err, errNoAnswer) || Denied(err)) && err.Error() != reported && t.opts.OnTopology != nil {
 			reported = err.Error()
 			t.opts.OnTopology("", err)
 		}
