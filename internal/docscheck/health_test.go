@@ -78,7 +78,7 @@ func getHealth(t *testing.T, c *collector) health {
 // accepts the password, with no restart. Without the gate, health_check
 // says "Server available" all along, as the text says.
 func TestHealthShowsRedisRefusal(t *testing.T) {
-	srv := redistest.Standalone(t, redistest.WithConfig(fleetACL))
+	srv := redistest.Standalone(t, redistest.WithConfig(redistest.FleetACL(t, fleetPassword)))
 	block, gates := healthBlock(t)
 	path := filepath.Join(t.TempDir(), "health.yaml")
 	if err := os.WriteFile(path, []byte(block), 0o600); err != nil {

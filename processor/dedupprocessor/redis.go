@@ -139,8 +139,13 @@ func (s *sharedStage) start(ctx context.Context, host component.Host) error {
 	if err := s.Access(ctx); err != nil {
 		s.denied(err)
 	}
-	for _, w := range s.Durability(ctx) {
+	warnings, unchecked := s.Durability(ctx)
+	for _, w := range warnings {
 		s.logger.Warn("dedup: shared tier: "+w, zap.String("key_prefix", s.prefix))
+	}
+	if unchecked != "" {
+		// The fleet's ACL refuses CONFIG GET on purpose: not a warning.
+		s.logger.Info("dedup: shared tier: " + unchecked)
 	}
 	return nil
 }

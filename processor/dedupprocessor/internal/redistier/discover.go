@@ -51,16 +51,36 @@ func (t *Tier) discover(ctx context.Context) (Mode, error) {
 	probes := make([]probe, len(t.opts.Endpoints))
 	var wg sync.WaitGroup
 	for i, addr := range t.opts.Endpoints {
-		wg.Go(func() {
-			probes[i] = t.probe(ctx, addr, true)
-			if err := probes[i].err; err != nil && strings.Contains(err.Error(), "without any password configured") {
-				// A Sentinel without credentials of its own: ask it without.
-				probes[i] = t.probe(ctx, addr, false)
-			}
-		})
+		wg.Go(func() { probes[i] = t.ask(ctx, addr) })
 	}
 	wg.Wait()
 	return decide(&t.opts, probes)
+}
+
+// ask probes addr the way go-redis will reach it: a Sentinel without
+// credentials (they are the master's: go-redis sends none to Sentinels, and a
+// Sentinel that refused them would log a failed login per start), anything
+// else with them.
+func (t *Tier) ask(ctx context.Context, addr string) probe {
+	if t.opts.MasterName != "" {
+		if p := t.probe(ctx, addr, false); p.err == nil && p.mode == string(ModeSentinel) {
+			return p
+		}
+	}
+	p := t.probe(ctx, addr, true)
+	switch {
+	case p.err == nil:
+	case strings.Contains(p.err.Error(), "without any password configured"):
+		// A Sentinel without credentials of its own: ask it without.
+		p = t.probe(ctx, addr, false)
+	case redis.IsAuthError(p.err) && t.opts.MasterName == "":
+		// A Sentinel listed without redis.master_name: say so, rather than
+		// that it refused the credentials.
+		if q := t.probe(ctx, addr, false); q.err == nil && q.mode == string(ModeSentinel) {
+			p = q
+		}
+	}
+	return p
 }
 
 // probe asks an endpoint what it is: HELLO (Redis >= 6) answers mode and role,
