@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -55,16 +54,6 @@ func identityFingerprint(cfg *Config) uint64 {
 	return e.Digest().Hi
 }
 
-// redisLog routes go-redis's process-wide log to the first shared tier's
-// logger.
-var redisLog sync.Once
-
-type zapRedisLogger struct{ logger *zap.Logger }
-
-func (l zapRedisLogger) Printf(_ context.Context, format string, v ...any) {
-	l.logger.Warn(fmt.Sprintf(format, v...))
-}
-
 // sharedStage is the shared tier and what the processor logs, reports and
 // forgets as Redis changes.
 type sharedStage struct {
@@ -75,6 +64,7 @@ type sharedStage struct {
 	host    atomic.Pointer[component.Host] // set at start, for status reports
 	forget  func()                         // drops what the processor cached of Redis; set before start
 	refused atomic.Bool                    // Redis refuses the credentials or a permission (see denied)
+	log     *redisLogSink                  // go-redis's lines, while this tier runs (redislog.go)
 }
 
 func newSharedStage(cfg *Config, r *RedisConfig, id component.ID, logger *zap.Logger, b *batches) (*sharedStage, error) {
@@ -85,7 +75,7 @@ func newSharedStage(cfg *Config, r *RedisConfig, id component.ID, logger *zap.Lo
 			return nil, fmt.Errorf("dedup: redis.tls: %w", err)
 		}
 	}
-	s := &sharedStage{cfg: r, prefix: cmp.Or(r.KeyPrefix, defaultKeyPrefix(id, cfg)), logger: logger}
+	s := &sharedStage{cfg: r, prefix: cmp.Or(r.KeyPrefix, defaultKeyPrefix(id, cfg)), logger: logger, log: newRedisLogSink(logger, b.now)}
 	s.Tier = redistier.New(redistier.Options{
 		Endpoints:    r.Endpoints,
 		Mode:         redistier.Mode(r.Mode),
@@ -110,9 +100,6 @@ func newSharedStage(cfg *Config, r *RedisConfig, id component.ID, logger *zap.Lo
 		},
 		OnNewServer: s.newServer,
 	})
-	redisLog.Do(func() {
-		redis.SetLogger(zapRedisLogger{logger: logger.With(zap.String("client", "go-redis"))})
-	})
 	return s, nil
 }
 
@@ -121,7 +108,9 @@ func newSharedStage(cfg *Config, r *RedisConfig, id component.ID, logger *zap.Lo
 // (see denied).
 func (s *sharedStage) start(ctx context.Context, host component.Host) error {
 	s.host.Store(&host)
+	goRedisLog.add(s.log)
 	if err := s.Tier.Start(ctx); err != nil {
+		goRedisLog.remove(s.log)
 		return fmt.Errorf("dedup: %w", err)
 	}
 	fields := []zap.Field{zap.Strings("endpoints", s.cfg.Endpoints), zap.String("master_name", s.cfg.MasterName), zap.String("key_prefix", s.prefix)}
@@ -148,6 +137,12 @@ func (s *sharedStage) start(ctx context.Context, host component.Host) error {
 		s.logger.Info("dedup: shared tier: " + unchecked)
 	}
 	return nil
+}
+
+// Close closes the tier; go-redis's lines go to another tier's logger.
+func (s *sharedStage) Close() error {
+	defer goRedisLog.remove(s.log)
+	return s.Tier.Close()
 }
 
 // topologyFound reports what the tier learns once Redis answers; a bad
