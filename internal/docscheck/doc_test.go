@@ -11,6 +11,9 @@
 //     checked as printed, by the rule below;
 //   - the ocb manifest of README.md builds a working collector from an empty
 //     directory;
+//   - README.md's facts agree with the repository (the Go release of the
+//     go.mod files, the Makefile's targets, the pages of docs/, the cache's
+//     sizing, links), and memory figures live in BENCHMARKS.md alone;
 //   - every metric and label that the Grafana dashboard and the Prometheus
 //     rules in deploy/ use is one the binary really exports, and the rules
 //     pass `promtool check rules` and their own `promtool test rules`;

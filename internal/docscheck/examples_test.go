@@ -144,12 +144,12 @@ func exampleOverride(t *testing.T, file string) string {
 }
 
 // runExample starts examples/file with the override, OTLP_BACKEND at the
-// sink (gRPC, or HTTP for otlp_http) and extra env.
+// sink's host:port (gRPC, or HTTP for otlp_http) and extra env.
 func runExample(t *testing.T, file string, sink *testSink, httpBackend bool, env ...string) *collector {
 	t.Helper()
 	backend := sink.GRPCEndpoint()
 	if httpBackend {
-		backend = sink.HTTPEndpoint()
+		backend = strings.TrimPrefix(sink.HTTPEndpoint(), "http://")
 	}
 	env = append([]string{"OTLP_BACKEND=" + backend}, env...)
 	return startCollector(t, env, []string{filepath.Join(root(t), "examples", file)}, exampleOverride(t, file))
