@@ -15,8 +15,8 @@ import (
 // TestFleetACLOnePlace: the fleet's Redis ACL has one home,
 // deploy/redis/fleet.acl, which the processor's tests run every call of the
 // shared tier under (internal/redistier's TestFleetACL*). docs/security.md
-// shows that line as it is; the examples that set a fleet user point at the
-// file; deploy/compose's Redis loads the file and its gateways use its
+// shows that line as it is; the examples that set a fleet user (standalone,
+// Cluster, Sentinel) point at the file; deploy/compose's Redis loads the file and its gateways use its
 // password; no other doc, example or deploy file holds a copy that could
 // grow stale.
 func TestFleetACLOnePlace(t *testing.T) {
@@ -24,7 +24,7 @@ func TestFleetACLOnePlace(t *testing.T) {
 	if !strings.Contains(string(readFile(t, "docs/security.md")), "\n  "+acl+"\n") {
 		t.Errorf("docs/security.md does not show %s's line:\n%s", redistest.FleetACLFile, acl)
 	}
-	for _, f := range []string{"examples/fleet-redis.yaml", "examples/ha-election.yaml"} {
+	for _, f := range []string{"examples/fleet-redis.yaml", "examples/ha-election.yaml", "examples/redis-cluster.yaml", "examples/redis-sentinel-tls.yaml"} {
 		if !strings.Contains(headerComment(string(readFile(t, f))), redistest.FleetACLFile) {
 			t.Errorf("%s's header does not name %s", f, redistest.FleetACLFile)
 		}
