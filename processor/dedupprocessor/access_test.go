@@ -206,3 +206,35 @@ func TestPermissionWithdrawnWhileRunning(t *testing.T) {
 		t.Fatalf("claims ok %d, error %d; want 2 and 1", ok, e)
 	}
 }
+
+// TestRefusalChangesCause: the password is fixed in Redis but the user still
+// may not run the scripts: the tier connects, the start's access check runs
+// then, and the new refusal is named with its own fix; the status follows,
+// and nothing says Redis accepts the collector.
+func TestRefusalChangesCause(t *testing.T) {
+	srv := redistest.Standalone(t, redistest.WithConfig("user fleet-a on >s3cret resetkeys ~fleet-a:* +@all -evalsha -eval"))
+	cfg := redisConfig([]string{srv.Addr()}, ErrorPass)
+	r := cfg.Redis.Get()
+	r.Username, r.Password, r.KeyPrefix = "fleet-a", "rotated", "fleet-a:"
+	core, logs := observer.New(zap.InfoLevel)
+	host := &statusHost{}
+	newHarnessOn(t, host, cfg, new(consumertest.LogsSink), zap.New(core))
+	if err := srv.Client().Do(context.Background(), "acl", "setuser", "fleet-a", ">rotated").Err(); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, "the refusal of the scripts", 10*time.Second, func() bool {
+		return logs.FilterMessage(msgRefused).Len() == 2
+	})
+	second := logs.FilterMessage(msgRefused).All()[1].ContextMap()
+	want := srv.Addr() + ": NOPERM this user has no permissions to run the 'evalsha' command"
+	if second["error"] != want || second["fix"] != fixPerm("fleet-a:") {
+		t.Fatalf("second refusal: %v, want error %q", second, want)
+	}
+	got := host.statuses()
+	if len(got) != 2 || !strings.Contains(got[0], "WRONGPASS") || got[1] != "StatusRecoverableError: dedup: Redis refuses the collector ("+want+"); "+fixPerm("fleet-a:") {
+		t.Fatalf("status events: %q", got)
+	}
+	if n := logs.FilterMessage(msgAccepted).Len(); n != 0 {
+		t.Fatalf("%d lines say Redis accepts the collector", n)
+	}
+}

@@ -63,7 +63,7 @@ type sharedStage struct {
 	logger  *zap.Logger
 	host    atomic.Pointer[component.Host] // set at start, for status reports
 	forget  func()                         // drops what the processor cached of Redis; set before start
-	refused atomic.Bool                    // Redis refuses the credentials or a permission (see denied)
+	refusal atomic.Pointer[string]         // the fix of the refusal reported, nil while Redis accepts (see denied)
 	log     *redisLogSink                  // go-redis's lines, while this tier runs (redislog.go)
 }
 
@@ -145,13 +145,13 @@ func (s *sharedStage) Close() error {
 	return s.Tier.Close()
 }
 
-// topologyFound reports what the tier learns once Redis answers; a bad
-// configuration is permanent.
+// topologyFound reports what the tier learns once Redis answers: a refusal
+// is recoverable (see denied), a bad configuration permanent.
 func (s *sharedStage) topologyFound(mode redistier.Mode, err error) {
 	switch {
 	case err == nil:
 		s.logger.Info("dedup: shared tier connected: Redis answered", zap.String("mode", string(mode)), zap.Strings("endpoints", s.cfg.Endpoints))
-		s.answered(nil)
+		s.answered(s.Access(context.Background()))
 		return
 	case redistier.Denied(err):
 		s.denied(err)
@@ -162,13 +162,13 @@ func (s *sharedStage) topologyFound(mode redistier.Mode, err error) {
 	s.report(componentstatus.NewPermanentErrorEvent(fmt.Errorf("dedup: %w", err)))
 }
 
-// answered follows what Redis answers a claim (or a write, a discovery): a
-// refusal makes the tier refused; a success after a refusal ends it.
+// answered follows what Redis answers a claim (or a write, the access check):
+// a refusal is reported (denied); a success after a refusal ends it.
 func (s *sharedStage) answered(err error) {
 	switch {
 	case err == nil:
-		// Load first: a CompareAndSwap per batch would contend.
-		if s.refused.Load() && s.refused.CompareAndSwap(true, false) {
+		// Load first: a Swap per batch would contend.
+		if s.refusal.Load() != nil && s.refusal.Swap(nil) != nil {
 			s.logger.Info("dedup: shared tier: Redis accepts the collector again", zap.String("username", s.cfg.Username))
 			s.report(componentstatus.NewEvent(componentstatus.StatusOK))
 		}
@@ -177,9 +177,10 @@ func (s *sharedStage) answered(err error) {
 	}
 }
 
-// denied says, once until Redis accepts the collector again, that it refuses
-// the credentials or a permission, with the fix: an error line, and a
-// recoverable error status that health_check shows.
+// denied says, once until Redis accepts the collector again or refuses it
+// for another reason, that it refuses the credentials or a permission, with
+// the fix: an error line, and a recoverable error status that health_check
+// shows.
 //
 // Why the start does not fail: the fix may be Redis's (a user created on a
 // replica that a failover promoted, a password rotated there first, an ACL
@@ -191,12 +192,12 @@ func (s *sharedStage) answered(err error) {
 // permanent: a permanent error status never returns to OK (the collector's
 // status machine), so health would keep reporting a tier that works again.
 func (s *sharedStage) denied(err error) {
-	if !s.refused.CompareAndSwap(false, true) {
-		return
-	}
 	fix := fmt.Sprintf("give the ACL user what the shared tier needs, on every master and replica, with keys matching redis.key_prefix %q (docs/security.md)", s.prefix)
 	if redis.IsAuthError(err) {
 		fix = "set redis.username and redis.password to a user Redis has (ACL users are per server: create it on every master and replica), or redis.password alone to requirepass's password"
+	}
+	if old := s.refusal.Load(); old != nil && *old == fix || !s.refusal.CompareAndSwap(old, &fix) {
+		return
 	}
 	s.logger.Error("dedup: shared tier: Redis refuses the collector's credentials or permissions; batches follow redis.on_error until it accepts them",
 		zap.Error(err), zap.String("fix", fix), zap.String("username", s.cfg.Username), zap.String("on_error", string(s.cfg.OnError)))
