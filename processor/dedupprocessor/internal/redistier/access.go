@@ -32,7 +32,7 @@ func (t *Tier) Unknown() error {
 // accessScript asks of Redis what every claim asks, claiming nothing: to run
 // a script (EVALSHA, then EVAL on NOSCRIPT), to read Redis's clock inside
 // one, and to read a key under KeyPrefix (one nothing stores).
-var accessScript = redis.NewScript(`
+var accessScript = newScript("access", `
 redis.call('TIME')
 if #KEYS > 0 then redis.call('EXISTS', KEYS[1]) end
 return 1`)
