@@ -25,6 +25,7 @@ var processorMetrics = []string{
 	"otelcol_processor_dedup_records",
 	"otelcol_processor_dedup_duplicates",
 	"otelcol_processor_dedup_cache_entries",
+	"otelcol_processor_dedup_cache_bytes",
 	"otelcol_processor_dedup_cache_evictions",
 	"otelcol_processor_dedup_released",
 	"otelcol_processor_dedup_redis_requests",

@@ -11,6 +11,9 @@
 //     checked as printed, by the rule below;
 //   - the ocb manifest of README.md builds a working collector from an empty
 //     directory;
+//   - README.md's facts agree with the repository (the Go release of the
+//     go.mod files, the Makefile's targets, the pages of docs/, the cache's
+//     sizing, links), and memory figures live in BENCHMARKS.md alone;
 //   - every metric and label that the Grafana dashboard and the Prometheus
 //     rules in deploy/ use is one the binary really exports, and the rules
 //     pass `promtool check rules` and their own `promtool test rules`;
@@ -42,7 +45,8 @@
 //     too. If the sentence goes on "in a collector that has the `TYPE`
 //     exporter" (or receiver, processor, extension), the distribution must
 //     refuse it for exactly that type, so the sentence cannot hide another
-//     error.
+//     error. If it goes on ", run with `--feature-gates=GATES`", validate
+//     runs with that flag.
 //  5. Anything else must be a complete config: it passes validate as printed.
 //
 // Every config of 4 and 5 (merged, as `print-config` prints it) must keep

@@ -51,8 +51,9 @@ var fenceRE = regexp.MustCompile("(?s)(?:<!-- docscheck: ([a-z-]+) -->\n)?```yam
 // fragmentRE matches the visible sentence that makes a block a fragment:
 // "A fragment, completed by [`FILE`](PATH)", optionally followed by "in a
 // collector that has the `TYPE` exporter" (or receiver, processor,
-// extension) when the block needs a component the distribution lacks.
-var fragmentRE = regexp.MustCompile("A\\s+fragment,\\s+completed\\s+by\\s+\\[`[^`]+`\\]\\(([^)\\s]+)\\)(?:\\s+in\\s+a\\s+collector\\s+that\\s+has\\s+the\\s+`([a-z_]+)`\\s+(?:exporter|receiver|processor|extension))?")
+// extension) when the block needs a component the distribution lacks, or by
+// ", run with `--feature-gates=GATES`" when it needs a feature gate.
+var fragmentRE = regexp.MustCompile("A\\s+fragment,\\s+completed\\s+by\\s+\\[`[^`]+`\\]\\(([^)\\s]+)\\)(?:\\s+in\\s+a\\s+collector\\s+that\\s+has\\s+the\\s+`([a-z_]+)`\\s+(?:exporter|receiver|processor|extension))?(?:,\\s+run\\s+with\\s+`(--feature-gates=[^`\\s]+)`)?")
 
 // docBlock is one YAML block of the docs.
 type docBlock struct {
@@ -64,6 +65,7 @@ type docBlock struct {
 	// text says completes it, and the component type it says it needs.
 	completedBy string
 	needs       string
+	gates       string // "--feature-gates=..." the text says it runs with, or ""
 }
 
 func (b docBlock) String() string { return fmt.Sprintf("%s#%d", b.file, b.n) }
@@ -85,7 +87,7 @@ func docBlocks(t *testing.T) []docBlock {
 			}
 			if f := fragmentRE.FindStringSubmatch(before); f != nil {
 				b.completedBy = filepath.ToSlash(filepath.Join(filepath.Dir(file), f[1]))
-				b.needs = f[2]
+				b.needs, b.gates = f[2], f[3]
 			}
 			out = append(out, b)
 		}
@@ -158,7 +160,15 @@ func TestDocSnippetsValidate(t *testing.T) {
 				}
 				configs = []string{filepath.Join(root(t), b.completedBy), p}
 			}
-			out, err := validate(t, configs...)
+			var flags []string
+			if b.gates != "" {
+				flags = append(flags, b.gates)
+			}
+			args := []string{"validate"}
+			for _, c := range configs {
+				args = append(args, "--config", c)
+			}
+			out, err := runIn(t, cmdTimeout, root(t), nil, binary(t), append(args, flags...)...)
 			if kind == "fragment-needs" {
 				if err == nil || !strings.Contains(out, "unknown type: \""+b.needs+"\"") {
 					t.Errorf("its text says it needs %q, which the distribution lacks, but validate said (%v):\n%s", b.needs, err, out)
@@ -172,11 +182,8 @@ func TestDocSnippetsValidate(t *testing.T) {
 				}
 				t.Fatalf("validate %s: %v\n%s\nblock:\n%s", what, err, out, b.text)
 			}
-			args := []string{"print-config"}
-			for _, c := range configs {
-				args = append(args, "--config", c)
-			}
-			merged, err := runIn(t, cmdTimeout, root(t), nil, binary(t), args...)
+			args[0] = "print-config"
+			merged, err := runIn(t, cmdTimeout, root(t), nil, binary(t), append(args, flags...)...)
 			if err != nil {
 				t.Fatalf("print-config: %v\n%s", err, merged)
 			}
@@ -186,7 +193,7 @@ func TestDocSnippetsValidate(t *testing.T) {
 		})
 	}
 	// A new block updates these counts.
-	want := map[string]int{"complete": 1, "fragment": 9, "fragment-needs": 1, "ocb": 1, "manifest": 1, "prometheus": 1}
+	want := map[string]int{"complete": 1, "fragment": 10, "fragment-needs": 1, "ocb": 1, "manifest": 1, "prometheus": 1}
 	if !maps.Equal(counts, want) {
 		t.Errorf("YAML blocks by kind: %v, want %v", counts, want)
 	}

@@ -126,6 +126,12 @@ type collector struct {
 // Listen addresses (see e2e.Config), which the overrides use.
 func startCollector(t *testing.T, env, configs []string, overrides ...string) *collector {
 	t.Helper()
+	return startCollectorFlags(t, nil, env, configs, overrides...)
+}
+
+// startCollectorFlags is startCollector with further command-line flags.
+func startCollectorFlags(t *testing.T, flags, env, configs []string, overrides ...string) *collector {
+	t.Helper()
 	dir := t.TempDir()
 	args := slices.Clone(configs)
 	for i, doc := range overrides {
@@ -137,7 +143,7 @@ func startCollector(t *testing.T, env, configs []string, overrides ...string) *c
 	c := &collector{t: t, log: filepath.Join(dir, "collector.log")}
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
-	col, err := e2e.Start(ctx, binary(t), c.log, env, args...)
+	col, err := e2e.StartFlags(ctx, binary(t), c.log, env, flags, args...)
 	if err != nil {
 		c.dumpLog()
 		t.Fatal(err)

@@ -213,6 +213,7 @@ var exactNames = map[string]string{
 	"duplicates":           "otelcol_processor_dedup_duplicates",
 	"released":             "otelcol_processor_dedup_released",
 	"cache_entries":        "otelcol_processor_dedup_cache_entries",
+	"cache_bytes":          "otelcol_processor_dedup_cache_bytes",
 	"cache_evictions":      "otelcol_processor_dedup_cache_evictions",
 	"redis_requests":       "otelcol_processor_dedup_redis_requests",
 	"redis_duration_count": "otelcol_processor_dedup_redis_duration_count",
@@ -334,6 +335,7 @@ func TestSeriesNamesByReader(t *testing.T) {
 		"duplicates":           "otelcol_processor_dedup_duplicates_total",
 		"released":             "otelcol_processor_dedup_released_total",
 		"cache_entries":        "otelcol_processor_dedup_cache_entries",
+		"cache_bytes":          "otelcol_processor_dedup_cache_bytes",
 		"cache_evictions":      "otelcol_processor_dedup_cache_evictions_total",
 		"redis_requests":       "otelcol_processor_dedup_redis_requests_total",
 		"redis_duration_count": "otelcol_processor_dedup_redis_duration_seconds_count",
@@ -345,6 +347,12 @@ func TestSeriesNamesByReader(t *testing.T) {
 	for _, n := range suffixed {
 		if !strings.Contains(doc, "`"+n+"`") {
 			t.Errorf("docs/monitoring.md does not list %s", n)
+		}
+	}
+	readme := string(readFile(t, "processor/dedupprocessor/README.md"))
+	for _, n := range exactNames {
+		if n = strings.TrimSuffix(n, "_count"); !strings.Contains(readme, "\n| `"+n+"` |") {
+			t.Errorf("the component README's telemetry table has no row for %s", n)
 		}
 	}
 

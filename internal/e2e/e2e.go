@@ -128,11 +128,16 @@ type Collector struct {
 // ports its listeners got. If the process exits first or ctx ends, the
 // process is stopped and the error says which; log tells why.
 func Start(ctx context.Context, binary, log string, env []string, configs ...string) (*Collector, error) {
+	return StartFlags(ctx, binary, log, env, nil, configs...)
+}
+
+// StartFlags is Start with further command-line flags (--feature-gates=...).
+func StartFlags(ctx context.Context, binary, log string, env, flags []string, configs ...string) (*Collector, error) {
 	out, err := os.Create(log)
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(binary)
+	cmd := exec.Command(binary, flags...)
 	for _, c := range configs {
 		cmd.Args = append(cmd.Args, "--config", c)
 	}

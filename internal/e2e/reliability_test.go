@@ -798,11 +798,11 @@ service:
 			if bytes.Contains(b, []byte(tc.secret)) {
 				t.Fatalf("the password appears in the collector's output")
 			}
-			// A wrong password keeps the processor from learning what Redis
-			// is: it starts, and keeps asking.
+			// A wrong password is named at start: the processor starts, and
+			// keeps asking.
 			started := "dedup: shared tier connected"
 			if tc.secret == wrong {
-				started = "dedup: shared tier: Redis did not answer at start"
+				started = "dedup: shared tier: Redis refuses the collector's credentials or permissions"
 			}
 			if !bytes.Contains(b, []byte(started)) {
 				t.Fatalf("the collector's output lacks %q:\n%s", started, tail(b, 20))

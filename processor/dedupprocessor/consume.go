@@ -296,6 +296,7 @@ func (e *engine) claim(ctx context.Context, b *batch, idx []int32, look bool) er
 	ds = b.digests(won)
 	b.answers = slices.Grow(b.answers[:0], len(ds))[:len(ds)]
 	holder, err := e.shared.Claim(ctx, b.redisToken, ds, b.answers, look)
+	e.shared.answered(err)
 	b.holder = cmp.Or(holder, b.holder)
 	if err != nil {
 		e.tierError.log(b.now, err, zap.String("on_error", string(e.policy)))

@@ -29,6 +29,7 @@ var tierOps = map[string]string{
 	redistier.ScriptHash("elect"):            "elect",
 	redistier.ScriptHash("confirm"):          "confirm",
 	redistier.ScriptHash("release-election"): "unelect",
+	redistier.ScriptHash("access"):           "", // the start's access check: no claim
 }
 
 // tierOp names what a command of the shared tier does: the op of its
@@ -40,7 +41,7 @@ func (r *faultRun) tierOp(c faultproxy.Command) string {
 	if sha == "" {
 		return ""
 	}
-	if op, ok := tierOps[sha]; ok && len(c.Args) >= 4 {
+	if op, ok := tierOps[sha]; ok && (op == "" || len(c.Args) >= 4) {
 		return op
 	}
 	return "script"

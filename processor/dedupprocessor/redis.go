@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -57,25 +56,17 @@ func identityFingerprint(cfg *Config) uint64 {
 	return e.Digest().Hi
 }
 
-// redisLog routes go-redis's process-wide log to the first shared tier's
-// logger.
-var redisLog sync.Once
-
-type zapRedisLogger struct{ logger *zap.Logger }
-
-func (l zapRedisLogger) Printf(_ context.Context, format string, v ...any) {
-	l.logger.Warn(fmt.Sprintf(format, v...))
-}
-
 // sharedStage is the shared tier and what the processor logs, reports and
 // forgets as Redis changes.
 type sharedStage struct {
 	*redistier.Tier
-	cfg    *RedisConfig
-	prefix string
-	logger *zap.Logger
-	host   atomic.Pointer[component.Host] // set at start, for status reports
-	forget func()                         // drops what the processor cached of Redis; set before start
+	cfg     *RedisConfig
+	prefix  string
+	logger  *zap.Logger
+	host    atomic.Pointer[component.Host] // set at start, for status reports
+	forget  func()                         // drops what the processor cached of Redis; set before start
+	refusal atomic.Pointer[string]         // the fix of the refusal reported, nil while Redis accepts (see denied)
+	log     *redisLogSink                  // go-redis's lines, while this tier runs (redislog.go)
 }
 
 func newSharedStage(cfg *Config, r *RedisConfig, id component.ID, logger *zap.Logger, b *batches) (*sharedStage, error) {
@@ -86,7 +77,7 @@ func newSharedStage(cfg *Config, r *RedisConfig, id component.ID, logger *zap.Lo
 			return nil, fmt.Errorf("dedup: redis.tls: %w", err)
 		}
 	}
-	s := &sharedStage{cfg: r, prefix: cmp.Or(r.KeyPrefix, defaultKeyPrefix(id, cfg)), logger: logger}
+	s := &sharedStage{cfg: r, prefix: cmp.Or(r.KeyPrefix, defaultKeyPrefix(id, cfg)), logger: logger, log: newRedisLogSink(logger, b.now)}
 	s.Tier = redistier.New(redistier.Options{
 		Endpoints:    r.Endpoints,
 		Mode:         redistier.Mode(r.Mode),
@@ -106,49 +97,121 @@ func newSharedStage(cfg *Config, r *RedisConfig, id component.ID, logger *zap.Lo
 		OnTopology: s.topologyFound,
 		OnWriteError: func(err error) {
 			b.tierError.log(b.now(), err, zap.String("op", "write"))
+			s.answered(err)
 		},
 		OnNewServer: s.newServer,
 		OnShape:     s.shapeChanged,
-	})
-	redisLog.Do(func() {
-		redis.SetLogger(zapRedisLogger{logger: logger.With(zap.String("client", "go-redis"))})
 	})
 	return s, nil
 }
 
 // start connects the shared tier; a Redis that does not answer leaves batches
-// to on_error, as any outage.
+// to on_error, as any outage, and so does one that refuses the collector
+// (see denied).
 func (s *sharedStage) start(ctx context.Context, host component.Host) error {
 	s.host.Store(&host)
+	goRedisLog.add(s.log)
 	if err := s.Tier.Start(ctx); err != nil {
+		goRedisLog.remove(s.log)
 		return fmt.Errorf("dedup: %w", err)
 	}
 	fields := []zap.Field{zap.Strings("endpoints", s.cfg.Endpoints), zap.String("master_name", s.cfg.MasterName), zap.String("key_prefix", s.prefix)}
-	if mode := s.Mode(); mode != "" {
-		s.logger.Info("dedup: shared tier connected", append(fields, zap.String("mode", string(mode)))...)
-		s.adopted()
-		for _, w := range s.Durability(ctx) {
-			s.logger.Warn("dedup: shared tier: "+w, zap.String("key_prefix", s.prefix))
+	mode := s.Mode()
+	if mode == "" {
+		if err := s.Unknown(); redistier.Denied(err) {
+			s.denied(err)
+		} else {
+			s.logger.Warn("dedup: shared tier: Redis did not answer at start; until it does, batches follow redis.on_error",
+				append(fields, zap.String("on_error", string(s.cfg.OnError)), zap.Error(err))...)
 		}
-	} else {
-		s.logger.Warn("dedup: shared tier: Redis did not answer at start; until it does, batches follow redis.on_error",
-			append(fields, zap.String("on_error", string(s.cfg.OnError)))...)
+		return nil
+	}
+	s.logger.Info("dedup: shared tier connected", append(fields, zap.String("mode", string(mode)))...)
+	s.adopted()
+	if err := s.Access(ctx); err != nil {
+		s.denied(err)
+	}
+	warnings, unchecked := s.Durability(ctx)
+	for _, w := range warnings {
+		s.logger.Warn("dedup: shared tier: "+w, zap.String("key_prefix", s.prefix))
+	}
+	if unchecked != "" {
+		// The fleet's ACL refuses CONFIG GET on purpose: not a warning.
+		s.logger.Info("dedup: shared tier: " + unchecked)
 	}
 	return nil
 }
 
-// topologyFound reports what the tier learns once Redis answers; a bad
-// configuration is permanent.
+// Close closes the tier; go-redis's lines go to another tier's logger.
+func (s *sharedStage) Close() error {
+	defer goRedisLog.remove(s.log)
+	return s.Tier.Close()
+}
+
+// topologyFound reports what the tier learns once Redis answers: a refusal
+// is recoverable (see denied), a bad configuration permanent.
 func (s *sharedStage) topologyFound(mode redistier.Mode, err error) {
-	if err == nil {
+	switch {
+	case err == nil:
 		s.logger.Info("dedup: shared tier connected: Redis answered", zap.String("mode", string(mode)), zap.Strings("endpoints", s.cfg.Endpoints))
 		s.adopted()
+		s.answered(s.Access(context.Background()))
+		return
+	case redistier.Denied(err):
+		s.denied(err)
 		return
 	}
 	s.logger.Error("dedup: shared tier cannot work with what Redis answered; batches follow redis.on_error until the configuration is fixed",
 		zap.Error(err), zap.String("on_error", string(s.cfg.OnError)))
+	s.report(componentstatus.NewPermanentErrorEvent(fmt.Errorf("dedup: %w", err)))
+}
+
+// answered follows what Redis answers a claim (or a write, the access check):
+// a refusal is reported (denied); a success after a refusal ends it.
+func (s *sharedStage) answered(err error) {
+	switch {
+	case err == nil:
+		// Load first: a Swap per batch would contend.
+		if s.refusal.Load() != nil && s.refusal.Swap(nil) != nil {
+			s.logger.Info("dedup: shared tier: Redis accepts the collector again", zap.String("username", s.cfg.Username))
+			s.report(componentstatus.NewEvent(componentstatus.StatusOK))
+		}
+	case redistier.Denied(err):
+		s.denied(err)
+	}
+}
+
+// denied says, once until Redis accepts the collector again or refuses it
+// for another reason, that it refuses the credentials or a permission, with
+// the fix: an error line, and a recoverable error status that health_check
+// shows.
+//
+// Why the start does not fail: the fix may be Redis's (a user created on a
+// replica that a failover promoted, a password rotated there first, an ACL
+// rule), and once made, go-redis authenticates each new connection again and
+// the tier works without a restart; a failed start would stop every pipeline
+// of the collector, and a fleet sharing the password would crash-loop, where
+// redis.on_error promises that a shared tier that cannot work costs copies
+// (pass) or retries (refuse), not the collector. Why recoverable, not
+// permanent: a permanent error status never returns to OK (the collector's
+// status machine), so health would keep reporting a tier that works again.
+func (s *sharedStage) denied(err error) {
+	fix := fmt.Sprintf("give the ACL user what the shared tier needs, on every master and replica, with keys matching redis.key_prefix %q (docs/security.md)", s.prefix)
+	if redis.IsAuthError(err) {
+		fix = "set redis.username and redis.password to a user Redis has (ACL users are per server: create it on every master and replica), or redis.password alone to requirepass's password"
+	}
+	if old := s.refusal.Load(); old != nil && *old == fix || !s.refusal.CompareAndSwap(old, &fix) {
+		return
+	}
+	s.logger.Error("dedup: shared tier: Redis refuses the collector's credentials or permissions; batches follow redis.on_error until it accepts them",
+		zap.Error(err), zap.String("fix", fix), zap.String("username", s.cfg.Username), zap.String("on_error", string(s.cfg.OnError)))
+	s.report(componentstatus.NewRecoverableErrorEvent(fmt.Errorf("dedup: Redis refuses the collector (%w); %s", err, fix)))
+}
+
+// report sends a status event to the host, once started.
+func (s *sharedStage) report(ev *componentstatus.Event) {
 	if host := s.host.Load(); host != nil {
-		componentstatus.ReportStatus(*host, componentstatus.NewPermanentErrorEvent(fmt.Errorf("dedup: %w", err)))
+		componentstatus.ReportStatus(*host, ev)
 	}
 }
 

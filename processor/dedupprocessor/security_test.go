@@ -8,28 +8,29 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
 )
 
-// redisACL is the ACL the README's Security section recommends for a fleet
-// whose key_prefix is "fleet-a:": its own keys only, no admin or dangerous
-// commands beyond the two start-up questions (INFO, ROLE).
-const redisACL = "user fleet-a on >s3cret resetkeys ~fleet-a:* resetchannels -@all +@read +@write +@scripting +@connection +info +role +time"
-
-// TestRedisACLLimitedToKeyPrefix: a fleet's ACL user that may touch only
-// keys under its key_prefix, and no admin command, is all the shared tier
-// needs: two instances deliver each event once, with no error.
+// TestRedisACLLimitedToKeyPrefix: the fleet's ACL user of
+// deploy/redis/fleet.acl (docs/security.md), that may touch only keys under
+// its key_prefix, and no admin command, is all the shared tier needs: two
+// instances deliver each event once, with no error and no warning. The one
+// check it refuses (CONFIG GET, for persistence) is said once at start, at
+// info level.
 func TestRedisACLLimitedToKeyPrefix(t *testing.T) {
-	srv := redistest.Standalone(t, redistest.WithConfig(redisACL))
+	srv := redistest.Standalone(t, redistest.WithConfig(redistest.FleetACL(t, "s3cret")))
 	cfg := func() *Config {
 		c := redisConfig([]string{srv.Addr()}, ErrorRefuse)
 		r := c.Redis.Get()
-		r.Username, r.Password, r.KeyPrefix = "fleet-a", "s3cret", "fleet-a:"
+		r.Username, r.Password, r.KeyPrefix = redistest.FleetUser, "s3cret", redistest.FleetKeyPrefix
 		return c
 	}
+	core, logs := observer.New(zap.InfoLevel)
 	sinkA, sinkB := new(consumertest.LogsSink), new(consumertest.LogsSink)
-	a, b := newHarness(t, cfg(), sinkA), newHarness(t, cfg(), sinkB)
+	a, b := newHarness(t, cfg(), sinkA, zap.New(core)), newHarness(t, cfg(), sinkB)
 	if err := a.consume(events(1, 2, 3)); err != nil {
 		t.Fatal(err)
 	}
@@ -47,8 +48,16 @@ func TestRedisACLLimitedToKeyPrefix(t *testing.T) {
 		}
 	}
 
+	if n := logs.Filter(func(e observer.LoggedEntry) bool { return e.Level > zap.InfoLevel }).Len(); n != 0 {
+		t.Errorf("%d warnings or errors: %v", n, logs.All())
+	}
+	unchecked := "dedup: shared tier: could not check whether Redis " + srv.Addr() + " keeps claims across a restart: appendonly is off, and the user may not run CONFIG GET save (NOPERM this user has no permissions to run the 'config|get' command); check that it takes RDB snapshots (save) or turn appendonly on, or accept that a restart lets copies through within a window"
+	if n := logs.FilterMessage(unchecked).Len(); n != 1 {
+		t.Errorf("%d lines %q, want 1: %v", n, unchecked, logs.All())
+	}
+
 	// The user really is confined: a key outside the prefix is refused.
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "fleet-a", Password: "s3cret"})
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: redistest.FleetUser, Password: "s3cret"})
 	defer c.Close()
 	if err := c.Set(context.Background(), "fleet-a:probe", "1", 0).Err(); err != nil {
 		t.Fatalf("the ACL user cannot write under its prefix: %v", err)

@@ -145,6 +145,8 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, signal strin
 		"Seconds a batch waited for other batches' pending claims on its records, by how the wait ended: settled (the batch went on), refused (returned to the sender for retry after pending_wait).",
 		0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
 	entries := gauge("otelcol_processor_dedup_cache_entries", "{keys}", "Keys held in the local cache.")
+	cacheBytes := gauge("otelcol_processor_dedup_cache_bytes", "By",
+		"Memory the local cache takes outside the Go heap (its ring and index): memory_limiter does not see it.")
 	evictions, err := meter.Int64ObservableCounter("otelcol_processor_dedup_cache_evictions",
 		metric.WithDescription("Keys evicted from the full local cache before their window ended; a sign cache.max_entries is too small."),
 		metric.WithUnit("{keys}"))
@@ -160,7 +162,7 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, signal strin
 		"Records whose request lacked the auth_attributes identity, by reason: unauthenticated (no authenticated identity: a receiver without auth, or a batch processor in front of dedup), missing_attribute (the authenticator set no value for one of the attributes); they are deduplicated in one partition shared by all such requests.")
 	breaker := gauge("otelcol_processor_dedup_redis_breaker_state", "1",
 		"The circuit breaker of each node of the shared tier (label node: a Cluster master's address, a standalone server's endpoint, a Sentinel master's name): 0 closed, 1 half-open (probing), 2 open (the node skipped).")
-	observed := []metric.Observable{entries, evictions, breaker}
+	observed := []metric.Observable{entries, cacheBytes, evictions, breaker}
 	var elected metric.Int64ObservableGauge
 	election := e.cfg.Metrics.ReplicaElection.Get()
 	if signal == "metrics" && election != nil {
@@ -182,6 +184,7 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, signal strin
 	}
 	t.registration, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		o.ObserveInt64(entries, int64(e.local.Len(e.now())), t.baseOpt)
+		o.ObserveInt64(cacheBytes, e.local.Bytes(), t.baseOpt)
 		o.ObserveInt64(evictions, e.local.Evictions(), t.baseOpt)
 		if e.shared != nil {
 			for _, nb := range e.shared.Breakers() {

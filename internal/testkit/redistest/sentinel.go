@@ -2,6 +2,7 @@ package redistest
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -22,13 +23,14 @@ func (s *SentinelServers) SentinelAddr() string { return s.Sentinel.Addr() }
 // Sentinel starts a master, a replica of it and a sentinel that monitors the
 // master as "mymaster" with quorum 1 and a 1 s down-after period. It waits
 // until the replica is in sync and the sentinel reports the master's address
-// and knows the replica.
-func Sentinel(tb testkit.TB) *SentinelServers {
+// and knows the replica. opts apply to the master and the replica (an ACL
+// user, say); the sentinel reaches them as the default user.
+func Sentinel(tb testkit.TB, opts ...Option) *SentinelServers {
 	tb.Helper()
 	const name = "mymaster"
 	// No 5 s wait for more replicas before the first sync.
-	master := Standalone(tb, WithConfig("repl-diskless-sync-delay 0"))
-	replica := Replica(tb, master)
+	master := Standalone(tb, append(slices.Clip(opts), WithConfig("repl-diskless-sync-delay 0"))...)
+	replica := Replica(tb, master, opts...)
 
 	ctx := context.Background()
 	// Started after the replica is in sync, the sentinel's first INFO to the

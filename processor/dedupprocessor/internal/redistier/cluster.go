@@ -97,7 +97,13 @@ func (x *clusterExec) exec(ctx context.Context, calls []*call) {
 	}
 }
 
-func (x *clusterExec) send1(ctx context.Context, c *call) { sendEach(ctx, x.cc, []*call{c}) }
+func (x *clusterExec) send1(ctx context.Context, c *call) {
+	c.node = "the master of " + c.route
+	if client, err := x.cc.MasterForKey(ctx, c.route); err == nil {
+		c.node = client.Options().Addr
+	}
+	sendEach(ctx, x.cc, []*call{c})
+}
 
 // worthRetry reports whether a failed call may succeed if sent again now.
 func (x *clusterExec) worthRetry(ctx context.Context, c *call) bool {

@@ -25,9 +25,10 @@ const (
 	ModeSentinel   Mode = "sentinel" // Sentinels monitoring MasterName
 )
 
-// errNoAnswer wraps discovery errors where no endpoint told what it is; the
-// rest are bad configurations.
-var errNoAnswer = errors.New("no endpoint answered")
+// errNoAnswer wraps discovery errors where no endpoint told what it is (none
+// answered, or each refused the credentials); the rest are bad
+// configurations.
+var errNoAnswer = errors.New("no endpoint told what it is")
 
 // minProbeTimeout: a probe (dial, TLS, AUTH, two round trips) costs more than
 // a call; start can wait.
@@ -50,16 +51,36 @@ func (t *Tier) discover(ctx context.Context) (Mode, error) {
 	probes := make([]probe, len(t.opts.Endpoints))
 	var wg sync.WaitGroup
 	for i, addr := range t.opts.Endpoints {
-		wg.Go(func() {
-			probes[i] = t.probe(ctx, addr, true)
-			if err := probes[i].err; err != nil && strings.Contains(err.Error(), "without any password configured") {
-				// A Sentinel without credentials of its own: ask it without.
-				probes[i] = t.probe(ctx, addr, false)
-			}
-		})
+		wg.Go(func() { probes[i] = t.ask(ctx, addr) })
 	}
 	wg.Wait()
 	return decide(&t.opts, probes)
+}
+
+// ask probes addr the way go-redis will reach it: a Sentinel without
+// credentials (they are the master's: go-redis sends none to Sentinels, and a
+// Sentinel that refused them would log a failed login per start), anything
+// else with them.
+func (t *Tier) ask(ctx context.Context, addr string) probe {
+	if t.opts.MasterName != "" {
+		if p := t.probe(ctx, addr, false); p.err == nil && p.mode == string(ModeSentinel) {
+			return p
+		}
+	}
+	p := t.probe(ctx, addr, true)
+	switch {
+	case p.err == nil:
+	case strings.Contains(p.err.Error(), "without any password configured"):
+		// A Sentinel without credentials of its own: ask it without.
+		p = t.probe(ctx, addr, false)
+	case redis.IsAuthError(p.err) && t.opts.MasterName == "":
+		// A Sentinel listed without redis.master_name: say so, rather than
+		// that it refused the credentials.
+		if q := t.probe(ctx, addr, false); q.err == nil && q.mode == string(ModeSentinel) {
+			p = q
+		}
+	}
+	return p
 }
 
 // probe asks an endpoint what it is: HELLO (Redis >= 6) answers mode and role,
@@ -97,7 +118,7 @@ func (t *Tier) probe(ctx context.Context, addr string, credentials bool) probe {
 				role = fmt.Sprint(fields[i+1])
 			}
 		}
-	} else if !isReply(err) {
+	} else if !isReply(err) || Denied(err) {
 		p.err = err
 		return p
 	}

@@ -146,7 +146,7 @@ func TestDiscoverLater(t *testing.T) {
 		ds := digests(t, "", 3)
 		answers := []Answer{Claimed, Claimed, Claimed}
 		_, err := tr.Claim(context.Background(), testToken(), ds, answers, false)
-		if err == nil || !strings.HasPrefix(err.Error(), "dedup: redis claim: topology not known: no endpoint answered: "+srv.Addr()+": ") {
+		if err == nil || !strings.HasPrefix(err.Error(), "dedup: redis claim: topology not known: no endpoint told what it is: "+srv.Addr()+": ") {
 			t.Fatalf("claim with the topology unknown: %v", err)
 		}
 		if answers[0] != Unavailable || answers[2] != Unavailable {

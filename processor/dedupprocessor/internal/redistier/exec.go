@@ -89,7 +89,10 @@ func skipUnpaced(calls []*call, node string) []*call {
 	return paced
 }
 
-func (x *singleExec) send1(ctx context.Context, c *call) { sendPipeline(ctx, x.client, []*call{c}) }
+func (x *singleExec) send1(ctx context.Context, c *call) {
+	c.node = x.name
+	sendPipeline(ctx, x.client, []*call{c})
+}
 
 func (x *singleExec) breakers() []NodeBreaker {
 	return []NodeBreaker{{Node: x.name, State: x.br.State()}}

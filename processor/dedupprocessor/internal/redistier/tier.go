@@ -80,7 +80,8 @@ type Options struct {
 	// a server not seen before answers after the tier connected (see servers).
 	OnNewServer func(runID string)
 	// OnTopology, if set, gets the mode or the error a tier that got no answer
-	// at Start learns later; OnWriteError gets a writer round's error.
+	// at Start learns later (a refusal, see Denied, included); OnWriteError
+	// gets a writer round's error.
 	OnTopology   func(Mode, error)
 	OnWriteError func(error)
 	// OnShape, if set, is called when the tier finds the layout's shape in
@@ -179,7 +180,7 @@ func (t *Tier) discoverLater() {
 			return
 		}
 		t.unknown.Store(&err)
-		if !errors.Is(err, errNoAnswer) && err.Error() != reported && t.opts.OnTopology != nil {
+		if (!errors.Is(err, errNoAnswer) || Denied(err)) && err.Error() != reported && t.opts.OnTopology != nil {
 			reported = err.Error()
 			t.opts.OnTopology("", err)
 		}
@@ -250,10 +251,13 @@ func (t *Tier) readShape(ctx context.Context, c *conn, want Shape) (Shape, error
 	key := shapeKey(t.opts.KeyPrefix)
 	cl := &call{op: "shape", route: key, cmd: redis.NewCmd(ctx, "evalsha", shapeScript.Hash(), 1, key, want.Version, want.Tags)}
 	c.exec.send1(ctx, cl)
-	if cl.err != nil {
-		if isReply(cl.err) {
-			return Shape{}, fmt.Errorf("reading the layout's shape (%s): %w", key, cl.err)
-		}
+	switch {
+	case cl.err == nil:
+	case Denied(cl.err):
+		return Shape{}, refused{node: cl.node, err: cl.err}
+	case isReply(cl.err):
+		return Shape{}, fmt.Errorf("reading the layout's shape (%s): %w", key, cl.err)
+	default:
 		return Shape{}, fmt.Errorf("%w: reading the layout's shape (%s): %w", errNoAnswer, key, cl.err)
 	}
 	var got Shape
@@ -275,6 +279,16 @@ func (t *Tier) readShape(ctx context.Context, c *conn, want Shape) (Shape, error
 	}
 	return got, nil
 }
+
+// refused is a node's refusal of the tier's user (Denied): like no answer,
+// it is asked again in the background, and it names the node.
+type refused struct {
+	node string
+	err  error
+}
+
+func (r refused) Error() string   { return r.node + ": " + r.err.Error() }
+func (r refused) Unwrap() []error { return []error{r.err, errNoAnswer} }
 
 // checkShape reads the shape again (writing this tier's if it is gone) and
 // adopts another one written meanwhile.
