@@ -95,7 +95,7 @@ func benchConsumeLogs(b *testing.B, prefill int, keyed bool, size int, dup float
 		results := make([]localcache.Result, cap(fill))
 		for i := range uint64(prefill) {
 			if fill = append(fill, digest.Digest{Hi: benchMix(i), Lo: benchMix(^i)}); len(fill) == cap(fill) || i == uint64(prefill)-1 {
-				p.local.ClaimBatch(fill, 1, now, results)
+				p.local.ClaimBatch(fill, 1, now, results, nil)
 				fill = fill[:0]
 			}
 		}

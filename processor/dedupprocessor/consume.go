@@ -270,7 +270,7 @@ func (e *engine) claim(ctx context.Context, b *batch, idx []int32, look bool) er
 	if look {
 		e.looks.Lock()
 	}
-	e.local.ClaimBatch(ds, b.token, b.now, b.results)
+	e.local.ClaimBatch(ds, b.token, b.now, b.results, nil)
 	if look {
 		e.looks.Unlock()
 	}
