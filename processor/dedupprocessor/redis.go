@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/collector/component/componentstatus"
 	"go.uber.org/zap"
 
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/identity"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/redistier"
 )
@@ -74,6 +75,27 @@ type sharedStage struct {
 	logger *zap.Logger
 	host   atomic.Pointer[component.Host] // set at start, for status reports
 	forget func()                         // drops what the processor cached of Redis; set before start
+	aged   agedClaimer                    // the tier, if it tells its copies' ages
+}
+
+// agedClaimer is a shared tier that tells how old the copies it finds are:
+// Claim, and for each digest it answers Held, ages[i] is how long before the
+// claim the holder's claim was committed (unknownAge if it cannot tell).
+// duplicate_age{tier="redis"} records the ages a tier tells, and nothing for
+// a tier that does not implement this.
+type agedClaimer interface {
+	ClaimAged(ctx context.Context, token string, ds []digest.Digest, answers []redistier.Answer, ages []time.Duration, look bool) (holder string, err error)
+}
+
+// claim is the tier's Claim, with the copies' ages if it tells them.
+func (s *sharedStage) claim(ctx context.Context, token string, ds []digest.Digest, answers []redistier.Answer, ages []time.Duration, look bool) (string, error) {
+	if s.aged != nil {
+		return s.aged.ClaimAged(ctx, token, ds, answers, ages, look)
+	}
+	for i := range ages {
+		ages[i] = unknownAge
+	}
+	return s.Claim(ctx, token, ds, answers, look)
 }
 
 func newSharedStage(cfg *Config, r *RedisConfig, id component.ID, logger *zap.Logger, b *batches) (*sharedStage, error) {
@@ -108,6 +130,7 @@ func newSharedStage(cfg *Config, r *RedisConfig, id component.ID, logger *zap.Lo
 		},
 		OnNewServer: s.newServer,
 	})
+	s.aged, _ = any(s.Tier).(agedClaimer)
 	redisLog.Do(func() {
 		redis.SetLogger(zapRedisLogger{logger: logger.With(zap.String("client", "go-redis"))})
 	})

@@ -64,7 +64,7 @@ func TestScaleKeepsTheOrderAndLetsNewKeysIn(t *testing.T) {
 	s := New[int](2)
 	s.Add("old", 1000, nil)
 	s.Add("mid", 10, nil)
-	s.Scale(1.0 / 1024) // old ~0.98, mid ~0.01
+	s.Scale(1.0 / 1024)  // old ~0.98, mid ~0.01
 	s.Add("new", 5, nil) // replaces mid
 	if s.Get("mid") != nil || s.Get("new") == nil {
 		t.Fatalf("weights %v, want old and new", weights(s))
