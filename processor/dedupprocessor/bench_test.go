@@ -79,7 +79,7 @@ func BenchmarkConsumeLogs(b *testing.B) {
 		for _, sdk := range []bool{false, true} {
 			for _, keyed := range []bool{false, true} {
 				for _, dup := range []float64{0, 0.3} {
-					benchConsumeLogs(b, 0, keyed, 1000, dup, benchVariant{sourcesOff: !sources, sdk: sdk})
+					benchConsumeLogs(b, 0, keyed, 1000, dup, benchVariant{named: true, sourcesOff: !sources, sdk: sdk})
 				}
 			}
 		}
@@ -89,12 +89,13 @@ func BenchmarkConsumeLogs(b *testing.B) {
 // benchVariant is a BenchmarkConsumeLogs variant; the zero value is the
 // default configuration on a no-op meter, named without a prefix.
 type benchVariant struct {
+	named      bool // the name says sources and meter
 	sourcesOff bool // source.key: []
 	sdk        bool // the SDK's meter provider (with a reader) instead of a no-op one
 }
 
 func (v benchVariant) prefix() string {
-	if v == (benchVariant{}) {
+	if !v.named {
 		return ""
 	}
 	return fmt.Sprintf("sources=%s/meter=%s/", map[bool]string{false: "on", true: "off"}[v.sourcesOff], map[bool]string{false: "nop", true: "sdk"}[v.sdk])
