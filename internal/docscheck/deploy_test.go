@@ -36,6 +36,11 @@ var processorMetrics = []string{
 	"otelcol_processor_dedup_elections",
 	"otelcol_processor_dedup_election_undecided",
 	"otelcol_processor_dedup_elected_replica",
+	"otelcol_processor_dedup_source_duplicates",
+	"otelcol_processor_dedup_source_records",
+	"otelcol_processor_dedup_duplicate_age_bucket",
+	"otelcol_processor_dedup_duplicate_age_sum",
+	"otelcol_processor_dedup_duplicate_age_count",
 }
 
 // scrapeLabels are the labels Prometheus adds to every scraped series.
@@ -183,6 +188,7 @@ func TestDashboardStructure(t *testing.T) {
 		"Duplicate rate by tier and signal", "Records by outcome", "Cache fill (entries / cache.max_entries)",
 		"Early evictions /s", "Redis latency by op (p50, p99)", "Redis round trips by op and result",
 		"Breaker state by instance and Redis node", "Keys released after failed deliveries /s",
+		"Top sources of copies", "Copies by age",
 	} {
 		if !slices.Contains(titles, want) {
 			t.Errorf("no panel %q; panels: %q", want, titles)
@@ -287,7 +293,7 @@ func TestRulesStructure(t *testing.T) {
 	want := []string{
 		"OtelcolDedupCacheEvictingEarly", "OtelcolDedupDuplicateRatioHigh", "OtelcolDedupDuplicateRatioSpike",
 		"OtelcolDedupKeyErrors", "OtelcolDedupRedisBreakerOpen", "OtelcolDedupRedisErrors",
-		"OtelcolDedupRedisSlow", "OtelcolDedupReleasesClimbing",
+		"OtelcolDedupRedisSlow", "OtelcolDedupReleasesClimbing", "OtelcolDedupSourceSendingCopies",
 	}
 	slices.Sort(alerts)
 	if !slices.Equal(alerts, want) {

@@ -199,6 +199,25 @@ func wantSeries(t *testing.T, sc e2e.Scrape, names map[string]string) {
 		{"election_undecided", l("metrics", "reason", "missing_label"), 2},
 		{"elected_replica", l("metrics", "cluster", "team-1", "replica", "a"), 1},
 		{"redis_breaker_state", l("metrics"), 0},
+		// By source (service.name, the default source.key): docscheck is
+		// named from its first copy on, in the batch that has it.
+		{"source_duplicates", l("logs", "source", "docscheck"), 3},
+		{"source_records", l("logs", "source", "docscheck"), 6},
+		{"source_duplicates", l("logs", "source", "(other)"), 0},
+		{"source_records", l("logs", "source", "(other)"), 0},
+		{"source_duplicates", l("traces", "source", "docscheck"), 1},
+		{"source_records", l("traces", "source", "docscheck"), 2},
+		{"source_duplicates", l("metrics", "source", "docscheck"), 1},
+		{"source_records", l("metrics", "source", "docscheck"), 1},
+		{"source_duplicates", l("metrics", "source", "node-exporter"), 1},
+		{"source_records", l("metrics", "source", "node-exporter"), 1},
+		{"source_records", l("metrics", "source", "(other)"), 2},
+		// Ages: known for the batch and local tiers, not for election.
+		{"duplicate_age_count", l("logs", "tier", "batch"), 1},
+		{"duplicate_age_count", l("logs", "tier", "local"), 2},
+		{"duplicate_age_count", l("traces", "tier", "batch"), 1},
+		{"duplicate_age_count", l("metrics", "tier", "local"), 1},
+		{"duplicate_age_count", l("metrics", "tier", "election"), 0},
 	} {
 		name := names[w.name]
 		if got := sc.Sum(name, w.labels); got != w.value {
@@ -221,6 +240,9 @@ var exactNames = map[string]string{
 	"elections":            "otelcol_processor_dedup_elections",
 	"election_undecided":   "otelcol_processor_dedup_election_undecided",
 	"elected_replica":      "otelcol_processor_dedup_elected_replica",
+	"source_duplicates":    "otelcol_processor_dedup_source_duplicates",
+	"source_records":       "otelcol_processor_dedup_source_records",
+	"duplicate_age_count":  "otelcol_processor_dedup_duplicate_age_count",
 }
 
 // TestDeployQueriesMatchExportedSeries runs the binary with dedup in three
@@ -343,6 +365,9 @@ func TestSeriesNamesByReader(t *testing.T) {
 		"elections":            "otelcol_processor_dedup_elections_total",
 		"election_undecided":   "otelcol_processor_dedup_election_undecided_total",
 		"elected_replica":      "otelcol_processor_dedup_elected_replica",
+		"source_duplicates":    "otelcol_processor_dedup_source_duplicates_total",
+		"source_records":       "otelcol_processor_dedup_source_records_total",
+		"duplicate_age_count":  "otelcol_processor_dedup_duplicate_age_seconds_count",
 	}
 	for _, n := range suffixed {
 		if !strings.Contains(doc, "`"+n+"`") {

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/pdata/pmetric"
 	"go.opentelemetry.io/collector/processor/processortest"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/identity"
@@ -55,6 +56,12 @@ func benchLogs(batches, size int, dupRatio float64) []plog.Logs {
 // asked for, without rebuilding records. With cache=1M the cache starts with
 // 10^6 other keys and stays full, as a busy gateway's does, so claims pay for
 // a working set far larger than the CPU caches.
+//
+// The sources=on and sources=off variants are the target's workload (empty
+// cache, batch 1000) with copies traced to their source (the default) and
+// without (source.key: []), each with the processor's telemetry on a no-op
+// meter (as the rest) and on the SDK's (meter=sdk: recording costs what it
+// does in a collector); compare them with benchstat -col /sources.
 func BenchmarkConsumeLogs(b *testing.B) {
 	for _, prefill := range []int{0, 1_000_000} {
 		for _, keyed := range []bool{false, true} {
@@ -63,18 +70,45 @@ func BenchmarkConsumeLogs(b *testing.B) {
 					if prefill > 0 && size != 1000 {
 						continue
 					}
-					benchConsumeLogs(b, prefill, keyed, size, dup)
+					benchConsumeLogs(b, prefill, keyed, size, dup, benchVariant{})
+				}
+			}
+		}
+	}
+	for _, sources := range []bool{true, false} {
+		for _, sdk := range []bool{false, true} {
+			for _, keyed := range []bool{false, true} {
+				for _, dup := range []float64{0, 0.3} {
+					benchConsumeLogs(b, 0, keyed, 1000, dup, benchVariant{named: true, sourcesOff: !sources, sdk: sdk})
 				}
 			}
 		}
 	}
 }
 
-func benchConsumeLogs(b *testing.B, prefill int, keyed bool, size int, dup float64) {
-	name := fmt.Sprintf("cache=%s/key=%v/batch=%d/dup=%.0f%%", map[bool]string{false: "empty", true: "1M"}[prefill > 0],
+// benchVariant is a BenchmarkConsumeLogs variant; the zero value is the
+// default configuration on a no-op meter, named without a prefix.
+type benchVariant struct {
+	named      bool // the name says sources and meter
+	sourcesOff bool // source.key: []
+	sdk        bool // the SDK's meter provider (with a reader) instead of a no-op one
+}
+
+func (v benchVariant) prefix() string {
+	if !v.named {
+		return ""
+	}
+	return fmt.Sprintf("sources=%s/meter=%s/", map[bool]string{false: "on", true: "off"}[v.sourcesOff], map[bool]string{false: "nop", true: "sdk"}[v.sdk])
+}
+
+func benchConsumeLogs(b *testing.B, prefill int, keyed bool, size int, dup float64, v benchVariant) {
+	name := fmt.Sprintf("%scache=%s/key=%v/batch=%d/dup=%.0f%%", v.prefix(), map[bool]string{false: "empty", true: "1M"}[prefill > 0],
 		map[bool]string{false: "content", true: "event.id"}[keyed], size, dup*100)
 	b.Run(name, func(b *testing.B) {
 		cfg := defaultConfig()
+		if v.sourcesOff {
+			cfg.Source.Key = nil
+		}
 		cfg.Cache.MaxEntries = max(prefill, 10_000_000)
 		if prefill > 0 {
 			cfg.Cache.MaxEntries = prefill
@@ -83,7 +117,13 @@ func benchConsumeLogs(b *testing.B, prefill int, keyed bool, size int, dup float
 		if keyed {
 			cfg.Logs.Key = []string{`attributes["event.id"]`}
 		}
-		p, err := newLogsProcessor(processortest.NewNopSettings(componentType).TelemetrySettings, processortest.NewNopSettings(componentType).ID, cfg, consumertest.NewNop())
+		set := processortest.NewNopSettings(componentType)
+		if v.sdk {
+			mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+			defer func() { _ = mp.Shutdown(context.Background()) }()
+			set.MeterProvider = mp
+		}
+		p, err := newLogsProcessor(set.TelemetrySettings, set.ID, cfg, consumertest.NewNop())
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -95,7 +135,7 @@ func benchConsumeLogs(b *testing.B, prefill int, keyed bool, size int, dup float
 		results := make([]localcache.Result, cap(fill))
 		for i := range uint64(prefill) {
 			if fill = append(fill, digest.Digest{Hi: benchMix(i), Lo: benchMix(^i)}); len(fill) == cap(fill) || i == uint64(prefill)-1 {
-				p.local.ClaimBatch(fill, 1, now, results)
+				p.local.ClaimBatch(fill, 1, now, results, nil)
 				fill = fill[:0]
 			}
 		}

@@ -77,6 +77,8 @@ type Config struct {
 	Metrics MetricsConfig `mapstructure:"metrics"`
 	// Redis is the optional shared tier; absent means local only.
 	Redis configoptional.Optional[RedisConfig] `mapstructure:"redis"`
+	// Source names the sender of each record, to trace copies to it.
+	Source SourceConfig `mapstructure:"source"`
 
 	// clock is the processor's clock; nil is the wall clock. Tests set it.
 	clock clock.Clock
@@ -89,6 +91,23 @@ type Config struct {
 type CacheConfig struct {
 	// MaxEntries is the most keys the cache holds; it evicts the oldest first.
 	MaxEntries int `mapstructure:"max_entries"`
+
+	_ struct{}
+}
+
+// SourceConfig names who sent each record, so that the telemetry can say who
+// sends the copies.
+type SourceConfig struct {
+	// Key lists what names a sender: resource attributes and the request's
+	// client (auth.<attribute>, metadata.<key>, client.address); empty: copies
+	// are not traced to sources.
+	Key []string `mapstructure:"key"`
+	// MaxSources bounds the sources named in the metrics: the heaviest, the
+	// rest counted as one.
+	MaxSources int `mapstructure:"max_sources"`
+	// LogInterval is the least time between two log lines about one source's
+	// copies; 0: no lines.
+	LogInterval time.Duration `mapstructure:"log_interval"`
 
 	_ struct{}
 }
@@ -209,6 +228,8 @@ const (
 	// maxSharedWindow: the shared tier stamps each record with the second
 	// by which it may go, in 3 bytes read within half their range (97 days).
 	maxSharedWindow = 90 * 24 * time.Hour
+	// maxMaxSources bounds the source series of one processor and signal.
+	maxMaxSources = 1000
 	// defaultRedisLease: how long the retries of a collector that died
 	// mid-batch wait; short next to exporters' retry horizon.
 	defaultRedisLease = 30 * time.Second
@@ -234,6 +255,12 @@ func createDefaultConfig() component.Config {
 				MaxClusters:        100,
 				RemoveReplicaLabel: true,
 			}),
+		},
+		Source: SourceConfig{
+			// Every OpenTelemetry SDK sets it, and it survives every hop.
+			Key:         []string{`resource.attributes["service.name"]`},
+			MaxSources:  20,
+			LogInterval: time.Minute,
 		},
 		Redis: configoptional.Default(RedisConfig{
 			Mode:         RedisModeAuto,
@@ -271,6 +298,7 @@ func (cfg *Config) Validate() error {
 	if r := cfg.Redis.Get(); r != nil {
 		r.validate(&p, cfg.Window)
 	}
+	cfg.Source.validate(&p)
 	// OTTL parsing needs telemetry settings; Validate has none.
 	set := component.TelemetrySettings{Logger: zap.NewNop(), MeterProvider: noop.NewMeterProvider(), TracerProvider: tracenoop.NewTracerProvider()}
 	_, errLogs := newSignalIdentity(logSpec, set, cfg.Logs)
@@ -304,6 +332,18 @@ func (el *ElectionConfig) validate(p *problems) {
 		field+"failover_timeout must be > update_interval + update_jitter (%s), or the elected replica loses its election between two refreshes; got %q",
 		el.UpdateInterval+el.UpdateJitter, el.FailoverTimeout)
 	p.check(el.MaxClusters < 1 || el.MaxClusters > maxMaxClusters, field+"max_clusters must be between 1 and %d, got %d", maxMaxClusters, el.MaxClusters)
+}
+
+func (sc *SourceConfig) validate(p *problems) {
+	for i, k := range sc.Key {
+		_, err := parseSourcePart(k)
+		p.check(err != nil, "source.key[%d] %q: %v", i, k, err)
+	}
+	p.check(sc.MaxSources < 1 || sc.MaxSources > maxMaxSources,
+		"source.max_sources must be between 1 and %d (the sources named in the metrics; the rest are counted as %q), got %d", maxMaxSources, otherSources, sc.MaxSources)
+	p.check(sc.LogInterval < 0, "source.log_interval must be >= 0 (0: no log lines), got %q", sc.LogInterval)
+	p.check(sc.LogInterval > 0 && sc.LogInterval < minDuration,
+		"source.log_interval must be 0 or >= 1ms, got %q (a number without a unit is nanoseconds: write e.g. 1m)", sc.LogInterval)
 }
 
 func (r *RedisConfig) validate(p *problems, window time.Duration) {

@@ -124,6 +124,16 @@ func TestLoadValidConfigs(t *testing.T) {
 				Timeout: 250 * time.Millisecond, Lease: 30 * time.Second, OnError: ErrorRefuse,
 			})
 		}},
+		{name: "sources_by_pod", want: func(c *Config) {
+			c.Source.Key = []string{`resource.attributes["k8s.namespace.name"]`, `resource.attributes["k8s.pod.name"]`}
+			c.Source.MaxSources = 50
+			c.Source.LogInterval = 5 * time.Minute
+		}},
+		{name: "sources_by_client", want: func(c *Config) {
+			c.Source.Key = []string{"auth.subject", "client.address"}
+			c.Source.LogInterval = 0
+		}},
+		{name: "no_sources", want: func(c *Config) { c.Source.Key = []string{} }},
 		{name: "content_ignore", want: func(c *Config) {
 			c.Cache.MaxEntries = 50000
 			c.Logs.Ignore = []string{`attributes["delivery.attempt"]`, `resource.attributes["relay.host"]`}
@@ -215,6 +225,11 @@ func TestLoadInvalidConfigs(t *testing.T) {
 			`action must be "drop" or "mark", got "delete"` + "\n" +
 			`on_missing_key must be "pass", "content" or "drop", got "keep"` + "\n" +
 			`cache.max_entries must be between 1 and 100000000, got -5`},
+		{name: "bad_source", validate: `source.key[0] "attributes[\"peer\"]": a record's own attributes do not name its sender: name a resource attribute (resource.attributes["service.name"]), an attribute of the authenticated client (auth.subject), a client metadata key (metadata.x-scope-orgid) or client.address` + "\n" +
+			`source.key[1] "host.name": not a source (the resource attribute is resource.attributes["host.name"]): name a resource attribute (resource.attributes["service.name"]), an attribute of the authenticated client (auth.subject), a client metadata key (metadata.x-scope-orgid) or client.address` + "\n" +
+			`source.key[2] "auth.": not a source: name a resource attribute (resource.attributes["service.name"]), an attribute of the authenticated client (auth.subject), a client metadata key (metadata.x-scope-orgid) or client.address` + "\n" +
+			`source.max_sources must be between 1 and 1000 (the sources named in the metrics; the rest are counted as "(other)"), got 0` + "\n" +
+			`source.log_interval must be >= 0 (0: no log lines), got "-1m0s"`},
 		{name: "unknown_field", unmarshal: "decoding failed due to the following error(s):\n\n'dedupprocessor.Config' has invalid keys: windw"},
 	}
 	for _, tt := range tests {

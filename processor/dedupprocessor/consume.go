@@ -159,6 +159,8 @@ type batch struct {
 
 	unidentified bool   // the request lacks the auth_attributes identity
 	holder       string // the id of a shared claim met pending, for the refusal
+
+	trail copyTrail // what the copies' telemetry needs: sources, copies, ages
 }
 
 var batchPool = sync.Pool{New: func() any { return new(batch) }}
@@ -207,11 +209,13 @@ func (b *batch) keyed(d digest.Digest) {
 // duplicate adds a record found a duplicate before any claim (election).
 func (b *batch) duplicate(by caughtBy, action Action) {
 	b.verdicts = append(b.verdicts, verdictKeep)
-	b.copyOf(len(b.verdicts)-1, by, action)
+	b.copyOf(len(b.verdicts)-1, by, action, unknownAge)
 }
 
-// copyOf makes the record at index at a duplicate caught by by.
-func (b *batch) copyOf(at int, by caughtBy, action Action) {
+// copyOf makes the record at index at a duplicate caught by by, age (or
+// unknownAge) after its original.
+func (b *batch) copyOf(at int, by caughtBy, action Action, age time.Duration) {
+	b.trail.copies = append(b.trail.copies, copyFound{at: int32(at), by: by, age: age})
 	b.caught[by]++
 	b.outcomes[outcomeDuplicate]++
 	b.verdicts[at] = verdictDrop
@@ -246,7 +250,7 @@ func (b *batch) firstCopies(action Action) {
 				break
 			}
 			if b.keys[j-1].d == k.d {
-				b.copyOf(int(k.at), byBatch, action)
+				b.copyOf(int(k.at), byBatch, action, 0)
 				break
 			}
 		}
@@ -270,7 +274,9 @@ func (e *engine) claim(ctx context.Context, b *batch, idx []int32, look bool) er
 	if look {
 		e.looks.Lock()
 	}
-	e.local.ClaimBatch(ds, b.token, b.now, b.results)
+	claimed := scratch(b.trail.claimed, len(ds))
+	b.trail.claimed = claimed
+	e.local.ClaimBatch(ds, b.token, b.now, b.results, claimed)
 	if look {
 		e.looks.Unlock()
 	}
@@ -286,7 +292,7 @@ func (e *engine) claim(ctx context.Context, b *batch, idx []int32, look bool) er
 		case localcache.Pending:
 			b.deferKey(i)
 		default: // Held; HeldBySelf cannot happen: digests are distinct
-			b.copyOf(int(b.keys[i].at), byLocal, e.cfg.Action)
+			b.copyOf(int(b.keys[i].at), byLocal, e.cfg.Action, time.Duration(max(b.now-claimed[j], 0)))
 		}
 	}
 	b.won = won
@@ -295,7 +301,9 @@ func (e *engine) claim(ctx context.Context, b *batch, idx []int32, look bool) er
 	}
 	ds = b.digests(won)
 	b.answers = slices.Grow(b.answers[:0], len(ds))[:len(ds)]
-	holder, err := e.shared.Claim(ctx, b.redisToken, ds, b.answers, look)
+	ages := scratch(b.trail.ages, len(ds))
+	b.trail.ages = ages
+	holder, err := e.shared.ClaimAges(ctx, b.redisToken, ds, b.answers, ages, look)
 	e.shared.answered(err)
 	b.holder = cmp.Or(holder, b.holder)
 	if err != nil {
@@ -318,7 +326,7 @@ func (e *engine) claim(ctx context.Context, b *batch, idx []int32, look bool) er
 			b.unchecked++
 		case redistier.Held:
 			e.local.Disown(ds[j], b.token) // delivered elsewhere: committed here too
-			b.copyOf(int(b.keys[i].at), byRedis, e.cfg.Action)
+			b.copyOf(int(b.keys[i].at), byRedis, e.cfg.Action, ages[j])
 		default: // Pending
 			e.local.ReleaseBatch(ds[j:j+1], b.token)
 			b.deferKey(i)
@@ -585,7 +593,7 @@ func (e *engine) end(ctx context.Context, b *batch) {
 		nb = batch{
 			verdicts: b.verdicts[:0], keys: b.keys[:0], firsts: b.firsts[:0], later: b.later[:0], second: b.second[:0],
 			held: b.held[:0], shared: b.shared[:0], won: b.won[:0], ds: b.ds[:0], results: b.results[:0],
-			answers: b.answers[:0], seen: b.seen,
+			answers: b.answers[:0], seen: b.seen, trail: b.trail.reset(),
 		}
 	}
 	*b = nb

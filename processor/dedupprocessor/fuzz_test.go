@@ -328,6 +328,9 @@ func FuzzConfig(f *testing.F) {
 		"logs: {key: [null, 1, {a: b}]}",
 		"logs: {key: 'body[\"a\"][0]'}",
 		"traces: {key: ['Hex(span_id)', 'SHA256(name)']}",
+		"source: {key: ['resource.attributes[\"k8s.pod.name\"]', auth.subject, metadata.tenant, client.address], max_sources: 1000, log_interval: 0s}",
+		"source: {key: [host.name, 'attributes[\"x\"]', 'auth.', ''], max_sources: 0, log_interval: 5}",
+		"source: {key: []}",
 		"unknown: {deeply: {nested: [1, 2]}}",
 		"&a [*a]",
 	} {

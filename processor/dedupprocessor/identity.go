@@ -250,21 +250,29 @@ type walk[K transformContext] struct {
 	enc     *identity.Encoder
 	content bool // some unit may be identified by its content
 	sk      scopeKey
+	request []string // the values of source.key's request parts
 }
 
 func newWalk[K transformContext](ctx context.Context, e *engine, si *signalIdentity[K], b *batch, enc *identity.Encoder) walk[K] {
 	tenant, identified := tenantDigest(ctx, e.cfg, enc)
 	b.unidentified = !identified
-	return walk[K]{
+	w := walk[K]{
 		ctx: ctx, e: e, si: si, b: b, enc: enc,
 		content: si.parts == nil || e.cfg.OnMissingKey == MissingKeyContent,
 		sk:      scopeKey{tenant: tenant},
 	}
+	if e.source != nil {
+		w.request = e.source.request(ctx)
+	}
+	return w
 }
 
-// resource sets the content identities' resource part (dropped count, schema
-// URL only when set).
+// resource names the source of the resource's records and sets the content
+// identities' resource part (dropped count, schema URL only when set).
 func (w *walk[K]) resource(res pcommon.Resource, schemaURL string) {
+	if w.e.source != nil {
+		w.b.trail.source(len(w.b.verdicts), w.e.source.name(res, w.request))
+	}
 	if w.content {
 		e, ign := w.enc, &w.si.ignore
 		e.Reset()

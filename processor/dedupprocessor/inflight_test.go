@@ -105,6 +105,7 @@ func TestCopyWaitsForTheBatchInFlight(t *testing.T) {
 				if n := h.histogramCount("otelcol_processor_dedup_wait_duration", attribute.String("result", "settled")); n != 1 {
 					t.Fatalf("settled waits = %d, want 1", n)
 				}
+				assertSourceTotals(h) // the records of both calls, once
 			})
 		}
 	}

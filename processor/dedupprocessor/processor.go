@@ -22,6 +22,7 @@ type engine struct {
 	cfg      *Config
 	local    *localStage
 	shared   *sharedStage // nil: local only
+	source   *sourceKey   // names each resource's sender; nil: not traced
 	keyError *throttledLog
 	stacked  *throttledLog
 	looks    sync.Mutex   // one look claims locally at a time
@@ -51,6 +52,7 @@ func newEngine(cfg *Config, set component.TelemetrySettings, id component.ID, si
 			tierError:   &throttledLog{logger: set.Logger, msg: "dedup: shared tier (redis) failed"},
 		},
 		cfg:      cfg,
+		source:   newSourceKey(cfg.Source.Key),
 		keyError: &throttledLog{logger: set.Logger, msg: "dedup: cannot evaluate the key or conditions of a " + signal + " item; passing it through"},
 		stacked: &throttledLog{logger: set.Logger, msg: "dedup: the next consumer refused a batch because a dedup processor after this one waits for this batch's own claims: " +
 			"the two share one key space in Redis (the same processor ID and settings, or the same redis.key_prefix) and stall each other; " +
@@ -94,7 +96,7 @@ func (e *engine) Shutdown(ctx context.Context) error {
 	if e.shared != nil {
 		errShared = e.shared.Close()
 	}
-	return errors.Join(e.local.close(ctx), errShared, e.tel.registration.Unregister())
+	return errors.Join(e.local.close(ctx), errShared, e.tel.registration.Unregister(), e.tel.copies.close())
 }
 
 // drain waits for the batches in flight, at most a lease (or pending_wait),

@@ -78,6 +78,7 @@ type telemetry struct {
 	undecidedOpts [numUndecidedReasons]metric.AddOption
 
 	registration metric.Registration
+	copies       *copyTelemetry // ages and sources of the copies
 }
 
 // waitResult is how a batch's wait ended; the wait_duration attribute.
@@ -170,6 +171,8 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, signal strin
 			"The replica elected for each cluster, as a series per cluster and replica label value; the value is the number of tenants whose cluster of that name elected that replica.")
 		observed = append(observed, elected)
 	}
+	t.copies, err = newCopyTelemetry(meter, t, e.cfg, signal, set.Logger)
+	errs = errors.Join(errs, err)
 	if errs != nil {
 		return nil, errs
 	}
@@ -239,6 +242,7 @@ func (t *telemetry) recordCall(ctx context.Context, b *batch) {
 		}
 		t.unidentifiedLog[why].log(b.now, nil, fields...)
 	}
+	t.copies.record(ctx, b)
 	addEach(ctx, t.records, b.outcomes[:], t.outcomeOpts[:])
 	addEach(ctx, t.duplicates, b.caught[:], t.caughtOpts[:])
 	if n := b.unchecked; n > 0 {

@@ -29,7 +29,7 @@ func TestClaimBatchMatchesClaim(t *testing.T) {
 			}
 			token := uint64(round + 1)
 			out := make([]Result, len(ds))
-			batched.ClaimBatch(ds, token, now, out)
+			batched.ClaimBatch(ds, token, now, out, nil)
 			for i, d := range ds {
 				want, _ := one.Claim(d, token, now)
 				if out[i] != want {
@@ -81,7 +81,7 @@ func TestReleaseBatchMatchesRelease(t *testing.T) {
 		}
 		out := make([]Result, len(ask))
 		c.Begin(11)
-		c.ClaimBatch(ask, 11, 1, out)
+		c.ClaimBatch(ask, 11, 1, out, nil)
 		for i, k := range ask {
 			want := Claimed // released, or never held
 			switch {

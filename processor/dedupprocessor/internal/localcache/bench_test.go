@@ -80,7 +80,7 @@ func BenchmarkClaimBatch(b *testing.B) {
 					}
 				}
 				if mode == "batch" {
-					c.ClaimBatch(ds, uint64(n+2), 0, out)
+					c.ClaimBatch(ds, uint64(n+2), 0, out, nil)
 					continue
 				}
 				for i, k := range ds {
@@ -112,7 +112,7 @@ func BenchmarkClaimBatchSize(b *testing.B) {
 					ds[i] = hd(next)
 					next++
 				}
-				c.ClaimBatch(ds, uint64(n+2), 0, out)
+				c.ClaimBatch(ds, uint64(n+2), 0, out, nil)
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*batch), "ns/claim")
 		})

@@ -150,13 +150,20 @@ func (f *flights) holds(token uint64) bool {
 }
 
 // ClaimBatch claims every digest of ds for token, in order, into out[i], taking
-// each shard's lock once and prefetching the cells so misses overlap.
-func (c *Cache) ClaimBatch(ds []digest.Digest, token uint64, now int64, out []Result) {
+// each shard's lock once and prefetching the cells so misses overlap. With
+// claimed (nil: not wanted), a digest that answers Held sets claimed[i] to
+// when its holder claimed it (unix nanoseconds): its copy's age is now minus
+// that.
+func (c *Cache) ClaimBatch(ds []digest.Digest, token uint64, now int64, out []Result, claimed []int64) {
 	c.eachShard(ds, func(s *shard, group []int32) {
 		s.expire(now)
 		s.prefetch(ds, group)
 		for _, i := range group {
-			out[i], _ = s.claim(ds[i], token, now, c.window)
+			var expires int64
+			out[i], _, expires = s.claim(ds[i], token, now, c.window)
+			if claimed != nil && out[i] == Held {
+				claimed[i] = expires - c.window
+			}
 		}
 	})
 }
@@ -231,9 +238,9 @@ func (s *shard) prefetch(ds []digest.Digest, group []int32) {
 	s.sink = acc
 }
 
-// claim records d for token unless held, and returns the holder; the shard is
-// locked and expired.
-func (s *shard) claim(d digest.Digest, token uint64, now, window int64) (Result, uint64) {
+// claim records d for token unless held, and returns the holder and its
+// key's expiry (a window after its claim); the shard is locked and expired.
+func (s *shard) claim(d digest.Digest, token uint64, now, window int64) (Result, uint64, int64) {
 	if sl, ci := s.lookup(d); sl != nil {
 		switch {
 		case sl.expires <= now && !s.flights.holds(sl.token):
@@ -241,15 +248,15 @@ func (s *shard) claim(d digest.Digest, token uint64, now, window int64) (Result,
 			// pending, can expire behind a later one; it is gone.
 			s.forget(sl, ci)
 		case token != noToken && sl.token == token:
-			return HeldBySelf, token
+			return HeldBySelf, token, sl.expires
 		case s.flights.holds(sl.token):
-			return Pending, sl.token
+			return Pending, sl.token, sl.expires
 		default:
-			return Held, sl.token
+			return Held, sl.token, sl.expires
 		}
 	}
 	s.push(d, now+window, token, now)
-	return Claimed, token
+	return Claimed, token, now + window
 }
 
 // lookup returns d's slot and its cell's index word, or nil, probing on while

@@ -22,7 +22,8 @@ func (c *Cache) Claim(d digest.Digest, token uint64, now int64) (Result, uint64)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.expire(now)
-	return s.claim(d, token, now, c.window)
+	r, holder, _ := s.claim(d, token, now, c.window)
+	return r, holder
 }
 
 // release is ReleaseBatch for one digest: it reports whether d was released.
@@ -223,7 +224,7 @@ func testPendingUntilEnd(t *testing.T, c *Cache) {
 		}
 	}
 	out := make([]Result, 3)
-	c.ClaimBatch([]digest.Digest{d(1), d(2), d(3)}, 7, 1, out)
+	c.ClaimBatch([]digest.Digest{d(1), d(2), d(3)}, 7, 1, out, nil)
 	if want := []Result{Pending, Pending, Claimed}; !slices.Equal(out, want) {
 		t.Errorf("ClaimBatch: %v, want %v", out, want)
 	}
@@ -277,5 +278,26 @@ func TestPendingKeyOutlivesItsWindow(t *testing.T) {
 			t.Fatalf("a copy after the window, the batch ended: %v, want Claimed", r)
 		}
 		c.End(7)
+	}
+}
+
+// A copy's age comes from its holder's claim: ClaimBatch tells when each
+// digest it answers Held was claimed, for claimed and restored (inserted)
+// keys alike, and leaves the other answers' entries alone.
+func TestClaimBatchTellsWhenTheHolderClaimed(t *testing.T) {
+	const window = 100
+	c := New(10, window)
+	out := make([]Result, 3)
+	c.ClaimBatch([]digest.Digest{d(1)}, 5, 1000, out[:1], nil)
+	if !c.Insert(d(2), 1080, 1010) { // restored: claimed at 980
+		t.Fatal("Insert")
+	}
+	claimed := []int64{-1, -1, -1}
+	c.ClaimBatch([]digest.Digest{d(1), d(2), d(3)}, 6, 1050, out, claimed)
+	if want := []Result{Held, Held, Claimed}; !slices.Equal(out, want) {
+		t.Fatalf("results %v, want %v", out, want)
+	}
+	if want := []int64{1000, 980, -1}; !slices.Equal(claimed, want) {
+		t.Fatalf("claimed at %v, want %v", claimed, want)
 	}
 }

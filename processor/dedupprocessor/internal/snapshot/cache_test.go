@@ -32,7 +32,7 @@ func filled(n int, span int64) (c *localcache.Cache, step, last int64) {
 // claim claims one digest.
 func claim(c *localcache.Cache, d digest.Digest, token uint64, now int64) localcache.Result {
 	var r [1]localcache.Result
-	c.ClaimBatch([]digest.Digest{d}, token, now, r[:])
+	c.ClaimBatch([]digest.Digest{d}, token, now, r[:], nil)
 	return r[0]
 }
 
