@@ -301,3 +301,31 @@ func runRedisBenchmark(b *testing.B, key string, args ...string) {
 	}
 	b.ReportMetric(rps, "records/s")
 }
+
+// BenchmarkClientPath is what the tier's client costs alone: one goroutine
+// claims and commits batches of benchBatch fresh digests, one after the
+// other, against a real redis-server. client-cpu-ns/record is this
+// process's CPU (user and system) per record; allocs/op are per batch.
+func BenchmarkClientPath(b *testing.B) {
+	srv := redistest.Standalone(b)
+	tr := newTier(b, Options{Endpoints: []string{srv.Addr()}, KeyPrefix: "otelcol-dedup:", Window: 10 * time.Minute, Timeout: 5 * time.Second})
+	ctx := context.Background()
+	ds := make([]digest.Digest, benchBatch)
+	claimed := make([]bool, benchBatch)
+	op := tierClaimCommit(tr)
+	benchDigests(ds)
+	if err := op(ctx, ds, claimed); err != nil { // loads the scripts
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu := processCPU(b)
+	for range b.N {
+		benchDigests(ds)
+		if err := op(ctx, ds, claimed); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(processCPU(b)-cpu)/float64(b.N*benchBatch), "client-cpu-ns/record")
+}

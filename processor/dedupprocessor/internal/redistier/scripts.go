@@ -94,31 +94,42 @@ local function roll(key)
 end
 local function split()
   local old, new = gp .. 'h' .. fmt('%x', p), gp .. 'h' .. fmt('%x', p + low)
-  local all, move, gone, keep = redis.call('HGETALL', old), {}, {}, {}
-  for j = 1, #all, 2 do
-    local f = all[j]
+  local fields, gone, stay = redis.call('HKEYS', old), {}, {}
+  for i = 1, #fields do
+    local f = fields[i]
     local a, b, c, d = byte(f, 8, 11)
-    local dst = keep
-    if f == '' then
-      move[#move + 1], move[#move + 2] = f, all[j + 1]
-    elseif math.floor((((a * 256 + b) * 256 + c) * 256 + d) / low) % 2 == 1 then
-      dst, gone[#gone + 1] = move, f
+    if a and math.floor((((a * 256 + b) * 256 + c) * 256 + d) / low) % 2 == 1 then
+      gone[#gone + 1] = f
+    elseif a then
+      stay[#stay + 1] = f
     end
-    dst[#dst + 1], dst[#dst + 2] = f, all[j + 1]
   end
   if #gone > 0 then
-    local ttl = redis.call('PTTL', old)
-    chunked('HSET', new, move)
-    if #all > 1024 then
-      redis.call('DEL', old)
-      chunked('HSET', old, keep)
+    if #fields <= 512 and redis.pcall('COPY', old, new) == 1 then
+      chunked('HDEL', new, stay)
     else
-      chunked('HDEL', old, gone)
+      -- A hashtable (past the listpack limit) is rewritten, so that both
+      -- halves are listpacks again; so is a new shard that exists already,
+      -- or a server without COPY (before 6.2).
+      local all, kept, moved = redis.call('HGETALL', old), {}, {}
+      for j = 1, #all, 2 do
+        local a, b, c, d = byte(all[j], 8, 11)
+        local dst = kept
+        if a and math.floor((((a * 256 + b) * 256 + c) * 256 + d) / low) % 2 == 1 then dst = moved end
+        if all[j] == '' then moved[#moved + 1], moved[#moved + 2] = '', all[j + 1] end
+        dst[#dst + 1], dst[#dst + 2] = all[j], all[j + 1]
+      end
+      local ttl = redis.call('PTTL', old)
+      redis.call('DEL', old)
+      chunked('HSET', old, kept)
+      chunked('HSET', new, moved)
+      if ttl > 0 then
+        redis.call('PEXPIRE', old, ttl)
+        redis.call('PEXPIRE', new, ttl)
+      end
+      gone = {}
     end
-    if ttl > 0 then
-      redis.call('PEXPIRE', old, ttl)
-      redis.call('PEXPIRE', new, ttl)
-    end
+    chunked('HDEL', old, gone)
   end
   p = p + 1
   if p == low then L, p, low = L + 1, 0, 2 * low end
