@@ -21,7 +21,7 @@ import (
 //
 // (*) READONLY: in a Cluster; a standalone or Sentinel master that answers
 // READONLY is a failure like any other error reply. Breaker open: a writer
-// round's commits, releases and renewals are asked all the same, and their
+// flush's commits, releases and renewals are asked all the same, and their
 // outcome tells the breaker nothing.
 
 // errBreakerOpen marks a command not sent because its node's breaker was open.

@@ -21,7 +21,7 @@ type call struct {
 	node     string  // the node it was last sent to ("" if none)
 	err      error
 	redirect bool // answered MOVED or ASK: retry through the ClusterClient
-	// paced: a writer round's commit, release or renewal, sent even through
+	// paced: a writer flush's commit, release or renewal, sent even through
 	// an open breaker. The breaker spares batches a timeout per call, the
 	// writer's pace spares the node, and a commit held back until its lease
 	// ended would let copies in once the node is back.

@@ -158,7 +158,7 @@ const recordsPerShardLua = "32"
 // the first pending claim met or "", for each digest held committed the
 // seconds since its holder's commit in 3 bytes}; or "r" if this claim was
 // released. The status key, pending, gets the lease, and is deleted again if
-// the claim claimed nothing. With stop = "1" (a look) it stops at the first
+// the claim claimed nothing. With stop = "1" (a recheck) it stops at the first
 // pending digest. Redis does not expire keys while a script runs.
 //
 // ARGV: id, lease ms, window ms, stop, fields.

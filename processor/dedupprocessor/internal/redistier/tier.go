@@ -5,7 +5,7 @@
 // A claim is two-phase: Claim marks a batch's digests pending under the
 // batch's token, then Commit makes them hold for the window or Release frees
 // them; a claim neither committed nor released ends with its lease. The
-// protocol is argued in the processor's consume.go and README; the keys are
+// protocol is argued in the processor's internal/claim/consume.go and README; the keys are
 // in layout.go. Start asks the endpoints their topology (discover.go) and
 // reads the layout's shape, which every collector sharing a key prefix
 // shares through Redis.
@@ -36,7 +36,7 @@ import (
 // Operation names and results passed to Options.Observe.
 const (
 	OpClaim   = "claim"
-	OpRecheck = "recheck" // a claim of records a batch waited for (Claim with look)
+	OpRecheck = "recheck" // a claim of records a batch waited for (Claim with recheck)
 	OpCommit  = "commit"
 	OpRelease = "release"
 	OpRenew   = "renew" // lease renewals of claims whose batches are downstream
@@ -81,7 +81,7 @@ type Options struct {
 	OnNewServer func(runID string)
 	// OnTopology, if set, gets the mode or the error a tier that got no answer
 	// at Start learns later (a refusal, see Denied, included); OnWriteError
-	// gets a writer round's error.
+	// gets a writer flush's error.
 	OnTopology   func(Mode, error)
 	OnWriteError func(error)
 	// OnShape, if set, is called when the tier finds the layout's shape in
@@ -372,19 +372,19 @@ const (
 // background, and must end with Commit or Release whatever the answers. A
 // failed group's digests answer Unavailable. Retrying with the same token
 // is safe. It returns the ClaimID of a pending claim it met, if any. With
-// look (OpRecheck), it claims one call at a time in (group, digest) order,
+// recheck (OpRecheck), it claims one call at a time in (group, digest) order,
 // stopping at the first digest held pending: the rest answer Pending,
-// untried (see the processor's consume.go for why).
-func (t *Tier) Claim(ctx context.Context, token string, ds []digest.Digest, answers []Answer, look bool) (holder string, err error) {
-	return t.ClaimAges(ctx, token, ds, answers, nil, look)
+// untried (see the processor's internal/claim/consume.go for why).
+func (t *Tier) Claim(ctx context.Context, token string, ds []digest.Digest, answers []Answer, recheck bool) (holder string, err error) {
+	return t.ClaimAges(ctx, token, ds, answers, nil, recheck)
 }
 
 // ClaimAges is Claim that also sets, if ages is not nil, ages[i] for each
 // ds[i]: for a digest answered Held, the time since its holder's commit, to
 // the second (Redis's clock); for the others, -1.
-func (t *Tier) ClaimAges(ctx context.Context, token string, ds []digest.Digest, answers []Answer, ages []time.Duration, look bool) (holder string, err error) {
+func (t *Tier) ClaimAges(ctx context.Context, token string, ds []digest.Digest, answers []Answer, ages []time.Duration, recheck bool) (holder string, err error) {
 	op := OpClaim
-	if look {
+	if recheck {
 		op = OpRecheck
 	}
 	answers = answers[:len(ds)]
@@ -403,20 +403,15 @@ func (t *Tier) ClaimAges(ctx context.Context, token string, ds []digest.Digest, 
 		return "", err
 	}
 	l := c.layout.Load()
-	b := prepare(l, ds)
+	b := prepare(l, ds, recheck)
 	defer groupingPool.Put(b)
-	if look {
-		for _, g := range b.groups {
-			slices.SortFunc(b.order[b.bounds[g]:b.bounds[g+1]], func(i, j int32) int { return ds[i].Compare(ds[j]) })
-		}
-	}
-	calls := t.claimCalls(ctx, l, b, op, token, ds, look)
-	if !look {
+	calls := t.claimCalls(ctx, l, b, op, token, recheck)
+	if !recheck {
 		err = t.patiently(ctx, c, calls)
 	}
 	var held []*renewal
 	for i, cl := range calls {
-		if look {
+		if recheck {
 			err = errors.Join(err, t.patiently(ctx, c, calls[i:i+1]))
 		}
 		if cl.err != nil {
@@ -437,7 +432,7 @@ func (t *Tier) ClaimAges(ctx context.Context, token string, ds []digest.Digest, 
 			r := held[len(held)-1]
 			r.fields = append(r.fields, *cl.fields)
 		}
-		if look && owner != "" { // stopped at a pending digest: the rest stay untried
+		if recheck && owner != "" { // stopped at a pending digest: the rest stay untried
 			for _, rest := range calls[i+1:] {
 				for _, k := range rest.idx {
 					answers[k] = Pending
@@ -547,7 +542,7 @@ func (t *Tier) settle(ctx context.Context, op, token string, ds []digest.Digest,
 		return err
 	}
 	l := c.layout.Load()
-	b := prepare(l, ds)
+	b := prepare(l, ds, false)
 	defer groupingPool.Put(b)
 	until := t.opts.Clock.Now().Add(t.opts.Lease)
 	ws := make([]write, 0, len(b.groups))
@@ -558,11 +553,7 @@ func (t *Tier) settle(ctx context.Context, op, token string, ds []digest.Digest,
 			w.landed = slices.ContainsFunc(held, func(r *renewal) bool { return r.key == w.status })
 		}
 		if op == OpRelease {
-			fields := make([]byte, 0, fieldSize*int(b.bounds[g+1]-b.bounds[g]))
-			for _, i := range b.order[b.bounds[g]:b.bounds[g+1]] {
-				fields = appendField(fields, ds[i])
-			}
-			w.fields = string(fields)
+			w.fields = string(b.fields[b.bounds[g]*fieldSize : b.bounds[g+1]*fieldSize])
 		}
 		ws = append(ws, w)
 	}
@@ -671,18 +662,21 @@ func (t *Tier) failure(calls []*call) error {
 // severity orders the results: an operation's is the worst of its calls'.
 var severity = []string{ResultOK, ResultSkipped, ResultError, ResultTimeout}
 
-// grouping is ds grouped by group, as indexes into ds.
+// grouping is ds grouped by group, as indexes into ds, and their fields.
 type grouping struct {
 	order  []int32 // indexes of ds, grouped by group
 	bounds []int32 // order[bounds[g]:bounds[g+1]] belong to group g
 	next   []int32
-	groups []int // the groups with digests, ascending
+	groups []int  // the groups with digests, ascending
+	fields []byte // the fields of ds in order's order, fieldSize bytes each
 }
 
 var groupingPool = sync.Pool{New: func() any { return new(grouping) }}
 
-// prepare groups ds by a counting sort, keeping ds's order in each group.
-func prepare(l *layout, ds []digest.Digest) *grouping {
+// prepare groups ds by a counting sort, keeping ds's order in each group or,
+// with sorted, the digests' (a recheck claims in one global order), and packs
+// their fields in that order.
+func prepare(l *layout, ds []digest.Digest, sorted bool) *grouping {
 	b := groupingPool.Get().(*grouping)
 	ng := len(l.groups)
 	b.bounds = slices.Grow(b.bounds[:0], ng+1)[:ng+1]
@@ -706,6 +700,15 @@ func prepare(l *layout, ds []digest.Digest) *grouping {
 		b.order[next[g]] = int32(i)
 		next[g]++
 	}
+	if sorted {
+		for _, g := range b.groups {
+			slices.SortFunc(b.order[b.bounds[g]:b.bounds[g+1]], func(i, j int32) int { return ds[i].Compare(ds[j]) })
+		}
+	}
+	b.fields = slices.Grow(b.fields[:0], len(ds)*fieldSize)
+	for _, i := range b.order {
+		b.fields = appendField(b.fields, ds[i])
+	}
 	return b
 }
 
@@ -715,21 +718,17 @@ type claimArgs struct{ status, fields string }
 
 // claimCalls builds a claim call per group and chunk of at most
 // maxKeysPerScript digests, each chunk's fields packed into one argument;
-// look makes each stop at its first pending key. A batch costs a few
+// recheck makes each stop at its first pending key. A batch costs a few
 // allocations per call, none per digest.
-func (t *Tier) claimCalls(ctx context.Context, l *layout, b *grouping, op, token string, ds []digest.Digest, look bool) []*call {
-	buf := make([]byte, 0, len(b.order)*fieldSize)
-	for _, i := range b.order {
-		buf = appendField(buf, ds[i])
-	}
-	all := string(buf)
+func (t *Tier) claimCalls(ctx context.Context, l *layout, b *grouping, op, token string, recheck bool) []*call {
+	all := string(b.fields)
 	chunks := 0
 	for _, g := range b.groups {
 		m := int(b.bounds[g+1] - b.bounds[g])
 		chunks += (m + maxKeysPerScript - 1) / maxKeysPerScript
 	}
 	stop := &stopNever
-	if look {
+	if recheck {
 		stop = &stopAtPending
 	}
 	id := ClaimID(token)

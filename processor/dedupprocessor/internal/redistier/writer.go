@@ -13,11 +13,11 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The writer is the tier's background goroutine. Each round renews the pending
+// The writer is the tier's background goroutine. Each flush renews the pending
 // claims and elections whose batches are downstream once a third of the lease
 // has passed since their last renewal landed, sends the queued commits, and
 // retries, with a growing pause, the failed writes until they land or their
-// lease has ended (freeing the claim). A round is one round trip per master,
+// lease has ended (freeing the claim). A flush is one round trip per master,
 // sent even to a master whose breaker is open (call.paced). A batch that finds
 // the queue full (maxQueued) sends its own write: a slow Redis slows the
 // senders, not grows the queue.
@@ -130,7 +130,7 @@ func wake(ch chan struct{}) {
 	}
 }
 
-// run is the writer's loop, a round whenever work is queued or due; once
+// run is the writer's loop, a flush whenever work is queued or due; once
 // closed, it drains.
 func (w *writer) run(t *Tier) {
 	clk := t.opts.Clock
@@ -138,7 +138,7 @@ func (w *writer) run(t *Tier) {
 	pinged := clk.Now()
 	for clk.Wait(t.bg, w.wake, next) == nil {
 		now := clk.Now()
-		next = w.round(t, t.bg, now)
+		next = w.flush(t, t.bg, now)
 		if now.Sub(pinged) >= max(t.renewEvery(), time.Second) {
 			// A restarted or failed-over master shows on a new connection:
 			// ping however quiet.
@@ -156,7 +156,7 @@ func (w *writer) run(t *Tier) {
 	}
 	deadline := clk.Now().Add(2*t.opts.Timeout + retryFirst) // two tries of each write
 	for now := clk.Now(); w.left() > 0 && now.Before(deadline); now = clk.Now() {
-		w.round(t, context.Background(), now)
+		w.flush(t, context.Background(), now)
 		if w.left() > 0 {
 			_ = clk.Wait(context.Background(), nil, min(retryFirst, deadline.Sub(now)))
 		}
@@ -174,9 +174,9 @@ func (w *writer) left() int {
 	return len(w.queue) + len(w.retry)
 }
 
-// round sends the due renewals, queued writes and due retries (once closed,
-// every retry and no renewal), and returns when the next round is due.
-func (w *writer) round(t *Tier, ctx context.Context, now time.Time) time.Duration {
+// flush sends the due renewals, queued writes and due retries (once closed,
+// every retry and no renewal), and returns when the next flush is due.
+func (w *writer) flush(t *Tier, ctx context.Context, now time.Time) time.Duration {
 	every := t.renewEvery()
 	w.mu.Lock()
 	ws := w.queue
@@ -309,7 +309,7 @@ func (t *Tier) send(ctx context.Context, c *conn, ws []write) ([]*call, error) {
 	return calls, err
 }
 
-// retry hands failed writes to the writer (pause doubling); outside a round,
+// retry hands failed writes to the writer (pause doubling); outside a flush,
 // after Close, they are lost.
 func (t *Tier) retry(failed []write, now time.Time, inRound bool) {
 	if len(failed) == 0 {
