@@ -15,8 +15,8 @@ import (
 	"go.opentelemetry.io/collector/processor/processortest"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/claim"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
-	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/identity"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/localcache"
 )
 
@@ -128,14 +128,14 @@ func benchConsumeLogs(b *testing.B, prefill int, keyed bool, size int, dup float
 			b.Fatal(err)
 		}
 		defer func() { _ = p.Shutdown(context.Background()) }()
-		now := p.now()
+		now := p.Rounds().Now()
 		// Digests as a hash gives them: all bits mixed, so the prefill
 		// spreads over the index as real keys do.
 		fill := make([]digest.Digest, 0, 1000)
 		results := make([]localcache.Result, cap(fill))
 		for i := range uint64(prefill) {
 			if fill = append(fill, digest.Digest{Hi: benchMix(i), Lo: benchMix(^i)}); len(fill) == cap(fill) || i == uint64(prefill)-1 {
-				p.local.ClaimBatch(fill, 1, now, results, nil)
+				p.Cache().ClaimBatch(fill, 1, now, results, nil)
 				fill = fill[:0]
 			}
 		}
@@ -207,16 +207,14 @@ func BenchmarkDecide(b *testing.B) {
 			ld := benchLogs(1, 1000, 0)[0]
 			n := ld.LogRecordCount()
 			ctx := context.Background()
-			var enc identity.Encoder
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				bt := p.begin(n)
-				p.identify(ctx, bt, &enc, ld)
-				if len(bt.keys) != n {
-					b.Fatalf("%d of %d records keyed", len(bt.keys), n)
+				bt := claim.NewBatch(n, 0)
+				p.Identify(ctx, bt, ld)
+				if got := len(bt.Digests()); got != n {
+					b.Fatalf("%d of %d records keyed", got, n)
 				}
-				p.end(ctx, bt)
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/record")
 		})

@@ -14,6 +14,7 @@ import (
 
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/claim"
 )
 
 // The busy host's load: requests of 5,000 records (an agent's batch
@@ -131,7 +132,7 @@ func sendUntilAcknowledged(h *harness, ids []int) (int, error) {
 		if err == nil {
 			return refused, nil
 		}
-		if !errors.Is(err, errInFlight) || time.Now().After(give) {
+		if !errors.Is(err, claim.ErrInFlight) || time.Now().After(give) {
 			return refused, err
 		}
 		time.Sleep(50 * time.Millisecond) // the sender's retry backoff

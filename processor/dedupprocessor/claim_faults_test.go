@@ -14,6 +14,7 @@ import (
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/faultproxy"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/claim"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/redistier"
 )
 
@@ -40,7 +41,7 @@ func TestLateClaimAfterItsRelease(t *testing.T) {
 	held := make(chan struct{})
 	ran := proxy.ScriptAnswered(claimScriptHash)
 	late := proxy.Add(&faultproxy.Rule{Match: faultproxy.Script(claimScriptHash), Fault: faultproxy.HoldRequest(held), Times: 2})
-	if err := h.consume(events(1, 2)); !errors.Is(err, errSharedTier) {
+	if err := h.consume(events(1, 2)); !errors.Is(err, claim.ErrSharedTier) {
 		t.Fatalf("a claim held past its timeout: %v, want the retryable shared-tier error", err)
 	}
 	tries := late.Fired()
@@ -180,7 +181,7 @@ func TestStackedStagesDetected(t *testing.T) {
 	gateway := newHarness(t, newCfg(), sink)
 	agent := newHarness(t, newCfg(), gateway.proc)
 	err := agent.consume(events(1, 2))
-	if !errors.Is(err, errInFlight) {
+	if !errors.Is(err, claim.ErrInFlight) {
 		t.Fatalf("the stacked request: %v, want the gateway's refusal", err)
 	}
 	if n := agent.metric("otelcol_processor_dedup_stacked_stages"); n != 1 {

@@ -18,6 +18,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/claim"
 )
 
 // The claim discipline (consume.go), tested by deterministic simulation on
@@ -153,7 +154,7 @@ func runSim(t *testing.T, setup simSetup, seed uint64) simResult {
 			for _, id := range r.ids {
 				acked[simID(id)] = true
 			}
-		case errors.Is(r.err, errInFlight):
+		case errors.Is(r.err, claim.ErrInFlight):
 			t.Errorf("request %d refused after waiting %v: batches waited for each other", i, time.Hour)
 		case !errors.Is(r.err, errSimDelivery):
 			t.Errorf("request %d: unexpected error %v", i, r.err)
@@ -178,7 +179,7 @@ func runSim(t *testing.T, setup simSetup, seed uint64) simResult {
 		}
 	}
 	for c, e := range engines {
-		if n := e.local.Len(s.at.UnixNano()); n > simRecords {
+		if n := e.Cache().Len(s.at.UnixNano()); n > simRecords {
 			t.Errorf("collector %d holds %d keys for %d records", c, n, simRecords)
 		}
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/claim"
 )
 
 // Fleets on a Redis Cluster that changes under load: a master killed (its
@@ -135,12 +136,12 @@ func (f *clusterFleet) send(h *harness, ids []int) {
 			f.mu.Unlock()
 			return
 		}
-		if errors.Is(err, errSharedTier) {
+		if errors.Is(err, claim.ErrSharedTier) {
 			f.mu.Lock()
 			f.lastRefused = time.Now()
 			f.mu.Unlock()
 		}
-		if !errors.Is(err, errSharedTier) && !errors.Is(err, errInFlight) {
+		if !errors.Is(err, claim.ErrSharedTier) && !errors.Is(err, claim.ErrInFlight) {
 			f.mu.Lock()
 			f.failures = append(f.failures, err)
 			f.mu.Unlock()
@@ -227,7 +228,7 @@ func (f *clusterFleet) check(t *testing.T, healthy time.Time) {
 func (f *clusterFleet) breakerStates(t *testing.T, h *harness) map[string]int64 {
 	t.Helper()
 	states := map[string]int64{}
-	for _, nb := range h.proc.(*logsProcessor).shared.Breakers() {
+	for _, nb := range h.proc.(*logsProcessor).Shared().Breakers() {
 		states[nb.Node] = h.metric("otelcol_processor_dedup_redis_breaker_state", attribute.String("node", nb.Node))
 	}
 	return states

@@ -3,8 +3,6 @@ package dedupprocessor
 import (
 	"context"
 	"math"
-	"slices"
-	"sort"
 	"sync"
 	"time"
 
@@ -12,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
 
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/claim"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/topk"
 )
@@ -28,13 +27,12 @@ import (
 // request); the local tier knows when it claimed the original; the shared
 // tier tells how long ago the original's claim was committed, to the second.
 
-// unknownAge is the age of a copy whose original's time the tier that caught
-// it does not know.
-const unknownAge time.Duration = -1
-
 // copyAgeBounds are duplicate_age's bucket boundaries (seconds): 1 and 300
 // split the three causes; the last is a week, the longest window in use.
 var copyAgeBounds = []float64{0.1, 1, 5, 15, 30, 60, 120, 300, 900, 1800, 3600, 7200, 21600, 86400, 604800}
+
+// otherSources counts the sources beyond source.max_sources, as one.
+const otherSources = "(other)"
 
 const (
 	// fanOutAge and retryAge split the causes, as copyAgeBounds do.
@@ -45,121 +43,14 @@ const (
 	sourceHalfLife = time.Hour
 )
 
-// copyTrail is what a batch keeps to trace its copies; the tiers fill its
-// scratch.
-type copyTrail struct {
-	sources []sourceSpan // one per resource, by the index of its first record
-	copies  []copyFound  // the copies found for the current call
-	tally   []sourceTally
-	claimed []int64         // the local tier's answer: when each holder claimed
-	ages    []time.Duration // the shared tier's answer: each copy's age, or unknownAge
-}
-
-// sourceSpan says that the records from verdict index from on (to the next
-// span) came from the source name.
-type sourceSpan struct {
-	from int32
-	name string
-}
-
-// copyFound is one duplicate: its verdict index, what caught it, its age.
-type copyFound struct {
-	at  int32
-	by  caughtBy
-	age time.Duration
-}
-
-// sourceTally is one source span's share of a call.
-type sourceTally struct {
-	records, copies int64
-	minAge, maxAge  time.Duration // of the copies of known age; minAge < 0: none
-	example         int32         // the verdict index of a copy with an identity, -1: none
-}
-
-// digestAt is the digest of the keyed record at verdict index at, if any.
-func (b *batch) digestAt(at int32) (digest.Digest, bool) {
-	i := sort.Search(len(b.keys), func(i int) bool { return b.keys[i].at >= at })
-	if at < 0 || i == len(b.keys) || b.keys[i].at != at {
-		return digest.Digest{}, false
-	}
-	return b.keys[i].d, true
-}
-
-func (tr *copyTrail) source(at int, name string) {
-	tr.sources = append(tr.sources, sourceSpan{from: int32(at), name: name})
-}
-
-// scratch returns s resized to n.
-func scratch[T any](s []T, n int) []T { return slices.Grow(s[:0], n)[:n] }
-
-// reset empties the trail, keeping its arrays but no source's name (they
-// point into the request).
-func (tr *copyTrail) reset() copyTrail {
-	clear(tr.sources)
-	return copyTrail{sources: tr.sources[:0], copies: tr.copies[:0], tally: tr.tally[:0], claimed: tr.claimed[:0], ages: tr.ages[:0]}
-}
-
-// spanOf is the index of the span holding the record at verdict index at: the
-// last one starting at or before it (an empty resource's span is passed).
-func (tr *copyTrail) spanOf(at int32) int {
-	i := sort.Search(len(tr.sources), func(i int) bool { return tr.sources[i].from > at }) - 1
-	return max(i, 0)
-}
-
-// tallyCall counts the current call's records and copies per source span. The
-// first call holds every record but those left for later (verdictLater); the
-// second, those alone (b.second).
-func (tr *copyTrail) tallyCall(b *batch) []sourceTally {
-	n := len(tr.sources)
-	tr.tally = scratch(tr.tally, n)
-	for i := range tr.tally {
-		tr.tally[i] = sourceTally{minAge: unknownAge, example: -1}
-	}
-	if len(b.second) > 0 {
-		for _, at := range b.second {
-			tr.tally[tr.spanOf(at)].records++
-		}
-	} else {
-		for i, s := range tr.sources {
-			end := int32(len(b.verdicts))
-			if i+1 < n {
-				end = tr.sources[i+1].from
-			}
-			t := &tr.tally[i]
-			t.records = int64(end - s.from)
-			if len(b.later) > 0 {
-				for _, v := range b.verdicts[s.from:end] {
-					if v == verdictLater {
-						t.records--
-					}
-				}
-			}
-		}
-	}
-	for _, c := range tr.copies {
-		t := &tr.tally[tr.spanOf(c.at)]
-		t.copies++
-		if c.age >= 0 {
-			if t.minAge < 0 || c.age < t.minAge {
-				t.minAge = c.age
-			}
-			t.maxAge = max(t.maxAge, c.age)
-		}
-		if t.example < 0 && c.by != byElection {
-			t.example = c.at
-		}
-	}
-	return tr.tally
-}
-
 // copyTelemetry records the copies of each accepted call.
 type copyTelemetry struct {
 	ages    metric.Float64Histogram
-	ageOpts [numCaughtBy]metric.RecordOption
+	ageOpts [claim.NumCaughtBy]metric.RecordOption
 	sources *copySources // nil: source.key is empty
 }
 
-func newCopyTelemetry(meter metric.Meter, t *telemetry, cfg *Config, signal string, logger *zap.Logger) (*copyTelemetry, error) {
+func newCopyTelemetry(meter metric.Meter, base series, cfg *Config, signal string, logger *zap.Logger) (*copyTelemetry, error) {
 	ct := &copyTelemetry{}
 	var err error
 	ct.ages, err = meter.Float64Histogram("otelcol_processor_dedup_duplicate_age",
@@ -168,27 +59,25 @@ func newCopyTelemetry(meter metric.Meter, t *telemetry, cfg *Config, signal stri
 	if err != nil {
 		return nil, err
 	}
-	labelled(t, ct.ageOpts[:], "tier", caughtByNames[:])
-	if key := newSourceKey(cfg.Source.Key); key != nil {
+	labelled(base, ct.ageOpts[:], "tier", claim.CaughtByNames[:])
+	if len(cfg.Source.Key) > 0 {
 		// A guessable digest is shown only where the backend holds it anyway.
 		example := len(signalConfig(cfg, signal).Key) == 0 || cfg.IdentityAttribute != ""
-		ct.sources, err = newCopySources(meter, t, cfg.Source, example, logger)
+		ct.sources, err = newCopySources(meter, base, cfg.Source, example, logger)
 	}
 	return ct, err
 }
 
 // record records the copies of an accepted call, and its records by source.
-func (ct *copyTelemetry) record(ctx context.Context, b *batch) {
-	tr := &b.trail
-	for _, c := range tr.copies {
-		if c.age >= 0 {
-			ct.ages.Record(ctx, c.age.Seconds(), ct.ageOpts[c.by:c.by+1]...)
+func (ct *copyTelemetry) record(ctx context.Context, b *claim.Batch) {
+	for _, c := range b.Copies() {
+		if c.Age >= 0 {
+			ct.ages.Record(ctx, c.Age.Seconds(), ct.ageOpts[c.By:c.By+1]...)
 		}
 	}
-	if ct.sources != nil && len(tr.sources) > 0 {
+	if ct.sources != nil && b.HasSources() {
 		ct.sources.record(b)
 	}
-	tr.copies = tr.copies[:0]
 }
 
 func (ct *copyTelemetry) close() error {
@@ -219,7 +108,7 @@ type copySources struct {
 	logger   *zap.Logger
 	interval int64 // the least time between two lines about one source; 0: none
 	example  bool  // whether a copy's digest may be logged
-	base     []attribute.KeyValue
+	base     series
 
 	copiesSeries, recordsSeries metric.Int64ObservableCounter
 	registration                metric.Registration
@@ -248,8 +137,8 @@ type sourceLine struct {
 	hasExample      bool
 }
 
-func (l *sourceLine) add(t *sourceTally, example digest.Digest, hasExample bool) {
-	l.merge(sourceLine{copies: t.copies, minAge: t.minAge, maxAge: t.maxAge, example: example, hasExample: hasExample})
+func (l *sourceLine) add(t *claim.SourceTally, example digest.Digest, hasExample bool) {
+	l.merge(sourceLine{copies: t.Copies, minAge: t.MinAge, maxAge: t.MaxAge, example: example, hasExample: hasExample})
 }
 
 // merge adds o's copies (not its records: the line of otherSources has none).
@@ -258,7 +147,7 @@ func (l *sourceLine) merge(o sourceLine) {
 		return
 	}
 	if l.copies == 0 {
-		l.minAge = unknownAge
+		l.minAge = claim.UnknownAge
 	}
 	l.copies += o.copies
 	if o.minAge >= 0 {
@@ -272,9 +161,9 @@ func (l *sourceLine) merge(o sourceLine) {
 	}
 }
 
-func newCopySources(meter metric.Meter, t *telemetry, sc SourceConfig, example bool, logger *zap.Logger) (*copySources, error) {
+func newCopySources(meter metric.Meter, base series, sc SourceConfig, example bool, logger *zap.Logger) (*copySources, error) {
 	cs := &copySources{
-		logger: logger, interval: int64(sc.LogInterval), example: example, base: t.base,
+		logger: logger, interval: int64(sc.LogInterval), example: example, base: base,
 		top: topk.New[sourceCounts](sc.MaxSources),
 	}
 	var err error
@@ -293,37 +182,37 @@ func newCopySources(meter metric.Meter, t *telemetry, sc SourceConfig, example b
 }
 
 // record adds a call's records and copies by source, and logs the lines due.
-func (cs *copySources) record(b *batch) {
-	tally := b.trail.tallyCall(b)
-	now := b.now
+func (cs *copySources) record(b *claim.Batch) {
+	tally := b.Tally()
+	now := b.Now()
 	var due []namedLine
 	cs.mu.Lock()
 	cs.decay(now)
 	for i := range tally {
 		t := &tally[i]
-		if t.records == 0 && t.copies == 0 {
+		if t.Records == 0 && t.Copies == 0 {
 			continue
 		}
-		cs.records += t.records
-		cs.copies += t.copies
-		name := b.trail.sources[i].name
+		cs.records += t.Records
+		cs.copies += t.Copies
+		name := t.Source
 		var e *topk.Entry[sourceCounts]
-		if t.copies > 0 {
+		if t.Copies > 0 {
 			var added bool
-			if e, added = cs.top.Add(name, float64(t.copies), cs.evict); added {
+			if e, added = cs.top.Add(name, float64(t.Copies), cs.evict); added {
 				e.Value.since = now
 			}
-			e.Value.copies += t.copies
+			e.Value.copies += t.Copies
 			if cs.interval > 0 {
-				d, ok := b.digestAt(t.example)
+				d, ok := b.DigestAt(t.Example)
 				e.Value.line.add(t, d, ok)
 				cs.due(e.Value.since)
 			}
 		} else if e = cs.top.Get(name); e == nil {
 			continue
 		}
-		e.Value.records += t.records
-		e.Value.line.records += t.records
+		e.Value.records += t.Records
+		e.Value.line.records += t.Records
 	}
 	if cs.dueAt != 0 && now >= cs.dueAt {
 		due = cs.flush(now)
@@ -450,7 +339,7 @@ func (cs *copySources) observe(_ context.Context, o metric.Observer) error {
 	}
 	cs.mu.Unlock()
 	for _, s := range append(all, other) {
-		opt := metric.WithAttributeSet(attribute.NewSet(append(slices.Clip(cs.base), attribute.String("source", s.source))...))
+		opt := cs.base.with(attribute.String("source", s.source))
 		o.ObserveInt64(cs.copiesSeries, s.copies, opt)
 		o.ObserveInt64(cs.recordsSeries, s.records, opt)
 	}

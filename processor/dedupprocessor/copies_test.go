@@ -23,8 +23,8 @@ import (
 
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/claim"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
-	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/identity"
 )
 
 const copiesLine = "dedup: a source sent copies of records already delivered"
@@ -112,10 +112,10 @@ func assertSourceTotals(h *harness) {
 	for _, n := range records {
 		r += n
 	}
-	for _, o := range outcomeNames {
+	for _, o := range claim.OutcomeNames {
 		wantR += h.outcome(o)
 	}
-	for _, tr := range caughtByNames {
+	for _, tr := range claim.CaughtByNames {
 		wantC += h.tier(tr)
 	}
 	if c != wantC || r != wantR {
@@ -216,14 +216,13 @@ func contentDigest(t *testing.T, cfg *Config, ld plog.Logs) string {
 		t.Fatal(err)
 	}
 	defer func() { _ = p.Shutdown(context.Background()) }()
-	b := p.begin(1)
-	defer p.end(context.Background(), b)
-	var enc identity.Encoder
-	p.identify(context.Background(), b, &enc, ld)
-	if len(b.keys) != 1 {
-		t.Fatalf("%d keys", len(b.keys))
+	b := claim.NewBatch(1, 0)
+	p.Identify(context.Background(), b, ld)
+	ds := b.Digests()
+	if len(ds) != 1 {
+		t.Fatalf("%d keys", len(ds))
 	}
-	return b.keys[0].d.String()
+	return ds[0].String()
 }
 
 // TestCopiesInOneRequestAreAgeZero: a record twice in one request (a double
@@ -263,21 +262,19 @@ func TestSourceSeriesStayBoundedUnderAFloodOfSources(t *testing.T) {
 	cs := h.proc.(*logsProcessor).tel.copies.sources
 
 	const flood, perBatch = 1_000_000, 1000
-	b := new(batch)
 	var totalCopies, totalRecords int64
 	for start := 0; start < flood; start += perBatch {
 		// Each flood source sends a record and its copy; billing and
 		// checkout send 400 records and 300 copies in every batch, each
 		// more than 1/max_sources of all copies.
-		*b = batch{now: clk.Now().UnixNano()}
+		b := claim.NewBatch(3*perBatch, clk.Now().UnixNano())
 		span := func(name string, records, copies int) {
-			b.trail.source(len(b.verdicts), name)
+			b.Source(name)
 			for i := range records {
-				at := int32(len(b.verdicts))
-				b.verdicts = append(b.verdicts, verdictKeep)
-				b.keys = append(b.keys, key{d: digest.Digest{Hi: uint64(start), Lo: uint64(at)}, at: at})
 				if i < copies {
-					b.trail.copies = append(b.trail.copies, copyFound{at: at, by: byLocal, age: 3 * time.Second})
+					b.Duplicate(claim.ByLocal, 3*time.Second)
+				} else {
+					b.Keyed(digest.Digest{Hi: uint64(start), Lo: uint64(b.Len())})
 				}
 			}
 			totalRecords += int64(records)

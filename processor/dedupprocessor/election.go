@@ -10,8 +10,10 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pmetric"
+	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
 
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/claim"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/election"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/identity"
@@ -19,7 +21,7 @@ import (
 )
 
 // Replica election (metrics.replica_election; see the README) runs before the
-// batch's life (consume.go) and follows its discipline: an election a batch
+// batch's life (internal/claim/consume.go) and follows its discipline: an election a batch
 // takes is pending until its first call is delivered (committed) or refused
 // (released), and a batch never waits holding one. With a shared tier, Redis is
 // the truth, cached until each failover deadline.
@@ -47,31 +49,61 @@ const (
 
 var electionReasonNames = [numElectionReasons]string{"new", "failover"}
 
-// elector is a metrics processor's replica election: a stage settled with the
-// batch's first call.
-type elector struct {
-	cfg   *Config
-	ec    *ElectionConfig
-	b     *batches
-	tier  *sharedStage // nil: local only
-	table *election.Table
-	boxes sync.Pool
+// dataPoint is what every point type offers the identity.
+type dataPoint interface {
+	Attributes() pcommon.Map
+	StartTimestamp() pcommon.Timestamp
+	Timestamp() pcommon.Timestamp
+	Flags() pmetric.DataPointFlags
 }
 
-func newElector(cfg *Config, ec *ElectionConfig, b *batches, tier *sharedStage) *elector {
-	return &elector{
-		cfg:  cfg,
-		ec:   ec,
-		b:    b,
-		tier: tier,
-		table: election.New(election.Config{
-			UpdateInterval:  ec.UpdateInterval,
-			UpdateJitter:    ec.UpdateJitter,
-			FailoverTimeout: ec.FailoverTimeout,
-			MaxClusters:     ec.MaxClusters,
-		}),
+// pointSlice is what every point slice type offers the walk.
+type pointSlice[P dataPoint] interface {
+	Len() int
+	At(int) P
+	RemoveIf(func(P) bool)
+}
+
+// pointView is a data point as the identity sees it, fields copied out so no
+
+// elector is a metrics processor's replica election, settled with the batch's
+// first call.
+type elector struct {
+	cfg    *Config
+	ec     *ElectionConfig
+	table  *election.Table
+	rounds *claim.Rounds     // the engine's: an election takes its turns with the claims
+	tier   *claim.SharedTier // nil: local only
+	boxes  sync.Pool
+
+	elections     metric.Int64Counter
+	electionOpts  [numElectionReasons]metric.AddOption
+	undecided     metric.Int64Counter
+	undecidedOpts [numUndecidedReasons]metric.AddOption
+}
+
+func newElectionTable(ec *ElectionConfig) *election.Table {
+	return election.New(election.Config{
+		UpdateInterval:  ec.UpdateInterval,
+		UpdateJitter:    ec.UpdateJitter,
+		FailoverTimeout: ec.FailoverTimeout,
+		MaxClusters:     ec.MaxClusters,
+	})
+}
+
+func newElector(cfg *Config, ec *ElectionConfig, table *election.Table, rounds *claim.Rounds, tier *claim.SharedTier, meter metric.Meter, base series) (*elector, error) {
+	e := &elector{
+		cfg: cfg, ec: ec, table: table, rounds: rounds, tier: tier,
 		boxes: sync.Pool{New: func() any { return new(ballotBox) }},
 	}
+	var err, errU error
+	e.elections, err = meter.Int64Counter("otelcol_processor_dedup_elections", metric.WithUnit("{elections}"),
+		metric.WithDescription("Replicas elected for a cluster by a delivered batch, by reason: new (no other replica held the cluster), failover (took over from another replica whose election had expired)."))
+	e.undecided, errU = meter.Int64Counter("otelcol_processor_dedup_election_undecided", metric.WithUnit("{records}"),
+		metric.WithDescription("Data points replica election did not decide, by reason: missing_label (no cluster or replica label), cluster_limit (the tenant's max_clusters was reached), unavailable (the shared tier failed under on_error: pass); they go on to the identity dedup."))
+	labelled(base, e.electionOpts[:], "reason", electionReasonNames[:])
+	labelled(base, e.undecidedOpts[:], "reason", undecidedNames[:])
+	return e, errors.Join(err, errU)
 }
 
 // ballotBox is a batch's elections: ballots per cluster, votes per replica,
@@ -146,8 +178,8 @@ func (e *elector) put(box *ballotBox) {
 	e.boxes.Put(box)
 }
 
-// label returns the string value of attribute name in m; "" is none.
-func label(m pcommon.Map, name string) string {
+// labelValue returns the string value of attribute name in m; "" is none.
+func labelValue(m pcommon.Map, name string) string {
 	if v, ok := m.Get(name); ok {
 		return v.AsString()
 	}
@@ -160,7 +192,7 @@ func (e *elector) scan(ctx context.Context, cfg *Config, box *ballotBox, enc *id
 	box.lastVote = noVote
 	for _, rm := range md.ResourceMetrics().All() {
 		res := rm.Resource().Attributes()
-		cluster, replica := label(res, e.ec.ClusterLabel), label(res, e.ec.ReplicaLabel)
+		cluster, replica := labelValue(res, e.ec.ClusterLabel), labelValue(res, e.ec.ReplicaLabel)
 		for _, sm := range rm.ScopeMetrics().All() {
 			for _, m := range sm.Metrics().All() {
 				switch m.Type() {
@@ -183,9 +215,9 @@ func (e *elector) scan(ctx context.Context, cfg *Config, box *ballotBox, enc *id
 func scanPoints[P dataPoint](e *elector, box *ballotBox, enc *identity.Encoder, points pointSlice[P], resCluster, resReplica string) {
 	for i := 0; i < points.Len(); i++ {
 		attrs := points.At(i).Attributes()
-		cluster := cmp.Or(label(attrs, e.ec.ClusterLabel), resCluster)
+		cluster := cmp.Or(labelValue(attrs, e.ec.ClusterLabel), resCluster)
 		pv := pointVote{vote: noVote}
-		replica := label(attrs, e.ec.ReplicaLabel)
+		replica := labelValue(attrs, e.ec.ReplicaLabel)
 		if replica == "" {
 			replica, pv.resource = resReplica, true
 		}
@@ -246,7 +278,7 @@ func (e *elector) elect(ctx context.Context, md pmetric.Metrics) (*ballotBox, er
 	if len(box.ballots) == 0 {
 		return box, nil
 	}
-	box.token = e.b.nextToken()
+	box.token = e.rounds.NextToken()
 	if e.tier != nil {
 		box.redisToken = redistier.NewToken(box.token)
 	}
@@ -255,7 +287,7 @@ func (e *elector) elect(ctx context.Context, md pmetric.Metrics) (*ballotBox, er
 		return nil, err
 	}
 	// One batch in flight carries each due refresh.
-	now := e.b.now()
+	now := e.rounds.Now()
 	for i := range box.votes {
 		vt := &box.votes[i]
 		bl := &box.ballots[vt.ballot]
@@ -268,7 +300,7 @@ func (e *elector) elect(ctx context.Context, md pmetric.Metrics) (*ballotBox, er
 
 // decide decides every ballot one at a time in key order, the same everywhere.
 // Meeting another batch's pending election, it gives up those it took, waits
-// holding none and looks again: as with looks (consume.go), the batch that took
+// holding none and asks again: as with rechecks (internal/claim/consume.go), the batch that took
 // the furthest is never stopped.
 func (e *elector) decide(ctx context.Context, box *ballotBox) error {
 	box.order = box.order[:0]
@@ -276,7 +308,7 @@ func (e *elector) decide(ctx context.Context, box *ballotBox) error {
 		box.order = append(box.order, int32(i))
 	}
 	slices.SortFunc(box.order, func(i, j int32) int { return box.ballots[i].ref.Key.Compare(box.ballots[j].ref.Key) })
-	var w *wait
+	var w *claim.Wait
 	for {
 		pending := false
 		for _, i := range box.order {
@@ -284,7 +316,7 @@ func (e *elector) decide(ctx context.Context, box *ballotBox) error {
 			if bl.state != ballotOpen {
 				continue
 			}
-			d := e.table.Decide(bl.ref, bl.candidate, box.token, e.b.now(), e.tier == nil)
+			d := e.table.Decide(bl.ref, bl.candidate, box.token, e.rounds.Now(), e.tier == nil)
 			switch d.State {
 			case election.Elected:
 				bl.state, bl.elected = ballotElected, d.Replica
@@ -296,7 +328,7 @@ func (e *elector) decide(ctx context.Context, box *ballotBox) error {
 				p, err := e.ask(ctx, box, i)
 				if err != nil {
 					e.release(ctx, box, false, true)
-					e.b.settled.broadcast()
+					e.rounds.Settled()
 					return err
 				}
 				pending = p
@@ -309,7 +341,7 @@ func (e *elector) decide(ctx context.Context, box *ballotBox) error {
 		}
 		if !pending {
 			if w != nil {
-				w.record(ctx, waitSettled)
+				w.Done(ctx)
 			}
 			return nil
 		}
@@ -324,14 +356,14 @@ func (e *elector) decide(ctx context.Context, box *ballotBox) error {
 		// The release left a marker for the batch's token, so that a late
 		// election of it takes nothing: the elections after the wait are
 		// taken under a token of their own.
-		box.token = e.b.nextToken()
+		box.token = e.rounds.NextToken()
 		if e.tier != nil {
 			box.redisToken = redistier.NewToken(box.token)
 		}
 		if w == nil {
-			w = e.b.beginWait()
+			w = e.rounds.BeginWait()
 		}
-		if err := w.pause(ctx, e.b.now(), errElectionInFlight); err != nil {
+		if err := w.Pause(ctx, e.rounds.Now(), errElectionInFlight); err != nil {
 			return err
 		}
 	}
@@ -344,14 +376,14 @@ func (e *elector) decide(ctx context.Context, box *ballotBox) error {
 // dropping the other's points), and the batch refused under refuse.
 func (e *elector) ask(ctx context.Context, box *ballotBox, i int32) (pending bool, err error) {
 	bl := &box.ballots[i]
-	start := e.b.now()
+	start := e.rounds.Now()
 	a, err := e.tier.Elect(ctx, box.redisToken, e.ec.FailoverTimeout, redistier.Election{Key: bl.ref.Key, Replica: bl.candidate.Digest})
 	switch a.State {
 	case redistier.ElectionUnknown:
 		bl.inRedis = true
-		e.b.tierError.log(start, err, zap.String("on_error", string(e.b.policy)))
-		if e.b.policy == ErrorRefuse || ctx.Err() != nil {
-			return false, fmt.Errorf("%w: %w", errSharedTier, err)
+		e.tier.Failed(start, err, zap.String("on_error", string(e.cfg.Redis.Get().OnError)))
+		if e.tier.Refuses() || ctx.Err() != nil {
+			return false, fmt.Errorf("%w: %w", claim.ErrSharedTier, err)
 		}
 		bl.state = ballotUnavailable
 	case redistier.ElectionLive:
@@ -384,10 +416,10 @@ func (e *elector) settle(ctx context.Context, box *ballotBox, err error) {
 		e.release(ctx, box, false, true)
 	} else {
 		e.commit(ctx, box)
-		addEach(ctx, e.b.tel.undecided, box.undecided[:], e.b.tel.undecidedOpts[:])
-		addEach(ctx, e.b.tel.elections, box.elections[:], e.b.tel.electionOpts[:])
+		addEach(ctx, e.undecided, box.undecided[:], e.undecidedOpts[:])
+		addEach(ctx, e.elections, box.elections[:], e.electionOpts[:])
 	}
-	e.b.settled.broadcast()
+	e.rounds.Settled()
 }
 
 // release gives up the batch's elections and refreshes (with undecidedOnly, the
@@ -410,7 +442,7 @@ func (e *elector) release(ctx context.Context, box *ballotBox, undecidedOnly, sh
 	}
 	if shared && len(es) > 0 {
 		if err := e.tier.ReleaseElections(context.WithoutCancel(ctx), box.redisToken, e.ec.FailoverTimeout, es); err != nil {
-			e.b.tierError.log(e.b.now(), err, zap.String("op", redistier.OpRelease))
+			e.tier.Failed(e.rounds.Now(), err, zap.String("op", redistier.OpRelease))
 		}
 	}
 }
@@ -430,7 +462,7 @@ func (e *elector) commit(ctx context.Context, box *ballotBox) {
 		return
 	}
 	box.answers = slices.Grow(box.answers[:0], len(box.es))[:len(box.es)]
-	start := e.b.now()
+	start := e.rounds.Now()
 	if e.tier == nil {
 		for k, el := range box.es {
 			box.answers[k] = redistier.ElectionAnswer{State: redistier.ElectionLive, Replica: el.Replica, Remaining: e.ec.FailoverTimeout}
@@ -438,7 +470,7 @@ func (e *elector) commit(ctx context.Context, box *ballotBox) {
 	} else if err := e.tier.CommitElected(context.WithoutCancel(ctx), box.redisToken, e.ec.FailoverTimeout, box.es, box.answers); err != nil {
 		// The tier retries the commit; until Redis confirms, the table holds
 		// none of these (a lost commit would elect another replica than peers).
-		e.b.tierError.log(start, err, zap.String("op", redistier.OpCommit))
+		e.tier.Failed(start, err, zap.String("op", redistier.OpCommit))
 		e.release(ctx, box, false, false)
 		return
 	}
@@ -467,10 +499,10 @@ func (e *elector) commit(ctx context.Context, box *ballotBox) {
 	}
 }
 
-// admit reports whether point idx goes on to the dedup (elected or
+// admit reports whether the batch's next point goes on to the dedup (elected or
 // undecided), else appends a duplicate.
-func (box *ballotBox) admit(b *batch, idx int, action Action) bool {
-	vt, bl := box.voteAt(idx)
+func (box *ballotBox) admit(b *claim.Batch) bool {
+	vt, bl := box.voteAt(b.Len())
 	switch {
 	case vt == nil:
 		box.undecided[undecidedMissingLabel]++
@@ -479,9 +511,11 @@ func (box *ballotBox) admit(b *batch, idx int, action Action) bool {
 	case bl.state == ballotUnavailable:
 		box.undecided[undecidedUnavailable]++
 	case vt.replica.Digest == bl.elected:
-		b.alters = b.alters || box.ec.RemoveReplicaLabel
+		if box.ec.RemoveReplicaLabel {
+			b.Alter()
+		}
 	default:
-		b.duplicate(byElection, action)
+		b.Duplicate(claim.ByElection, claim.UnknownAge)
 		return false
 	}
 	return true

@@ -12,7 +12,7 @@ import (
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/processor/processortest"
 
-	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/identity"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/claim"
 )
 
 const (
@@ -269,7 +269,7 @@ func (r *faultRun) checkRefusals(v *faultViolations) faultStalls {
 		case a.died || errors.Is(a.err, errExporterFailed):
 		case !a.c.downAt.IsZero() && !a.c.downAt.After(a.end):
 			// Shut down under it.
-		case errors.Is(a.err, errSharedTier):
+		case errors.Is(a.err, claim.ErrSharedTier):
 			why := r.downOn(a.c, nil, a.start.Add(-faultTol), a.end.Add(faultTol))
 			if why == "" && strings.Contains(a.err.Error(), "circuit breaker open") {
 				why = r.breakerOpen(a.c, a.end)
@@ -278,7 +278,7 @@ func (r *faultRun) checkRefusals(v *faultViolations) faultStalls {
 				v.add("refused for the shared tier with no fault on its way to Redis",
 					"%s, %s-%s: %v", a, r.rel(a.start), r.rel(a.end), a.err)
 			}
-		case errors.Is(a.err, errInFlight):
+		case errors.Is(a.err, claim.ErrInFlight):
 			sharesRecord := func(ids []int) bool {
 				for _, id := range ids {
 					if slices.Contains(a.records(), id) {
@@ -312,7 +312,7 @@ func (r *faultRun) checkRefusals(v *faultViolations) faultStalls {
 	began := map[copyKey]*faultAttempt{}
 	for _, a := range r.attempts { // in answer order; a copy's tries are sequential
 		k := copyKey{a.req.n, a.copy}
-		if errors.Is(a.err, errInFlight) || errors.Is(a.err, errElectionInFlight) {
+		if errors.Is(a.err, claim.ErrInFlight) || errors.Is(a.err, errElectionInFlight) {
 			if began[k] == nil {
 				began[k] = a
 			}
@@ -337,7 +337,7 @@ func (r *faultRun) checkRefusals(v *faultViolations) faultStalls {
 // one whose writes failed (until the writer's retries land, or the lease
 // ends). "" if nothing did.
 func (r *faultRun) stallCause(a *faultAttempt, held func(*faultExport) bool, shares func(*faultAttempt) bool) string {
-	lastLook := a.end.Add(-maxPause - faultTol)
+	lastLook := a.end.Add(-claim.MaxPause - faultTol)
 	for _, e := range r.exports {
 		if e.a == a || !held(e) || e.start.Add(-faultTimeout-faultTol).After(a.end) {
 			continue
@@ -557,7 +557,7 @@ func (r *faultRun) field(id int) string {
 		r.identity, r.digests = p, map[int]string{}
 	}
 	p := r.identity
-	d := firstDigest(r.t, p.engine, func(b *batch, enc *identity.Encoder) { p.identify(context.Background(), b, enc, events(id)) })
+	d := firstDigest(r.t, func(b *claim.Batch) { p.Identify(context.Background(), b, events(id)) })
 	b := d.Bytes()
 	k := string(b[:faultFieldSize])
 	r.digests[id] = k

@@ -174,7 +174,7 @@ func newFuzzProc(f *testing.F, name string, keys []string) *fuzzProc {
 
 func (fp *fuzzProc) digests() []digest.Digest {
 	var out []digest.Digest
-	fp.p.local.Range(fp.p.now(), func(d digest.Digest, _ int64) { out = append(out, d) })
+	fp.p.Cache().Range(fp.p.Rounds().Now(), func(d digest.Digest, _ int64) { out = append(out, d) })
 	return out
 }
 

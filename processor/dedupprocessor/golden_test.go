@@ -12,7 +12,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/processor/processortest"
 
-	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/identity"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/claim"
 )
 
 // TestIdentityEncodingIsPinned pins the digests of a few records under
@@ -28,16 +28,10 @@ func TestIdentityEncodingIsPinned(t *testing.T) {
 		return pending(cfg)
 	}
 	// pending runs one batch's decisions and returns its digests in hex.
-	pending := func(p interface {
-		begin(int) *batch
-		end(context.Context, *batch)
-		Shutdown(context.Context) error
-	}, n int, decideAll func(*batch, *identity.Encoder)) []string {
+	pending := func(p interface{ Shutdown(context.Context) error }, n int, identify func(*claim.Batch)) []string {
 		defer func() { _ = p.Shutdown(ctx) }()
-		b := p.begin(n)
-		defer p.end(ctx, b)
-		var enc identity.Encoder
-		decideAll(b, &enc)
+		b := claim.NewBatch(n, 0)
+		identify(b)
 		return hexDigests(b)
 	}
 	logs := func(cfg *Config) []string {
@@ -46,7 +40,7 @@ func TestIdentityEncodingIsPinned(t *testing.T) {
 			t.Fatal(err)
 		}
 		ld := goldenLogs()
-		return pending(p, ld.LogRecordCount(), func(b *batch, enc *identity.Encoder) { p.identify(ctx, b, enc, ld) })
+		return pending(p, ld.LogRecordCount(), func(b *claim.Batch) { p.Identify(ctx, b, ld) })
 	}
 	traces := func(cfg *Config) []string {
 		p, err := newTracesProcessor(set.TelemetrySettings, set.ID, cfg, consumertest.NewNop())
@@ -54,7 +48,7 @@ func TestIdentityEncodingIsPinned(t *testing.T) {
 			t.Fatal(err)
 		}
 		td := goldenTraces()
-		return pending(p, td.SpanCount(), func(b *batch, enc *identity.Encoder) { p.identify(ctx, b, enc, td) })
+		return pending(p, td.SpanCount(), func(b *claim.Batch) { p.Identify(ctx, b, td) })
 	}
 	metrics := func(cfg *Config) []string {
 		p, err := newMetricsProcessor(set.TelemetrySettings, set.ID, cfg, consumertest.NewNop())
@@ -62,7 +56,7 @@ func TestIdentityEncodingIsPinned(t *testing.T) {
 			t.Fatal(err)
 		}
 		md := goldenMetrics()
-		return pending(p, md.DataPointCount(), func(b *batch, enc *identity.Encoder) { metricsCall{p: p}.identify(ctx, b, enc, md) })
+		return pending(p, md.DataPointCount(), func(b *claim.Batch) { metricsCall{p: p}.Identify(ctx, b, md) })
 	}
 	for _, tc := range []struct {
 		name string
@@ -80,10 +74,11 @@ func TestIdentityEncodingIsPinned(t *testing.T) {
 	}
 }
 
-func hexDigests(b *batch) []string {
-	out := make([]string, len(b.keys))
-	for i, k := range b.keys {
-		out[i] = fmt.Sprintf("%016x%016x", k.d.Hi, k.d.Lo)
+func hexDigests(b *claim.Batch) []string {
+	ds := b.Digests()
+	out := make([]string, len(ds))
+	for i, d := range ds {
+		out[i] = fmt.Sprintf("%016x%016x", d.Hi, d.Lo)
 	}
 	return out
 }

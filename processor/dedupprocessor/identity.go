@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/claim"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/identity"
 )
@@ -130,16 +131,6 @@ func newSignalIdentity[K any](spec *signalSpec[K], set component.TelemetrySettin
 	return si, errors.Join(append(errs, err)...)
 }
 
-// newParts makes what every signal's processor has: engine and identity.
-func newParts[K any](spec *signalSpec[K], sc SignalConfig, set component.TelemetrySettings, id component.ID, cfg *Config) (*engine, *signalIdentity[K], error) {
-	si, err := newSignalIdentity(spec, set, sc)
-	if err != nil {
-		return nil, nil, err
-	}
-	e, err := newEngine(cfg, set, id, spec.name)
-	return e, si, err
-}
-
 // encodeKey encodes the key expressions and reports whether all had a value:
 // one built from the parts present would merge units differing in the rest.
 func encodeKey[K transformContext, V unitView[K]](ctx context.Context, si *signalIdentity[K], e *identity.Encoder, tctx K, view V) (bool, error) {
@@ -209,14 +200,14 @@ func (sk *scopeKey) contentPrefix(enc *identity.Encoder, tag byte) []byte {
 // decide derives a unit's identity: its digest (unique) or the outcome it
 // passes under (skipped, key_error with the error, missing_key). The view is
 // a type parameter, not an interface: it stays on the stack (no GC barriers).
-func decide[K transformContext, V unitView[K]](ctx context.Context, policy MissingKeyPolicy, enc *identity.Encoder, si *signalIdentity[K], tctx K, view V, sk *scopeKey) (digest.Digest, outcome, error) {
+func decide[K transformContext, V unitView[K]](ctx context.Context, policy MissingKeyPolicy, enc *identity.Encoder, si *signalIdentity[K], tctx K, view V, sk *scopeKey) (digest.Digest, claim.Outcome, error) {
 	if len(si.conditions) > 0 {
 		ok, err := si.matches(ctx, tctx)
 		if err != nil {
-			return digest.Digest{}, outcomeKeyError, err
+			return digest.Digest{}, claim.KeyError, err
 		}
 		if !ok {
-			return digest.Digest{}, outcomeSkipped, nil
+			return digest.Digest{}, claim.Skipped, nil
 		}
 	}
 	if si.parts != nil {
@@ -226,103 +217,18 @@ func decide[K transformContext, V unitView[K]](ctx context.Context, policy Missi
 		ok, err := encodeKey(ctx, si, enc, tctx, view)
 		switch {
 		case err != nil:
-			return digest.Digest{}, outcomeKeyError, err
+			return digest.Digest{}, claim.KeyError, err
 		case ok:
-			return enc.Digest(), outcomeUnique, nil
+			return enc.Digest(), claim.Unique, nil
 		case policy != MissingKeyContent:
-			return digest.Digest{}, outcomeMissingKey, nil
+			return digest.Digest{}, claim.MissingKey, nil
 		}
 	}
 	prefix := sk.contentPrefix(enc, si.spec.tag)
 	enc.Reset()
 	enc.Raw(prefix)
 	view.content(enc, &si.ignore)
-	return enc.Digest(), outcomeUnique, nil
-}
-
-// walk is a batch's walk over its units: the adapter calls resource, scope
-// and unit at each level.
-type walk[K transformContext] struct {
-	ctx     context.Context
-	e       *engine
-	si      *signalIdentity[K]
-	b       *batch
-	enc     *identity.Encoder
-	content bool // some unit may be identified by its content
-	sk      scopeKey
-	request []string // the values of source.key's request parts
-}
-
-func newWalk[K transformContext](ctx context.Context, e *engine, si *signalIdentity[K], b *batch, enc *identity.Encoder) walk[K] {
-	tenant, identified := tenantDigest(ctx, e.cfg, enc)
-	b.unidentified = !identified
-	w := walk[K]{
-		ctx: ctx, e: e, si: si, b: b, enc: enc,
-		content: si.parts == nil || e.cfg.OnMissingKey == MissingKeyContent,
-		sk:      scopeKey{tenant: tenant},
-	}
-	if e.source != nil {
-		w.request = e.source.request(ctx)
-	}
-	return w
-}
-
-// resource names the source of the resource's records and sets the content
-// identities' resource part (dropped count, schema URL only when set).
-func (w *walk[K]) resource(res pcommon.Resource, schemaURL string) {
-	if w.e.source != nil {
-		w.b.trail.source(len(w.b.verdicts), w.e.source.name(res, w.request))
-	}
-	if w.content {
-		e, ign := w.enc, &w.si.ignore
-		e.Reset()
-		if !ign.fields.has(ignResource) {
-			e.Field(fieldResource)
-			e.Map(res.Attributes(), ign.skipResource)
-			droppedAndSchema(e, res.DroppedAttributesCount(), schemaURL)
-		}
-		w.sk.resource, w.sk.hasPrefix = e.Digest().Bytes(), false
-	}
-}
-
-func (w *walk[K]) scope(scope pcommon.InstrumentationScope, schemaURL string) {
-	if w.content {
-		e, ign := w.enc, &w.si.ignore
-		e.Reset()
-		if !ign.fields.has(ignInstrumentationScope) {
-			e.Field(fieldScope)
-			e.String(scope.Name())
-			e.String(scope.Version())
-			e.Map(scope.Attributes(), ign.skipScopeAttrs)
-			droppedAndSchema(e, scope.DroppedAttributesCount(), schemaURL)
-		}
-		w.sk.scope, w.sk.hasPrefix = e.Digest().Bytes(), false
-	}
-}
-
-func unit[K transformContext, V unitView[K]](w *walk[K], view V) {
-	policy := w.e.cfg.OnMissingKey
-	var tctx K
-	if w.si.needsOTTL {
-		tctx = view.transformContext()
-	}
-	d, o, err := decide(w.ctx, policy, w.enc, w.si, tctx, view, &w.sk)
-	if w.si.needsOTTL {
-		tctx.Close()
-	}
-	if o == outcomeUnique {
-		w.b.keyed(d)
-		return
-	}
-	if err != nil {
-		w.e.keyError.log(w.b.now, err)
-	}
-	v := verdictKeep // passed without deduplication
-	if o == outcomeMissingKey && policy == MissingKeyDrop {
-		v = verdictDrop
-	}
-	w.b.outcomes[o]++
-	w.b.verdicts = append(w.b.verdicts, v)
+	return enc.Digest(), claim.Unique, nil
 }
 
 // fieldSet is a set of scalar fields, one bit each: no lookup per field.
@@ -473,4 +379,57 @@ func nonEmptyString(e *identity.Encoder, s string) bool {
 	}
 	e.String(s)
 	return true
+}
+
+// defaultKeyPrefix namespaces the shared keys by component ID and the settings
+// that shape identities: two pipelines' dedup processors must each deliver
+// every record, and processors configured apart could hash different records
+// alike. Settings that do not change what a digest means (the window, the
+// lease, the Redis settings) are not in it: a rolling change of them keeps
+// a fleet on one key space. It is short (Redis spends CPU per key); 32 bits
+// keep processors apart.
+func defaultKeyPrefix(id component.ID, cfg *Config) string {
+	var e identity.Encoder
+	e.String(id.String())
+	e.Uint(identityFingerprint(cfg))
+	h := e.Digest().Hi
+	return fmt.Sprintf("dedup:%08x:", uint32(h^h>>32))
+}
+
+// identityEncoding versions the digests' encoding, in the fingerprint: bump
+// it on any change to it.
+const identityEncoding = 1
+
+// identityFingerprint hashes what a digest means: no snapshot or key of other
+// settings is reused.
+func identityFingerprint(cfg *Config) uint64 {
+	var e identity.Encoder
+	e.Uint(identityEncoding)
+	for _, list := range [][]string{
+		cfg.MetadataKeys, cfg.AuthAttributes,
+		cfg.Logs.Key, cfg.Logs.Ignore, cfg.Logs.Conditions,
+		cfg.Traces.Key, cfg.Traces.Ignore, cfg.Traces.Conditions,
+		cfg.Metrics.Key, cfg.Metrics.Ignore, cfg.Metrics.Conditions,
+	} {
+		e.Uint(uint64(len(list)))
+		for _, s := range list {
+			e.String(s)
+		}
+	}
+	e.String(string(cfg.OnMissingKey))
+	return e.Digest().Hi
+}
+
+// contentIDs encodes a trace and a span ID, leaving out the ignored ones.
+func contentIDs(e *identity.Encoder, f fieldSet, traceID pcommon.TraceID, spanID pcommon.SpanID) {
+	switch {
+	case !f.has(ignTraceId | ignSpanId):
+		e.FieldIDs(fieldTraceID, traceID, fieldSpanID, spanID)
+	case !f.has(ignTraceId):
+		e.Field(fieldTraceID)
+		e.TraceID(traceID)
+	case !f.has(ignSpanId):
+		e.Field(fieldSpanID)
+		e.SpanID(spanID)
+	}
 }

@@ -13,8 +13,8 @@ import (
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/processor/processortest"
 
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/claim"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
-	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/identity"
 )
 
 // The property of the default identities: two units that differ in any
@@ -69,16 +69,15 @@ func wantEverySetterListed(t *testing.T, v any, listed map[string]bool) {
 	}
 }
 
-func firstDigest(t *testing.T, e *engine, decideAll func(*batch, *identity.Encoder)) digest.Digest {
+func firstDigest(t *testing.T, identify func(*claim.Batch)) digest.Digest {
 	t.Helper()
-	b := e.begin(1)
-	defer e.end(context.Background(), b)
-	var enc identity.Encoder
-	decideAll(b, &enc)
-	if len(b.keys) != 1 {
-		t.Fatalf("%d keyed units, want 1", len(b.keys))
+	b := claim.NewBatch(1, 0)
+	identify(b)
+	ds := b.Digests()
+	if len(ds) != 1 {
+		t.Fatalf("%d keyed units, want 1", len(ds))
 	}
-	return b.keys[0].d
+	return ds[0]
 }
 
 func TestLogIdentityChangesWithEveryField(t *testing.T) {
@@ -142,7 +141,7 @@ func TestLogIdentityChangesWithEveryField(t *testing.T) {
 	wantEverySetterListed(t, plog.NewLogRecord(), listed)
 
 	digestOf := func(ld plog.Logs) digest.Digest {
-		return firstDigest(t, p.engine, func(b *batch, enc *identity.Encoder) { p.identify(context.Background(), b, enc, ld) })
+		return firstDigest(t, func(b *claim.Batch) { p.Identify(context.Background(), b, ld) })
 	}
 	want := digestOf(base(true))
 	if again := digestOf(base(true)); again != want {
@@ -254,7 +253,7 @@ func TestSpanIdentityChangesWithEveryField(t *testing.T) {
 	}
 	wantEverySetterListed(t, ptrace.NewSpan(), listed)
 	digestOf := func(td ptrace.Traces) digest.Digest {
-		return firstDigest(t, p.engine, func(b *batch, enc *identity.Encoder) { p.identify(context.Background(), b, enc, td) })
+		return firstDigest(t, func(b *claim.Batch) { p.Identify(context.Background(), b, td) })
 	}
 	want := digestOf(base())
 	for name, c := range changes {
@@ -345,7 +344,7 @@ func TestPointIdentityChangesWithEveryField(t *testing.T) {
 	}
 	wantEverySetterListed(t, pmetric.NewNumberDataPoint(), listed)
 	digestOf := func(md pmetric.Metrics) digest.Digest {
-		return firstDigest(t, p.engine, func(b *batch, enc *identity.Encoder) { metricsCall{p: p}.identify(context.Background(), b, enc, md) })
+		return firstDigest(t, func(b *claim.Batch) { metricsCall{p: p}.Identify(context.Background(), b, md) })
 	}
 	want := digestOf(base())
 	for name, c := range changes {

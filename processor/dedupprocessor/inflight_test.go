@@ -18,6 +18,7 @@ import (
 
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/claim"
 )
 
 // consumeAsync runs ConsumeLogs on its own goroutine.
@@ -246,7 +247,7 @@ func TestCopyRefusedAfterPendingWait(t *testing.T) {
 
 	first := consumeAsync(h, events(1))
 	<-next.entered
-	if err := h.consume(events(1, 2)); !errors.Is(err, errInFlight) {
+	if err := h.consume(events(1, 2)); !errors.Is(err, claim.ErrInFlight) {
 		t.Fatalf("copy: %v, want the retryable in-flight error", err)
 	}
 	next.release <- nil
@@ -444,7 +445,7 @@ func TestClaimHeldWhileItsExportOutlastsTheWindow(t *testing.T) {
 			// Copies of the held record and new records, into the same
 			// hashes, at the other collector: the copy waits and is
 			// refused for retry, never delivered.
-			if err := b.consume(events(1, int(time.Since(start)/time.Millisecond)+100)); !errors.Is(err, errInFlight) {
+			if err := b.consume(events(1, int(time.Since(start)/time.Millisecond)+100)); !errors.Is(err, claim.ErrInFlight) {
 				t.Fatalf("a copy %v into the export: %v, want a refusal for retry", time.Since(start).Round(time.Millisecond), err)
 			}
 		}

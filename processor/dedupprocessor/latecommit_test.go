@@ -10,6 +10,7 @@ import (
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/faultproxy"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/claim"
 )
 
 // TestLateClaimAfterItsCommit: under on_error: pass, a batch's claim is
@@ -52,7 +53,7 @@ func TestLateClaimAfterItsCommit(t *testing.T) {
 		return proxy.ScriptAnswered(claimScriptHash)-ran == tries
 	})
 	start := time.Now()
-	if err := other.consume(events(1, 2)); errors.Is(err, errInFlight) {
+	if err := other.consume(events(1, 2)); errors.Is(err, claim.ErrInFlight) {
 		t.Fatalf("a copy at another collector was refused after %v: %v; the late claim stands pending after its batch's commit",
 			time.Since(start).Round(time.Millisecond), err)
 	} else if err != nil {

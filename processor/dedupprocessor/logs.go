@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/collector/consumer"
 	"go.opentelemetry.io/collector/pdata/plog"
 
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/claim"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/identity"
 )
 
@@ -106,35 +107,37 @@ func (v logView) content(e *identity.Encoder, ign *contentIgnore) {
 // logsProcessor is the dedup processor in a logs pipeline; like the others it
 // is its own consumer: it must see the next one's error to release claims.
 type logsProcessor struct {
-	*engine
-	sink[plog.Logs]
+	*core
+	claim.Sink[plog.Logs]
 	si *signalIdentity[*ottllog.TransformContext]
 }
 
 func newLogsProcessor(set component.TelemetrySettings, id component.ID, cfg *Config, next consumer.Logs) (*logsProcessor, error) {
-	e, si, err := newParts(logSpec, cfg.Logs, set, id, cfg)
+	p, si, err := newParts(logSpec, cfg.Logs, set, id, cfg, nil)
 	if err != nil {
 		return nil, err
 	}
-	return &logsProcessor{engine: e, sink: sink[plog.Logs]{next.ConsumeLogs, plog.NewLogs}, si: si}, nil
+	return &logsProcessor{core: p, Sink: claim.Sink[plog.Logs]{Next: next.ConsumeLogs, NewData: plog.NewLogs}, si: si}, nil
 }
 
 func (p *logsProcessor) ConsumeLogs(ctx context.Context, ld plog.Logs) error {
-	return consume(ctx, p.engine, p, ld, ld.LogRecordCount())
+	return claim.Consume(ctx, p.Engine, p, ld, ld.LogRecordCount())
 }
 
-func (p *logsProcessor) identify(ctx context.Context, b *batch, enc *identity.Encoder, ld plog.Logs) {
-	w := newWalk(ctx, p.engine, p.si, b, enc)
+func (p *logsProcessor) Identify(ctx context.Context, b *claim.Batch, ld plog.Logs) {
+	enc := encoderPool.Get().(*identity.Encoder)
+	defer encoderPool.Put(enc)
+	w := newWalk(ctx, p.core, p.si, b, enc)
 	var view logView
 	for _, rl := range ld.ResourceLogs().All() {
 		view.rl = rl
-		w.resource(rl.Resource(), rl.SchemaUrl())
+		w.enterResource(rl.Resource(), rl.SchemaUrl())
 		for _, sl := range rl.ScopeLogs().All() {
 			view.sl = sl
-			w.scope(sl.Scope(), sl.SchemaUrl())
+			w.enterScope(sl.Scope(), sl.SchemaUrl())
 			for _, lr := range sl.LogRecords().All() {
 				view.lr = lr
-				unit(&w, view)
+				identifyUnit(&w, view)
 			}
 		}
 	}
@@ -143,14 +146,14 @@ func (p *logsProcessor) identify(ctx context.Context, b *batch, enc *identity.En
 // apply applies the verdicts and prunes the scopes and resources left empty
 // (as all signals); a record moved to later gets a copy of its resource and
 // scope there.
-func (p *logsProcessor) apply(b *batch, ld plog.Logs, later *plog.Logs) {
-	a := applier{e: p.engine, b: b}
+func (p *logsProcessor) Apply(b *claim.Batch, ld plog.Logs, later *plog.Logs) {
+	a := b.Applier()
 	ld.ResourceLogs().RemoveIf(func(rl plog.ResourceLogs) bool {
 		var toR lazily[plog.ResourceLogs]
 		rl.ScopeLogs().RemoveIf(func(sl plog.ScopeLogs) bool {
 			var toS lazily[plog.ScopeLogs]
 			sl.LogRecords().RemoveIf(func(lr plog.LogRecord) bool {
-				remove, moves := a.unit(lr.Attributes())
+				remove, moves := a.Unit(lr.Attributes())
 				if moves && later != nil {
 					to := toS.get(func() plog.ScopeLogs {
 						r := toR.get(func() plog.ResourceLogs {

@@ -2,6 +2,7 @@ package dedupprocessor
 
 import (
 	"context"
+	"errors"
 
 	"github.com/open-telemetry/opentelemetry-collector-contrib/pkg/ottl"
 	"github.com/open-telemetry/opentelemetry-collector-contrib/pkg/ottl/contexts/ottldatapoint"
@@ -11,6 +12,8 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pmetric"
 
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/claim"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/election"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/identity"
 )
 
@@ -24,22 +27,6 @@ var dataPointSpec = &signalSpec[*ottldatapoint.TransformContext]{
 	ignorable: []string{"start_time_unix_nano", "time_unix_nano", "resource", "instrumentation_scope"},
 }
 
-// dataPoint is what every point type offers the identity.
-type dataPoint interface {
-	Attributes() pcommon.Map
-	StartTimestamp() pcommon.Timestamp
-	Timestamp() pcommon.Timestamp
-	Flags() pmetric.DataPointFlags
-}
-
-// pointSlice is what every point slice type offers the walk.
-type pointSlice[P dataPoint] interface {
-	Len() int
-	At(int) P
-	RemoveIf(func(P) bool)
-}
-
-// pointView is a data point as the identity sees it, fields copied out so no
 // point is boxed.
 type pointView struct {
 	rm     pmetric.ResourceMetrics
@@ -112,24 +99,27 @@ func metricDigest(e *identity.Encoder, m pmetric.Metric) [16]byte {
 // metricsProcessor is the dedup processor in a metrics pipeline; its unit is
 // the data point.
 type metricsProcessor struct {
-	*engine
-	out   sink[pmetric.Metrics]
+	*core
+	out   claim.Sink[pmetric.Metrics]
 	si    *signalIdentity[*ottldatapoint.TransformContext]
 	elect *elector // replica election; nil: not configured
 }
 
 func newMetricsProcessor(set component.TelemetrySettings, id component.ID, cfg *Config, next consumer.Metrics) (*metricsProcessor, error) {
-	e, si, err := newParts(dataPointSpec, cfg.Metrics.SignalConfig, set, id, cfg)
+	ec := cfg.Metrics.ReplicaElection.Get()
+	var table *election.Table
+	if ec != nil {
+		table = newElectionTable(ec)
+	}
+	e, si, err := newParts(dataPointSpec, cfg.Metrics.SignalConfig, set, id, cfg, table)
 	if err != nil {
 		return nil, err
 	}
-	p := &metricsProcessor{engine: e, out: sink[pmetric.Metrics]{next.ConsumeMetrics, pmetric.NewMetrics}, si: si}
-	if ec := cfg.Metrics.ReplicaElection.Get(); ec != nil {
-		p.elect = newElector(cfg, ec, e.batches, e.shared)
-		if e.shared != nil {
-			e.shared.forget = p.elect.table.ForgetCommitted
+	p := &metricsProcessor{core: e, out: claim.Sink[pmetric.Metrics]{Next: next.ConsumeMetrics, NewData: pmetric.NewMetrics}, si: si}
+	if ec != nil {
+		if p.elect, err = newElector(cfg, ec, table, e.Rounds(), e.Shared(), e.tel.meter, e.tel.base); err != nil {
+			return nil, errors.Join(err, e.Shutdown(context.Background()))
 		}
-		e.tel.electionTable.Store(p.elect.table)
 	}
 	return p, nil
 }
@@ -137,39 +127,41 @@ func newMetricsProcessor(set component.TelemetrySettings, id component.ID, cfg *
 func (p *metricsProcessor) ConsumeMetrics(ctx context.Context, md pmetric.Metrics) error {
 	n := md.DataPointCount()
 	if p.elect == nil || n == 0 {
-		return consume(ctx, p.engine, metricsCall{sink: p.out, p: p}, md, n)
+		return claim.Consume(ctx, p.Engine, metricsCall{Sink: p.out, p: p}, md, n)
 	}
 	box, err := p.elect.elect(ctx, md)
 	if err != nil {
 		return err
 	}
 	defer p.elect.put(box)
-	return consume(ctx, p.engine, metricsCall{sink: p.out, p: p, box: box}, md, n)
+	return claim.Consume(ctx, p.Engine, metricsCall{Sink: p.out, p: p, box: box}, md, n)
 }
 
 // metricsCall is one ConsumeMetrics call's adapter.
 type metricsCall struct {
-	sink[pmetric.Metrics]
+	claim.Sink[pmetric.Metrics]
 	p   *metricsProcessor
 	box *ballotBox // nil: no replica election
 }
 
-func (c metricsCall) firstCallSettled(ctx context.Context, err error) {
+func (c metricsCall) FirstCallSettled(ctx context.Context, err error) {
 	if c.box != nil {
 		c.p.elect.settle(ctx, c.box, err)
 	}
 }
 
-func (c metricsCall) identify(ctx context.Context, b *batch, enc *identity.Encoder, md pmetric.Metrics) {
+func (c metricsCall) Identify(ctx context.Context, b *claim.Batch, md pmetric.Metrics) {
 	p := c.p
-	w := newWalk(ctx, p.engine, p.si, b, enc)
+	enc := encoderPool.Get().(*identity.Encoder)
+	defer encoderPool.Put(enc)
+	w := newWalk(ctx, p.core, p.si, b, enc)
 	var view pointView
 	for _, rm := range md.ResourceMetrics().All() {
 		view.rm = rm
-		w.resource(rm.Resource(), rm.SchemaUrl())
+		w.enterResource(rm.Resource(), rm.SchemaUrl())
 		for _, sm := range rm.ScopeMetrics().All() {
 			view.sm = sm
-			w.scope(sm.Scope(), sm.SchemaUrl())
+			w.enterScope(sm.Scope(), sm.SchemaUrl())
 			for _, m := range sm.Metrics().All() {
 				view.metric = m
 				if w.content {
@@ -194,7 +186,7 @@ func (c metricsCall) identify(ctx context.Context, b *batch, enc *identity.Encod
 
 func decidePoints[P dataPoint](w *walk[*ottldatapoint.TransformContext], box *ballotBox, view *pointView, points pointSlice[P]) {
 	for i := 0; i < points.Len(); i++ {
-		if box != nil && !box.admit(w.b, len(w.b.verdicts), w.e.cfg.Action) {
+		if box != nil && !box.admit(w.b) {
 			continue // a point of a replica that is not elected
 		}
 		dp := points.At(i)
@@ -202,12 +194,12 @@ func decidePoints[P dataPoint](w *walk[*ottldatapoint.TransformContext], box *ba
 			view.point = dp // boxed: only for OTTL
 		}
 		view.attrs, view.start, view.ts, view.flags = dp.Attributes(), dp.StartTimestamp(), dp.Timestamp(), dp.Flags()
-		unit(w, *view)
+		identifyUnit(w, *view)
 	}
 }
 
-func (c metricsCall) apply(b *batch, md pmetric.Metrics, later *pmetric.Metrics) {
-	a := applier{e: c.p.engine, b: b}
+func (c metricsCall) Apply(b *claim.Batch, md pmetric.Metrics, later *pmetric.Metrics) {
+	a := b.Applier()
 	var mv *pointMover
 	if later != nil {
 		mv = &pointMover{later: later}
@@ -325,14 +317,14 @@ func metricWithoutPoints(m, dst pmetric.Metric) pmetric.Metric {
 // points (none at first: kept); with mv, a point left for later moves there.
 // With remove_replica_label, elected points lose the label, or set
 // box.stripResource if it is the resource's.
-func applyPoints[P dataPoint](a *applier, box *ballotBox, points pointSlice[P], mv *pointMover) bool {
+func applyPoints[P dataPoint](a *claim.Applier, box *ballotBox, points pointSlice[P], mv *pointMover) bool {
 	if points.Len() == 0 {
 		return false
 	}
-	strip := box != nil && a.b.alters
+	strip := box != nil && a.Alters()
 	points.RemoveIf(func(dp P) bool {
-		i := a.at()
-		removed, later := a.unit(dp.Attributes())
+		i := a.At()
+		removed, later := a.Unit(dp.Attributes())
 		if later && mv != nil {
 			mv.move(dp)
 		}

@@ -21,8 +21,8 @@ import (
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/faultproxy"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/claim"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
-	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/identity"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/redistier"
 )
 
@@ -241,7 +241,7 @@ func TestRedisDownRefuseDeliversNoDuplicate(t *testing.T) {
 	}
 	srv.Kill()
 	err := h.consume(events(1, 2, 3))
-	if !errors.Is(err, errSharedTier) {
+	if !errors.Is(err, claim.ErrSharedTier) {
 		t.Fatalf("error = %v, want the retryable shared-tier error", err)
 	}
 	if n := sink.LogRecordCount(); n != 1 {
@@ -439,23 +439,19 @@ func TestCopyOfARecordPendingTooLongIsRefused(t *testing.T) {
 	if err := owner.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	enc := new(identity.Encoder)
 	sink := new(consumertest.LogsSink)
 	h := newHarness(t, cfg, sink)
 	lp := h.proc.(*logsProcessor)
 	var ds []digest.Digest
 	ld := events(7, 8)
-	b := lp.begin(2)
-	lp.identify(context.Background(), b, enc, ld)
-	for _, k := range b.keys {
-		ds = append(ds, k.d)
-	}
-	lp.end(context.Background(), b)
+	b := claim.NewBatch(2, 0)
+	lp.Identify(context.Background(), b, ld)
+	ds = append(ds, b.Digests()...)
 	if _, err := owner.Claim(context.Background(), redistier.NewToken(1), ds, make([]redistier.Answer, len(ds)), false); err != nil {
 		t.Fatal(err)
 	}
 	owner.Close() // dies: its claim is renewed no more
-	if err := h.consume(events(7, 8)); !errors.Is(err, errInFlight) {
+	if err := h.consume(events(7, 8)); !errors.Is(err, claim.ErrInFlight) {
 		t.Fatalf("error = %v, want the retryable pending error", err)
 	}
 	if n := sink.LogRecordCount(); n != 0 {
@@ -515,7 +511,7 @@ func TestLostClaimAnswerIsReleased(t *testing.T) {
 	h := newHarness(t, cfg, sink)
 	cut := proxy.Add(&faultproxy.Rule{Match: faultproxy.Script(redistier.ScriptHash("claim")), Fault: faultproxy.CutAfter(), Times: 2})
 	err := h.consume(events(1, 2))
-	if !errors.Is(err, errSharedTier) {
+	if !errors.Is(err, claim.ErrSharedTier) {
 		t.Fatalf("claim whose replies were lost: %v, want the retryable shared-tier error", err)
 	}
 	if cut.Fired() != 2 || proxy.ScriptAnswered(redistier.ScriptHash("claim")) != 2 {

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/claim"
 )
 
 // TestRollingChangeForgetsNothing: two collectors share one explicit key
@@ -84,7 +85,7 @@ func (f *rollingFleet) send(i int, ids []int) {
 	err := f.hs[i].consume(events(ids...))
 	switch {
 	case err == nil:
-	case errors.Is(err, errSharedTier) || errors.Is(err, errInFlight):
+	case errors.Is(err, claim.ErrSharedTier) || errors.Is(err, claim.ErrInFlight):
 		f.refused.Add(1)
 	default:
 		f.mistakes.Store(err.Error(), true)

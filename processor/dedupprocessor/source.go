@@ -35,8 +35,6 @@ type sourcePart struct {
 }
 
 const (
-	// otherSources counts the sources beyond source.max_sources, as one.
-	otherSources = "(other)"
 	// noSource stands for a part with no value.
 	noSource = "(none)"
 	// maxSourceLen bounds a source's name, a label value, in bytes.

@@ -8,9 +8,9 @@ import (
 	"github.com/open-telemetry/opentelemetry-collector-contrib/pkg/ottl/ottlfuncs"
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/consumer"
-	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/claim"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/identity"
 )
 
@@ -123,65 +123,53 @@ func (v spanView) content(e *identity.Encoder, ign *contentIgnore) {
 	}
 }
 
-// contentIDs encodes a trace and a span ID, leaving out the ignored ones.
-func contentIDs(e *identity.Encoder, f fieldSet, traceID pcommon.TraceID, spanID pcommon.SpanID) {
-	switch {
-	case !f.has(ignTraceId | ignSpanId):
-		e.FieldIDs(fieldTraceID, traceID, fieldSpanID, spanID)
-	case !f.has(ignTraceId):
-		e.Field(fieldTraceID)
-		e.TraceID(traceID)
-	case !f.has(ignSpanId):
-		e.Field(fieldSpanID)
-		e.SpanID(spanID)
-	}
-}
-
 // tracesProcessor is the traces dedup processor: its unit is the span, kept
 // or dropped whole.
 type tracesProcessor struct {
-	*engine
-	sink[ptrace.Traces]
+	*core
+	claim.Sink[ptrace.Traces]
 	si *signalIdentity[*ottlspan.TransformContext]
 }
 
 func newTracesProcessor(set component.TelemetrySettings, id component.ID, cfg *Config, next consumer.Traces) (*tracesProcessor, error) {
-	e, si, err := newParts(spanSpec, cfg.Traces, set, id, cfg)
+	p, si, err := newParts(spanSpec, cfg.Traces, set, id, cfg, nil)
 	if err != nil {
 		return nil, err
 	}
-	return &tracesProcessor{engine: e, sink: sink[ptrace.Traces]{next.ConsumeTraces, ptrace.NewTraces}, si: si}, nil
+	return &tracesProcessor{core: p, Sink: claim.Sink[ptrace.Traces]{Next: next.ConsumeTraces, NewData: ptrace.NewTraces}, si: si}, nil
 }
 
 func (p *tracesProcessor) ConsumeTraces(ctx context.Context, td ptrace.Traces) error {
-	return consume(ctx, p.engine, p, td, td.SpanCount())
+	return claim.Consume(ctx, p.Engine, p, td, td.SpanCount())
 }
 
-func (p *tracesProcessor) identify(ctx context.Context, b *batch, enc *identity.Encoder, td ptrace.Traces) {
-	w := newWalk(ctx, p.engine, p.si, b, enc)
+func (p *tracesProcessor) Identify(ctx context.Context, b *claim.Batch, td ptrace.Traces) {
+	enc := encoderPool.Get().(*identity.Encoder)
+	defer encoderPool.Put(enc)
+	w := newWalk(ctx, p.core, p.si, b, enc)
 	var view spanView
 	for _, rs := range td.ResourceSpans().All() {
 		view.rs = rs
-		w.resource(rs.Resource(), rs.SchemaUrl())
+		w.enterResource(rs.Resource(), rs.SchemaUrl())
 		for _, ss := range rs.ScopeSpans().All() {
 			view.ss = ss
-			w.scope(ss.Scope(), ss.SchemaUrl())
+			w.enterScope(ss.Scope(), ss.SchemaUrl())
 			for _, sp := range ss.Spans().All() {
 				view.sp = sp
-				unit(&w, view)
+				identifyUnit(&w, view)
 			}
 		}
 	}
 }
 
-func (p *tracesProcessor) apply(b *batch, td ptrace.Traces, later *ptrace.Traces) {
-	a := applier{e: p.engine, b: b}
+func (p *tracesProcessor) Apply(b *claim.Batch, td ptrace.Traces, later *ptrace.Traces) {
+	a := b.Applier()
 	td.ResourceSpans().RemoveIf(func(rs ptrace.ResourceSpans) bool {
 		var toR lazily[ptrace.ResourceSpans]
 		rs.ScopeSpans().RemoveIf(func(ss ptrace.ScopeSpans) bool {
 			var toS lazily[ptrace.ScopeSpans]
 			ss.Spans().RemoveIf(func(sp ptrace.Span) bool {
-				remove, moves := a.unit(sp.Attributes())
+				remove, moves := a.Unit(sp.Attributes())
 				if moves && later != nil {
 					to := toS.get(func() ptrace.ScopeSpans {
 						r := toR.get(func() ptrace.ResourceSpans {

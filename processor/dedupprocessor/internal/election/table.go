@@ -293,6 +293,9 @@ func (t *Table) Forget(ref Ref) {
 	}
 }
 
+// MaxClusters is the most live elections a tenant has.
+func (t *Table) MaxClusters() int { return t.cfg.MaxClusters }
+
 // ForgetCommitted drops the committed elections, asked again in Redis;
 // pending ones stay with batches.
 func (t *Table) ForgetCommitted() {

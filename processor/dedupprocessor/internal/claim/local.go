@@ -1,4 +1,4 @@
-package dedupprocessor
+package claim
 
 import (
 	"context"
@@ -20,16 +20,26 @@ import (
 // signal.
 const snapshotKey = "local-cache"
 
-// localStage is the local tier: the digest cache and, with storage, its
-// snapshots (restored, saved).
-type localStage struct {
+// LocalOptions are the local tier's settings.
+type LocalOptions struct {
+	MaxEntries int // the most keys the cache holds
+	// Storage names a storage extension that keeps the cache across
+	// restarts; nil: none.
+	Storage          *component.ID
+	SnapshotInterval time.Duration // how often the cache is saved; 0: only at shutdown
+	ID               component.ID  // the processor's, which the storage client is scoped to
+	Signal           string        // the pipeline's, likewise
+	Fingerprint      uint64        // of the settings that shape identities: a snapshot of others is not restored
+}
+
+// localTier is the digest cache and, with storage, its snapshots (restored,
+// saved).
+type localTier struct {
 	*localcache.Cache
-	cfg         *Config
-	id          component.ID
-	signal      string
-	fingerprint uint64 // of the settings that shape identities
-	logger      *zap.Logger
-	clock       clock.Clock
+	opts   LocalOptions
+	window time.Duration
+	logger *zap.Logger
+	clock  clock.Clock
 
 	client storage.Client // nil: no storage
 	stop   context.CancelFunc
@@ -39,11 +49,11 @@ type localStage struct {
 // start restores the last snapshot and starts saving one every
 // snapshot_interval. Only a storage naming no storage extension fails it: lost
 // state (no storage, a bad snapshot) costs its keys and one warning.
-func (l *localStage) start(ctx context.Context, host component.Host) error {
-	if l.cfg.Storage == nil {
+func (l *localTier) start(ctx context.Context, host component.Host) error {
+	if l.opts.Storage == nil {
 		return nil
 	}
-	id := *l.cfg.Storage
+	id := *l.opts.Storage
 	ext, ok := host.GetExtensions()[id]
 	if !ok {
 		return fmt.Errorf("dedup: storage %q: no such extension; configure it under extensions and list it in service.extensions", id)
@@ -52,7 +62,7 @@ func (l *localStage) start(ctx context.Context, host component.Host) error {
 	if !ok {
 		return fmt.Errorf("dedup: storage %q is not a storage extension", id)
 	}
-	client, err := se.GetClient(ctx, component.KindProcessor, l.id, l.signal)
+	client, err := se.GetClient(ctx, component.KindProcessor, l.opts.ID, l.opts.Signal)
 	if err != nil {
 		l.logger.Warn("dedup: cannot open the storage for the cache snapshot; running without persistence until restart",
 			zap.String("storage", id.String()), zap.Error(err))
@@ -62,7 +72,7 @@ func (l *localStage) start(ctx context.Context, host component.Host) error {
 	l.restore(ctx)
 	saving, stop := context.WithCancel(context.Background())
 	l.stop = stop
-	if interval := l.cfg.SnapshotInterval; interval > 0 {
+	if interval := l.opts.SnapshotInterval; interval > 0 {
 		l.done.Go(func() {
 			for l.clock.Wait(saving, nil, interval) == nil {
 				if err := l.save(context.Background()); err != nil {
@@ -74,7 +84,7 @@ func (l *localStage) start(ctx context.Context, host component.Host) error {
 	return nil
 }
 
-func (l *localStage) restore(ctx context.Context) {
+func (l *localTier) restore(ctx context.Context) {
 	b, err := l.client.Get(ctx, snapshotKey)
 	if err != nil {
 		l.logger.Warn("dedup: cannot read the cache snapshot; starting with an empty cache", zap.Error(err))
@@ -85,7 +95,7 @@ func (l *localStage) restore(ctx context.Context) {
 		return
 	}
 	now := l.clock.Now().UnixNano()
-	meta, n, err := snapshot.Restore(l.Cache, b, l.fingerprint, int64(l.cfg.Window), now)
+	meta, n, err := snapshot.Restore(l.Cache, b, l.opts.Fingerprint, int64(l.window), now)
 	if err != nil {
 		l.logger.Warn("dedup: ignoring an unusable cache snapshot; starting with an empty cache", zap.Error(err), zap.Int("bytes", len(b)))
 		return
@@ -94,14 +104,14 @@ func (l *localStage) restore(ctx context.Context) {
 		zap.Duration("age", time.Duration(now-meta.WrittenAt)))
 }
 
-func (l *localStage) save(ctx context.Context) error {
-	b := snapshot.Save(l.Cache, snapshot.Meta{Window: int64(l.cfg.Window), Fingerprint: l.fingerprint}, l.clock.Now().UnixNano())
+func (l *localTier) save(ctx context.Context) error {
+	b := snapshot.Save(l.Cache, snapshot.Meta{Window: int64(l.window), Fingerprint: l.opts.Fingerprint}, l.clock.Now().UnixNano())
 	return l.client.Set(ctx, snapshotKey, b)
 }
 
 // close stops the periodic saves, saves once more (the pipeline has drained)
 // and closes the client.
-func (l *localStage) close(ctx context.Context) error {
+func (l *localTier) close(ctx context.Context) error {
 	if l.client == nil {
 		return nil
 	}

@@ -1,4 +1,4 @@
-package dedupprocessor
+package claim
 
 import (
 	"context"
@@ -8,11 +8,13 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
+
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/throttle"
 )
 
 // goRedisLog routes go-redis's log, which is one for the whole process, to
 // the logger of the earliest shared tier still running: each kind of line
-// (go-redis's format string) at most once per throttleInterval, for every
+// (go-redis's format string) at most once per throttle.Interval, for every
 // tier of the collector together, with the count of the lines it stands for
 // (occurrences). A Redis that is down makes every tier's pool log a failed
 // dial per attempt: one line a second or more per pipeline, else.
@@ -76,7 +78,7 @@ func (r *redisLogRouter) Printf(_ context.Context, format string, v ...any) {
 	now := s.now()
 	k.count++
 	n := k.count
-	logIt := k.last == 0 || now-k.last >= int64(throttleInterval)
+	logIt := k.last == 0 || now-k.last >= int64(throttle.Interval)
 	if logIt {
 		k.last, k.count = now, 0
 	}
