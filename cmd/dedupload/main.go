@@ -231,8 +231,8 @@ func runDemo(bin, config, data string, w io.Writer) (err error) {
 	check(records+`{outcome="duplicate"}`, sum(records, e2e.Labels{"outcome": "duplicate"}), dropped)
 	check(records+" (all outcomes)", sum(records, e2e.Labels{}), smp.records)
 	check(duplicates+" (all tiers)", sum(duplicates, e2e.Labels{}), dropped)
-	check(duplicates+`{tier="batch"}`, sum(duplicates, e2e.Labels{"tier": "batch"}), smp.dupSameReq)
-	check(duplicates+`{tier="local"}`, sum(duplicates, e2e.Labels{"tier": "local"}), smp.dupEarlier)
+	check(duplicates+`{caught_by="batch"}`, sum(duplicates, e2e.Labels{"caught_by": "batch"}), smp.dupSameReq)
+	check(duplicates+`{caught_by="local"}`, sum(duplicates, e2e.Labels{"caught_by": "local"}), smp.dupEarlier)
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}

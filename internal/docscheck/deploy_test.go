@@ -185,7 +185,7 @@ func TestDashboardStructure(t *testing.T) {
 	}
 	// What the issue asks the dashboard to show.
 	for _, want := range []string{
-		"Duplicate rate by tier and signal", "Records by outcome", "Cache fill (entries / cache.max_entries)",
+		"Duplicate rate by what caught them and signal", "Records by outcome", "Cache fill (entries / cache.max_entries)",
 		"Early evictions /s", "Redis latency by op (p50, p99)", "Redis round trips by op and result",
 		"Breaker state by instance and Redis node", "Keys released after failed deliveries /s",
 		"Top sources of copies", "Copies by age",

@@ -35,7 +35,7 @@ func TestExampleRedisCluster(t *testing.T) {
 	if got := sink.LogRecordCount(); got != 2 {
 		t.Errorf("delivered %d records, want 2 (evt-1 once, evt-2)", got)
 	}
-	l := e2e.Labels{"processor": "dedup", "otel_signal": "logs", "tier": "redis"}
+	l := e2e.Labels{"processor": "dedup", "otel_signal": "logs", "caught_by": "redis"}
 	if got := scB.Sum("otelcol_processor_dedup_duplicates", l); got != 1 {
 		t.Errorf("b: duplicates%v = %g, want 1", l, got)
 	}

@@ -221,7 +221,7 @@ func TestExampleFleetRedis(t *testing.T) {
 	if got := sink.LogRecordCount(); got != 2 {
 		t.Errorf("delivered %d records, want 2 (evt-1 once, evt-2)", got)
 	}
-	l := e2e.Labels{"processor": "dedup", "otel_signal": "logs", "tier": "redis"}
+	l := e2e.Labels{"processor": "dedup", "otel_signal": "logs", "caught_by": "redis"}
 	if got := scB.Sum("otelcol_processor_dedup_duplicates", l); got != 1 {
 		t.Errorf("b: duplicates%v = %g, want 1", l, got)
 	}
@@ -421,10 +421,10 @@ func TestExampleHAElection(t *testing.T) {
 	var elections, dups float64
 	for _, sc := range scs {
 		elections += sc.Sum("otelcol_processor_dedup_elections", e2e.Labels{"processor": "dedup/ha", "reason": "new"})
-		dups += sc.Sum("otelcol_processor_dedup_duplicates", e2e.Labels{"processor": "dedup/ha", "tier": "election"})
+		dups += sc.Sum("otelcol_processor_dedup_duplicates", e2e.Labels{"processor": "dedup/ha", "caught_by": "election"})
 	}
 	if elections != 1 || dups != 4 {
-		t.Errorf("elections{new} = %g, duplicates{tier=election} = %g, want 1 and 4", elections, dups)
+		t.Errorf("elections{new} = %g, duplicates{caught_by=election} = %g, want 1 and 4", elections, dups)
 	}
 	if got := scs[0].Sum("otelcol_processor_dedup_elected_replica", e2e.Labels{"cluster": "team-1", "replica": "a"}); got != 1 {
 		t.Errorf("gateway a: elected_replica{cluster=team-1,replica=a} = %g, want 1", got)

@@ -174,9 +174,9 @@ func wantSeries(t *testing.T, sc e2e.Scrape, names map[string]string) {
 	}{
 		{"records", l("logs", "outcome", "unique"), 3},
 		{"records", l("logs", "outcome", "duplicate"), 3},
-		{"duplicates", l("logs", "tier", "batch"), 1},
-		{"duplicates", l("logs", "tier", "local"), 2},
-		{"duplicates", l("logs", "tier", "redis"), 0},
+		{"duplicates", l("logs", "caught_by", "batch"), 1},
+		{"duplicates", l("logs", "caught_by", "local"), 2},
+		{"duplicates", l("logs", "caught_by", "redis"), 0},
 		{"released", l("logs"), 1},
 		{"cache_entries", l("logs"), 3},
 		{"cache_evictions", l("logs"), 0},
@@ -188,12 +188,12 @@ func wantSeries(t *testing.T, sc e2e.Scrape, names map[string]string) {
 		{"redis_breaker_state", l("logs"), 0},
 		{"records", l("traces", "outcome", "unique"), 1},
 		{"records", l("traces", "outcome", "duplicate"), 1},
-		{"duplicates", l("traces", "tier", "batch"), 1},
+		{"duplicates", l("traces", "caught_by", "batch"), 1},
 		{"cache_entries", l("traces"), 1},
 		{"records", l("metrics", "outcome", "unique"), 2},
 		{"records", l("metrics", "outcome", "duplicate"), 2},
-		{"duplicates", l("metrics", "tier", "local"), 1},
-		{"duplicates", l("metrics", "tier", "election"), 1},
+		{"duplicates", l("metrics", "caught_by", "local"), 1},
+		{"duplicates", l("metrics", "caught_by", "election"), 1},
 		{"cache_entries", l("metrics"), 2},
 		{"elections", l("metrics", "reason", "new"), 1},
 		{"election_undecided", l("metrics", "reason", "missing_label"), 2},
@@ -213,11 +213,11 @@ func wantSeries(t *testing.T, sc e2e.Scrape, names map[string]string) {
 		{"source_records", l("metrics", "source", "node-exporter"), 1},
 		{"source_records", l("metrics", "source", "(other)"), 2},
 		// Ages: known for the batch and local tiers, not for election.
-		{"duplicate_age_count", l("logs", "tier", "batch"), 1},
-		{"duplicate_age_count", l("logs", "tier", "local"), 2},
-		{"duplicate_age_count", l("traces", "tier", "batch"), 1},
-		{"duplicate_age_count", l("metrics", "tier", "local"), 1},
-		{"duplicate_age_count", l("metrics", "tier", "election"), 0},
+		{"duplicate_age_count", l("logs", "caught_by", "batch"), 1},
+		{"duplicate_age_count", l("logs", "caught_by", "local"), 2},
+		{"duplicate_age_count", l("traces", "caught_by", "batch"), 1},
+		{"duplicate_age_count", l("metrics", "caught_by", "local"), 1},
+		{"duplicate_age_count", l("metrics", "caught_by", "election"), 0},
 	} {
 		name := names[w.name]
 		if got := sc.Sum(name, w.labels); got != w.value {
@@ -411,7 +411,7 @@ service:
 			sink := newSink(t)
 			c := startCollector(t, nil, nil, configYAML(t, e2e.Config("detailed", sink, e2e.Ports{})), pipelinesYAML(srv.Addr()), reader(tc.flags))
 			// A fresh Redis key space for each collector: the keys of the
-			// previous case would make this one's copies tier=redis.
+			// previous case would make this one's copies caught_by=redis.
 			flushRedis(t, srv)
 			sc := exercise(t, c, sink)
 			wantSeries(t, sc, tc.names)

@@ -176,9 +176,9 @@ service:
 		{"otelcol_processor_dedup_source_records", l("source", "(other)"), 22},
 		{"otelcol_processor_dedup_source_duplicates", l("source", "checkout"), 0},
 		// The double send within a second, the retries between 1 s and 5 s.
-		{"otelcol_processor_dedup_duplicate_age_bucket", l("tier", "local", "le", "1"), 10},
-		{"otelcol_processor_dedup_duplicate_age_bucket", l("tier", "local", "le", "5"), 30},
-		{"otelcol_processor_dedup_duplicate_age_count", l("tier", "local"), 30},
+		{"otelcol_processor_dedup_duplicate_age_bucket", l("caught_by", "local", "le", "1"), 10},
+		{"otelcol_processor_dedup_duplicate_age_bucket", l("caught_by", "local", "le", "5"), 30},
+		{"otelcol_processor_dedup_duplicate_age_count", l("caught_by", "local"), 30},
 	} {
 		if got := sc.Sum(w.name, w.labels); got != w.value {
 			t.Errorf("%s%v = %g, want %g; series: %v", w.name, w.labels, got, w.value, sc.Find(w.name, l()))

@@ -245,7 +245,7 @@ func runAckedWithoutRetries(t *testing.T, cols []*running, nodes []*redistest.Se
 		t.Errorf("%s = %g, want between the %d records of acknowledged requests and %d more of refused ones", metricRecords, got, ackedRecords, refusedRecordsSent)
 	}
 	// No request repeats an event.
-	wantSum(t, scs, metricDuplicates, l("tier", "batch"), 0)
+	wantSum(t, scs, metricDuplicates, l("caught_by", "batch"), 0)
 	// A refused export releases every key it carried.
 	wantSum(t, scs, metricReleased, l(), float64(refusedRecords))
 	if nodes != nil {
@@ -333,7 +333,7 @@ func runLargeRacingCopies(t *testing.T, cols []*running, nodes []*redistest.Serv
 	// caught by Redis.
 	wantSum(t, scs, metricRecords, l("outcome", "unique"), float64(n))
 	wantSum(t, scs, metricRecords, l("outcome", "duplicate"), float64(n))
-	wantSum(t, scs, metricDuplicates, l("tier", "redis"), float64(n))
+	wantSum(t, scs, metricDuplicates, l("caught_by", "redis"), float64(n))
 	wantSum(t, scs, metricReleased, l(), 0)
 
 	counts, total := fleetDelivered(cols)

@@ -288,10 +288,10 @@ func runAgentsFailover(t *testing.T, gateways []*running) {
 	// Every point reached the processor with both labels and a distinct
 	// identity: the delivered ones are unique (the scrapes' own up and
 	// scrape_* series included), the rest duplicates caught by election.
-	if u, e := redisSum(scs, metricRecords, l("outcome", "unique")), redisSum(scs, metricDuplicates, l("tier", "election")); u < float64(len(pts)) || e == 0 {
+	if u, e := redisSum(scs, metricRecords, l("outcome", "unique")), redisSum(scs, metricDuplicates, l("caught_by", "election")); u < float64(len(pts)) || e == 0 {
 		t.Errorf("unique = %g (delivered %d test points), election duplicates = %g", u, len(pts), e)
 	}
-	wantSum(t, scs, metricDuplicates, l("tier", "local"), 0)
+	wantSum(t, scs, metricDuplicates, l("caught_by", "local"), 0)
 	// The gauge names the agent that took over, on the gateways that
 	// saw its data.
 	wantReplica := []string{electionReplicaA, electionReplicaB}[other-1]
@@ -407,7 +407,7 @@ func TestElectionRefusedBatchDoesNotElect(t *testing.T) {
 			}
 			l := func(kv ...string) Labels { return sigLabels("dedup/ha", "metrics", kv...) }
 			wantSum(t, scs, metricElections, l("reason", "new"), 1)
-			wantSum(t, scs, metricDuplicates, l("tier", "election"), 4)
+			wantSum(t, scs, metricDuplicates, l("caught_by", "election"), 4)
 			wantSum(t, scs, metricRecords, l("outcome", "unique"), 4)
 			wantSum(t, scs, metricReleased, l(), 1)
 		})

@@ -61,7 +61,7 @@ func TestTimestamplessLinesAreDistinct(t *testing.T) {
 	}
 	sc := r.scrape()
 	wantMetric(t, sc, "otelcol_processor_dedup_records", Labels{"otel_signal": "logs", "outcome": "unique"}, 2)
-	wantMetric(t, sc, "otelcol_processor_dedup_duplicates", Labels{"otel_signal": "logs", "tier": "local"}, 1)
+	wantMetric(t, sc, "otelcol_processor_dedup_duplicates", Labels{"otel_signal": "logs", "caught_by": "local"}, 1)
 }
 
 // TestReceiverPayloadsThroughTheBinary sends each recorded receiver payload

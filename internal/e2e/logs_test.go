@@ -93,8 +93,8 @@ service:
 			wantMetric(t, sc, metricRecords, dedupLabels("dedup", "outcome", "unique"), 100)
 			wantMetric(t, sc, metricRecords, dedupLabels("dedup", "outcome", "duplicate"), 40)
 			wantMetric(t, sc, metricRecords, dedupLabels("dedup"), 140)
-			wantMetric(t, sc, metricDuplicates, dedupLabels("dedup", "tier", "batch"), 20)
-			wantMetric(t, sc, metricDuplicates, dedupLabels("dedup", "tier", "local"), 20)
+			wantMetric(t, sc, metricDuplicates, dedupLabels("dedup", "caught_by", "batch"), 20)
+			wantMetric(t, sc, metricDuplicates, dedupLabels("dedup", "caught_by", "local"), 20)
 			wantMetric(t, sc, metricDuplicates, dedupLabels("dedup"), 40)
 			wantMetric(t, sc, metricReleased, nil, 0)
 			wantMetric(t, sc, metricCacheEntries, dedupLabels("dedup"), 100)
@@ -181,8 +181,8 @@ service:
 	wantMetric(t, sc, metricRecords, l("outcome", "duplicate"), 20)
 	wantMetric(t, sc, metricRecords, l("outcome", "missing_key"), 10)
 	wantMetric(t, sc, metricRecords, l(), 60)
-	wantMetric(t, sc, metricDuplicates, l("tier", "batch"), 10)
-	wantMetric(t, sc, metricDuplicates, l("tier", "local"), 10)
+	wantMetric(t, sc, metricDuplicates, l("caught_by", "batch"), 10)
+	wantMetric(t, sc, metricDuplicates, l("caught_by", "local"), 10)
 	wantMetric(t, sc, metricCacheEntries, l(), 30)
 	wantSeriesIdentifyProcessor(t, sc)
 
@@ -235,7 +235,7 @@ service:
 			sc = r.scrape()
 			wantMetric(t, sc, metricRecords, dedupLabels("dedup", "outcome", "unique"), 20)
 			wantMetric(t, sc, metricRecords, dedupLabels("dedup", "outcome", "duplicate"), 5)
-			wantMetric(t, sc, metricDuplicates, dedupLabels("dedup", "tier", "batch"), 5)
+			wantMetric(t, sc, metricDuplicates, dedupLabels("dedup", "caught_by", "batch"), 5)
 			wantMetric(t, sc, metricReleased, dedupLabels("dedup"), 20)
 			wantMetric(t, sc, metricCacheEntries, dedupLabels("dedup"), 20)
 
@@ -248,8 +248,8 @@ service:
 			wantMetric(t, sc, metricRecords, dedupLabels("dedup", "outcome", "duplicate"), 30)
 			// An in-batch copy is a copy of its batch's first one, caught
 			// before any claim: 5 more in the batch, 20 in the cache.
-			wantMetric(t, sc, metricDuplicates, dedupLabels("dedup", "tier", "batch"), 10)
-			wantMetric(t, sc, metricDuplicates, dedupLabels("dedup", "tier", "local"), 20)
+			wantMetric(t, sc, metricDuplicates, dedupLabels("dedup", "caught_by", "batch"), 10)
+			wantMetric(t, sc, metricDuplicates, dedupLabels("dedup", "caught_by", "local"), 20)
 			wantMetric(t, sc, metricReleased, dedupLabels("dedup"), 20)
 
 			r.stop()

@@ -389,16 +389,16 @@ func runFleet(t *testing.T, endpoints []string, nodes []*redistest.Server, extra
 	wantSum(t, scs, metricRecords, l(), 2*n+retried)
 	// Each collector saw every event once in the race: the copy that lost
 	// was caught by Redis; the retries by the local cache.
-	wantSum(t, scs, metricDuplicates, l("tier", "redis"), n)
-	wantSum(t, scs, metricDuplicates, l("tier", "local"), retried)
-	wantSum(t, scs, metricDuplicates, l("tier", "batch"), 0)
+	wantSum(t, scs, metricDuplicates, l("caught_by", "redis"), n)
+	wantSum(t, scs, metricDuplicates, l("caught_by", "local"), retried)
+	wantSum(t, scs, metricDuplicates, l("caught_by", "batch"), 0)
 	wantSum(t, scs, metricDuplicates, l(), n+retried)
 	wantSum(t, scs, metricReleased, l(), 0)
 	for i, sc := range scs {
 		// Keys a collector lost to the other are remembered too.
 		wantMetric(t, sc, metricCacheEntries, l(), n)
 		t.Logf("collector %c: unique %g, duplicates by redis %g, local %g", 'A'+i,
-			sc.Sum(metricRecords, l("outcome", "unique")), sc.Sum(metricDuplicates, l("tier", "redis")), sc.Sum(metricDuplicates, l("tier", "local")))
+			sc.Sum(metricRecords, l("outcome", "unique")), sc.Sum(metricDuplicates, l("caught_by", "redis")), sc.Sum(metricDuplicates, l("caught_by", "local")))
 	}
 	// One claim round trip per attempt in the race (one per collector and
 	// batch unless one was refused); none for the local retries.
@@ -766,7 +766,7 @@ func TestRedisCollectorDiesMidBatch(t *testing.T) {
 	}
 	if n := b.sink.LogRecordCount(); n != 10 {
 		t.Errorf("B accepted the sender's retry but delivered %d of its 10 events (%g dropped as Redis duplicates of A's pending claim, which A never delivered); the sender has its acceptance and will not retry, so they are lost",
-			n, sc.Sum(metricDuplicates, sigLabels("dedup", "logs", "tier", "redis")))
+			n, sc.Sum(metricDuplicates, sigLabels("dedup", "logs", "caught_by", "redis")))
 		// Diagnosis: only a retry after the lease, which no sender makes once
 		// accepted, would have saved them.
 		testkit.WaitFor(t, "A's pending claim gone with its lease", opTimeout, func() bool {

@@ -165,12 +165,12 @@ func TestShutdownWithBatchesInFlight(t *testing.T) {
 	}
 }
 
-// TestStackedStagesDetected: two dedup stages with the same processor ID
+// TestStackedProcessorsDetected: two stacked dedup processors with the same processor ID
 // and settings, one feeding the other, share one key space: the second
 // waits for the first's claim, which waits for the second's answer. The
 // second's refusal names the claim it waited for; the first recognises its
 // own and counts and logs it.
-func TestStackedStagesDetected(t *testing.T) {
+func TestStackedProcessorsDetected(t *testing.T) {
 	srv := redistest.Standalone(t)
 	newCfg := func() *Config {
 		cfg := redisConfig([]string{srv.Addr()}, ErrorRefuse)
@@ -184,11 +184,11 @@ func TestStackedStagesDetected(t *testing.T) {
 	if !errors.Is(err, claim.ErrInFlight) {
 		t.Fatalf("the stacked request: %v, want the gateway's refusal", err)
 	}
-	if n := agent.metric("otelcol_processor_dedup_stacked_stages"); n != 1 {
-		t.Fatalf("stacked stages counted %d, want 1", n)
+	if n := agent.metric("otelcol_processor_dedup_stacked_processors"); n != 1 {
+		t.Fatalf("stacked processors counted %d, want 1", n)
 	}
-	if n := gateway.metric("otelcol_processor_dedup_stacked_stages"); n != 0 {
-		t.Fatalf("the gateway counted %d stacked stages, want 0", n)
+	if n := gateway.metric("otelcol_processor_dedup_stacked_processors"); n != 0 {
+		t.Fatalf("the gateway counted %d stacked processors, want 0", n)
 	}
 }
 

@@ -16,7 +16,7 @@ import (
 )
 
 // Copies traced to their cause and their source: how long after its original
-// each copy came (duplicate_age, by tier), who sends them (source_duplicates
+// each copy came (duplicate_age, by what caught it), who sends them (source_duplicates
 // and source_records: the source.max_sources heaviest sources by name, the
 // rest as one), and a log line per source per source.log_interval.
 //
@@ -54,12 +54,12 @@ func newCopyTelemetry(meter metric.Meter, base series, cfg *Config, signal strin
 	ct := &copyTelemetry{}
 	var err error
 	ct.ages, err = meter.Float64Histogram("otelcol_processor_dedup_duplicate_age",
-		metric.WithDescription("Seconds from a duplicate's original to the duplicate, by the tier that caught it (batch: the same request, 0; local: since this collector claimed the original; redis: since the original's claim was committed, to the second): up to 1 s fan-out or a double send, up to 300 s retries, beyond replays, re-read files and backfills."),
+		metric.WithDescription("Seconds from a duplicate's original to the duplicate, by what caught it (label caught_by; batch: the same request, 0; local: since this collector claimed the original; redis: since the original's claim was committed, to the second): up to 1 s fan-out or a double send, up to 300 s retries, beyond replays, re-read files and backfills."),
 		metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(copyAgeBounds...))
 	if err != nil {
 		return nil, err
 	}
-	labelled(base, ct.ageOpts[:], "tier", claim.CaughtByNames[:])
+	labelled(base, ct.ageOpts[:], "caught_by", claim.CaughtByNames[:])
 	if len(cfg.Source.Key) > 0 {
 		// A guessable digest is shown only where the backend holds it anyway.
 		example := len(signalConfig(cfg, signal).Key) == 0 || cfg.IdentityAttribute != ""

@@ -67,7 +67,7 @@ func (h *harness) ageBuckets(tier string) []uint64 {
 	if err := h.reader.Collect(context.Background(), &rm); err != nil {
 		h.t.Fatal(err)
 	}
-	want := attribute.NewSet(h.attrs([]attribute.KeyValue{attribute.String("tier", tier)})...)
+	want := attribute.NewSet(h.attrs([]attribute.KeyValue{attribute.String("caught_by", tier)})...)
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
 			if m.Name != "otelcol_processor_dedup_duplicate_age" {
@@ -188,10 +188,10 @@ func TestCopiesTracedToTheirSourceAndCause(t *testing.T) {
 	}
 	assertSourceTotals(h)
 	if got, want := h.ageBuckets("local"), ages(map[float64]uint64{5: 3, 15: 3, 3600: 3}); !slices.Equal(got, want) {
-		t.Errorf("duplicate_age{tier=local} buckets %v, want %v (3 at 5s, 3 at 10s, 3 at 1h)", got, want)
+		t.Errorf("duplicate_age{caught_by=local} buckets %v, want %v (3 at 5s, 3 at 10s, 3 at 1h)", got, want)
 	}
 	if got := h.ageBuckets("batch"); got != nil {
-		t.Errorf("duplicate_age{tier=batch} buckets %v, want no series", got)
+		t.Errorf("duplicate_age{caught_by=batch} buckets %v, want no series", got)
 	}
 
 	b1 := contentDigest(t, cfg, serviceLogs("billing", "invoice 1"))
@@ -365,7 +365,7 @@ func (a fakeAuth) GetAttributeNames() []string { return slices.Collect(maps.Keys
 // TestRedisAgesAreTheirOriginalsCommit: a copy the shared tier finds is
 // as old as its original's commit, to the second of Redis's clock: a copy
 // two seconds after its original, at another collector, is in the
-// duplicate_age{tier="redis"} bucket of up to 5 s, and counts by source.
+// duplicate_age{caught_by="redis"} bucket of up to 5 s, and counts by source.
 func TestRedisAgesAreTheirOriginalsCommit(t *testing.T) {
 	srv := redistest.Standalone(t)
 	first := newHarness(t, redisConfig([]string{srv.Addr()}, ErrorPass), consumertest.NewNop())
@@ -381,7 +381,7 @@ func TestRedisAgesAreTheirOriginalsCommit(t *testing.T) {
 		t.Fatalf("redis copies %d, want 1", n)
 	}
 	if got, want := h.ageBuckets("redis"), ages(map[float64]uint64{5: 1}); !slices.Equal(got, want) {
-		t.Fatalf("duplicate_age{tier=redis} %v, want %v", got, want)
+		t.Fatalf("duplicate_age{caught_by=redis} %v, want %v", got, want)
 	}
 	if copies, _ := h.sourceSeries(); copies["svc"] != 1 {
 		t.Fatalf("source_duplicates %v, want svc 1", copies)

@@ -129,7 +129,7 @@ func (h *harness) outcome(o string) int64 {
 }
 
 func (h *harness) tier(tr string) int64 {
-	return h.metric("otelcol_processor_dedup_duplicates", attribute.String("tier", tr))
+	return h.metric("otelcol_processor_dedup_duplicates", attribute.String("caught_by", tr))
 }
 
 func (h *harness) consume(ld plog.Logs) error {

@@ -72,7 +72,7 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, signal strin
 	}}
 	t.baseOpt = t.base.with()
 	labelled(t.base, t.outcomeOpts[:], "outcome", claim.OutcomeNames[:])
-	labelled(t.base, t.caughtOpts[:], "tier", claim.CaughtByNames[:])
+	labelled(t.base, t.caughtOpts[:], "caught_by", claim.CaughtByNames[:])
 	labelled(t.base, t.waitOpts[:], "result", waitResultNames[:])
 	labelled(t.base, t.unidentifiedOpts[:], "reason", unidentifiedNames[:])
 	for i := range t.unidentifiedLog {
@@ -93,11 +93,11 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, signal strin
 	t.records = counter("otelcol_processor_dedup_records", "{records}",
 		"Records the dedup processor saw, by outcome: unique, duplicate, missing_key, skipped, key_error.")
 	t.duplicates = counter("otelcol_processor_dedup_duplicates", "{records}",
-		"Duplicate records, by what caught them (label tier): batch (a copy earlier in the same batch), local (the local cache), redis (the shared tier), election (a data point of a replica that is not its cluster's elected one).")
+		"Duplicate records, by what caught them (label caught_by): batch (a copy earlier in the same batch), local (the local cache), redis (the shared tier), election (a data point of a replica that is not its cluster's elected one).")
 	t.released = counter("otelcol_processor_dedup_released", "{keys}",
 		"Keys released because the next consumer refused the batch that claimed them.")
-	t.stacked = counter("otelcol_processor_dedup_stacked_stages", "{batches}",
-		"Batches the next consumer refused because a dedup processor after this one waited for this batch's own claims: two dedup stages share one key space in Redis and stall each other.")
+	t.stacked = counter("otelcol_processor_dedup_stacked_processors", "{batches}",
+		"Batches the next consumer refused because a dedup processor after this one waited for this batch's own claims: two stacked dedup processors share one key space in Redis and stall each other.")
 	t.waits = seconds("otelcol_processor_dedup_wait_duration",
 		"Seconds a batch waited for other batches' pending claims on its records, by how the wait ended: settled (the batch went on), refused (returned to the sender for retry after pending_wait).",
 		0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)

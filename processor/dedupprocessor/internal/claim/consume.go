@@ -391,7 +391,7 @@ const (
 // OutcomeNames are the records counter's outcome values.
 var OutcomeNames = [NumOutcomes]string{"unique", "duplicate", "missing_key", "skipped", "key_error"}
 
-// CaughtBy is what caught a duplicate: the duplicates counter's tier label.
+// CaughtBy is what caught a duplicate: the duplicates counter's caught_by label.
 type CaughtBy int
 
 const (
