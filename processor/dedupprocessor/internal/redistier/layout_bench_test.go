@@ -13,7 +13,7 @@ import (
 // BenchmarkLayout is what a remembered record costs Redis: used_memory and
 // CPU per record once b.N batches of benchBatch unique records are
 // committed (-benchtime 10000x is 10^7 keys), for a 1-hour and a 7-day
-// window, the tier sized for what it holds (Options.Capacity).
+// window, from an empty Redis: the shards split as the records grow.
 func BenchmarkLayout(b *testing.B) {
 	for _, window := range []time.Duration{time.Hour, 7 * 24 * time.Hour} {
 		b.Run("window="+window.String(), func(b *testing.B) {
@@ -25,8 +25,8 @@ func BenchmarkLayout(b *testing.B) {
 }
 
 // BenchmarkLayoutSteady runs the tier at a 2-second window for b.N batches
-// (-benchtime 5000x is about 10 windows here), sized for the 500,000
-// records a window it claims here: Redis CPU per record with the rolls and
+// (-benchtime 5000x is about 10 windows here, about 500,000 records a
+// window): Redis CPU per record with the shards' splits, rolls and
 // expiries in it, and the memory left at the end per record claimed in the
 // last two windows (what a steady load keeps: a record goes between one and
 // two windows after its claim).
