@@ -100,7 +100,7 @@ type faultRun struct {
 	digests  map[int]string
 	rules    []ruleOn
 
-	// What the seed chose besides the faults (settings.go's scenarios):
+	// What the seed chose besides the faults (planScenarios):
 	// the schedule, the window the run's collectors start with, and what
 	// each slot's next incarnation is configured with.
 	plan     []plannedFault
