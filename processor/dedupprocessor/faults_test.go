@@ -42,12 +42,14 @@ import (
 //
 // Besides the faults, the seed may add scenarios (faultsinject_test.go's
 // faultScenarios): collectors restarted with a longer, then a shorter
-// window (and another cluster_slots) than the others'; bursts of thousands
-// of new records, so that shards split while claims race; exports lasting
-// one to three windows, held by their claims' renewals alone; and scripts
-// failing, as Redis refuses writes (maxmemory) and then fails scripts after
-// their writes. A run whose scenarios need the window to pass has a window
-// of seconds.
+// window (and another cluster_slots) than the others', and requests sent
+// again within their records' windows; bursts of thousands of new records,
+// so that shards split while claims race (a burst's load counts as a slow
+// Redis: its calls may fail, never let a copy through under refuse);
+// exports lasting one to three windows, held by their claims' renewals
+// alone; and scripts failing, as Redis refuses writes (maxmemory) and then
+// fails scripts after their writes. A run whose scenarios need the window
+// to pass has a window of seconds.
 //
 // Each run is reproducible from its seed as far as a real network and
 // goroutine timing allow: the requests, the exporters' delays and failures,
