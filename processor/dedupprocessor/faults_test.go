@@ -31,7 +31,25 @@ import (
 //     a claim holds no longer than its export, or than the lease when its
 //     collector died;
 //   - the unchecked and lost counters count only under faults that explain
-//     them.
+//     them;
+//   - a record committed is remembered for the window of the collector
+//     that committed it: a copy is delivered again only once that window
+//     has passed since its export ended, whatever the window of the
+//     collector the copy reached;
+//   - every record Redis holds at the end is in the hash its group's shape
+//     names for it, and each group is split for the records it counts; a
+//     collector whose redis.cluster_slots differs from the layout's says so.
+//
+// Besides the faults, the seed may add scenarios (faultsinject_test.go's
+// faultScenarios): collectors restarted with a longer, then a shorter
+// window (and another cluster_slots) than the others', and requests sent
+// again within their records' windows; bursts of thousands of new records,
+// so that shards split while claims race (a burst's load counts as a slow
+// Redis: its calls may fail, never let a copy through under refuse);
+// exports lasting one to three windows, held by their claims' renewals
+// alone; and scripts failing, as Redis refuses writes (maxmemory) and then
+// fails scripts after their writes. A run whose scenarios need the window
+// to pass has a window of seconds.
 //
 // Each run is reproducible from its seed as far as a real network and
 // goroutine timing allow: the requests, the exporters' delays and failures,
@@ -84,8 +102,13 @@ func TestFaults(t *testing.T) {
 }
 
 // defaultFaultSeeds are the seeds make test runs, per signal, on each
-// topology under each on_error.
-var defaultFaultSeeds = map[string][]uint64{"logs": {1, 2}, "metrics": {1}}
+// topology under each on_error. Their scenarios (planScenarios), the same
+// on both topologies: logs seed 1 and metrics seed 1 change settings
+// mid-run (on a Cluster, cluster_slots too) and make exports longer than
+// the window; logs seed 32 bursts and fails scripts. Seed 32 replaced seed 2
+// (whose only scenario is long exports) for its faults besides: a restart,
+// a shutdown, a cut and a late claim among them.
+var defaultFaultSeeds = map[string][]uint64{"logs": {1, 32}, "metrics": {1}}
 
 var (
 	faultsSeedFlag     = flag.String("faults.seed", "", "TestFaults: comma-separated seeds to run (default: the seeds make test runs)")

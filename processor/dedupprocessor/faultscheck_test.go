@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/processor/processortest"
 
@@ -59,6 +62,8 @@ func (r *faultRun) check() {
 	r.checkCounters(&v)
 	r.checkCensus(&v)
 	r.checkProbes(&v)
+	r.checkLayout(&v)
+	r.checkSlots(&v)
 	r.dump()
 	r.t.Log(r.summary(stalls, copies))
 	if len(v.order) == 0 {
@@ -439,8 +444,9 @@ func (r *faultRun) checkCopies(v *faultViolations) faultCopies {
 			unchecked, lost := slices.Contains(causes, "unchecked"), slices.Contains(causes, "lease-ran-out") || slices.Contains(causes, "shutdown-in-flight")
 			what := fmt.Sprintf("record %d (delivered %d times): %s (export %s), again by %s (export %s)", id, len(ds), x.a, r.rel(x.start), y.a, r.rel(y.start))
 			switch {
-			case slices.Contains(causes, "redis-data-lost"), slices.Contains(causes, "collector-killed"):
-				// Listed, and nothing alive can count them.
+			case slices.Contains(causes, "redis-data-lost"), slices.Contains(causes, "collector-killed"), slices.Contains(causes, "window-passed"):
+				// Listed, and nothing alive can count them (nor should, once
+				// the window passed).
 			case unchecked && lost: // counted by one counter or the other
 				eithers = append(eithers, eitherCopy{delivery{r.uncheckedOf(id, x, y), id}, x, what})
 			case unchecked:
@@ -550,7 +556,7 @@ func (r *faultRun) field(id int) string {
 	}
 	if r.identity == nil {
 		set := processortest.NewNopSettings(componentType)
-		p, err := newLogsProcessor(set.TelemetrySettings, set.ID, r.config(nil), consumertest.NewNop())
+		p, err := newLogsProcessor(set.TelemetrySettings, set.ID, r.config(nil, faultSettings{window: r.window, slots: faultDefaultSlots}), consumertest.NewNop())
 		if err != nil {
 			r.t.Fatal(err)
 		}
@@ -646,6 +652,13 @@ func (r *faultRun) checkBothReplicas(v *faultViolations, cp *faultCopies) {
 // y delivering again record id, which x delivered first.
 func (r *faultRun) copyCauses(id int, x, y *faultExport) []string {
 	var causes []string
+	// The record is remembered for the window of the collector that
+	// committed it, from the commit on, which lands after x's export ended:
+	// y claimed it later, a new record. Earlier, y had to be dropped, however
+	// short y's collector's window.
+	if !y.start.Add(faultTol).Before(x.end.Add(x.c.window)) {
+		causes = append(causes, "window-passed")
+	}
 	for _, ep := range r.episodes {
 		if ep.dataLoss && between(ep.from, x.start.Add(-faultTimeout-faultTol), y.start) {
 			causes = append(causes, "redis-data-lost")
@@ -830,8 +843,26 @@ func (r *faultRun) summary(s faultStalls, cp faultCopies) string {
 	fmt.Fprintf(&b, "  exports %d; records delivered twice or more: %d extra deliveries %v\n", len(r.exports), cp.extra, cp.byCause)
 	fmt.Fprintf(&b, "  stalls %d, longest %v (%s)\n", s.count, s.longest.Round(time.Millisecond), s.what)
 	fmt.Fprintf(&b, "  tier commands %v\n", r.census)
+	long, longCopies := 0, 0
+	for _, e := range r.exports {
+		if e.long {
+			long++
+		}
+	}
+	for _, a := range r.attempts {
+		if errors.Is(a.err, claim.ErrInFlight) || errors.Is(a.err, errElectionInFlight) {
+			for _, e := range r.exports {
+				if e.long && e.start.Before(a.end) && (e.end.IsZero() || e.end.After(a.start)) && slices.ContainsFunc(e.ids, func(id int) bool { return slices.Contains(a.records(), id) }) {
+					longCopies++
+					break
+				}
+			}
+		}
+	}
+	fmt.Fprintf(&b, "  scenarios: %s; window %v; exports longer than the window %d, tries refused while one held their records %d\n", r.scenarios(), r.window, long, longCopies)
+	fmt.Fprintf(&b, "  redis at the end: %d groups, %d shards, %d records\n", r.layout.groups, r.layout.shards, r.layout.records)
 	for _, c := range r.collectors {
-		fmt.Fprintf(&b, "  collector %d (slot %d, up %s-%s): unchecked %d, lost %d, released %d; redis requests %s\n", c.id, c.slot, r.rel(c.started), r.rel(c.downAt),
+		fmt.Fprintf(&b, "  collector %d (slot %d, window %v, cluster_slots %d, up %s-%s): unchecked %d, lost %d, released %d; redis requests %s\n", c.id, c.slot, c.window, c.slots, r.rel(c.started), r.rel(c.downAt),
 			c.unchecked(), c.lost(), c.counter("otelcol_processor_dedup_released"), c.requests())
 	}
 	return b.String()
@@ -858,4 +889,158 @@ func (r *faultRun) timeline() string {
 		}
 	}
 	return b.String()
+}
+
+// faultLayout is what Redis held under the run's key prefix at its end:
+// each group's shape, and its record hashes' fields.
+type faultLayout struct {
+	groups, shards, records int
+	misplaced               []string // fields in a hash their group's shape does not name for them
+	overfull                []string // groups holding more records than their shards are split for
+	err                     error
+}
+
+// readLayout reads the layout the run left in Redis, once every collector
+// is shut down.
+func (r *faultRun) readLayout() {
+	ctx, cancel := context.WithTimeout(context.Background(), faultHang)
+	defer cancel()
+	var keys []string
+	var mu sync.Mutex
+	scan := func(ctx context.Context, c *redis.Client) error {
+		iter := c.Scan(ctx, 0, r.prefix+"*", 1000).Iterator()
+		for iter.Next(ctx) {
+			mu.Lock()
+			keys = append(keys, iter.Val())
+			mu.Unlock()
+		}
+		return iter.Err()
+	}
+	var err error
+	switch c := r.env.client.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, scan)
+	case *redis.Client:
+		err = scan(ctx, c)
+	}
+	// The groups: KeyPrefix, the tag in a Cluster, the layout's version.
+	type group struct {
+		shape  *redis.SliceCmd
+		hashes map[string]*redis.StringSliceCmd // by shard, in hex
+	}
+	groups := map[string]*group{}
+	pipe := r.redis().Pipeline()
+	for _, k := range keys {
+		rest := strings.TrimPrefix(k, r.prefix)
+		g := r.prefix
+		if strings.HasPrefix(rest, "{") {
+			i := strings.Index(rest, "}")
+			if i < 0 {
+				continue
+			}
+			g, rest = g+rest[:i+1], rest[i+1:]
+		}
+		rest, ok := strings.CutPrefix(rest, "3:")
+		if !ok || rest != "s" && !strings.HasPrefix(rest, "h") {
+			continue
+		}
+		g += "3:"
+		if groups[g] == nil {
+			groups[g] = &group{shape: pipe.HMGet(ctx, g+"s", "L", "p", "n"), hashes: map[string]*redis.StringSliceCmd{}}
+		}
+		if shard, ok := strings.CutPrefix(rest, "h"); ok {
+			groups[g].hashes[shard] = pipe.HKeys(ctx, k)
+		}
+	}
+	if len(groups) > 0 {
+		_, perr := pipe.Exec(ctx)
+		err = errors.Join(err, perr)
+	}
+	l := faultLayout{groups: len(groups), err: err}
+	num := func(v any) uint64 {
+		s, _ := v.(string)
+		n, _ := strconv.ParseUint(s, 10, 64)
+		return n
+	}
+	for name, g := range groups {
+		shape := g.shape.Val()
+		if len(shape) != 3 {
+			continue
+		}
+		level, split, n := num(shape[0]), num(shape[1]), num(shape[2])
+		low := uint64(1) << level
+		l.shards += int(low + split)
+		if n > 32*(low+split) {
+			l.overfull = append(l.overfull, fmt.Sprintf("%s: %d records counted in %d shards (L %d, p %d)", name, n, low+split, level, split))
+		}
+		for shard, cmd := range g.hashes {
+			for _, f := range cmd.Val() {
+				if f == "" { // the roll mark
+					continue
+				}
+				l.records++
+				if len(f) != faultFieldSize {
+					l.misplaced = append(l.misplaced, fmt.Sprintf("%sh%s: a field of %d bytes", name, shard, len(f)))
+					continue
+				}
+				h := uint64(f[7])<<24 | uint64(f[8])<<16 | uint64(f[9])<<8 | uint64(f[10])
+				s := h % low
+				if s < split {
+					s = h % (2 * low)
+				}
+				if want := strconv.FormatUint(s, 16); want != shard {
+					l.misplaced = append(l.misplaced, fmt.Sprintf("%sh%s holds %x, whose shard is %s (L %d, p %d)", name, shard, f, want, level, split))
+				}
+			}
+		}
+	}
+	r.mu.Lock()
+	r.layout = l
+	r.mu.Unlock()
+}
+
+// checkLayout: every record Redis held at the end was in the hash its
+// group's shape names for it (a record elsewhere is invisible to every
+// claim: its copies get through), and each group was split for the records
+// it counted.
+func (r *faultRun) checkLayout(v *faultViolations) {
+	l := r.layout
+	if l.err != nil {
+		r.t.Logf("reading the layout in Redis: %v", l.err)
+	}
+	if len(l.misplaced) > 0 {
+		v.add("records in a hash their group's shape does not name for them", "%d: %s", len(l.misplaced), strings.Join(l.misplaced[:min(len(l.misplaced), 8)], "; "))
+	}
+	if len(l.overfull) > 0 {
+		v.add("groups holding more records than their shards are split for", "%s", strings.Join(l.overfull, "; "))
+	}
+}
+
+// checkSlots: on a Cluster, a collector whose redis.cluster_slots differs
+// from the layout's (the first collector's, unless Redis lost it) says so
+// once it reaches Redis, and uses the layout's (its copies are checked as
+// any other's); one whose does not, says nothing.
+func (r *faultRun) checkSlots(v *faultViolations) {
+	if r.env.cluster == nil {
+		return
+	}
+	for _, ep := range r.episodes {
+		if ep.dataLoss {
+			return // the layout may have been written anew, by any collector
+		}
+	}
+	for _, c := range r.collectors {
+		if c.logs.FilterMessageSnippet("dedup: shared tier connected").Len() == 0 {
+			continue
+		}
+		said := c.logs.FilterMessageSnippet("another number of hash tags than redis.cluster_slots").Len()
+		switch {
+		case c.slots != faultDefaultSlots && said != 1:
+			v.add("a collector with another redis.cluster_slots than the layout's did not say so once",
+				"collector %d (cluster_slots %d, the layout's %d) said it %d times", c.id, c.slots, faultDefaultSlots, said)
+		case c.slots == faultDefaultSlots && said != 0:
+			v.add("a collector with the layout's redis.cluster_slots said it differs",
+				"collector %d (cluster_slots %d) said it %d times", c.id, c.slots, said)
+		}
+	}
 }

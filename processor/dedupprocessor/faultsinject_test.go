@@ -338,9 +338,10 @@ type plannedFault struct {
 	rng    *rand.Rand
 }
 
-// plan draws the run's fault schedule from the seed: 5 to 8 faults in the
-// first faultSendFor, the last a second before its end.
-func (r *faultRun) plan() []plannedFault {
+// makePlan draws the run's fault schedule from the seed: 5 to 8 faults in
+// the first faultSendFor, the last a second before its end; then the
+// scenarios (planScenarios), and the window the run starts with.
+func (r *faultRun) makePlan() []plannedFault {
 	rng := faultRand(r.seed, 5)
 	kinds := faultKinds[r.env.topology]
 	if r.signal == "metrics" {
@@ -374,6 +375,7 @@ func (r *faultRun) plan() []plannedFault {
 			rng:    faultRand(r.seed, 6, uint64(i)),
 		})
 	}
+	plan = append(plan, r.planScenarios()...)
 	slices.SortFunc(plan, func(a, b plannedFault) int { return int(a.at - b.at) })
 	return plan
 }
@@ -382,9 +384,8 @@ func (r *faultRun) plan() []plannedFault {
 // over (the collectors taken down are up again).
 func (r *faultRun) inject() *sync.WaitGroup {
 	var wg sync.WaitGroup
-	plan := r.plan()
 	wg.Go(func() {
-		for _, f := range plan {
+		for _, f := range r.plan {
 			time.Sleep(time.Until(r.start.Add(f.at))) // the schedule itself
 			r.apply(f, &wg)
 		}
@@ -434,6 +435,18 @@ func (r *faultRun) apply(f plannedFault, wg *sync.WaitGroup) {
 		return
 	case "shutdown", "crash":
 		r.takeDown(f, wg)
+		return
+	case "settings-longer", "settings-shorter":
+		wg.Go(func() { r.reconfigure(f, wg) })
+		return
+	case "long-export":
+		r.longExports(f)
+		return
+	case "burst":
+		wg.Go(func() { r.burst(f) })
+		return
+	case "scripts-fail":
+		wg.Go(func() { r.scriptsFail(f) })
 		return
 	}
 	p, scope, node := r.target(f.target)
@@ -553,3 +566,337 @@ func (r *faultRun) takeDown(f plannedFault, wg *sync.WaitGroup) {
 		r.startCollector(c.slot)
 	})
 }
+
+// The scenarios a run may add to its faults, each drawn on its own with
+// probability 1/2 (from a stream of the seed of its own, so that a seed's
+// other faults stay the ones it always had), where it applies:
+//
+//   - settings: a collector shut down and started again on the same Redis
+//     with a window longer than the run's, later one with a shorter (and, on
+//     a Cluster, another redis.cluster_slots each time), while copies race
+//     between collectors;
+//   - burst (logs): two extra senders send, for a while, requests of
+//     hundreds of new records each, each racing with its copy at another
+//     collector, so that the shards split (tens of thousands of records)
+//     while claims race;
+//   - long-export: a collector's next few exports last one to three
+//     windows, so that a claim is held only by its renewals while copies
+//     of its records arrive;
+//   - scripts-fail: Redis refuses writes (maxmemory 1, noeviction) on the
+//     standalone server or one Cluster node for a while, then, for another
+//     while, the scripts that change a group's record count fail after
+//     their writes (its shape's count is not a number).
+//
+// A run with settings or long-export has a window of seconds (the window
+// must pass within the run); every other run the default's.
+var faultScenarios = []string{"settings", "burst", "long-export", "scripts-fail"}
+
+// planScenarios draws the run's scenarios and its window.
+func (r *faultRun) planScenarios() []plannedFault {
+	r.window = defaultConfig().Window
+	var plan []plannedFault
+	at := func(rng *rand.Rand, from, to time.Duration) time.Duration {
+		return from + time.Duration(rng.Int64N(int64(to-from)))
+	}
+	for k, name := range faultScenarios {
+		rng := faultRand(r.seed, 8, uint64(k))
+		if rng.IntN(2) == 0 || name == "burst" && r.signal != "logs" {
+			continue
+		}
+		f := plannedFault{kind: name, target: rng.IntN(3), rng: faultRand(r.seed, 9, uint64(k))}
+		switch name {
+		case "settings":
+			longer, shorter := f, f
+			longer.kind, longer.at = "settings-longer", at(rng, 500*time.Millisecond, 1500*time.Millisecond)
+			shorter.kind, shorter.at = "settings-shorter", at(rng, 2*time.Second, 3*time.Second)
+			shorter.target, shorter.rng = rng.IntN(3), faultRand(r.seed, 9, uint64(k), 1)
+			plan = append(plan, longer, shorter)
+			continue
+		case "long-export":
+			f.at = at(rng, 300*time.Millisecond, 1500*time.Millisecond)
+		case "burst":
+			f.at = at(rng, 300*time.Millisecond, 2*time.Second)
+		case "scripts-fail":
+			f.at = at(rng, 500*time.Millisecond, 3*time.Second)
+		}
+		plan = append(plan, f)
+	}
+	for _, f := range plan {
+		if strings.HasPrefix(f.kind, "settings") || f.kind == "long-export" {
+			rng := faultRand(r.seed, 8, 100)
+			r.window = faultShortWindow + time.Duration(rng.Int64N(int64(500*time.Millisecond)))
+			break
+		}
+	}
+	return plan
+}
+
+// scenarios lists what the run's scenarios did, for its summary.
+func (r *faultRun) scenarios() string {
+	var out []string
+	for _, ep := range r.episodes {
+		switch ep.kind {
+		case "settings-longer", "settings-shorter", "long-export", "burst", "oom", "script-error":
+			out = append(out, fmt.Sprintf("%s at %s: %s", ep.kind, r.rel(ep.from), ep.detail))
+		}
+	}
+	if len(out) == 0 {
+		return "none"
+	}
+	return strings.Join(out, ", ")
+}
+
+// reconfigure shuts a collector down gracefully and starts a new
+// incarnation with a longer or shorter window than the run's (and, on a
+// Cluster, a redis.cluster_slots drawn anew), on the same Redis and key
+// prefix. It waits until every collector is up: at least two stay up.
+func (r *faultRun) reconfigure(f plannedFault, wg *sync.WaitGroup) {
+	rng := f.rng
+	set := faultSettings{window: r.window, slots: faultDefaultSlots}
+	if f.kind == "settings-longer" {
+		set.window = r.window + time.Second + time.Duration(rng.Int64N(int64(time.Second)))
+	} else {
+		set.window = faultMinWindow + time.Duration(rng.Int64N(int64(r.window-faultMinWindow)))
+	}
+	if r.env.cluster != nil {
+		slots := []int{1, 3, 6, 24, faultDefaultSlots}
+		if f.kind == "settings-longer" { // at least one change of cluster_slots
+			slots = slots[:4]
+		}
+		set.slots = slots[rng.IntN(len(slots))]
+	}
+	gap := 100*time.Millisecond + time.Duration(rng.Int64N(int64(200*time.Millisecond)))
+	var c *collector
+	testkit.Until(time.Now().Add(2*time.Second), func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		for _, x := range r.live {
+			if x == nil {
+				return false
+			}
+		}
+		c = r.live[f.target]
+		r.settings[c.slot] = set
+		c.downAt = time.Now()
+		r.live[c.slot] = nil
+		return true
+	})
+	if c == nil {
+		r.episode(&faultEpisode{kind: f.kind, scope: -1, node: -1, from: time.Now(), to: time.Now(), detail: "skipped: a collector stayed down"})
+		return
+	}
+	ep := r.episode(&faultEpisode{kind: f.kind, scope: c.id, node: -1, from: c.downAt, to: c.downAt, collector: c,
+		detail: fmt.Sprintf("collector %d (window %v, cluster_slots %d) restarted with window %v, cluster_slots %d", c.id, c.window, c.slots, set.window, set.slots)})
+	r.stop(c)
+	time.Sleep(gap) // down for a while
+	r.startCollector(c.slot)
+	if f.kind == "settings-shorter" {
+		n := r.lateCopies(rng)
+		r.mu.Lock()
+		ep.detail += fmt.Sprintf("; then %d requests sent again within their windows", n)
+		r.mu.Unlock()
+	}
+}
+
+// Late copies: for faultLateFor, every faultLatePace, a request delivered
+// a while ago, still within the window of the collector that delivered it
+// by faultLateMargin at least, is sent again (as a sender whose
+// acknowledgement was lost would), to whichever collector the load
+// balancer picks: each of its records must be dropped, also by a collector
+// whose window is shorter than the record's age.
+const (
+	faultLateFor    = time.Second
+	faultLatePace   = 100 * time.Millisecond
+	faultLateMargin = 400 * time.Millisecond
+)
+
+// lateCopies sends the late copies of the settings scenario, and returns
+// how many.
+func (r *faultRun) lateCopies(rng *rand.Rand) (sent int) {
+	var copies sync.WaitGroup
+	for start := time.Now(); time.Since(start) < faultLateFor; time.Sleep(faultLatePace) {
+		now := time.Now()
+		r.mu.Lock()
+		var old []*faultExport
+		for _, e := range r.exports {
+			if e.delivered && !e.end.IsZero() && e.a.req.n < faultRequests && now.Sub(e.end) > 300*time.Millisecond && now.Sub(e.end) < e.c.window-faultLateMargin {
+				old = append(old, e)
+			}
+		}
+		r.mu.Unlock()
+		if len(old) == 0 {
+			continue
+		}
+		e := old[rng.IntN(len(old))]
+		copies.Go(func() { r.deliver(e.a.req, e.a.copy) })
+		sent++
+	}
+	copies.Wait()
+	return sent
+}
+
+// longExports makes the next 2 to 4 first calls of a collector's exporter
+// last longer than its window, up to three windows (at most three seconds
+// past it).
+func (r *faultRun) longExports(f plannedFault) {
+	n := 2 + f.rng.IntN(3)
+	r.mu.Lock()
+	var c *collector
+	for i := range faultCollectors {
+		if c = r.live[(f.target+i)%faultCollectors]; c != nil {
+			break
+		}
+	}
+	if c != nil {
+		c.longLeft, c.longRand = n, f.rng
+	}
+	r.mu.Unlock()
+	if c == nil {
+		return
+	}
+	r.episode(&faultEpisode{kind: f.kind, scope: c.id, node: -1, from: time.Now(), to: time.Now(),
+		detail: fmt.Sprintf("collector %d's next %d exports last %v to %v", c.id, n, c.window, c.window+min(2*c.window, faultLongMost))})
+}
+
+// faultLongMost bounds how much longer than its window a long export is.
+const faultLongMost = 3 * time.Second
+
+// Bursts: each of faultBurstSenders sends requests of faultBurstSize
+// records on average for faultBurstFor, each with its copy at another
+// collector at once, and about one record in 20 a copy of one of its last
+// request's.
+const (
+	faultBurstSenders = 2
+	faultBurstSize    = 800
+	faultBurstFor     = 1500 * time.Millisecond
+)
+
+// burst sends the burst scenario's requests, as the senders do. On 2
+// busy cores under -race, the load may slow Redis and the collectors past
+// the timeout: while the burst lasts, a call may fail (Redis counts as
+// down, and a breaker may open), so under on_error: pass its records are
+// delivered unchecked (and must be counted so), under refuse refused, and
+// a copy gets through under refuse only if something else explains it.
+func (r *faultRun) burst(f plannedFault) {
+	ep := r.episode(&faultEpisode{kind: f.kind, scope: -1, node: -1, from: time.Now(), down: true, breaker: true})
+	records := 0
+	var senders sync.WaitGroup
+	for s := range faultBurstSenders {
+		rng := faultRand(r.seed, 10, uint64(s))
+		senders.Go(func() {
+			var last []int
+			for start := time.Now(); time.Since(start) < faultBurstFor; {
+				size := faultBurstSize/2 + rng.IntN(faultBurstSize)
+				ids := make([]int, 0, size)
+				r.mu.Lock()
+				n := faultRequests + r.bursts
+				r.bursts++
+				for range size {
+					if len(last) > 0 && rng.IntN(20) == 0 {
+						ids = append(ids, last[rng.IntN(len(last))])
+						continue
+					}
+					ids = append(ids, faultBurstIDs+records)
+					records++
+				}
+				r.mu.Unlock()
+				req := &faultRequest{n: n, records: [2][]int{ids, ids}, racing: true, cluster: -1}
+				last = ids
+				var copies sync.WaitGroup
+				copies.Go(func() { r.deliver(req, 1) })
+				r.deliver(req, 0)
+				copies.Wait()
+			}
+		})
+	}
+	senders.Wait()
+	r.mu.Lock()
+	ep.to, ep.detail = time.Now(), fmt.Sprintf("%d requests, %d new records", r.bursts, records)
+	r.mu.Unlock()
+}
+
+// scriptsFail makes the scripts fail on the standalone server or one
+// Cluster node: first Redis refuses writes (maxmemory, noeviction), which
+// fails a script at its first write (Redis never stops a script after it
+// wrote); then a group's record count, in its shape, is not a number, so
+// every script that changes it (a claim of new records, a release of some)
+// fails after its writes: they stay, Redis does not roll them back.
+func (r *faultRun) scriptsFail(f plannedFault) {
+	rng := f.rng
+	node := -1
+	var client *redis.Client
+	if r.env.cluster != nil {
+		node = f.target
+		client = r.env.cluster.Servers.Nodes[node].Client()
+	} else {
+		client = r.env.server.Client()
+	}
+	ctx := context.Background() // the server's own client, closed with the test
+
+	oom := &faultEpisode{kind: "oom", scope: -1, node: node, down: true, breaker: true, leases: true}
+	d := 300*time.Millisecond + time.Duration(rng.Int64N(int64(400*time.Millisecond)))
+	policy := "noeviction"
+	if v, err := client.ConfigGet(ctx, "maxmemory-policy").Result(); err == nil && v["maxmemory-policy"] != "" {
+		policy = v["maxmemory-policy"]
+	}
+	// Redis is shared by the topology's runs: a run that stops here leaves
+	// it taking writes again.
+	r.t.Cleanup(func() {
+		_ = client.ConfigSet(context.Background(), "maxmemory", "0").Err()
+		_ = client.ConfigSet(context.Background(), "maxmemory-policy", policy).Err()
+	})
+	oom.from = time.Now()
+	r.episode(oom)
+	err := errors.Join(client.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(), client.ConfigSet(ctx, "maxmemory", "1").Err())
+	time.Sleep(d) // the fault's length
+	err = errors.Join(err, client.ConfigSet(ctx, "maxmemory", "0").Err(), client.ConfigSet(ctx, "maxmemory-policy", policy).Err())
+	r.mu.Lock()
+	oom.to, oom.detail = time.Now(), fmt.Sprintf("writes refused for %v", d.Round(time.Millisecond))
+	if err != nil {
+		oom.detail += fmt.Sprintf(" (%v)", err)
+	}
+	r.mu.Unlock()
+
+	time.Sleep(100 * time.Millisecond)
+	broken := &faultEpisode{kind: "script-error", scope: -1, node: node, down: true, breaker: true}
+	d = 300*time.Millisecond + time.Duration(rng.Int64N(int64(400*time.Millisecond)))
+	var shapes []string
+	iter := client.Scan(ctx, 0, r.prefix+"*3:s", 1000).Iterator()
+	for iter.Next(ctx) {
+		shapes = append(shapes, iter.Val())
+	}
+	broken.from = time.Now()
+	r.episode(broken)
+	counts := map[string]string{}
+	for _, k := range shapes {
+		v, err := faultBreakCount.Run(ctx, client, []string{k}).Text()
+		if err == nil && v != "" {
+			counts[k] = v
+		}
+	}
+	time.Sleep(d) // the fault's length
+	for k, v := range counts {
+		_ = faultMendCount.Run(ctx, client, []string{k}, v).Err()
+	}
+	r.mu.Lock()
+	broken.to = time.Now()
+	broken.detail = fmt.Sprintf("the record count of %d of %d groups not a number for %v", len(counts), len(shapes), d.Round(time.Millisecond))
+	if err := iter.Err(); err != nil {
+		broken.detail += fmt.Sprintf(" (%v)", err)
+	}
+	r.mu.Unlock()
+}
+
+// faultBreakCount sets a group's record count to a word, answering what it
+// was; faultMendCount puts it back, unless Redis lost it meanwhile. The
+// scripts that would have changed it failed: it is still right.
+var (
+	faultBreakCount = redis.NewScript(`
+local n = redis.call('HGET', KEYS[1], 'n')
+if not n then return '' end
+redis.call('HSET', KEYS[1], 'n', 'broken')
+return n`)
+	faultMendCount = redis.NewScript(`
+if redis.call('HGET', KEYS[1], 'n') == 'broken' then redis.call('HSET', KEYS[1], 'n', ARGV[1]) end
+return 1`)
+)

@@ -46,6 +46,15 @@ const (
 	faultCollectors  = 3
 	faultSenders     = 6
 	faultRequests    = 20_000 // more than the senders can send in faultSendFor
+	// The windows of the runs whose scenarios need the window to pass
+	// within the run (settings changed mid-run, exports longer than the
+	// window); every other run keeps the default's (10 minutes). Never
+	// shorter than faultMinWindow: the lease must fit in the window.
+	faultShortWindow = 1500 * time.Millisecond
+	faultMinWindow   = time.Second
+	// The burst scenario's records: from faultBurstIDs on, none of the
+	// stream's.
+	faultBurstIDs = 10_000_000
 )
 
 // faultEnv is the Redis a topology's runs share: runs keep apart by their
@@ -91,6 +100,15 @@ type faultRun struct {
 	digests  map[int]string
 	rules    []ruleOn
 
+	// What the seed chose besides the faults (planScenarios):
+	// the schedule, the window the run's collectors start with, and what
+	// each slot's next incarnation is configured with.
+	plan     []plannedFault
+	window   time.Duration
+	settings [faultCollectors]faultSettings
+	bursts   int         // burst requests made
+	layout   faultLayout // what Redis held at the end of the run
+
 	ended chan struct{}  // closed once every sender is done: dead collectors' exports return
 	calls sync.WaitGroup // ConsumeLogs calls
 }
@@ -121,8 +139,23 @@ func newFaultRun(t *testing.T, env *faultEnv, signal string, seed uint64, policy
 	} else {
 		r.reqs = faultRequestStream(seed)
 	}
+	r.plan = r.makePlan()
+	for i := range r.settings {
+		r.settings[i] = faultSettings{window: r.window, slots: faultDefaultSlots}
+	}
 	return r
 }
+
+// faultSettings is what a collector is configured with beyond what every
+// collector of a run shares.
+type faultSettings struct {
+	window time.Duration
+	slots  int // redis.cluster_slots
+}
+
+// faultDefaultSlots is the collectors' redis.cluster_slots unless a
+// settings change gives one another.
+const faultDefaultSlots = 12
 
 // faultRand returns a generator for one decision of the run: its draws
 // depend only on the seed and the decision's coordinates.
@@ -258,19 +291,22 @@ func pointIDs(md pmetric.Metrics) []int {
 // collector is one incarnation of one of the run's collectors: a logs
 // dedup processor in front of its exporter.
 type collector struct {
-	id      int // incarnation, in start order
-	slot    int // the collector it is an incarnation of
-	h       *harness
-	proc    component.Component
-	consume func(context.Context, *faultAttempt) error
-	proxy   *faultproxy.Proxy // standalone: its own way to Redis
-	logs    *observer.ObservedLogs
-	started time.Time
-	crashed chan struct{} // closed when it dies
+	id            int // incarnation, in start order
+	slot          int // the collector it is an incarnation of
+	h             *harness
+	proc          component.Component
+	consume       func(context.Context, *faultAttempt) error
+	proxy         *faultproxy.Proxy // standalone: its own way to Redis
+	logs          *observer.ObservedLogs
+	started       time.Time
+	crashed       chan struct{} // closed when it dies
+	faultSettings               // what it was configured with
 
 	// Under the run's lock.
-	downAt time.Time // when it died or its shutdown began
-	died   bool
+	downAt   time.Time // when it died or its shutdown began
+	died     bool
+	longLeft int        // exports still to make longer than the window
+	longRand *rand.Rand // their lengths
 }
 
 // The metrics runs' replica election: refreshed often, never failing
@@ -281,11 +317,12 @@ const (
 	faultFailover = time.Minute
 )
 
-func (r *faultRun) config(endpoints []string) *Config {
+func (r *faultRun) config(endpoints []string, set faultSettings) *Config {
 	cfg := redisConfig(endpoints, r.policy)
 	cfg.PendingWait = faultPendingWait
+	cfg.Window = set.window
 	rc := cfg.Redis.Get()
-	rc.Timeout, rc.Lease, rc.KeyPrefix = faultTimeout, faultLease, r.prefix
+	rc.Timeout, rc.Lease, rc.KeyPrefix, rc.ClusterSlots = faultTimeout, faultLease, r.prefix, set.slots
 	if r.signal == "metrics" {
 		el := cfg.Metrics.ReplicaElection.GetOrInsertDefault()
 		el.UpdateInterval, el.UpdateJitter, el.FailoverTimeout, el.MaxClusters = faultUpdate, faultUpdate/3, faultFailover, 100_000
@@ -294,10 +331,11 @@ func (r *faultRun) config(endpoints []string) *Config {
 }
 
 // startCollector starts a new incarnation of slot's collector, with the
-// same configuration as every other.
+// configuration of the run, and the window and cluster_slots of the slot's
+// last settings change, if any.
 func (r *faultRun) startCollector(slot int) *collector {
 	r.mu.Lock()
-	c := &collector{id: len(r.collectors), slot: slot, crashed: make(chan struct{})}
+	c := &collector{id: len(r.collectors), slot: slot, crashed: make(chan struct{}), faultSettings: r.settings[slot]}
 	r.collectors = append(r.collectors, c)
 	r.mu.Unlock()
 	var endpoints []string
@@ -314,7 +352,7 @@ func (r *faultRun) startCollector(slot int) *collector {
 	core, logs := observer.New(zapcore.InfoLevel)
 	set := processortest.NewNopSettings(componentType)
 	set.MeterProvider, set.Logger = mp, zap.New(core)
-	cfg := r.config(endpoints)
+	cfg := r.config(endpoints, c.faultSettings)
 	if err := cfg.Validate(); err != nil {
 		r.t.Fatalf("config: %v", err)
 	}
@@ -397,6 +435,7 @@ type faultExport struct {
 	start     time.Time
 	end       time.Time // under the run's lock; zero while in flight
 	delivered bool      // the backend has the records
+	long      bool      // made longer than its collector's window
 }
 
 var (
@@ -447,6 +486,10 @@ func (x *faultExporter) export(ctx context.Context, ids func() []int) error {
 	}
 	fail := rng.Float64() < 0.08
 	r.mu.Lock()
+	if c.longLeft > 0 && call == 1 { // a long-export scenario: up to three windows
+		c.longLeft--
+		delay, e.long = c.window+time.Millisecond+time.Duration(c.longRand.Int64N(int64(2*c.window))), true
+	}
 	r.exports = append(r.exports, e)
 	r.mu.Unlock()
 	slow := time.NewTimer(delay) // the injected slowness itself
@@ -535,6 +578,7 @@ func (r *faultRun) run() {
 	for _, c := range up {
 		r.stop(c)
 	}
+	r.readLayout()
 }
 
 // bounded runs wait, failing the test with every goroutine's stack if it
