@@ -24,8 +24,8 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
-	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/testkit"
 	"github.com/prometheus/procfs"
 )
 

@@ -1,7 +1,7 @@
 // Package e2e runs the otelcol-dedup distribution the way users do: it
-// starts the binary with its listeners on port 0 of loopback addresses,
-// reads back the ports they got and scrapes its metrics. The end-to-end
-// tests beside it, internal/docscheck, dedupload's demo and the benchmark
+// builds the binary with ocb through the Makefile (Distribution), starts it
+// with its listeners on port 0 of loopback addresses, reads back the ports
+// they got and scrapes its metrics. The end-to-end tests beside it, internal/docscheck, dedupload's demo and the benchmark
 // driver share it. Every process it starts is stopped by PID.
 package e2e
 

@@ -14,14 +14,13 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/otelcol-dedup/otelcol-dedup/internal/otlp"
-	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 )
 
 // sink is an otlp.Sink that counts what a run delivered: records, distinct
 // identities (whole content and event.id), each request's payload.
 type sink struct {
 	*otlp.Sink
-	*testkit.Faults
+	*otlp.Faults
 
 	mu        sync.Mutex
 	byContent map[[32]byte]int // accepted records by whole content
@@ -35,7 +34,7 @@ func newSink(t testing.TB) *sink {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &testkit.Faults{}
+	f := &otlp.Faults{}
 	o.Gate = f.Gate
 	t.Cleanup(func() { _ = o.Close() })
 	s := &sink{Sink: o, Faults: f, byContent: map[[32]byte]int{}, byEventID: map[string]int{}}

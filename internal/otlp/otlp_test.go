@@ -13,17 +13,17 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/testkit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 var protocols = []string{GRPC, HTTP}
 
-// testSink is a sink whose requests testkit's Faults decide.
+// testSink is a sink whose requests Faults decide.
 type testSink struct {
 	*Sink
-	*testkit.Faults
+	*Faults
 }
 
 func newSink(t *testing.T) *testSink {
@@ -32,7 +32,7 @@ func newSink(t *testing.T) *testSink {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &testkit.Faults{}
+	f := &Faults{}
 	s.Gate = f.Gate
 	t.Cleanup(func() { _ = s.Close() })
 	t.Cleanup(f.Unhold)
