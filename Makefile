@@ -16,7 +16,9 @@
 #   make soak    the processor's randomized fault test (TestFaults) on random seeds for
 #                SOAK_TIME (default 10m, e.g. make soak SOAK_TIME=1h); prints the seed of
 #                every failed run (rerun one with its -faults.seed), log in _build/soak.log
-#   make lint    go vet
+#   make lint    go vet and golangci-lint (.golangci.yml) over every module; golangci-lint
+#                is pinned in internal/tools/go.mod (a module of its own, so that its
+#                dependencies stay out of the others' go.mod) and built on first use
 #   make clean   remove build output
 #
 # Needs only Go and the module proxy: ocb is pinned in go.mod (tool line) and
@@ -182,8 +184,14 @@ soak:
 	if [ $$status -ne 0 ] && [ $$failed -eq 0 ]; then tail -50 $$log; fi; \
 	exit $$status
 
+# `go tool -n` builds the pinned golangci-lint once (into the Go build cache)
+# and prints its path; it then runs in each module's directory.
 lint:
-	@for m in $(MODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done
+	@golangci=$$(cd internal/tools && $(GO) tool -n golangci-lint); \
+	for m in $(MODULES); do \
+		echo "lint: module $$m"; \
+		(cd $$m && $(GO) vet ./... && $$golangci run --config $(CURDIR)/.golangci.yml ./...) || exit 1; \
+	done
 
 clean:
 	rm -rf _build bin

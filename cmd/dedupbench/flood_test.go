@@ -24,9 +24,10 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
+	"github.com/prometheus/procfs"
+
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/testkit"
-	"github.com/prometheus/procfs"
 )
 
 // The flood sends distinct records through a dedup processor's bounded

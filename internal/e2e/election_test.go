@@ -243,7 +243,7 @@ func runAgentsFailover(t *testing.T, gateways []*running) {
 		t.Fatalf("stop agent %d: %v", elected, err)
 	}
 	stopped := time.Now()
-	pts = waitPoints(t, "the other agent's points after the elected one stopped", 30*time.Second,
+	waitPoints(t, "the other agent's points after the elected one stopped", 30*time.Second,
 		func(p []testPoint) bool { return countAgent(p, other) >= 8 }, sinks...)
 	t.Logf("took over %s after the elected agent stopped", time.Since(stopped).Round(10*time.Millisecond))
 	scs := make([]Scrape, len(gateways))

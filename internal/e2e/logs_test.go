@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -271,7 +272,7 @@ func wantRetryable(t *testing.T, err error) {
 	var httpErr *otlp.HTTPError
 	switch {
 	case errors.As(err, &httpErr):
-		if httpErr.StatusCode != 503 {
+		if httpErr.StatusCode != http.StatusServiceUnavailable {
 			t.Fatalf("send: %v, want status 503", err)
 		}
 	case status.Code(err) != codes.Unavailable:

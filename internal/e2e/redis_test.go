@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"regexp"
 	"slices"
 	"strings"
@@ -493,7 +494,7 @@ func isRetryable(err error) bool {
 	var httpErr *otlp.HTTPError
 	if errors.As(err, &httpErr) {
 		switch httpErr.StatusCode {
-		case 429, 502, 503, 504:
+		case http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
 			return true
 		}
 		return false

@@ -7,7 +7,6 @@ import (
 	"sync"
 	"testing"
 
-	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/pdata/plog/plogotlp"
 	"google.golang.org/grpc/codes"
@@ -72,7 +71,7 @@ func (s *sink) accept(ld plog.Logs) {
 func contentID(res, scope string, lr plog.LogRecord) [32]byte {
 	return sha256.Sum256(fmt.Appendf(nil, "%s|%s|%d|%d|%d|%s|%s|%v|%s|%s|%d|%s", res, scope,
 		lr.Timestamp(), lr.ObservedTimestamp(), lr.SeverityNumber(), lr.SeverityText(),
-		lr.Body().AsString(), lr.Attributes().AsRaw(), pcommon.TraceID(lr.TraceID()), pcommon.SpanID(lr.SpanID()),
+		lr.Body().AsString(), lr.Attributes().AsRaw(), lr.TraceID(), lr.SpanID(),
 		lr.Flags(), lr.EventName()))
 }
 

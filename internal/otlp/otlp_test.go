@@ -3,6 +3,7 @@ package otlp
 import (
 	"context"
 	"errors"
+	"net/http"
 	"testing"
 	"time"
 
@@ -117,13 +118,13 @@ func TestFailNext(t *testing.T) {
 		s.FailNext(1)
 		err := c.SendLogs(ctx, logs(4))
 		var he *HTTPError
-		if status.Code(err) != codes.Unavailable && (!errors.As(err, &he) || he.StatusCode != 503) {
+		if status.Code(err) != codes.Unavailable && (!errors.As(err, &he) || he.StatusCode != http.StatusServiceUnavailable) {
 			t.Errorf("%s: %v, want Unavailable / 503", p, err)
 		}
 		s.FailWith(status.Error(codes.InvalidArgument, "the sink refused the request"))
 		s.FailNext(1)
 		err = c.SendLogs(ctx, logs(2))
-		if status.Code(err) != codes.InvalidArgument && (!errors.As(err, &he) || he.StatusCode != 400 || he.Message != "the sink refused the request") {
+		if status.Code(err) != codes.InvalidArgument && (!errors.As(err, &he) || he.StatusCode != http.StatusBadRequest || he.Message != "the sink refused the request") {
 			t.Errorf("%s: %v, want InvalidArgument / 400", p, err)
 		}
 		if err := c.SendLogs(ctx, logs(1)); err != nil {

@@ -95,7 +95,7 @@ func runSim(t *testing.T, setup simSetup, seed uint64) simResult {
 	var trace strings.Builder
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	defer mp.Shutdown(context.Background())
+	defer func() { _ = mp.Shutdown(context.Background()) }()
 	engines := make([]*logsProcessor, 1)
 	for c := range engines {
 		cfg := defaultConfig()

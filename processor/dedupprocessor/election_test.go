@@ -625,8 +625,8 @@ func TestElectionSharedTier(t *testing.T) {
 			sort.Slice(got, func(i, j int) bool {
 				var ri, rj string
 				var si, sj int
-				fmt.Sscanf(got[i], "%1s/%d", &ri, &si)
-				fmt.Sscanf(got[j], "%1s/%d", &rj, &sj)
+				_, _ = fmt.Sscanf(got[i], "%1s/%d", &ri, &si) // a malformed entry sorts first
+				_, _ = fmt.Sscanf(got[j], "%1s/%d", &rj, &sj)
 				return si < sj || si == sj && ri < rj
 			})
 			want := slices.Concat(repeat("b/0", 3))

@@ -134,7 +134,7 @@ func TestStaleOutcomesAreIgnored(t *testing.T) {
 	wantState(t, b, Closed)
 }
 
-func TestConcurrentUse(t *testing.T) {
+func TestConcurrentUse(_ *testing.T) {
 	b := New(Config{})
 	var wg sync.WaitGroup
 	for g := range 8 {
