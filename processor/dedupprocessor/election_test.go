@@ -373,7 +373,7 @@ func (g *gatedMetrics) ConsumeMetrics(ctx context.Context, md pmetric.Metrics) e
 	return g.sink.ConsumeMetrics(ctx, md)
 }
 
-// entered waits, bounded, for the next batch to reach g.
+// waitEntered waits, bounded, for the next batch to reach g.
 func (g *gatedMetrics) waitEntered(t *testing.T) {
 	t.Helper()
 	select {

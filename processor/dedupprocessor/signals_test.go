@@ -95,7 +95,8 @@ func TestTracesContentIdentity(t *testing.T) {
 	}
 }
 
-// addPoint appends one point of the given type to md.
+// addPoints appends to md one resource of replica with one point of each
+// type (gauge, sum, histogram, exponential histogram, summary) at ts.
 func addPoints(md pmetric.Metrics, replica string, ts uint64) {
 	rm := md.ResourceMetrics().AppendEmpty()
 	rm.Resource().Attributes().PutStr("service.name", "agent")
