@@ -20,9 +20,6 @@ WORKDIR /src
 # until they change.
 COPY go.mod go.sum ./
 COPY processor/dedupprocessor/go.mod processor/dedupprocessor/go.sum ./processor/dedupprocessor/
-# The test-support module: go.mod requires it (the tests' helpers); no package
-# of it is built into the binary.
-COPY internal/testkit/go.mod internal/testkit/go.sum ./internal/testkit/
 RUN go mod download
 COPY builder-config.yaml ./
 COPY processor/dedupprocessor/ ./processor/dedupprocessor/

@@ -5,7 +5,7 @@
 #                end-to-end tests run in front of otelcol-dedup: bin/otelcol-agent
 #   make run     build, then run it with testdata/default.yaml (OTLP on 127.0.0.1:4317/4318)
 #   make demo    build, then send testdata/demo-logs.json through it and check what comes out
-#   make test    go test -race of every package of the three modules, the end-to-end tests included
+#   make test    go test -race of every package of the two modules, the end-to-end tests included
 #                (builds both binaries while the processor's tests run)
 #   make deps    install redis-server and redis-cli if missing (Debian's packages),
 #                extract Debian's systemd-journal-remote into bin/ (it writes the journal
@@ -16,7 +16,9 @@
 #   make soak    the processor's randomized fault test (TestFaults) on random seeds for
 #                SOAK_TIME (default 10m, e.g. make soak SOAK_TIME=1h); prints the seed of
 #                every failed run (rerun one with its -faults.seed), log in _build/soak.log
-#   make lint    go vet
+#   make lint    go vet and golangci-lint (.golangci.yml) over every module; golangci-lint
+#                is pinned in internal/tools/go.mod (a module of its own, so that its
+#                dependencies stay out of the others' go.mod) and built on first use
 #   make clean   remove build output
 #
 # Needs only Go and the module proxy: ocb is pinned in go.mod (tool line) and
@@ -25,12 +27,12 @@
 # "-s -w"), it saves about a tenth of the compile time, and the two builds
 # keep sharing the packages they have in common.
 #
-# Three Go modules: the processor (processor/dedupprocessor, what users import
-# into their own ocb builds, with only what it needs in its go.mod), the
-# tooling at the root (load generator, benchmark driver, end-to-end tests),
-# which requires the processor through a replace of the working tree, and
-# internal/testkit (the tests' Redis harness and shared helpers), which both
-# require the same way for their tests.
+# Two Go modules: the processor (processor/dedupprocessor, what users import
+# into their own ocb builds, with only published modules in its go.mod), and
+# the tooling at the root (load generator, benchmark driver, end-to-end
+# tests), which requires the processor through a replace of the working tree.
+# The tests' Redis harness and shared helpers are the processor module's
+# testkit package, which both modules' tests import.
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -51,17 +53,14 @@ TEST_FLAGS ?=
 # tree through the manifest's replace): nothing changed, nothing rebuilt.
 GO_SOURCES := $(shell find . -name '*.go' ! -name '*_test.go' ! -path './_build/*' ! -path './bin/*' ! -path './.git/*' ! -path '*/testdata/*')
 PROCESSOR := processor/dedupprocessor
-# The tests' helpers and Redis harness: a module of its own, so that none of
-# it is part of the processor module.
-TESTKIT := internal/testkit
 # The root module last: its end-to-end tests need the binaries (see test).
-MODULES := $(PROCESSOR) $(TESTKIT) .
+MODULES := $(PROCESSOR) .
 
 .PHONY: build agent run demo demo-data deps test bench soak lint clean
 
 build: $(BIN)
 
-$(DIST): builder-config.yaml go.mod go.sum $(PROCESSOR)/go.mod $(PROCESSOR)/go.sum $(TESTKIT)/go.mod $(GO_SOURCES)
+$(DIST): builder-config.yaml go.mod go.sum $(PROCESSOR)/go.mod $(PROCESSOR)/go.sum $(GO_SOURCES)
 	@echo "ocb: building $(DIST) (cold: 3-5 minutes; after a source change: 10-40 s; nothing changed: 2 s)"
 	@# TMPDIR: ocb makes an (unused) temp dir on every run; keep it in _build.
 	@mkdir -p _build/.tmp; start=$$(date +%s); \
@@ -123,7 +122,7 @@ deps:
 # The modules run in one `go test` process tree at a time: the 2-core
 # machines this runs on have no room for two -race runs side by side. Only
 # the root module's end-to-end tests need the two binaries, so they are built
-# while the processor's and the testkit's tests run, filling the time those
+# while the processor's tests run, filling the time those
 # tests wait on their Redis servers (the ocb output goes to
 # _build/binaries.log, printed if a build fails). The end-to-end package, which mostly waits on
 # its collectors, starts first in its module, so that the others' compiling
@@ -185,8 +184,14 @@ soak:
 	if [ $$status -ne 0 ] && [ $$failed -eq 0 ]; then tail -50 $$log; fi; \
 	exit $$status
 
+# `go tool -n` builds the pinned golangci-lint once (into the Go build cache)
+# and prints its path; it then runs in each module's directory.
 lint:
-	@for m in $(MODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done
+	@golangci=$$(cd internal/tools && $(GO) tool -n golangci-lint); \
+	for m in $(MODULES); do \
+		echo "lint: module $$m"; \
+		(cd $$m && $(GO) vet ./... && $$golangci run --config $(CURDIR)/.golangci.yml ./...) || exit 1; \
+	done
 
 clean:
 	rm -rf _build bin

@@ -3,7 +3,6 @@ module github.com/otelcol-dedup/otelcol-dedup
 go 1.26.8
 
 require (
-	github.com/otelcol-dedup/otelcol-dedup/internal/testkit v0.0.0
 	github.com/prometheus/common v0.72.1
 	github.com/prometheus/procfs v0.22.0
 	github.com/redis/go-redis/v9 v9.23.0
@@ -118,5 +117,3 @@ tool (
 )
 
 replace github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor => ./processor/dedupprocessor
-
-replace github.com/otelcol-dedup/otelcol-dedup/internal/testkit => ./internal/testkit

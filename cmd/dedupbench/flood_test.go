@@ -24,9 +24,10 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
-	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
-	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor"
 	"github.com/prometheus/procfs"
+
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/testkit"
 )
 
 // The flood sends distinct records through a dedup processor's bounded

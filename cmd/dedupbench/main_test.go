@@ -12,8 +12,8 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/otelcol-dedup/otelcol-dedup/internal/e2e"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/loadgen"
-	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -98,7 +98,7 @@ func TestTargetRowsMissing(t *testing.T) {
 // the real binary and redis-server: every run delivers exactly what it
 // should, and the table and profiles are written.
 func TestRunEndToEnd(t *testing.T) {
-	bin, err := testkit.Distribution(os.Stderr)
+	bin, err := e2e.Distribution(os.Stderr)
 	if err != nil {
 		t.Fatal(err)
 	}

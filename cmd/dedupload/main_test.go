@@ -14,7 +14,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/otelcol-dedup/otelcol-dedup/internal/otlp"
-	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 )
 
 func TestMain(m *testing.M) {
@@ -31,7 +30,7 @@ func newSink(t *testing.T, reject bool) *otlp.Sink {
 	}
 	t.Cleanup(func() { _ = s.Close() })
 	if reject {
-		f := &testkit.Faults{}
+		f := &otlp.Faults{}
 		f.FailWith(status.Error(codes.InvalidArgument, "the sink refused the request"))
 		f.FailNext(math.MaxInt)
 		s.Gate = f.Gate

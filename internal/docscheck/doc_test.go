@@ -54,5 +54,5 @@
 // of each kind: a new block updates the count.
 //
 // The binary is $OTELCOL_DEDUP_BIN when set (`make test` sets it), else the
-// one internal/e2e builds with ocb. Redis servers are real (internal/testkit/redistest).
+// one internal/e2e builds with ocb. Redis servers are real (processor/dedupprocessor/testkit/redistest).
 package docscheck

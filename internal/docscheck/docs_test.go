@@ -457,7 +457,7 @@ func TestUserDocsAreAReference(t *testing.T) {
 			}
 		}
 	}
-	internals := regexp.MustCompile("\\b(Test|Benchmark|Fuzz)[A-Z]\\w+|\\b\\w+\\.go\\b")
+	internals := regexp.MustCompile(`\b(Test|Benchmark|Fuzz)[A-Z]\w+|\b\w+\.go\b`)
 	user := map[string]string{"README.md (before Contributing)": strings.Split(string(readFile(t, "README.md")), "\n## Contributing")[0]}
 	for _, file := range docFiles {
 		if file == "processor/dedupprocessor/README.md" || file == "examples/README.md" || strings.HasPrefix(file, "docs/") {

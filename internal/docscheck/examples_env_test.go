@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/otelcol-dedup/otelcol-dedup/internal/e2e"
-	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/testkit/redistest"
 )
 
 // TestExampleRedisCluster: two collectors run examples/redis-cluster.yaml

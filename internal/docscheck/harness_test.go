@@ -17,7 +17,7 @@ import (
 
 	"github.com/otelcol-dedup/otelcol-dedup/internal/e2e"
 	"github.com/otelcol-dedup/otelcol-dedup/internal/otlp"
-	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/testkit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -43,7 +43,7 @@ func root(t *testing.T) string {
 // one the e2e harness builds with ocb (once per test process).
 func binary(t *testing.T) string {
 	t.Helper()
-	bin, err := testkit.Distribution(os.Stderr)
+	bin, err := e2e.Distribution(os.Stderr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,10 +212,10 @@ func (c *collector) grpcSender() *otlp.Client {
 	return s
 }
 
-// testSink is an OTLP sink whose requests testkit's Faults decide.
+// testSink is an OTLP sink whose requests Faults (internal/otlp) decide.
 type testSink struct {
 	*otlp.Sink
-	*testkit.Faults
+	*otlp.Faults
 }
 
 // newSink starts an OTLP sink, closed when the test ends.
@@ -225,7 +225,7 @@ func newSink(t testing.TB) *testSink {
 	if err != nil {
 		t.Fatalf("sink: %v", err)
 	}
-	f := &testkit.Faults{}
+	f := &otlp.Faults{}
 	s.Gate = f.Gate
 	t.Cleanup(func() { _ = s.Close() })
 	t.Cleanup(f.Unhold) // first: held requests go before the servers stop

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/otelcol-dedup/otelcol-dedup/internal/e2e"
-	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
-	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/testkit"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/testkit/redistest"
 )
 
 // healthBlock returns docs/monitoring.md's health_check fragment and the

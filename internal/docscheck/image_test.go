@@ -35,7 +35,7 @@ type dockerStage struct {
 	instrs     []dockerInstr
 }
 
-// instrs returns the arguments of the stage's instructions of kind cmd.
+// all returns the arguments of the stage's instructions of kind cmd.
 func (s dockerStage) all(cmd string) []string {
 	var out []string
 	for _, in := range s.instrs {

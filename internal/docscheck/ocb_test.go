@@ -3,12 +3,17 @@ package docscheck
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 )
 
 const ocbManifest = "examples/ocb/builder-config.yaml"
+
+// processorReplace is the one replaces line a manifest that builds the
+// processor from a clone needs, with the clone's path as README.md writes it.
+const processorReplace = "  - github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor => /path/to/otelcol-dedup/processor/dedupprocessor\n"
 
 // manifestBody is the manifest from its `dist:` line on (the comment above
 // it is for the file only).
@@ -22,34 +27,54 @@ func manifestBody(t *testing.T) string {
 	return text[i:]
 }
 
+// readmeManifest is the manifest of README.md's "Put `dedup` in your own
+// collector": its YAML block that starts with `dist:`.
+func readmeManifest(t *testing.T) string {
+	t.Helper()
+	m := regexp.MustCompile("(?s)```yaml\n(dist:\n.*?)```").FindAllStringSubmatch(string(readFile(t, "README.md")), -1)
+	if len(m) != 1 {
+		t.Fatalf("README.md has %d YAML blocks that start with `dist:`, want 1 (the manifest of your own build)", len(m))
+	}
+	return m[0][1]
+}
+
 // TestOCBManifestInReadme: README.md shows the tested manifest verbatim.
 func TestOCBManifestInReadme(t *testing.T) {
-	if !strings.Contains(string(readFile(t, "README.md")), manifestBody(t)) {
-		t.Errorf("README.md does not contain %s from `dist:` on, verbatim; copy it over", ocbManifest)
+	if readmeManifest(t) != manifestBody(t) {
+		t.Errorf("README.md's manifest (its YAML block from `dist:` on) is not %s from `dist:` on; copy it over", ocbManifest)
 	}
 }
 
-// TestOCBManifestBuildsFromCleanDir builds a collector from the README's
-// manifest the way a user would: in an empty directory, with ocb v0.165.0
-// (built from this repository's go.mod tool line), the replaces lines
-// pointing at this clone. The binary must list the dedup processor and
-// accept a config that uses it.
+// TestOCBManifestBuildsFromCleanDir builds a collector from README.md's
+// manifest, as README.md shows it, the way a user would: in an empty
+// directory, with the ocb of this repository's go.mod tool line (`go tool
+// builder`, as the Makefile runs it), its one replaces line pointing at this
+// working tree. The processor module requires only published modules, so
+// that one line is all ocb needs. The binary must list the dedup processor
+// and accept a config that uses it.
+//
+// It shares the Go module and build caches: on caches that `make build`
+// warmed it compiles what the manifest has that otelcol-dedup lacks and
+// links (about 1-2 minutes on 2 cores), on empty ones several minutes.
 func TestOCBManifestBuildsFromCleanDir(t *testing.T) {
 	repo := root(t)
-	tools := t.TempDir()
-	ocb := filepath.Join(tools, "ocb")
-	// Builds take seconds when the module and build caches are warm (`make
-	// build` ran), minutes when cold.
 	const buildTimeout = 10 * time.Minute
-	if out, err := runTimeout(t, buildTimeout, repo, nil, "go", "build", "-o", ocb, "go.opentelemetry.io/collector/cmd/builder"); err != nil {
-		t.Fatalf("go build ocb: %v\n%s", err, out)
+	// The path of the ocb binary `go tool builder` runs (built into the
+	// build cache once); run in the empty directory, not in the repository's
+	// module, so that it writes its output_path there.
+	out, err := runTimeout(t, buildTimeout, repo, nil, "go", "tool", "-n", "builder")
+	if err != nil {
+		t.Fatalf("go tool -n builder: %v\n%s", err, out)
 	}
+	ocb := strings.TrimSpace(out)
 
-	clean := t.TempDir()
-	manifest := strings.ReplaceAll(manifestBody(t), "/path/to/otelcol-dedup", repo)
-	if !strings.Contains(manifest, "=> "+repo+"/processor/dedupprocessor\n") {
-		t.Fatalf("the manifest has no `=> /path/to/otelcol-dedup/processor/dedupprocessor` replaces line:\n%s", manifest)
+	manifest := readmeManifest(t)
+	_, replaces, _ := strings.Cut(manifest, "\nreplaces:\n")
+	if replaces != processorReplace {
+		t.Fatalf("README.md's manifest must end with a replaces: section of exactly one line, %q:\n%s", processorReplace, manifest)
 	}
+	manifest = strings.ReplaceAll(manifest, "/path/to/otelcol-dedup", repo)
+	clean := t.TempDir()
 	if err := os.WriteFile(filepath.Join(clean, "builder-config.yaml"), []byte(manifest), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +86,7 @@ func TestOCBManifestBuildsFromCleanDir(t *testing.T) {
 		t.Fatalf("ocb --config builder-config.yaml in an empty directory: %v\n%s", err, out)
 	}
 	bin := filepath.Join(clean, "_build", "otelcol-custom")
-	out, err := run(t, clean, nil, bin, "components")
+	out, err = run(t, clean, nil, bin, "components")
 	if err != nil {
 		t.Fatalf("otelcol-custom components: %v\n%s", err, out)
 	}

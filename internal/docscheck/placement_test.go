@@ -10,7 +10,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/otelcol-dedup/otelcol-dedup/internal/e2e"
-	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/testkit"
 )
 
 // TestPlacementAcknowledgedMeansDelivered holds README's "Where dedup goes

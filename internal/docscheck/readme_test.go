@@ -34,7 +34,7 @@ func TestReadmeGoRelease(t *testing.T) {
 	if m == nil {
 		t.Fatal(`README.md does not say "You need Go X"`)
 	}
-	for _, mod := range []string{"go.mod", "processor/dedupprocessor/go.mod", "internal/testkit/go.mod"} {
+	for _, mod := range []string{"go.mod", "processor/dedupprocessor/go.mod"} {
 		g := regexp.MustCompile(`(?m)^go (\S+)$`).FindStringSubmatch(string(readFile(t, mod)))
 		if g == nil || g[1] != m[1] {
 			t.Errorf("README.md asks for Go %s, %s's go line is %v", m[1], mod, g)

@@ -21,7 +21,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/otelcol-dedup/otelcol-dedup/internal/e2e"
-	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/testkit"
 )
 
 // copiesLine is the message of the processor's line about a source's copies.

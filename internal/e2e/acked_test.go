@@ -17,7 +17,7 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/plog"
 
-	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/testkit/redistest"
 )
 
 const metricWaitCount = "otelcol_processor_dedup_wait_duration_count"

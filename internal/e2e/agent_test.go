@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/testkit"
 )
 
 // agentBinary returns otelcol-agent, built on first use (see
@@ -27,7 +27,7 @@ func agentBinary(t *testing.T) string {
 			t.Logf("built the test agent in %s", d.Round(100*time.Millisecond))
 		}
 	}()
-	bin, err := testkit.AgentDistribution(os.Stderr)
+	bin, err := AgentDistribution(os.Stderr)
 	if err != nil {
 		t.Fatal(err)
 	}

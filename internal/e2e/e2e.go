@@ -1,7 +1,7 @@
 // Package e2e runs the otelcol-dedup distribution the way users do: it
-// starts the binary with its listeners on port 0 of loopback addresses,
-// reads back the ports they got and scrapes its metrics. The end-to-end
-// tests beside it, internal/docscheck, dedupload's demo and the benchmark
+// builds the binary with ocb through the Makefile (Distribution), starts it
+// with its listeners on port 0 of loopback addresses, reads back the ports
+// they got and scrapes its metrics. The end-to-end tests beside it, internal/docscheck, dedupload's demo and the benchmark
 // driver share it. Every process it starts is stopped by PID.
 package e2e
 
@@ -199,7 +199,7 @@ func (c *Collector) readPorts() {
 		return
 	}
 	fds, err1 := p.FileDescriptorTargets()
-	tcp, err2 := fs.NetTCP()
+	tcp, err2 := fs.NetTCP() //nolint:staticcheck // /proc/net/tcp is enough to count a test collector's sockets; its netlink replacement would be a new dependency
 	if err1 != nil || err2 != nil {
 		return
 	}

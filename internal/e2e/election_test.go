@@ -17,8 +17,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
-	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/testkit"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/testkit/redistest"
 )
 
 // Replica election end to end: two independent agents scrape (or generate)
@@ -243,7 +243,7 @@ func runAgentsFailover(t *testing.T, gateways []*running) {
 		t.Fatalf("stop agent %d: %v", elected, err)
 	}
 	stopped := time.Now()
-	pts = waitPoints(t, "the other agent's points after the elected one stopped", 30*time.Second,
+	waitPoints(t, "the other agent's points after the elected one stopped", 30*time.Second,
 		func(p []testPoint) bool { return countAgent(p, other) >= 8 }, sinks...)
 	t.Logf("took over %s after the elected agent stopped", time.Since(stopped).Round(10*time.Millisecond))
 	scs := make([]Scrape, len(gateways))

@@ -17,7 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/otelcol-dedup/otelcol-dedup/internal/otlp"
-	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/testkit"
 )
 
 // Tests that mostly wait (a Kafka group's session, scrape intervals, a
@@ -32,7 +32,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func collectorBinary(t *testing.T) string {
 	t.Helper()
 	start := time.Now()
-	bin, err := testkit.Distribution(os.Stderr)
+	bin, err := Distribution(os.Stderr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,10 +62,10 @@ type running struct {
 	httpSenders []*otlp.Client // closed (idle connections) before stop
 }
 
-// testSink is an OTLP sink whose requests testkit's Faults decide.
+// testSink is an OTLP sink whose requests Faults (internal/otlp) decide.
 type testSink struct {
 	*otlp.Sink
-	*testkit.Faults
+	*otlp.Faults
 }
 
 // newSink starts an OTLP sink, closed when the test ends.
@@ -75,7 +75,7 @@ func newSink(t testing.TB) *testSink {
 	if err != nil {
 		t.Fatalf("sink: %v", err)
 	}
-	f := &testkit.Faults{}
+	f := &otlp.Faults{}
 	s.Gate = f.Gate
 	t.Cleanup(func() { _ = s.Close() })
 	t.Cleanup(f.Unhold) // first: held requests go before the servers stop

@@ -18,7 +18,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/testkit"
 )
 
 // EnvJournalRemote names the systemd-journal-remote the tests write journal

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -14,7 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/otelcol-dedup/otelcol-dedup/internal/otlp"
-	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/testkit"
 )
 
 // Series names and labels of the dedup processor's telemetry (the component
@@ -271,7 +272,7 @@ func wantRetryable(t *testing.T, err error) {
 	var httpErr *otlp.HTTPError
 	switch {
 	case errors.As(err, &httpErr):
-		if httpErr.StatusCode != 503 {
+		if httpErr.StatusCode != http.StatusServiceUnavailable {
 			t.Fatalf("send: %v, want status 503", err)
 		}
 	case status.Code(err) != codes.Unavailable:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"regexp"
 	"slices"
 	"strings"
@@ -19,8 +20,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/otelcol-dedup/otelcol-dedup/internal/otlp"
-	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
-	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/testkit"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/testkit/redistest"
 )
 
 const metricRedisRequests = "otelcol_processor_dedup_redis_requests"
@@ -493,7 +494,7 @@ func isRetryable(err error) bool {
 	var httpErr *otlp.HTTPError
 	if errors.As(err, &httpErr) {
 		switch httpErr.StatusCode {
-		case 429, 502, 503, 504:
+		case http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
 			return true
 		}
 		return false

@@ -29,8 +29,8 @@ import (
 	"go.opentelemetry.io/collector/pdata/plog"
 
 	"github.com/otelcol-dedup/otelcol-dedup/internal/loadgen"
-	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
-	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/testkit"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/testkit/redistest"
 )
 
 // relSnapshotFile is the bbolt file file_storage keeps the logs snapshot of
@@ -174,7 +174,7 @@ func (h *relHarness) load(seed uint64, records int64, extra func(*loadgen.Config
 	return cfg
 }
 
-// run sends cfg's stream and checks every request was acknowledged.
+// relRun sends cfg's stream and checks every request was acknowledged.
 func relRun(t *testing.T, cfg loadgen.Config) loadgen.Summary {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -189,7 +189,7 @@ func relRun(t *testing.T, cfg loadgen.Config) loadgen.Summary {
 	return sum
 }
 
-// streamIDs lists the event.id of every identity of cfg's stream.
+// relStreamIDs lists the event.id of every identity of cfg's stream.
 func relStreamIDs(t *testing.T, cfg loadgen.Config) []string {
 	t.Helper()
 	g, err := loadgen.NewGenerator(cfg)
@@ -203,7 +203,7 @@ func relStreamIDs(t *testing.T, cfg loadgen.Config) []string {
 	return ids
 }
 
-// eventIDs counts the records the sinks accepted by event.id.
+// relEventIDs counts the records the sinks accepted by event.id.
 func relEventIDs(sinks ...*testSink) (map[string]int, int) {
 	counts := map[string]int{}
 	total := 0
@@ -227,7 +227,7 @@ func relEventIDs(sinks ...*testSink) (map[string]int, int) {
 	return counts, total
 }
 
-// deliveries sums counts over ids: how many records of those identities
+// relDeliveries sums counts over ids: how many records of those identities
 // arrived, and how many of them at least once.
 func relDeliveries(counts map[string]int, ids []string) (records, distinct int) {
 	for _, id := range ids {
@@ -423,7 +423,7 @@ func TestReliabilitySIGKILLShortSnapshotInterval(t *testing.T) {
 		n, len(idsA)+len(idsB), len(idsA)+len(idsB)-n)
 }
 
-// sendAsync sends ld over gRPC in the background; the result arrives on
+// relSendAsync sends ld over gRPC in the background; the result arrives on
 // the channel.
 func relSendAsync(r *running, ld plog.Logs) <-chan error {
 	done := make(chan error, 1)
@@ -565,7 +565,7 @@ func TestReliabilityCrashWithBatchInFlight(t *testing.T) {
 	}
 }
 
-// snapshotOffsets finds the cache snapshot(s) inside a bbolt file: the
+// relSnapshotOffsets finds the cache snapshot(s) inside a bbolt file: the
 // magic "OCDD" and version 1.
 func relSnapshotOffsets(t *testing.T, db []byte) []int {
 	t.Helper()

@@ -249,7 +249,7 @@ service:
 	mustSend(t, "request 2", httpS.SendTraces(ctx, c.batch(slices.Concat(span(40, 60), span(20, 30), span(40, 45))...)))
 	// A re-sent 0-14 whose copies differ (an attribute, the end time) but
 	// keep their trace_id and span_id: 15 local; nothing left to send on.
-	mustSend(t, "request 3", grpcS.SendTraces(ctx, c.batchWith(func(i int, sp ptrace.Span) {
+	mustSend(t, "request 3", grpcS.SendTraces(ctx, c.batchWith(func(_ int, sp ptrace.Span) {
 		sp.Attributes().PutInt("retry.count", 1)
 		sp.SetEndTimestamp(sp.EndTimestamp() + 1)
 	}, span(0, 15)...)))

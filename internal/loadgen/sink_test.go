@@ -7,21 +7,19 @@ import (
 	"sync"
 	"testing"
 
-	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/pdata/plog/plogotlp"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/otelcol-dedup/otelcol-dedup/internal/otlp"
-	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 )
 
 // sink is an otlp.Sink that counts what a run delivered: records, distinct
 // identities (whole content and event.id), each request's payload.
 type sink struct {
 	*otlp.Sink
-	*testkit.Faults
+	*otlp.Faults
 
 	mu        sync.Mutex
 	byContent map[[32]byte]int // accepted records by whole content
@@ -35,7 +33,7 @@ func newSink(t testing.TB) *sink {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &testkit.Faults{}
+	f := &otlp.Faults{}
 	o.Gate = f.Gate
 	t.Cleanup(func() { _ = o.Close() })
 	s := &sink{Sink: o, Faults: f, byContent: map[[32]byte]int{}, byEventID: map[string]int{}}
@@ -73,7 +71,7 @@ func (s *sink) accept(ld plog.Logs) {
 func contentID(res, scope string, lr plog.LogRecord) [32]byte {
 	return sha256.Sum256(fmt.Appendf(nil, "%s|%s|%d|%d|%d|%s|%s|%v|%s|%s|%d|%s", res, scope,
 		lr.Timestamp(), lr.ObservedTimestamp(), lr.SeverityNumber(), lr.SeverityText(),
-		lr.Body().AsString(), lr.Attributes().AsRaw(), pcommon.TraceID(lr.TraceID()), pcommon.SpanID(lr.SpanID()),
+		lr.Body().AsString(), lr.Attributes().AsRaw(), lr.TraceID(), lr.SpanID(),
 		lr.Flags(), lr.EventName()))
 }
 

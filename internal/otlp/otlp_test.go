@@ -3,6 +3,7 @@ package otlp
 import (
 	"context"
 	"errors"
+	"net/http"
 	"testing"
 	"time"
 
@@ -13,17 +14,17 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/testkit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 var protocols = []string{GRPC, HTTP}
 
-// testSink is a sink whose requests testkit's Faults decide.
+// testSink is a sink whose requests Faults decide.
 type testSink struct {
 	*Sink
-	*testkit.Faults
+	*Faults
 }
 
 func newSink(t *testing.T) *testSink {
@@ -32,7 +33,7 @@ func newSink(t *testing.T) *testSink {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &testkit.Faults{}
+	f := &Faults{}
 	s.Gate = f.Gate
 	t.Cleanup(func() { _ = s.Close() })
 	t.Cleanup(f.Unhold)
@@ -117,13 +118,13 @@ func TestFailNext(t *testing.T) {
 		s.FailNext(1)
 		err := c.SendLogs(ctx, logs(4))
 		var he *HTTPError
-		if status.Code(err) != codes.Unavailable && (!errors.As(err, &he) || he.StatusCode != 503) {
+		if status.Code(err) != codes.Unavailable && (!errors.As(err, &he) || he.StatusCode != http.StatusServiceUnavailable) {
 			t.Errorf("%s: %v, want Unavailable / 503", p, err)
 		}
 		s.FailWith(status.Error(codes.InvalidArgument, "the sink refused the request"))
 		s.FailNext(1)
 		err = c.SendLogs(ctx, logs(2))
-		if status.Code(err) != codes.InvalidArgument && (!errors.As(err, &he) || he.StatusCode != 400 || he.Message != "the sink refused the request") {
+		if status.Code(err) != codes.InvalidArgument && (!errors.As(err, &he) || he.StatusCode != http.StatusBadRequest || he.Message != "the sink refused the request") {
 			t.Errorf("%s: %v, want InvalidArgument / 400", p, err)
 		}
 		if err := c.SendLogs(ctx, logs(1)); err != nil {

@@ -515,7 +515,7 @@ func TestBadInputRuntimeOTTLErrors(t *testing.T) {
 			// Every failure since the first line, up to and including the one
 			// that logged: the rest of the first run, the throttled batch, and
 			// the first record of the last batch.
-			if got, want := l[1].ContextMap()["occurrences"], int64(bad-1+perBatch+1); got != want {
+			if got, want := l[1].ContextMap()["occurrences"], bad-1+perBatch+1; got != want {
 				t.Fatalf("second line occurrences=%v, want %d", got, want)
 			}
 			if errText, _ := l[1].ContextMap()["error"].(string); !strings.Contains(errText, "ParseJSON") {

@@ -17,8 +17,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
-	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/claim"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/testkit"
 )
 
 // The claim discipline (consume.go), tested by deterministic simulation on
@@ -96,7 +96,7 @@ func runSim(t *testing.T, setup simSetup, seed uint64) simResult {
 	var trace strings.Builder
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	defer mp.Shutdown(context.Background())
+	defer func() { _ = mp.Shutdown(context.Background()) }()
 	engines := make([]*logsProcessor, 1)
 	for c := range engines {
 		cfg := defaultConfig()

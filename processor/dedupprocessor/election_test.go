@@ -20,11 +20,11 @@ import (
 	"go.opentelemetry.io/collector/processor"
 	"go.opentelemetry.io/otel/attribute"
 
-	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
-	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/election"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/identity"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/testkit"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/testkit/redistest"
 )
 
 // Replica election at the processor: two replicas of one cluster send the
@@ -373,7 +373,7 @@ func (g *gatedMetrics) ConsumeMetrics(ctx context.Context, md pmetric.Metrics) e
 	return g.sink.ConsumeMetrics(ctx, md)
 }
 
-// entered waits, bounded, for the next batch to reach g.
+// waitEntered waits, bounded, for the next batch to reach g.
 func (g *gatedMetrics) waitEntered(t *testing.T) {
 	t.Helper()
 	select {
@@ -625,8 +625,8 @@ func TestElectionSharedTier(t *testing.T) {
 			sort.Slice(got, func(i, j int) bool {
 				var ri, rj string
 				var si, sj int
-				fmt.Sscanf(got[i], "%1s/%d", &ri, &si)
-				fmt.Sscanf(got[j], "%1s/%d", &rj, &sj)
+				_, _ = fmt.Sscanf(got[i], "%1s/%d", &ri, &si) // a malformed entry sorts first
+				_, _ = fmt.Sscanf(got[j], "%1s/%d", &rj, &sj)
 				return si < sj || si == sj && ri < rj
 			})
 			want := slices.Concat(repeat("b/0", 3))

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/faultproxy"
-	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/testkit/faultproxy"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/testkit/redistest"
 )
 
 // TestFaults drives real dedup processors, their real shared tier, scripts

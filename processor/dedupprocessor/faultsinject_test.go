@@ -13,9 +13,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
-	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/faultproxy"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/redistier"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/testkit"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/testkit/faultproxy"
 )
 
 // tierOps names the tier's scripts by their SHA1.
@@ -437,7 +437,7 @@ func (r *faultRun) apply(f plannedFault, wg *sync.WaitGroup) {
 		r.takeDown(f, wg)
 		return
 	case "settings-longer", "settings-shorter":
-		wg.Go(func() { r.reconfigure(f, wg) })
+		wg.Go(func() { r.reconfigure(f) })
 		return
 	case "long-export":
 		r.longExports(f)
@@ -650,7 +650,7 @@ func (r *faultRun) scenarios() string {
 // incarnation with a longer or shorter window than the run's (and, on a
 // Cluster, a redis.cluster_slots drawn anew), on the same Redis and key
 // prefix. It waits until every collector is up: at least two stay up.
-func (r *faultRun) reconfigure(f plannedFault, wg *sync.WaitGroup) {
+func (r *faultRun) reconfigure(f plannedFault) {
 	rng := f.rng
 	set := faultSettings{window: r.window, slots: faultDefaultSlots}
 	if f.kind == "settings-longer" {

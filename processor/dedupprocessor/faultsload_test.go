@@ -27,8 +27,8 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/faultproxy"
-	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/testkit/faultproxy"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/testkit/redistest"
 )
 
 // A run's settings. The lease is the least the configuration allows (three
@@ -245,22 +245,22 @@ func faultScrapeStream() []*faultRequest {
 	return reqs
 }
 
-// scrapeOf builds the copy of a scrape that replica copy sent: the
+// scrapeOf builds the copy of a scrape that replica which sent: the
 // cluster and replica labels on the resource, as an OTLP agent sets them,
 // each point carrying its id.
-func scrapeOf(req *faultRequest, copy int) pmetric.Metrics {
+func scrapeOf(req *faultRequest, which int) pmetric.Metrics {
 	md := pmetric.NewMetrics()
 	rm := md.ResourceMetrics().AppendEmpty()
 	res := rm.Resource().Attributes()
 	res.PutStr("service.name", "node-exporter")
 	res.PutStr("cluster", fmt.Sprintf("c%d", req.cluster))
-	res.PutStr("__replica__", string(rune('a'+copy)))
+	res.PutStr("__replica__", string(rune('a'+which)))
 	m := rm.ScopeMetrics().AppendEmpty().Metrics().AppendEmpty()
 	m.SetName("up")
 	ts := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC).Add(time.Duration(req.n) * 15 * time.Second)
-	ts = ts.Add(time.Duration(copy) * 3 * time.Millisecond) // each replica scrapes at its own time
+	ts = ts.Add(time.Duration(which) * 3 * time.Millisecond) // each replica scrapes at its own time
 	points := m.SetEmptyGauge().DataPoints()
-	for _, id := range req.records[copy] {
+	for _, id := range req.records[which] {
 		p := points.AppendEmpty()
 		p.Attributes().PutInt("point", int64(id))
 		p.SetTimestamp(pcommon.NewTimestampFromTime(ts))
@@ -616,15 +616,15 @@ func (r *faultRun) sender(s int) {
 // first backoff is drawn (exporters wait 5 s by default; here up to
 // 600 ms), so that retries come both before and after the claims of their
 // refused tries land late.
-func (r *faultRun) deliver(req *faultRequest, copy int) {
+func (r *faultRun) deliver(req *faultRequest, which int) {
 	first := time.Now()
-	backoff := time.Duration(faultRand(r.seed, 7, uint64(req.n), uint64(copy)).Int64N(int64(600 * time.Millisecond)))
+	backoff := time.Duration(faultRand(r.seed, 7, uint64(req.n), uint64(which)).Int64N(int64(600 * time.Millisecond)))
 	for n := 0; ; n++ {
-		a := &faultAttempt{req: req, copy: copy, n: n, c: r.pick(req, copy, n), start: time.Now()}
+		a := &faultAttempt{req: req, copy: which, n: n, c: r.pick(req, which, n), start: time.Now()}
 		r.mu.Lock()
 		r.inFlight[a] = true
 		r.mu.Unlock()
-		err, died := r.try(a)
+		died, err := r.try(a)
 		r.mu.Lock()
 		a.end, a.err, a.died = time.Now(), err, died
 		r.attempts = append(r.attempts, a)
@@ -646,7 +646,7 @@ func (r *faultRun) deliver(req *faultRequest, copy int) {
 
 // pick is the load balancer: the seed picks one of the collectors up; a
 // racing copy's first try goes to another than its request's.
-func (r *faultRun) pick(req *faultRequest, copy, n int) *collector {
+func (r *faultRun) pick(req *faultRequest, which, n int) *collector {
 	h := faultRand(r.seed, 4, uint64(req.n), uint64(n)).Uint64()
 	for {
 		r.mu.Lock()
@@ -658,7 +658,7 @@ func (r *faultRun) pick(req *faultRequest, copy, n int) *collector {
 		}
 		r.mu.Unlock()
 		if len(up) > 0 {
-			return up[(h+uint64(copy))%uint64(len(up))]
+			return up[(h+uint64(which))%uint64(len(up))]
 		}
 		time.Sleep(5 * time.Millisecond) // every collector down: a sender's connect retry
 	}
@@ -666,19 +666,19 @@ func (r *faultRun) pick(req *faultRequest, copy, n int) *collector {
 
 // try sends one attempt; a collector that dies meanwhile resets the
 // connection, which the sender sees at once.
-func (r *faultRun) try(a *faultAttempt) (err error, died bool) {
+func (r *faultRun) try(a *faultAttempt) (died bool, err error) {
 	ctx := context.WithValue(context.Background(), attemptKey{}, a)
 	done := make(chan error, 1)
 	r.calls.Go(func() { done <- a.c.consume(ctx, a) })
 	select {
 	case err := <-done:
-		return err, false
+		return false, err
 	case <-a.c.crashed:
 		select {
 		case err := <-done: // it answered as it died
-			return err, false
+			return false, err
 		default:
-			return errCollectorDied, true
+			return true, errCollectorDied
 		}
 	}
 }

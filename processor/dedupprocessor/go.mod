@@ -4,7 +4,6 @@ go 1.26.8
 
 require (
 	github.com/open-telemetry/opentelemetry-collector-contrib/pkg/ottl v1.4.0
-	github.com/otelcol-dedup/otelcol-dedup/internal/testkit v0.0.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/zeebo/xxh3 v1.1.0
 	go.opentelemetry.io/collector/client v1.71.0
@@ -84,5 +83,3 @@ require (
 	google.golang.org/grpc v1.85.0 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect
 )
-
-replace github.com/otelcol-dedup/otelcol-dedup/internal/testkit => ../../internal/testkit

@@ -239,15 +239,15 @@ const (
 	ignEventName
 	ignSeverityText
 	ignSeverityNumber
-	ignTraceId
-	ignSpanId
+	ignTraceID
+	ignSpanID
 	ignTimeUnixNano
 	ignFlags
 	ignResource
 	ignInstrumentationScope
 	ignName
 	ignKind
-	ignParentSpanId
+	ignParentSpanID
 	ignTraceState
 	ignStartTimeUnixNano
 	ignEndTimeUnixNano
@@ -423,12 +423,12 @@ func identityFingerprint(cfg *Config) uint64 {
 // contentIDs encodes a trace and a span ID, leaving out the ignored ones.
 func contentIDs(e *identity.Encoder, f fieldSet, traceID pcommon.TraceID, spanID pcommon.SpanID) {
 	switch {
-	case !f.has(ignTraceId | ignSpanId):
+	case !f.has(ignTraceID | ignSpanID):
 		e.FieldIDs(fieldTraceID, traceID, fieldSpanID, spanID)
-	case !f.has(ignTraceId):
+	case !f.has(ignTraceID):
 		e.Field(fieldTraceID)
 		e.TraceID(traceID)
-	case !f.has(ignSpanId):
+	case !f.has(ignSpanID):
 		e.Field(fieldSpanID)
 		e.SpanID(spanID)
 	}

@@ -18,12 +18,12 @@ import (
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/otel/attribute"
 
-	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
-	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/faultproxy"
-	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/claim"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/redistier"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/testkit"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/testkit/faultproxy"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/testkit/redistest"
 )
 
 func redisConfig(endpoints []string, onError ErrorPolicy) *Config {
@@ -59,7 +59,7 @@ func (h *harness) redisRequests(op, result string) int64 {
 // each event is delivered by exactly one of them.
 func TestTwoInstancesShareRedisExactlyOnce(t *testing.T) {
 	srv := redistest.Standalone(t)
-	const events_, batchSize = 2000, 100
+	const nEvents, batchSize = 2000, 100
 	sinks := []*consumertest.LogsSink{new(consumertest.LogsSink), new(consumertest.LogsSink)}
 	hs := []*harness{
 		newHarness(t, redisConfig([]string{srv.Addr()}, ErrorPass), sinks[0]),
@@ -71,7 +71,7 @@ func TestTwoInstancesShareRedisExactlyOnce(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				for start := 0; start < events_; start += batchSize {
+				for start := 0; start < nEvents; start += batchSize {
 					ids := make([]int, batchSize)
 					for i := range ids {
 						ids[i] = start + (i*7+sender*13)%batchSize
@@ -88,12 +88,12 @@ func TestTwoInstancesShareRedisExactlyOnce(t *testing.T) {
 	for _, s := range sinks {
 		got = append(got, bodies(s))
 	}
-	testkit.WantEachOnce(t, testkit.Counts(got...), events_)
+	testkit.WantEachOnce(t, testkit.Counts(got...), nEvents)
 	u0, u1 := hs[0].outcome("unique"), hs[1].outcome("unique")
 	r0, r1 := hs[0].tier("redis"), hs[1].tier("redis")
 	d0, d1 := hs[0].outcome("duplicate"), hs[1].outcome("duplicate")
-	if u0+u1 != events_ || d0+d1 != 3*events_ {
-		t.Fatalf("unique %d+%d, duplicate %d+%d; want %d unique and %d duplicates", u0, u1, d0, d1, events_, 3*events_)
+	if u0+u1 != nEvents || d0+d1 != 3*nEvents {
+		t.Fatalf("unique %d+%d, duplicate %d+%d; want %d unique and %d duplicates", u0, u1, d0, d1, nEvents, 3*nEvents)
 	}
 	if r0+r1 == 0 {
 		t.Fatal("no duplicate was caught by the shared tier: the instances did not race")

@@ -11,8 +11,8 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
-	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/testkit"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/testkit/redistest"
 )
 
 // TestRedisDownLogsOncePer10s: a collector with three pipelines' dedup

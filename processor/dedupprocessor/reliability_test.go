@@ -21,8 +21,8 @@ import (
 	"go.opentelemetry.io/collector/processor/processortest"
 	"go.uber.org/goleak"
 
-	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
-	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/testkit"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/testkit/redistest"
 )
 
 // relGateLogs holds every batch until the test answers it: a next consumer

@@ -95,7 +95,8 @@ func TestTracesContentIdentity(t *testing.T) {
 	}
 }
 
-// addPoint appends one point of the given type to md.
+// addPoints appends to md one resource of replica with one point of each
+// type (gauge, sum, histogram, exponential histogram, summary) at ts.
 func addPoints(md pmetric.Metrics, replica string, ts uint64) {
 	rm := md.ResourceMetrics().AppendEmpty()
 	rm.Resource().Attributes().PutStr("service.name", "agent")
@@ -254,10 +255,10 @@ func TestEveryIgnorableFieldHasABit(t *testing.T) {
 	// Each name is at its bit.
 	for name, bit := range map[string]fieldSet{
 		"body": ignBody, "event_name": ignEventName, "severity_text": ignSeverityText,
-		"severity_number": ignSeverityNumber, "trace_id": ignTraceId, "span_id": ignSpanId,
+		"severity_number": ignSeverityNumber, "trace_id": ignTraceID, "span_id": ignSpanID,
 		"time_unix_nano": ignTimeUnixNano, "flags": ignFlags, "resource": ignResource,
 		"instrumentation_scope": ignInstrumentationScope, "name": ignName, "kind": ignKind,
-		"parent_span_id": ignParentSpanId, "trace_state": ignTraceState,
+		"parent_span_id": ignParentSpanID, "trace_state": ignTraceState,
 		"start_time_unix_nano": ignStartTimeUnixNano, "end_time_unix_nano": ignEndTimeUnixNano,
 		"events": ignEvents, "links": ignLinks, "status": ignStatus,
 		"observed_time_unix_nano": ignObservedTimeUnixNano,

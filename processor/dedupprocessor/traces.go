@@ -70,7 +70,7 @@ func (v spanView) path(e *identity.Encoder, p plainPath) bool {
 func (v spanView) content(e *identity.Encoder, ign *contentIgnore) {
 	sp, f := v.sp, ign.fields
 	contentIDs(e, f, sp.TraceID(), sp.SpanID())
-	if !f.has(ignParentSpanId) {
+	if !f.has(ignParentSpanID) {
 		e.Field(fieldParentSpanID)
 		e.SpanID(sp.ParentSpanID())
 	}

@@ -7,7 +7,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/testkit"
 )
 
 func TestMain(m *testing.M) {
@@ -134,7 +134,7 @@ func TestStaleOutcomesAreIgnored(t *testing.T) {
 	wantState(t, b, Closed)
 }
 
-func TestConcurrentUse(t *testing.T) {
+func TestConcurrentUse(_ *testing.T) {
 	b := New(Config{})
 	var wg sync.WaitGroup
 	for g := range 8 {

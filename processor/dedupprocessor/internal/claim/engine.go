@@ -72,10 +72,7 @@ func New(opts Options) (*Engine, error) {
 		opts:  opts.Local, window: opts.Window, logger: opts.Logger, clock: opts.Clock,
 	}
 	if opts.Shared != nil {
-		var err error
-		if e.shared, err = newSharedTier(*opts.Shared, opts, e.rounds); err != nil {
-			return nil, err
-		}
+		e.shared = newSharedTier(*opts.Shared, opts, e.rounds)
 	}
 	return e, nil
 }

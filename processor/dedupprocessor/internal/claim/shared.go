@@ -42,7 +42,7 @@ type SharedTier struct {
 	failed  *throttle.Log                  // a claim, commit, release or election that failed
 }
 
-func newSharedTier(so SharedOptions, opts Options, r *Rounds) (*SharedTier, error) {
+func newSharedTier(so SharedOptions, opts Options, r *Rounds) *SharedTier {
 	s := &SharedTier{
 		opts: so, prefix: so.Tier.KeyPrefix, logger: opts.Logger, now: r.Now,
 		log:    newRedisLogSink(opts.Logger, r.Now),
@@ -58,7 +58,7 @@ func newSharedTier(so SharedOptions, opts Options, r *Rounds) (*SharedTier, erro
 	}
 	to.OnNewServer, to.OnShape = s.newServer, s.shapeChanged
 	s.Tier = redistier.New(to)
-	return s, nil
+	return s
 }
 
 // Refuses reports whether a batch the tier cannot answer for is refused
@@ -85,7 +85,7 @@ func (s *SharedTier) Failed(now int64, err error, fields ...zap.Field) {
 func (s *SharedTier) start(ctx context.Context, host component.Host) error {
 	s.host.Store(&host)
 	goRedisLog.add(s.log)
-	if err := s.Tier.Start(ctx); err != nil {
+	if err := s.Start(ctx); err != nil {
 		goRedisLog.remove(s.log)
 		return fmt.Errorf("dedup: %w", err)
 	}

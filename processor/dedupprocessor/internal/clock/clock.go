@@ -1,6 +1,9 @@
 // Package clock is the processor's one clock: the wall clock in a
-// collector, a simulated one in tests, so that a test drives time (tokens
-// and leases included) and sleeps nowhere.
+// collector, a simulated one in tests, so that a test drives the processor's
+// time (tokens and leases included) instead of waiting for it. The tests
+// that still sleep do so where real time passing is the scenario itself,
+// and say so where they sleep: a sender's pace or retry backoff, a lease
+// running out on Redis's clock, a fault's length.
 package clock
 
 import (

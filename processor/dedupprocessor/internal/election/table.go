@@ -17,7 +17,8 @@ import (
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
 )
 
-// Tenant is the digest of a request's tenant (metadata_keys values).
+// Tenant is the digest of a request's tenant: its auth_attributes, then its
+// metadata_keys values (the processor's tenantDigest).
 type Tenant = [digest.Size]byte
 
 // Ref names one election; Key, the digest of tenant and cluster, is the same

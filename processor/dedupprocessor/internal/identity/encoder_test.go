@@ -321,7 +321,7 @@ func TestOneWriteFormsEncodeAsTheirParts(t *testing.T) {
 		"empty string": func() pcommon.Value { return pcommon.NewValueStr("") },
 		"int":          func() pcommon.Value { return pcommon.NewValueInt(-42) },
 		"double":       func() pcommon.Value { return pcommon.NewValueDouble(1.5) },
-		"empty":        func() pcommon.Value { return pcommon.NewValueEmpty() },
+		"empty":        pcommon.NewValueEmpty,
 		"map": func() pcommon.Value {
 			v := pcommon.NewValueMap()
 			v.Map().PutStr("a", "b")

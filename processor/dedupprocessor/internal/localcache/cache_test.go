@@ -158,16 +158,16 @@ func TestInsertAndRange(t *testing.T) {
 }
 
 func TestLargeCacheIsShardedAndBounded(t *testing.T) {
-	const max = 100_000
-	c := New(max, 1<<62)
-	for i := uint64(0); i < 3*max; i++ {
+	const size = 100_000
+	c := New(size, 1<<62)
+	for i := uint64(0); i < 3*size; i++ {
 		c.Claim(d(i), 1, 0)
 	}
-	if n := c.Len(0); n != max {
-		t.Fatalf("Len = %d, want %d", n, max)
+	if n := c.Len(0); n != size {
+		t.Fatalf("Len = %d, want %d", n, size)
 	}
-	if ev := c.Evictions(); ev != 2*max {
-		t.Fatalf("Evictions = %d, want %d", ev, 2*max)
+	if ev := c.Evictions(); ev != 2*size {
+		t.Fatalf("Evictions = %d, want %d", ev, 2*size)
 	}
 }
 

@@ -29,7 +29,7 @@ func alloc[T any](a *arena, n int) []T {
 	a.mu.Lock()
 	a.mapped = append(a.mapped, b)
 	a.mu.Unlock()
-	return unsafe.Slice((*T)(unsafe.Pointer(&b[0])), n)
+	return unsafe.Slice((*T)(unsafe.Pointer(&b[0])), n) //nolint:gosec // the arena: b is mapped memory sized for n T, kept in a.mapped until unmapped
 }
 
 // freeAll unmaps everything: the cache that used the arena is gone.
@@ -48,7 +48,7 @@ func populate[T any](s []T) bool {
 	if runtime.GOOS != "linux" || len(s) == 0 {
 		return false
 	}
-	start := uintptr(unsafe.Pointer(&s[0]))
+	start := uintptr(unsafe.Pointer(&s[0])) //nolint:gosec // an address compared, never dereferenced
 	end := start + uintptr(len(s))*unsafe.Sizeof(s[0])
 	start &^= uintptr(syscall.Getpagesize() - 1)
 	_, _, errno := syscall.Syscall(syscall.SYS_MADVISE, start, end-start, 23) // MADV_POPULATE_WRITE

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/testkit/redistest"
 )
 
 // TestDenied: what Redis answers a user it refuses, at login, for a command,

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
-	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/testkit"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/testkit/redistest"
 )
 
 // The fleet ACL tests run every kind of call the tier sends under the ACL

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
-	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/testkit"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/testkit/redistest"
 )
 
 // startErr starts a tier with opts (test defaults for zero fields) and

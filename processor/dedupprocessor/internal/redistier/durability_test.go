@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/testkit/redistest"
 )
 
 // TestDurability: a server that may evict or forget claims is reported,

@@ -186,7 +186,7 @@ func (s clusterStore) scanAll(t testing.TB, match string) map[string]string {
 	t.Helper()
 	var mu sync.Mutex
 	all := map[string]string{}
-	err := s.ForEachMaster(context.Background(), func(ctx context.Context, c *redis.Client) error {
+	err := s.ForEachMaster(context.Background(), func(_ context.Context, c *redis.Client) error {
 		kv := scanValues(t, c, match)
 		mu.Lock()
 		defer mu.Unlock()
@@ -246,8 +246,12 @@ func hashOf(t testing.TB, s store, l *layout, d digest.Digest) string {
 	}
 	var level, split uint
 	if v[0] != nil {
-		fmt.Sscan(v[0].(string), &level)
-		fmt.Sscan(v[1].(string), &split)
+		if _, err := fmt.Sscan(v[0].(string), &level); err != nil {
+			t.Fatalf("shape level %q: %v", v[0], err)
+		}
+		if _, err := fmt.Sscan(v[1].(string), &split); err != nil {
+			t.Fatalf("shape split %q: %v", v[1], err)
+		}
 	}
 	return l.hashName(d, level, split)
 }

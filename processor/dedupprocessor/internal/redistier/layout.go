@@ -2,7 +2,6 @@ package redistier
 
 import (
 	"strconv"
-	"strings"
 
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
 )
@@ -164,12 +163,6 @@ func (l *layout) hashName(d digest.Digest, level, split uint) string {
 // statusKey is the status key of token's claim in group g.
 func (l *layout) statusKey(g int, token string) string {
 	return l.groups[g].status + ClaimID(token)
-}
-
-// isStatusKey reports whether key is the status key of token's claim in group g.
-func (l *layout) isStatusKey(key string, g int, token string) bool {
-	id, ok := strings.CutPrefix(key, l.groups[g].status)
-	return ok && id == ClaimID(token)
 }
 
 // ClaimID is the part of a claim's token Redis holds and Claim returns for a

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/internal/digest"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/testkit/redistest"
 )
 
 func TestCRC16AndKeySlot(t *testing.T) {

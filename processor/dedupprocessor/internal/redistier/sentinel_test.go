@@ -3,7 +3,7 @@ package redistier
 import (
 	"testing"
 
-	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit/redistest"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/testkit/redistest"
 )
 
 func TestSentinel(t *testing.T) {

@@ -138,7 +138,7 @@ func (w *writer) run(t *Tier) {
 	pinged := clk.Now()
 	for clk.Wait(t.bg, w.wake, next) == nil {
 		now := clk.Now()
-		next = w.flush(t, t.bg, now)
+		next = w.flush(t.bg, t, now)
 		if now.Sub(pinged) >= max(t.renewEvery(), time.Second) {
 			// A restarted or failed-over master shows on a new connection:
 			// ping however quiet.
@@ -156,13 +156,13 @@ func (w *writer) run(t *Tier) {
 	}
 	deadline := clk.Now().Add(2*t.opts.Timeout + retryFirst) // two tries of each write
 	for now := clk.Now(); w.left() > 0 && now.Before(deadline); now = clk.Now() {
-		w.flush(t, context.Background(), now)
+		w.flush(context.Background(), t, now)
 		if w.left() > 0 {
 			_ = clk.Wait(context.Background(), nil, min(retryFirst, deadline.Sub(now)))
 		}
 	}
 	w.mu.Lock()
-	left := append(w.queue, w.retry...)
+	left := append(w.queue, w.retry...) //nolint:gocritic // w.queue is dropped on the next line: reusing its array is the point
 	w.queue, w.retry = nil, nil
 	w.mu.Unlock()
 	t.lostAll(left, "shut down before it landed")
@@ -176,7 +176,7 @@ func (w *writer) left() int {
 
 // flush sends the due renewals, queued writes and due retries (once closed,
 // every retry and no renewal), and returns when the next flush is due.
-func (w *writer) flush(t *Tier, ctx context.Context, now time.Time) time.Duration {
+func (w *writer) flush(ctx context.Context, t *Tier, now time.Time) time.Duration {
 	every := t.renewEvery()
 	w.mu.Lock()
 	ws := w.queue
@@ -235,7 +235,7 @@ func (w *writer) flush(t *Tier, ctx context.Context, now time.Time) time.Duratio
 	}
 	firsts[len(renew)] = len(calls)
 	nRenew := len(calls)
-	calls = append(calls, t.writeCalls(ctx, c, ws)...)
+	calls = append(calls, t.writeCalls(ctx, ws)...)
 	for _, cl := range calls {
 		cl.paced = true
 	}
@@ -303,7 +303,7 @@ func (t *Tier) lostAll(ws []write, why string) {
 
 // send sends writes now and hands those that failed to the writer.
 func (t *Tier) send(ctx context.Context, c *conn, ws []write) ([]*call, error) {
-	calls := t.writeCalls(ctx, c, ws)
+	calls := t.writeCalls(ctx, ws)
 	err := t.run(ctx, c, calls, t.opts.Timeout)
 	t.retry(t.readWrites(ws, calls), t.opts.Clock.Now(), false)
 	return calls, err
@@ -339,7 +339,7 @@ func (t *Tier) writeError(err error) {
 	}
 }
 
-func (t *Tier) writeCalls(ctx context.Context, c *conn, ws []write) []*call {
+func (t *Tier) writeCalls(ctx context.Context, ws []write) []*call {
 	calls := make([]*call, len(ws))
 	for i, wr := range ws {
 		if el := wr.election; el != nil {

@@ -1,10 +1,20 @@
 // Package testkit holds the helpers the repository's tests share: a bounded
 // wait on a condition, a fake clock, the exactly-once check over delivered
 // records, reads of an OpenTelemetry SDK ManualReader, CPU hogs that make
-// the host busy and the ocb-built binaries the end-to-end and docs tests
-// run. The Redis harness
-// is its sibling package redistest; faultproxy puts faults between a client
-// and Redis.
+// the host busy and the repository's root. The Redis harness is its sibling
+// package redistest; faultproxy puts faults between a client and Redis.
+//
+// It lives in the processor module, not in a module of its own, so that the
+// processor's go.mod requires only published modules: a module of this
+// repository's in it would make every ocb manifest that builds the processor
+// from a clone replace that module too. It is not under internal/ because the
+// root module's tests (end to end, docs) and its benchmark driver use it as
+// well, and Go lets no other module import an internal package; keeping one
+// copy beats a copy per module. Only what both modules' tests need is here:
+// what only the root module needs (the ocb-built binaries, the OTLP sink's
+// faults) is in the root module's internal/e2e and internal/otlp. It uses
+// nothing the processor does not already require, and no collector compiles
+// it in: only tests and the benchmark driver import it.
 package testkit
 
 import (

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/otelcol-dedup/otelcol-dedup/internal/testkit"
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/testkit"
 )
 
 // SentinelServers is a master, one replica and one sentinel monitoring them.

@@ -1,11 +1,10 @@
-package testkit
+package e2e
 
 // The binaries the end-to-end and docs tests run: built once per test
 // process by the Makefile's ocb targets, unless the environment names them.
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -14,6 +13,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/testkit"
 )
 
 // build is one binary the Makefile builds with ocb.
@@ -53,11 +54,11 @@ func (b *build) get(log io.Writer) (string, error) {
 func (b *build) make(log io.Writer) (string, error) {
 	if p := os.Getenv(b.env); p != "" {
 		if _, err := os.Stat(p); err != nil {
-			return "", fmt.Errorf("testkit: %s=%q: %w", b.env, p, err)
+			return "", fmt.Errorf("e2e: %s=%q: %w", b.env, p, err)
 		}
 		return filepath.Abs(p)
 	}
-	root, err := RepoRoot()
+	root, err := testkit.RepoRoot()
 	if err != nil {
 		return "", err
 	}
@@ -70,38 +71,19 @@ func (b *build) make(log io.Writer) (string, error) {
 	}
 	defer lock.Close() // and unlocked
 	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return "", fmt.Errorf("testkit: lock _build/.lock: %w", err)
+		return "", fmt.Errorf("e2e: lock _build/.lock: %w", err)
 	}
-	fmt.Fprintf(log, "testkit: make %s (ocb; a cold build takes minutes, an unchanged one seconds)\n", b.target)
+	fmt.Fprintf(log, "e2e: make %s (ocb; a cold build takes minutes, an unchanged one seconds)\n", b.target)
 	start := time.Now()
 	cmd := exec.Command("make", "--no-print-directory", b.target)
 	cmd.Dir = root
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("testkit: make %s in %s: %w\n%s", b.target, root, err, lastLines(out.Bytes(), 60))
+		return "", fmt.Errorf("e2e: make %s in %s: %w\n%s", b.target, root, err, lastLines(out.Bytes(), 60))
 	}
-	fmt.Fprintf(log, "testkit: make %s done in %s\n", b.target, time.Since(start).Round(100*time.Millisecond))
+	fmt.Fprintf(log, "e2e: make %s done in %s\n", b.target, time.Since(start).Round(100*time.Millisecond))
 	return filepath.Join(root, b.bin), nil
-}
-
-// RepoRoot returns the repository root: the nearest directory at or above the
-// working directory that holds builder-config.yaml.
-func RepoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "builder-config.yaml")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("testkit: builder-config.yaml not found in the working directory or any parent")
-		}
-		dir = parent
-	}
 }
 
 // lastLines returns the last n lines of b.

@@ -1,4 +1,4 @@
-package testkit
+package otlp
 
 import (
 	"context"
@@ -8,8 +8,8 @@ import (
 	"time"
 )
 
-// Faults decides the requests a fake backend receives (its Gate is the
-// otlp sink's): it accepts them, or refuses the next ones or a share of them
+// Faults decides the requests a fake backend receives (its Gate is a
+// Sink's Gate): it accepts them, or refuses the next ones or a share of them
 // at random, answers slowly, or holds them until told to let them through,
 // and counts what it decided. Its methods are safe for concurrent use.
 type Faults struct {
