@@ -146,7 +146,7 @@ func TestParseQuery(t *testing.T) {
 		{
 			expr:    `sum by (otel_signal, caught_by) (rate(otelcol_processor_dedup_duplicates{processor=~"a|b", job!=""}[5m]))`,
 			metrics: []string{"otelcol_processor_dedup_duplicates"},
-			labels:  []string{"job", "otel_signal", "processor", "caught_by"},
+			labels:  []string{"caught_by", "job", "otel_signal", "processor"},
 		},
 		{
 			expr:    `histogram_quantile(0.99, sum by (le, op) (rate(x_bucket[$__rate_interval]))) > on (op) group_left y:rate5m`,
