@@ -38,11 +38,12 @@ func newScript(name, src string) *redis.Script {
 // then TRYAGAIN) while the group's slot migrates, whatever has moved, and
 // runs the script only on the node that holds the whole slot.
 //
-// A script that fails part-way (a write refused for memory) keeps what it
-// wrote: Redis does not roll back. So each writes its claim's status first:
-// a field written before the failure is held by a pending claim, never free,
-// and the caller settles the claim like any other (the release deletes it,
-// the commit makes it a delivered record).
+// A script that fails part-way keeps what it wrote: Redis does not roll
+// back. (Redis refuses a script's first write for memory, not a later one;
+// a corrupt shape or an ACL can stop it after a write.) So each writes its
+// claim's status first: a field written before the failure is held by a
+// pending claim, never free, and the caller settles the claim like any
+// other (the release deletes it, the commit makes it a delivered record).
 
 // claimLib is what the claim, release and renew scripts share: the shape,
 // the hash of a field, and for writers the stamp, the roll and the split.
