@@ -156,7 +156,11 @@ func goTest(ctx context.Context, o options, res *results, w io.Writer) error {
 		benchtime  string
 	}{
 		{".", `^BenchmarkConsumeLogs$/^cache=(empty|1M)$/^key=/^batch=1000$`, o.count, "1s"},
+		// The hot path with copies traced to their source and without.
+		{".", `^BenchmarkConsumeLogs$/^sources=`, o.count, "200x"},
 		{"./internal/localcache", `^BenchmarkMemoryPerKey$`, o.count, "1s"},
+		// The Redis client's own CPU: claim and commit of a batch of 1000.
+		{"./internal/redistier", `^BenchmarkClientPath$`, o.count, "200x"},
 		// 10^7 records in Redis for each of two windows: once is minutes.
 		{"./internal/redistier", `^BenchmarkLayout$`, 1, "10000x"},
 	} {

@@ -83,6 +83,36 @@ func targetRows(res *results) []Row {
 	if mb, ok := Median(res.GoBench["BenchmarkMemoryPerKey"]["bytes/key"]); ok {
 		rows = append(rows, Row{"5", "local cache heap per key at 10^6 keys (BenchmarkMemoryPerKey)", fmt.Sprintf("%.1f bytes/key", mb), "", Info})
 	}
+	// Source attribution: the hot path's time with source.key on over off,
+	// the geometric mean over the variants (meter, key, copies).
+	const figSources, goalSources = "BenchmarkConsumeLogs, copies traced to their source (on) over not (off), geomean of 8 variants", "<= 1.10x"
+	var logRatio float64
+	n := 0
+	for name, on := range res.GoBench {
+		off, ok := res.GoBench[strings.Replace(name, "/sources=on/", "/sources=off/", 1)]
+		if !strings.Contains(name, "/sources=on/") || !ok {
+			continue
+		}
+		a, okA := Median(on["ns/record"])
+		b, okB := Median(off["ns/record"])
+		if okA && okB && b > 0 {
+			logRatio += math.Log(a / b)
+			n++
+		}
+	}
+	if n == 0 {
+		rows = append(rows, missing("S", figSources, goalSources, "gotest"))
+	} else {
+		r := math.Exp(logRatio / float64(n))
+		rows = append(rows, Row{"S", figSources, fmt.Sprintf("%.3fx", r), goalSources, verdict[r <= 1.10]})
+	}
+	const figClient, goalClient = "the Redis client's CPU, claim + commit of batches of 1000 against redis-server (BenchmarkClientPath)", "<= 0.15 µs/record, O(1) allocs/batch"
+	if cpu, ok := Median(res.GoBench["BenchmarkClientPath"]["client-cpu-ns/record"]); ok {
+		allocs, _ := Median(res.GoBench["BenchmarkClientPath"]["allocs/op"])
+		rows = append(rows, Row{"C", figClient, fmt.Sprintf("%.3f µs/record, %.0f allocs/batch", cpu/1e3, allocs), goalClient, verdict[cpu <= 150]})
+	} else {
+		rows = append(rows, missing("C", figClient, goalClient, "gotest"))
+	}
 	for _, w := range []string{"1h0m0s", "168h0m0s"} {
 		name := "BenchmarkLayout/window=" + w
 		fig := fmt.Sprintf("Redis used_memory per record, 10^7 records, window %s (BenchmarkLayout)", strings.TrimSuffix(strings.TrimSuffix(w, "0s"), "0m"))
