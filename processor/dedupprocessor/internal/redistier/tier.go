@@ -403,7 +403,7 @@ func (t *Tier) ClaimAges(ctx context.Context, token string, ds []digest.Digest, 
 		return "", err
 	}
 	l := c.layout.Load()
-	b := prepare(l, ds, recheck)
+	b := prepare(l, ds, recheck, true)
 	defer groupingPool.Put(b)
 	calls := t.claimCalls(ctx, l, b, op, token, recheck)
 	if !recheck {
@@ -542,7 +542,7 @@ func (t *Tier) settle(ctx context.Context, op, token string, ds []digest.Digest,
 		return err
 	}
 	l := c.layout.Load()
-	b := prepare(l, ds, false)
+	b := prepare(l, ds, false, op == OpRelease)
 	defer groupingPool.Put(b)
 	until := t.opts.Clock.Now().Add(t.opts.Lease)
 	ws := make([]write, 0, len(b.groups))
@@ -674,9 +674,10 @@ type grouping struct {
 var groupingPool = sync.Pool{New: func() any { return new(grouping) }}
 
 // prepare groups ds by a counting sort, keeping ds's order in each group or,
-// with sorted, the digests' (a recheck claims in one global order), and packs
-// their fields in that order.
-func prepare(l *layout, ds []digest.Digest, sorted bool) *grouping {
+// with sorted, the digests' (a recheck claims in one global order), and with
+// pack packs their fields in that order (claims and releases send them; a
+// commit names its claim alone).
+func prepare(l *layout, ds []digest.Digest, sorted, pack bool) *grouping {
 	b := groupingPool.Get().(*grouping)
 	ng := len(l.groups)
 	b.bounds = slices.Grow(b.bounds[:0], ng+1)[:ng+1]
@@ -705,9 +706,12 @@ func prepare(l *layout, ds []digest.Digest, sorted bool) *grouping {
 			slices.SortFunc(b.order[b.bounds[g]:b.bounds[g+1]], func(i, j int32) int { return ds[i].Compare(ds[j]) })
 		}
 	}
-	b.fields = slices.Grow(b.fields[:0], len(ds)*fieldSize)
-	for _, i := range b.order {
-		b.fields = appendField(b.fields, ds[i])
+	b.fields = b.fields[:0]
+	if pack {
+		b.fields = slices.Grow(b.fields, len(ds)*fieldSize)
+		for _, i := range b.order {
+			b.fields = appendField(b.fields, ds[i])
+		}
 	}
 	return b
 }
