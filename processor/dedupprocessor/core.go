@@ -58,10 +58,7 @@ func newCore(cfg *Config, set component.TelemetrySettings, id component.ID, sign
 			opts.Shared.Forget = table.ForgetCommitted
 		}
 	}
-	e, err := claim.New(opts)
-	if err != nil {
-		return nil, errors.Join(err, tel.copies.close())
-	}
+	e := claim.New(opts)
 	p := &core{
 		Engine: e, cfg: cfg, tel: tel,
 		source:   newSourceKey(cfg.Source.Key),

@@ -51,7 +51,7 @@ type Engine struct {
 }
 
 // New returns an engine; nothing connects before Start.
-func New(opts Options) (*Engine, error) {
+func New(opts Options) *Engine {
 	if opts.Clock == nil {
 		opts.Clock = clock.Wall{}
 	}
@@ -74,7 +74,7 @@ func New(opts Options) (*Engine, error) {
 	if opts.Shared != nil {
 		e.shared = newSharedTier(*opts.Shared, opts, e.rounds)
 	}
-	return e, nil
+	return e
 }
 
 // Rounds are the turns the engine's batches take; a replica election takes
