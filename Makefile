@@ -5,9 +5,9 @@
 #                end-to-end tests run in front of otelcol-dedup: bin/otelcol-agent
 #   make run     build, then run it with testdata/default.yaml (OTLP on 127.0.0.1:4317/4318)
 #   make demo    build, then send testdata/demo-logs.json through it and check what comes out
-#   make test    go test of every package of the two modules, the end-to-end tests included,
-#                with -race for the processor's (builds both binaries while the processor's
-#                tests run)
+#   make test    go test of every package of the two modules, the end-to-end tests included
+#                (builds both binaries while the processor's tests run)
+#   make race    the processor module's tests under the race detector
 #   make deps    install redis-server and redis-cli if missing (Debian's packages),
 #                extract Debian's systemd-journal-remote into bin/ (it writes the journal
 #                files the journald tests read) and Debian's promtool into bin/ (it checks
@@ -57,7 +57,7 @@ PROCESSOR := processor/dedupprocessor
 # The root module last: its end-to-end tests need the binaries (see test).
 MODULES := $(PROCESSOR) .
 
-.PHONY: build agent run demo demo-data deps test bench soak lint clean
+.PHONY: build agent run demo demo-data deps test race bench soak lint clean
 
 build: $(BIN)
 
@@ -120,36 +120,48 @@ deps:
 	bash scripts/ensure-journal-remote.sh
 	bash scripts/ensure-promtool.sh
 
-# The modules run in one `go test` process tree at a time: the 2-core
-# machines this runs on have no room for two -race runs side by side. Only
-# the root module's end-to-end tests need the two binaries, so they are built
-# while the processor's tests run, filling the time those
-# tests wait on their Redis servers (the ocb output goes to
-# _build/binaries.log, printed if a build fails). The end-to-end package, which mostly waits on
-# its collectors, starts first in its module, so that the others' compiling
-# and CPU-bound tests run beside it. Both keep a first run on empty Go caches
-# within its time.
-#
-# -race for the processor's module, not for the root module's: the
-# processor's code runs in its tests' process, where the race detector sees
-# it; the root module's end-to-end and docs tests drive the built binaries
-# (not race builds), so -race there would only instrument the harness and
-# the tooling, at a cost larger than the second, plain compile of the root
-# module's dependencies it saves (BENCHMARKS.md#cold-builds).
+# The tests compile with the ocb builds' flags (-trimpath, no DWARF, no cgo:
+# ocb sets CGO_ENABLED=0), so that they reuse the packages `make build`
+# compiled instead of compiling the dependencies again
+# (BENCHMARKS.md#cold-builds).
+TEST_GOFLAGS := -trimpath -gcflags=all=-dwarf=false
+TEST_ENV := CGO_ENABLED=0 OTELCOL_DEDUP_BIN=$(CURDIR)/$(BIN) OTELCOL_AGENT_BIN=$(CURDIR)/$(AGENT_BIN) PROMTOOL=$(CURDIR)/$(PROMTOOL)
+
+# The two modules' tests run side by side, each module's output in
+# _build/test-<module>.log, printed when it ends. The processor's tests
+# start at once; they mostly wait on their Redis servers and fault windows,
+# and in that time, at the lowest CPU priority, the ocb builds of the two
+# binaries (output in _build/binaries.log, printed if a build fails) and the
+# compile of the root module's tests run. Then the root module's tests run
+# (end-to-end first: it mostly waits on its collectors), at normal priority.
+# The race detector is `make race`'s (it compiles every dependency a second
+# time, instrumented); .ci/run runs it after make test.
 test: deps
-	@mkdir -p _build; \
-	{ $(MAKE) --no-print-directory build && $(MAKE) --no-print-directory agent; } >_build/binaries.log 2>&1 & builds=$$!; \
-	failed=""; for m in $(MODULES); do \
-		if [ "$$m" = . ]; then \
-			echo "make build agent: waiting for the ocb builds (_build/binaries.log)"; \
-			if ! wait $$builds; then cat _build/binaries.log; echo "make build agent: FAILED"; exit 1; fi; \
-			grep '^ocb: built' _build/binaries.log || true; \
-		fi; \
-		pkgs=./...; race=-race; [ "$$m" != . ] || { pkgs="./internal/e2e ./..."; race=; }; \
-		echo "go test: module $$m $$race"; \
-		(cd $$m && OTELCOL_DEDUP_BIN=$(CURDIR)/$(BIN) OTELCOL_AGENT_BIN=$(CURDIR)/$(AGENT_BIN) PROMTOOL=$(CURDIR)/$(PROMTOOL) $(GO) test $$race -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) $$pkgs) || failed="$$failed $$m"; \
-	done; \
-	if [ -n "$$failed" ]; then echo "go test: FAILED in module(s):$$failed"; exit 1; fi
+	@mkdir -p _build; rm -f _build/test-*.log; \
+	(cd $(PROCESSOR) && $(TEST_ENV) $(GO) test $(TEST_GOFLAGS) -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./...) \
+		>_build/test-processor.log 2>&1 & processor=$$!; \
+	echo "go test: module $(PROCESSOR) (_build/test-processor.log)"; \
+	{ nice -n 19 $(MAKE) --no-print-directory build agent && \
+		$(TEST_ENV) nice -n 19 $(GO) test $(TEST_GOFLAGS) -count=1 -run '^$$' ./... >/dev/null; } >_build/binaries.log 2>&1 & builds=$$!; \
+	echo "make build agent, and the root module's test compile, beside it (_build/binaries.log)"; \
+	failed=""; \
+	if wait $$builds; then \
+		grep '^ocb: built' _build/binaries.log || true; \
+		echo "go test: module . (_build/test-root.log)"; \
+		$(TEST_ENV) $(GO) test $(TEST_GOFLAGS) -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./internal/e2e ./... \
+			>_build/test-root.log 2>&1 || failed=" ."; \
+	else \
+		cat _build/binaries.log; echo "make build agent: FAILED"; failed=" ."; \
+	fi; \
+	wait $$processor || failed="$(PROCESSOR)$$failed"; \
+	for log in _build/test-processor.log _build/test-root.log; do [ ! -f $$log ] || { echo "== $$log"; cat $$log; }; done; \
+	if [ -n "$$failed" ]; then echo "go test: FAILED in module(s): $$failed"; exit 1; fi
+
+# The processor module's tests under the race detector: its code runs in its
+# tests' process, where the detector sees it (the root module's tests drive
+# the built binaries, not race builds).
+race: deps
+	cd $(PROCESSOR) && $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./...
 
 # The performance targets in one run (cmd/dedupbench; BENCHMARKS.md says how
 # long at each scale), after a wait of at most BENCH_LOAD_WAIT for the
