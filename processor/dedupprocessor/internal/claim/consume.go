@@ -402,7 +402,7 @@ const (
 	NumCaughtBy
 )
 
-// CaughtByNames are the duplicates counter's tier values.
+// CaughtByNames are the duplicates counter's caught_by values.
 var CaughtByNames = [NumCaughtBy]string{"batch", "local", "redis", "election"}
 
 // UnknownAge is the age of a copy whose original's time the tier that caught
