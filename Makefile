@@ -13,7 +13,7 @@
 #                files the journald tests read) and Debian's promtool into bin/ (it checks
 #                the rules, dashboards and Prometheus configs) (make test does it)
 #   make bench   the performance targets: Go benchmarks with benchstat, the distribution end
-#                to end against its pass-through, CPU profiles (cmd/dedupbench, BENCHMARKS.md)
+#                to end against its pass-through, CPU and allocation profiles (cmd/dedupbench, BENCHMARKS.md)
 #   make soak    the processor's randomized fault test (TestFaults) on random seeds for
 #                SOAK_TIME (default 10m, e.g. make soak SOAK_TIME=1h); prints the seed of
 #                every failed run (rerun one with its -faults.seed), log in _build/soak.log
@@ -171,8 +171,8 @@ race: deps
 # rounds of the distribution end to end (pass-through, local tier, Redis tier
 # on BENCH_RECORDS OTLP logs, 30% and 0% copies, every delivery checked
 # against the load's ground truth, and redis-benchmark's SET NX PX on the
-# same redis-server), and a CPU profile of the collector in each mode with
-# the functions whose cost differs. Writes to _bench (git ignores it):
+# same redis-server), and the collector's CPU and allocation profiles in
+# each mode with the functions whose cost differs. Writes to _bench (git ignores it):
 # table.md and profile.md, which BENCHMARKS.md records, and the raw output.
 # BENCH_FLAGS adds flags, e.g. '-phases e2e' (go run ./cmd/dedupbench -h).
 BENCH_COUNT ?= 6

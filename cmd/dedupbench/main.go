@@ -4,7 +4,7 @@
 // gotest (the processor's Go benchmarks, benchstat), e2e (-reps rounds of
 // the pass-through, the local and the Redis tier on the same load, every
 // delivery checked, and redis-benchmark on the same server) and profile
-// (the collector's CPU profile in each mode). BENCHMARKS.md says what each
+// (the collector's CPU and allocation profiles in each mode). BENCHMARKS.md says what each
 // measures and records table.md and profile.md, which it writes to -out.
 //
 //	go run ./cmd/dedupbench -bin bin/otelcol-dedup -out _bench
@@ -19,6 +19,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -224,16 +225,18 @@ func endToEnd(ctx context.Context, o options, res *results, redis *redistest.Ser
 	return nil
 }
 
-// profiles runs each mode once more at each duplicate share with its CPU
-// profile written, and tables what differs.
+// profiles runs each mode once more at each duplicate share with its CPU and
+// allocation profiles written, and tables what differs.
 func profiles(ctx context.Context, o options, res *results, redis *redistest.Server, logf func(string, ...any)) error {
 	doc := fmt.Sprintf("CPU profiles of the collector (pprof extension, start to shutdown) under the same load: %s OTLP logs, "+
 		"batches of %d, %d senders, exported over OTLP (compression %s); %s, %s. The functions whose CPU per record received "+
-		"differs most from the pass-through's; the profiles are profile-<mode>-<copies>.pprof.\n",
+		"differs most from the pass-through's; the profiles are profile-<mode>-<copies>.pprof, the allocation profiles "+
+		"(start to shutdown, sampled) profile-<mode>-<copies>-allocs.pprof.\n",
 		Rate(float64(o.records)), batch, senders, o.compression, res.Date, res.Machine)
 	for _, dup := range dupPcts {
 		var tops []map[string]FuncCPU
 		var records []int64
+		allocated := "| bytes allocated per record received |"
 		for _, mode := range Modes {
 			path := filepath.Join(o.out, fmt.Sprintf("profile-%s-%d.pprof", mode, dup))
 			r, err := measure(ctx, o, redis, mode, dup, path)
@@ -255,9 +258,23 @@ func profiles(ctx context.Context, o options, res *results, redis *redistest.Ser
 			}
 			tops = append(tops, top)
 			records = append(records, r.Load.Sent)
+			allocs := strings.TrimSuffix(path, ".pprof") + "-allocs"
+			out, err = exec.CommandContext(ctx, "go", "tool", "pprof", "-top", "-sample_index=alloc_space", "-nodecount", "40", allocs+".pprof").Output()
+			if err != nil {
+				return fmt.Errorf("go tool pprof -top %s.pprof: %w", allocs, err)
+			}
+			if err := os.WriteFile(allocs+".top.txt", out, 0o644); err != nil {
+				return err
+			}
+			total, err := PprofTotalBytes(out)
+			if err != nil {
+				return err
+			}
+			allocated += fmt.Sprintf(" %.0f |", total/float64(r.Load.Sent))
 		}
-		doc += fmt.Sprintf("\n### %d%% copies\n\n%s\n%s", dup,
-			ProfileDiff(Modes, tops, records, 20, false), ProfileDiff(Modes, tops, records, 20, true))
+		doc += fmt.Sprintf("\n### %d%% copies\n\n%s\n%s\n| allocation profile | %s |\n|%s\n%s\n", dup,
+			ProfileDiff(Modes, tops, records, 20, false), ProfileDiff(Modes, tops, records, 20, true),
+			strings.Join(Modes, " | "), strings.Repeat(" --- |", len(Modes)+1), allocated)
 	}
 	logf("\n%s", doc)
 	return os.WriteFile(filepath.Join(o.out, "profile.md"), []byte(doc), 0o644)
@@ -339,8 +356,9 @@ func CollectorConfig(mode, sink, compression, redisAddr, profile string) map[str
 	cfg := e2e.Config("normal", nil, e2e.Ports{})
 	service := cfg["service"].(map[string]any)
 	if profile != "" {
-		// Port 0: the profile is what is wanted, not the endpoint.
-		cfg["extensions"].(map[string]any)["pprof"] = map[string]any{"endpoint": "127.0.0.1:0", "save_to_file": profile}
+		// The run reads the allocation profile from the endpoint before the
+		// stop (e2e.Ports.Extra).
+		cfg["extensions"].(map[string]any)["pprof"] = map[string]any{"endpoint": e2e.ListenExtra, "save_to_file": profile}
 		service["extensions"] = []string{"health_check", "pprof"}
 	}
 	cfg["processors"] = map[string]any{"dedup": dedup}
@@ -474,6 +492,11 @@ func measure(ctx context.Context, o options, redis *redistest.Server, mode strin
 	}
 	run.Dropped = int64(sc.Sum("otelcol_processor_dedup_records", e2e.Labels{"outcome": "duplicate"}))
 	run.RoundTrips = int64(sc.Sum("otelcol_processor_dedup_redis_requests", nil))
+	if profile != "" {
+		if err := saveAllocs(ctx, c.Ports.Extra, strings.TrimSuffix(profile, ".pprof")+"-allocs.pprof"); err != nil {
+			return run, err
+		}
+	}
 	if err := c.Stop(30 * time.Second); err != nil {
 		return run, fmt.Errorf("stop: %w (log: %s)", err, logPath)
 	}
@@ -489,6 +512,28 @@ func measure(ctx context.Context, o options, redis *redistest.Server, mode strin
 		run.Redis = RedisCounts{CPUSeconds: after.CPUSeconds - redisBefore.CPUSeconds, Calls: after.Calls - redisBefore.Calls}
 	}
 	return run, nil
+}
+
+// saveAllocs writes the allocation profile of the collector whose pprof
+// extension listens on addr to path.
+func saveAllocs(ctx context.Context, addr, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/debug/pprof/allocs", http.NoBody)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("%s: %s", req.URL, resp.Status)
+	}
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, body, 0o644)
 }
 
 // usage is a process's user+system CPU seconds so far (all its threads, not

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -147,10 +148,15 @@ func TestRunEndToEnd(t *testing.T) {
 			t.Errorf("%s: %d round trips to Redis, %d commands", r.Mode, r.RoundTrips, r.Redis.Calls)
 		}
 	}
-	for _, f := range []string{"table.md", "profile.md", "profile-pass-through-30.pprof", "profile-local-0.top.txt", "profile-redis-30.pprof"} {
+	for _, f := range []string{"table.md", "profile.md", "profile-pass-through-30.pprof", "profile-local-0.top.txt", "profile-redis-30.pprof",
+		"profile-redis-30-allocs.pprof", "profile-local-0-allocs.top.txt"} {
 		if st, err := os.Stat(filepath.Join(dir, f)); err != nil || st.Size() == 0 {
 			t.Errorf("%s: %v", f, err)
 		}
+	}
+	profile, _ := os.ReadFile(filepath.Join(dir, "profile.md"))
+	if n := len(regexp.MustCompile(`\| bytes allocated per record received \| [1-9][0-9]* \| [1-9][0-9]* \| [1-9][0-9]* \|`).FindAll(profile, -1)); n != 2 {
+		t.Errorf("profile.md has %d rows of bytes allocated per record in each mode, want 2 (30%% and 0%% copies):\n%s", n, profile)
 	}
 	table, _ := os.ReadFile(filepath.Join(o.out, "table.md"))
 	if !strings.Contains(string(table), "phase gotest not run") || strings.Contains(string(table), "failed") || !strings.Contains(string(table), ", commit ") {

@@ -67,3 +67,18 @@ func TestProfileDiff(t *testing.T) {
 		t.Fatalf("cumulative, records 10^6 and 5*10^5:\n%s", got)
 	}
 }
+
+func TestPprofTotalBytes(t *testing.T) {
+	for top, want := range map[string]float64{
+		"Type: alloc_space\nShowing nodes accounting for 1.50GB, 97.40% of 1.54GB total\n": 1.54 * (1 << 30),
+		"Showing nodes accounting for 512kB, 100% of 512kB total\n":                        512 << 10,
+		"Showing nodes accounting for 0, 0% of 0B total\n":                                 0,
+	} {
+		if got, err := PprofTotalBytes([]byte(top)); err != nil || got != want {
+			t.Errorf("%q: got %v, %v; want %v", top, got, err, want)
+		}
+	}
+	if _, err := PprofTotalBytes([]byte(pprofTop[:40])); err == nil {
+		t.Error("no total: no error")
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"maps"
 	"math"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -287,6 +288,19 @@ func ParsePprofTop(r io.Reader) (map[string]FuncCPU, error) {
 		return nil, fmt.Errorf("pprof -top: no header line")
 	}
 	return out, sc.Err()
+}
+
+// PprofTotalBytes reads the total of `go tool pprof -top` output of an
+// allocation profile ("Showing nodes accounting for 1.50GB, 97% of 1.54GB
+// total") in bytes.
+func PprofTotalBytes(top []byte) (float64, error) {
+	m := regexp.MustCompile(`of ([0-9.]+)([kMGT]?B) total`).FindSubmatch(top)
+	if m == nil {
+		return 0, fmt.Errorf("pprof -top: no total in %q", top[:min(len(top), 400)])
+	}
+	v, err := strconv.ParseFloat(string(m[1]), 64)
+	unit := map[string]float64{"B": 1, "kB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30, "TB": 1 << 40}[string(m[2])]
+	return v * unit, err
 }
 
 // shortName drops a generic function's type arguments ("queue.(*q[...]).Start")
