@@ -13,7 +13,8 @@
 #                files the journald tests read) and Debian's promtool into bin/ (it checks
 #                the rules, dashboards and Prometheus configs) (make test does it)
 #   make bench   the performance targets: Go benchmarks with benchstat, the distribution end
-#                to end against its pass-through, CPU and allocation profiles (cmd/dedupbench, BENCHMARKS.md)
+#                to end against its pass-through, CPU and allocation profiles
+#                (cmd/dedupbench, BENCHMARKS.md)
 #   make soak    the processor's randomized fault test (TestFaults) on random seeds for
 #                SOAK_TIME (default 10m, e.g. make soak SOAK_TIME=1h); prints the seed of
 #                every failed run (rerun one with its -faults.seed), log in _build/soak.log
@@ -54,7 +55,7 @@ TEST_FLAGS ?=
 # tree through the manifest's replace): nothing changed, nothing rebuilt.
 GO_SOURCES := $(shell find . -name '*.go' ! -name '*_test.go' ! -path './_build/*' ! -path './bin/*' ! -path './.git/*' ! -path '*/testdata/*')
 PROCESSOR := processor/dedupprocessor
-# The root module last: its end-to-end tests need the binaries (see test).
+# The two modules, which make lint goes through.
 MODULES := $(PROCESSOR) .
 
 .PHONY: build agent run demo demo-data deps test race bench soak lint clean
@@ -172,8 +173,9 @@ race: deps
 # on BENCH_RECORDS OTLP logs, 30% and 0% copies, every delivery checked
 # against the load's ground truth, and redis-benchmark's SET NX PX on the
 # same redis-server), and the collector's CPU and allocation profiles in
-# each mode with the functions whose cost differs. Writes to _bench (git ignores it):
-# table.md and profile.md, which BENCHMARKS.md records, and the raw output.
+# each mode with the functions whose cost differs. Writes to _bench (git
+# ignores it): table.md and profile.md, which BENCHMARKS.md records, and the
+# raw output.
 # BENCH_FLAGS adds flags, e.g. '-phases e2e' (go run ./cmd/dedupbench -h).
 BENCH_COUNT ?= 6
 BENCH_REPS ?= 3

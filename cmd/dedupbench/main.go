@@ -4,8 +4,9 @@
 // gotest (the processor's Go benchmarks, benchstat), e2e (-reps rounds of
 // the pass-through, the local and the Redis tier on the same load, every
 // delivery checked, and redis-benchmark on the same server) and profile
-// (the collector's CPU and allocation profiles in each mode). BENCHMARKS.md says what each
-// measures and records table.md and profile.md, which it writes to -out.
+// (the collector's CPU and allocation profiles in each mode). BENCHMARKS.md
+// says what each measures and records table.md and profile.md, which it
+// writes to -out.
 //
 //	go run ./cmd/dedupbench -bin bin/otelcol-dedup -out _bench
 package main
@@ -517,6 +518,8 @@ func measure(ctx context.Context, o options, redis *redistest.Server, mode strin
 // saveAllocs writes the allocation profile of the collector whose pprof
 // extension listens on addr to path.
 func saveAllocs(ctx context.Context, addr, path string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/debug/pprof/allocs", http.NoBody)
 	if err != nil {
 		return err
