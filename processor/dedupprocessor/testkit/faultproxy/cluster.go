@@ -2,10 +2,8 @@ package faultproxy
 
 import (
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/otelcol-dedup/otelcol-dedup/processor/dedupprocessor/testkit/redistest"
 )
@@ -62,12 +60,4 @@ func (c *Cluster) Addrs() []string {
 
 // Client returns a cluster client that reaches the Cluster through the
 // proxies; the caller closes it.
-func (c *Cluster) Client() *redis.ClusterClient {
-	return redis.NewClusterClient(&redis.ClusterOptions{
-		Addrs:                    c.Addrs(),
-		DialTimeout:              5 * time.Second,
-		ReadTimeout:              5 * time.Second,
-		WriteTimeout:             5 * time.Second,
-		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
-	})
-}
+func (c *Cluster) Client() *redis.ClusterClient { return redistest.ClusterClient(c.Addrs()) }

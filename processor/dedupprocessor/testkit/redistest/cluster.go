@@ -107,9 +107,13 @@ func (c *ClusterServers) Addrs() []string {
 }
 
 // Client returns a cluster client for assertions; the caller closes it.
-func (c *ClusterServers) Client() *redis.ClusterClient {
+func (c *ClusterServers) Client() *redis.ClusterClient { return ClusterClient(c.Addrs()) }
+
+// ClusterClient returns a cluster client of the tests' timeouts that starts
+// from addrs; the caller closes it.
+func ClusterClient(addrs []string) *redis.ClusterClient {
 	return redis.NewClusterClient(&redis.ClusterOptions{
-		Addrs:                    c.Addrs(),
+		Addrs:                    addrs,
 		DialTimeout:              5 * time.Second,
 		ReadTimeout:              5 * time.Second,
 		WriteTimeout:             5 * time.Second,
