@@ -31,16 +31,11 @@ type redisLogRouter struct {
 type redisLogSink struct {
 	logger *zap.Logger
 	now    func() int64
-	kinds  map[string]*redisLogKind // by format; guarded by the router's mu
-}
-
-type redisLogKind struct {
-	last  int64 // when it was last logged; 0: never
-	count int64 // lines since, that one included
+	kinds  map[string]*throttle.Log // by format; guarded by the router's mu
 }
 
 func newRedisLogSink(logger *zap.Logger, now func() int64) *redisLogSink {
-	return &redisLogSink{logger: logger.With(zap.String("client", "go-redis")), now: now, kinds: map[string]*redisLogKind{}}
+	return &redisLogSink{logger: logger.With(zap.String("client", "go-redis")), now: now, kinds: map[string]*throttle.Log{}}
 }
 
 // add makes s a target, the first if no other tier runs.
@@ -72,18 +67,11 @@ func (r *redisLogRouter) Printf(_ context.Context, format string, v ...any) {
 	s := r.targets[0]
 	k := s.kinds[format]
 	if k == nil {
-		k = &redisLogKind{}
+		k = throttle.New(s.logger, format)
 		s.kinds[format] = k
 	}
-	now := s.now()
-	k.count++
-	n := k.count
-	logIt := k.last == 0 || now-k.last >= int64(throttle.Interval)
-	if logIt {
-		k.last, k.count = now, 0
-	}
 	r.mu.Unlock()
-	if logIt {
+	if n, due := k.Due(s.now()); due {
 		s.logger.Warn(fmt.Sprintf(format, v...), zap.Int64("occurrences", n))
 	}
 }

@@ -26,11 +26,19 @@ func New(logger *zap.Logger, msg string) *Log { return &Log{logger: logger, msg:
 // Log notes one occurrence at now (Unix ns) and logs it with the count since
 // the last line, unless a line was logged less than Interval ago.
 func (t *Log) Log(now int64, err error, fields ...zap.Field) {
+	if n, due := t.Due(now); due {
+		t.logger.Warn(t.msg, append(fields, zap.Error(err), zap.Int64("occurrences", n))...)
+	}
+}
+
+// Due notes one occurrence at now (Unix ns) and reports whether a line is
+// due, and for how many occurrences: none was logged for Interval.
+func (t *Log) Due(now int64) (occurrences int64, due bool) {
 	n := t.count.Add(1)
 	last := t.last.Load()
 	if now-last < int64(Interval) || !t.last.CompareAndSwap(last, now) {
-		return
+		return 0, false
 	}
 	t.count.Add(-n)
-	t.logger.Warn(t.msg, append(fields, zap.Error(err), zap.Int64("occurrences", n))...)
+	return n, true
 }
