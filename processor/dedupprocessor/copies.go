@@ -50,7 +50,9 @@ type copyTelemetry struct {
 	sources *copySources // nil: source.key is empty
 }
 
-func newCopyTelemetry(meter metric.Meter, base series, cfg *Config, signal string, logger *zap.Logger) (*copyTelemetry, error) {
+// newCopyTelemetry makes the copies' telemetry; keyed: the signal's identity
+// is its key expressions, not its content.
+func newCopyTelemetry(meter metric.Meter, base series, cfg *Config, keyed bool, logger *zap.Logger) (*copyTelemetry, error) {
 	ct := &copyTelemetry{}
 	var err error
 	ct.ages, err = meter.Float64Histogram("otelcol_processor_dedup_duplicate_age",
@@ -62,7 +64,7 @@ func newCopyTelemetry(meter metric.Meter, base series, cfg *Config, signal strin
 	labelled(base, ct.ageOpts[:], "caught_by", claim.CaughtByNames[:])
 	if len(cfg.Source.Key) > 0 {
 		// A guessable digest is shown only where the backend holds it anyway.
-		example := len(signalConfig(cfg, signal).Key) == 0 || cfg.IdentityAttribute != ""
+		example := !keyed || cfg.IdentityAttribute != ""
 		ct.sources, err = newCopySources(meter, base, cfg.Source, example, logger)
 	}
 	return ct, err
@@ -85,17 +87,6 @@ func (ct *copyTelemetry) close() error {
 		return nil
 	}
 	return ct.sources.registration.Unregister()
-}
-
-// signalConfig is the identity settings of signal.
-func signalConfig(cfg *Config, signal string) SignalConfig {
-	switch signal {
-	case "traces":
-		return cfg.Traces
-	case "metrics":
-		return cfg.Metrics.SignalConfig
-	}
-	return cfg.Logs
 }
 
 // copySources counts records and copies by source in bounded memory: a

@@ -218,7 +218,7 @@ func contentDigest(t *testing.T, cfg *Config, ld plog.Logs) string {
 	defer func() { _ = p.Shutdown(context.Background()) }()
 	b := claim.NewBatch(1, 0)
 	p.Identify(context.Background(), b, ld)
-	ds := b.Digests()
+	ds := batchDigests(b)
 	if len(ds) != 1 {
 		t.Fatalf("%d keys", len(ds))
 	}

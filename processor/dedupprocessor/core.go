@@ -29,12 +29,18 @@ type core struct {
 	gauges   metric.Registration
 }
 
-// newCore makes a signal's processor's core; table is its replica elections
-// (nil: none), forgotten when Redis may have lost them.
-func newCore(cfg *Config, set component.TelemetrySettings, id component.ID, signal string, table *election.Table) (*core, error) {
-	tel, err := newTelemetry(set, id, signal, cfg)
+// newCore makes what every signal's processor has: its core and its identity;
+// table is its replica elections (nil: none), forgotten when Redis may have
+// lost them.
+func newCore[K any](spec *signalSpec[K], sc SignalConfig, set component.TelemetrySettings, id component.ID, cfg *Config, table *election.Table) (*core, *signalIdentity[K], error) {
+	si, err := newSignalIdentity(spec, set, sc)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	signal := spec.name
+	tel, err := newTelemetry(set, id, signal, cfg, len(sc.Key) > 0)
+	if err != nil {
+		return nil, nil, err
 	}
 	opts := claim.Options{
 		Window:            cfg.Window,
@@ -52,7 +58,7 @@ func newCore(cfg *Config, set component.TelemetrySettings, id component.ID, sign
 	}
 	if r := cfg.Redis.Get(); r != nil {
 		if opts.Shared, err = sharedOptions(cfg, r, id); err != nil {
-			return nil, errors.Join(err, tel.copies.close())
+			return nil, nil, errors.Join(err, tel.copies.close())
 		}
 		if table != nil {
 			opts.Shared.Forget = table.ForgetCommitted
@@ -65,17 +71,6 @@ func newCore(cfg *Config, set component.TelemetrySettings, id component.ID, sign
 		keyError: throttle.New(set.Logger, "dedup: cannot evaluate the key or conditions of a "+signal+" item; passing it through"),
 	}
 	p.gauges, err = tel.observe(e, table)
-	return p, err
-}
-
-// newParts makes what every signal's processor has: the processor and its
-// identity; table is its replica elections (nil: none).
-func newParts[K any](spec *signalSpec[K], sc SignalConfig, set component.TelemetrySettings, id component.ID, cfg *Config, table *election.Table) (*core, *signalIdentity[K], error) {
-	si, err := newSignalIdentity(spec, set, sc)
-	if err != nil {
-		return nil, nil, err
-	}
-	p, err := newCore(cfg, set, id, spec.name, table)
 	return p, si, err
 }
 
@@ -150,7 +145,7 @@ type walk[K transformContext] struct {
 
 func newWalk[K transformContext](ctx context.Context, p *core, si *signalIdentity[K], b *claim.Batch, enc *identity.Encoder) walk[K] {
 	tenant, identified := tenantDigest(ctx, p.cfg, enc)
-	b.SetUnidentified(!identified)
+	b.Unidentified = !identified
 	w := walk[K]{
 		ctx: ctx, p: p, si: si, b: b, enc: enc,
 		content: si.parts == nil || p.cfg.OnMissingKey == MissingKeyContent,

@@ -64,8 +64,6 @@ type pointSlice[P dataPoint] interface {
 	RemoveIf(func(P) bool)
 }
 
-// pointView is a data point as the identity sees it, fields copied out so no
-
 // elector is a metrics processor's replica election, settled with the batch's
 // first call.
 type elector struct {
@@ -512,7 +510,7 @@ func (box *ballotBox) admit(b *claim.Batch) bool {
 		box.undecided[undecidedUnavailable]++
 	case vt.replica.Digest == bl.elected:
 		if box.ec.RemoveReplicaLabel {
-			b.Alter()
+			b.Alters = true
 		}
 	default:
 		b.Duplicate(claim.ByElection, claim.UnknownAge)

@@ -75,7 +75,7 @@ func TestIdentityEncodingIsPinned(t *testing.T) {
 }
 
 func hexDigests(b *claim.Batch) []string {
-	ds := b.Digests()
+	ds := batchDigests(b)
 	out := make([]string, len(ds))
 	for i, d := range ds {
 		out[i] = fmt.Sprintf("%016x%016x", d.Hi, d.Lo)

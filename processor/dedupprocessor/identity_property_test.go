@@ -73,7 +73,7 @@ func firstDigest(t *testing.T, identify func(*claim.Batch)) digest.Digest {
 	t.Helper()
 	b := claim.NewBatch(1, 0)
 	identify(b)
-	ds := b.Digests()
+	ds := batchDigests(b)
 	if len(ds) != 1 {
 		t.Fatalf("%d keyed units, want 1", len(ds))
 	}

@@ -113,7 +113,7 @@ type logsProcessor struct {
 }
 
 func newLogsProcessor(set component.TelemetrySettings, id component.ID, cfg *Config, next consumer.Logs) (*logsProcessor, error) {
-	p, si, err := newParts(logSpec, cfg.Logs, set, id, cfg, nil)
+	p, si, err := newCore(logSpec, cfg.Logs, set, id, cfg, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -27,6 +27,7 @@ var dataPointSpec = &signalSpec[*ottldatapoint.TransformContext]{
 	ignorable: []string{"start_time_unix_nano", "time_unix_nano", "resource", "instrumentation_scope"},
 }
 
+// pointView is a data point as the identity sees it, fields copied out so no
 // point is boxed.
 type pointView struct {
 	rm     pmetric.ResourceMetrics
@@ -111,7 +112,7 @@ func newMetricsProcessor(set component.TelemetrySettings, id component.ID, cfg *
 	if ec != nil {
 		table = newElectionTable(ec)
 	}
-	e, si, err := newParts(dataPointSpec, cfg.Metrics.SignalConfig, set, id, cfg, table)
+	e, si, err := newCore(dataPointSpec, cfg.Metrics.SignalConfig, set, id, cfg, table)
 	if err != nil {
 		return nil, err
 	}

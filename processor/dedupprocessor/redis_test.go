@@ -446,7 +446,7 @@ func TestCopyOfARecordPendingTooLongIsRefused(t *testing.T) {
 	ld := events(7, 8)
 	b := claim.NewBatch(2, 0)
 	lp.Identify(context.Background(), b, ld)
-	ds = append(ds, b.Digests()...)
+	ds = append(ds, batchDigests(b)...)
 	if _, err := owner.Claim(context.Background(), redistier.NewToken(1), ds, make([]redistier.Answer, len(ds)), false); err != nil {
 		t.Fatal(err)
 	}

@@ -64,7 +64,7 @@ type redisOpts struct { // one option each (see addEach)
 	record []metric.RecordOption
 }
 
-func newTelemetry(set component.TelemetrySettings, id component.ID, signal string, cfg *Config) (*telemetry, error) {
+func newTelemetry(set component.TelemetrySettings, id component.ID, signal string, cfg *Config, keyed bool) (*telemetry, error) {
 	meter := set.MeterProvider.Meter(scopeName)
 	t := &telemetry{meter: meter, base: series{
 		attribute.String("processor", id.String()),
@@ -111,7 +111,7 @@ func newTelemetry(set component.TelemetrySettings, id component.ID, signal strin
 	t.unidentified = counter("otelcol_processor_dedup_unidentified_records", "{records}",
 		"Records whose request lacked the auth_attributes identity, by reason: unauthenticated (no authenticated identity: a receiver without auth, or a batch processor in front of dedup), missing_attribute (the authenticator set no value for one of the attributes); they are deduplicated in one partition shared by all such requests.")
 	var err error
-	t.copies, err = newCopyTelemetry(meter, t.base, cfg, signal, set.Logger)
+	t.copies, err = newCopyTelemetry(meter, t.base, cfg, keyed, set.Logger)
 	errs = errors.Join(errs, err)
 	if errs != nil {
 		return nil, errs
@@ -188,7 +188,7 @@ func (t *telemetry) observe(e *claim.Engine, table *election.Table) (metric.Regi
 // Delivered adds an accepted call's counts (claim.Observer).
 func (t *telemetry) Delivered(ctx context.Context, b *claim.Batch) {
 	c := b.Counts()
-	if b.Unidentified() {
+	if b.Unidentified {
 		var n int64
 		for _, o := range c.Outcomes {
 			n += o

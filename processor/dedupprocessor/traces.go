@@ -132,7 +132,7 @@ type tracesProcessor struct {
 }
 
 func newTracesProcessor(set component.TelemetrySettings, id component.ID, cfg *Config, next consumer.Traces) (*tracesProcessor, error) {
-	p, si, err := newParts(spanSpec, cfg.Traces, set, id, cfg, nil)
+	p, si, err := newCore(spanSpec, cfg.Traces, set, id, cfg, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -443,15 +443,20 @@ type Batch struct {
 	second   []int32   // verdict indexes of the units left for the second call, ascending
 	split    bool      // the first call moved them out: the second call's data holds them alone
 	kept     int       // records the current call keeps (needsApply)
-	alters   bool      // the adapter changes kept records (replica labels)
 	counts   Counts
 
-	opts         *Options
-	unidentified bool   // the request lacks the auth_attributes identity
-	holder       string // the id of a shared claim met pending, for the refusal
-	round        round
-	scratch      scratch
-	trail        trail // what the copies' telemetry needs: sources, copies, ages
+	// Alters, set by the adapter, applies the batch even without a copy: the
+	// adapter changes kept records (replica labels).
+	Alters bool
+	// Unidentified, set by the adapter: the request lacks the auth_attributes
+	// identity.
+	Unidentified bool
+
+	opts    *Options
+	holder  string // the id of a shared claim met pending, for the refusal
+	round   round
+	scratch scratch
+	trail   trail // what the copies' telemetry needs: sources, copies, ages
 }
 
 // round is one claim of a batch under its own tokens, settled by a commit or
@@ -510,29 +515,8 @@ func (b *Batch) Duplicate(by CaughtBy, age time.Duration) {
 	b.copyOf(len(b.verdicts)-1, by, age)
 }
 
-// Alter says the adapter changes kept records: the batch is applied even
-// without a copy.
-func (b *Batch) Alter() { b.alters = true }
-
-// SetUnidentified says whether the request lacks the auth_attributes
-// identity.
-func (b *Batch) SetUnidentified(u bool) { b.unidentified = u }
-
-// Unidentified reports whether the request lacks the auth_attributes
-// identity.
-func (b *Batch) Unidentified() bool { return b.unidentified }
-
 // Counts is what the call accepted last did to its records.
 func (b *Batch) Counts() *Counts { return &b.counts }
-
-// Digests returns the keyed records' digests, in walk order.
-func (b *Batch) Digests() []digest.Digest {
-	ds := make([]digest.Digest, len(b.keys))
-	for i, k := range b.keys {
-		ds[i] = k.d
-	}
-	return ds
-}
 
 // DigestAt is the digest of the keyed record at verdict index at, if any.
 func (b *Batch) DigestAt(at int32) (digest.Digest, bool) {
@@ -614,7 +598,7 @@ func (b *Batch) countUnique(idx []int32) {
 // needsApply counts the records kept and says whether the verdicts change the
 // batch.
 func (b *Batch) needsApply() bool {
-	change := b.opts.IdentityAttribute != "" && len(b.keys) > 0 || b.alters
+	change := b.opts.IdentityAttribute != "" && len(b.keys) > 0 || b.Alters
 	b.kept = 0
 	for _, v := range b.verdicts {
 		if v == verdictKeep || v == verdictMark {
@@ -656,7 +640,7 @@ type Applier struct {
 func (b *Batch) Applier() Applier { return Applier{b: b} }
 
 // Alters reports whether the adapter changes kept records.
-func (a *Applier) Alters() bool { return a.b.alters }
+func (a *Applier) Alters() bool { return a.b.Alters }
 
 // At is the next unit's verdict index: its place in the data as received.
 func (a *Applier) At() int {
