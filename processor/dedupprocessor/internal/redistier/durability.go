@@ -76,9 +76,9 @@ var uncheckedFormats = [2]string{
 
 // infoField returns the value of field in an INFO reply, or "".
 func infoField(info, field string) string {
-	for _, line := range strings.Split(info, "\r\n") {
+	for line := range strings.Lines(info) {
 		if v, ok := strings.CutPrefix(line, field+":"); ok {
-			return v
+			return strings.TrimSpace(v)
 		}
 	}
 	return ""

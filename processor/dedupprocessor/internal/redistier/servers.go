@@ -2,7 +2,6 @@ package redistier
 
 import (
 	"context"
-	"strings"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
@@ -28,9 +27,7 @@ func (s *servers) onConnect(ctx context.Context, cn *redis.Conn) error {
 	if err != nil || len(role) == 0 || role[0] != "master" {
 		return nil // a replica, a Sentinel, or ROLE refused (an ACL): nothing known
 	}
-	if info, err := cn.Info(ctx, "server").Result(); err == nil {
-		s.master(runID(info))
-	}
+	s.master(cn.Info(ctx, "server"))
 	return nil
 }
 
@@ -38,14 +35,14 @@ func (s *servers) onConnect(ctx context.Context, cn *redis.Conn) error {
 // in the last map, which server it is: a replica promoted on connections it
 // had as a replica runs no OnConnect.
 func (s *servers) checkMaster(ctx context.Context, c *redis.Client) {
-	if info, err := c.Info(ctx, "server").Result(); err == nil {
-		s.master(runID(info))
-	}
+	s.master(c.Info(ctx, "server"))
 }
 
-// master notes a master's run_id, and reports it if it is new.
-func (s *servers) master(id string) {
-	if id == "" {
+// master notes the run_id of a master's INFO server answer, and reports it
+// if it is new.
+func (s *servers) master(info *redis.StringCmd) {
+	id := runID(info.Val())
+	if info.Err() != nil || id == "" {
 		return
 	}
 	s.mu.Lock()
@@ -58,11 +55,4 @@ func (s *servers) master(id string) {
 }
 
 // runID is the run_id of INFO server's answer, or "".
-func runID(info string) string {
-	for line := range strings.Lines(info) {
-		if v, ok := strings.CutPrefix(line, "run_id:"); ok {
-			return strings.TrimSpace(v)
-		}
-	}
-	return ""
-}
+func runID(info string) string { return infoField(info, "run_id") }
