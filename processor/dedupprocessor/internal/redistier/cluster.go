@@ -43,8 +43,8 @@ type clusterExec struct {
 	joined func(context.Context, *redis.Client)
 
 	mu     sync.Mutex
-	nodes  map[string]*clusterNode // by address
-	mapped map[string]bool         // the masters of the last slot map refresh loaded
+	nodes  map[string]*clusterNode  // by address
+	mapped map[string]*redis.Client // the masters of the last slot map refresh loaded
 
 	degradedUntil atomic.Int64 // unix ns
 	reload        chan struct{}
@@ -277,15 +277,12 @@ func (x *clusterExec) refresh() {
 			n = &clusterNode{br: breaker.New(x.brCfg)}
 			x.nodes[addr] = n
 		}
-		if !x.mapped[addr] {
+		if x.mapped[addr] == nil {
 			joined = append(joined, c)
 		}
 		n.master, n.seen = true, now
 	}
-	x.mapped = map[string]bool{}
-	for addr := range masters {
-		x.mapped[addr] = true
-	}
+	x.mapped = masters
 	for addr, n := range x.nodes {
 		if masters[addr] != nil {
 			continue
