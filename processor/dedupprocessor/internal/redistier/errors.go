@@ -47,11 +47,9 @@ func moving(err error) bool {
 
 // redirected reports whether err names the node that serves the key now.
 func redirected(err error) bool {
-	if _, ok := redis.IsMovedError(err); ok {
-		return true
-	}
-	_, ok := redis.IsAskError(err)
-	return ok
+	_, moved := redis.IsMovedError(err)
+	_, ask := redis.IsAskError(err)
+	return moved || ask
 }
 
 // isTimeout reports whether err is a timeout, a free connection's included.

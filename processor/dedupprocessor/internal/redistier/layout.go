@@ -143,16 +143,11 @@ func appendField(dst []byte, d digest.Digest) []byte {
 	return append(dst, b[:fieldSize]...)
 }
 
-// shardHash is the 32 bits of d's field that choose its shard.
-func shardHash(d digest.Digest) uint64 {
-	b := d.Bytes()
-	return uint64(b[7])<<24 | uint64(b[8])<<16 | uint64(b[9])<<8 | uint64(b[10])
-}
-
-// hashName is the name of d's record hash in group g whose shape is L and
-// p: the scripts' addressing, for tests and operators.
+// hashName is the name of d's record hash when its group's shape is L =
+// level and p = split: the scripts' addressing, for tests and operators.
 func (l *layout) hashName(d digest.Digest, level, split uint) string {
-	h := shardHash(d)
+	b := d.Bytes()
+	h := uint64(b[7])<<24 | uint64(b[8])<<16 | uint64(b[9])<<8 | uint64(b[10]) // the shard hash
 	s := h % (1 << level)
 	if s < uint64(split) {
 		s = h % (1 << (level + 1))

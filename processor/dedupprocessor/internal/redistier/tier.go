@@ -139,12 +139,10 @@ func New(opts Options) *Tier {
 // Start learns what the endpoints are and connects, or fails if they cannot
 // work (see decide). If none answers, it connects as Mode, or waits for them.
 func (t *Tier) Start(ctx context.Context) error {
-	err := t.discoverAndConnect(ctx)
-	switch {
-	case err == nil:
-	case !errors.Is(err, errNoAnswer):
-		return err
-	default:
+	if err := t.discoverAndConnect(ctx); err != nil {
+		if !errors.Is(err, errNoAnswer) {
+			return err
+		}
 		t.unknown.Store(&err)
 		t.wg.Go(t.discoverLater)
 	}
@@ -547,8 +545,7 @@ func (t *Tier) settle(ctx context.Context, op, token string, ds []digest.Digest,
 	until := t.opts.Clock.Now().Add(t.opts.Lease)
 	ws := make([]write, 0, len(b.groups))
 	for _, g := range b.groups {
-		w := write{op: op, token: token, group: &l.groups[g], until: until}
-		w.status = l.statusKey(g, token)
+		w := write{op: op, token: token, group: &l.groups[g], status: l.statusKey(g, token), until: until}
 		if op == OpCommit {
 			w.landed = slices.ContainsFunc(held, func(r *renewal) bool { return r.key == w.status })
 		}
@@ -682,7 +679,6 @@ func prepare(l *layout, ds []digest.Digest, sorted, pack bool) *grouping {
 	ng := len(l.groups)
 	b.bounds = slices.Grow(b.bounds[:0], ng+1)[:ng+1]
 	clear(b.bounds)
-	b.next = slices.Grow(b.next[:0], ng)[:ng]
 	for _, d := range ds {
 		b.bounds[l.groupOf(d)+1]++
 	}
@@ -694,8 +690,8 @@ func prepare(l *layout, ds []digest.Digest, sorted, pack bool) *grouping {
 		b.bounds[g] += b.bounds[g-1]
 	}
 	b.order = slices.Grow(b.order[:0], len(ds))[:len(ds)]
-	next := b.next
-	copy(next, b.bounds[:ng])
+	next := append(b.next[:0], b.bounds[:ng]...)
+	b.next = next
 	for i, d := range ds {
 		g := l.groupOf(d)
 		b.order[next[g]] = int32(i)
