@@ -293,10 +293,7 @@ func (s *shard) push(d digest.Digest, expires int64, token uint64, now int64) {
 		}
 		s.pop()
 	}
-	pos := s.head + s.used
-	if pos >= s.size {
-		pos -= s.size
-	}
+	pos := s.at(s.used)
 	if pos >= s.ready { // the first pass over the ring: back the next 64 KiB
 		s.ready = min(pos+64<<10/int(unsafe.Sizeof(slot{})), s.size)
 		populate(s.ring[pos:s.ready])
@@ -316,10 +313,7 @@ func (s *shard) pop() {
 		s.live--
 	}
 	s.headSeq++
-	s.head++
-	if s.head == s.size {
-		s.head = 0
-	}
+	s.head = s.at(1)
 	s.used--
 }
 
@@ -392,11 +386,15 @@ func (s *shard) posOf(seq uint32) (int, bool) {
 	if off >= uint32(s.used) {
 		return 0, false
 	}
-	pos := s.head + int(off)
-	if pos >= s.size {
-		pos -= s.size
+	return s.at(int(off)), true
+}
+
+// at is the ring position off (< size) slots past the head.
+func (s *shard) at(off int) int {
+	if pos := s.head + off; pos < s.size {
+		return pos
 	}
-	return pos, true
+	return s.head + off - s.size
 }
 
 func (s *shard) stale(c cell) bool {
@@ -584,7 +582,7 @@ func (c *Cache) Range(now int64, fn func(d digest.Digest, expires int64)) {
 	c.eachLocked(func(s *shard) {
 		s.expire(now)
 		for k := range s.used {
-			sl := &s.ring[(s.head+k)%s.size]
+			sl := &s.ring[s.at(k)]
 			if sl.expires != 0 && !c.flights.holds(sl.token) {
 				fn(sl.d, sl.expires)
 			}
