@@ -512,11 +512,10 @@ func (c *Cache) Recommit(ds []digest.Digest, expires, now int64) {
 	c.eachShard(ds, func(s *shard, group []int32) {
 		s.expire(now)
 		for _, i := range group {
-			sl, ci := s.lookup(ds[i])
-			if sl != nil && s.flights.holds(sl.token) {
-				continue
-			}
-			if sl != nil {
+			if sl, ci := s.lookup(ds[i]); sl != nil {
+				if s.flights.holds(sl.token) {
+					continue
+				}
 				s.forget(sl, ci)
 			}
 			s.push(ds[i], expires, noToken, now)
