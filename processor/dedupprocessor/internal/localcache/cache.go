@@ -12,6 +12,7 @@ package localcache
 import (
 	"os"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -183,13 +184,9 @@ func (c *Cache) eachShard(ds []digest.Digest, fn func(s *shard, group []int32)) 
 	// A counting sort: starts[k+1] counts shard k's digests, then is where
 	// its group starts, then, once filled, where it ends.
 	n := len(c.shards)
-	if cap(sc.starts) < n+1 {
-		sc.starts = make([]int32, n+1)
-	}
-	if cap(sc.order) < len(ds) {
-		sc.order = make([]int32, len(ds))
-	}
-	starts, order := sc.starts[:n+1], sc.order[:len(ds)]
+	sc.starts = slices.Grow(sc.starts[:0], n+1)[:n+1]
+	sc.order = slices.Grow(sc.order[:0], len(ds))[:len(ds)]
+	starts, order := sc.starts, sc.order
 	clear(starts)
 	for _, d := range ds {
 		starts[(d.Lo&c.mask)+1]++
