@@ -12,6 +12,7 @@ package topk
 
 import (
 	"iter"
+	"slices"
 	"strings"
 )
 
@@ -86,13 +87,7 @@ func (s *Summary[V]) Scale(f float64) {
 // All yields the entries held, in no particular order; the caller must not
 // add while iterating.
 func (s *Summary[V]) All() iter.Seq[*Entry[V]] {
-	return func(yield func(*Entry[V]) bool) {
-		for _, e := range s.heap {
-			if !yield(e) {
-				return
-			}
-		}
-	}
+	return slices.Values(s.heap)
 }
 
 func (s *Summary[V]) less(i, j int) bool { return s.heap[i].weight < s.heap[j].weight }
