@@ -104,12 +104,18 @@ func putTagged[T string | []byte](e *Encoder, tag byte, b T) {
 // putTaggedString is putTagged with a short path for one-byte lengths.
 func (e *Encoder) putTaggedString(tag byte, s string) {
 	if len(s) < 0x80 { // a one-byte uvarint
-		w := e.room(2 + len(s))
-		w[0], w[1] = tag, byte(len(s))
-		copy(w[2:], s)
+		putShort(e.room(2+len(s)), tag, s)
 		return
 	}
 	putTagged(e, tag, s)
+}
+
+// putShort writes putTagged's encoding of s, shorter than 0x80 bytes, at the
+// start of w, and returns the rest of w.
+func putShort(w []byte, tag byte, s string) []byte {
+	w[0], w[1] = tag, byte(len(s))
+	copy(w[2:], s)
+	return w[2+len(s):]
 }
 
 func (e *Encoder) put64(tag byte, v uint64) {
@@ -140,8 +146,8 @@ func (e *Encoder) FieldValue(id byte, v pcommon.Value) {
 func (e *Encoder) FieldString(id byte, s string) {
 	if len(s) < 0x80 {
 		w := e.room(4 + len(s))
-		w[0], w[1], w[2], w[3] = tagField, id, tagString, byte(len(s))
-		copy(w[4:], s)
+		w[0], w[1] = tagField, id
+		putShort(w[2:], tagString, s)
 		return
 	}
 	e.Field(id)
@@ -307,19 +313,12 @@ func (e *Encoder) entry(k string, v pcommon.Value) {
 		switch v.Type() {
 		case pcommon.ValueTypeStr:
 			if s := v.Str(); len(s) < 0x80 {
-				w := e.room(4 + len(k) + len(s))
-				w[0], w[1] = tagString, byte(len(k))
-				copy(w[2:], k)
-				w = w[2+len(k):]
-				w[0], w[1] = tagString, byte(len(s))
-				copy(w[2:], s)
+				w := putShort(e.room(4+len(k)+len(s)), tagString, k)
+				putShort(w, tagString, s)
 				return
 			}
 		case pcommon.ValueTypeInt:
-			w := e.room(2 + len(k) + 9)
-			w[0], w[1] = tagString, byte(len(k))
-			copy(w[2:], k)
-			w = w[2+len(k):]
+			w := putShort(e.room(2+len(k)+9), tagString, k)
 			w[0] = tagInt
 			binary.BigEndian.PutUint64(w[1:9], uint64(v.Int()))
 			return
