@@ -266,10 +266,8 @@ const maxSortedEntries = 8
 // sorted if at most maxSortedEntries distinct keys, else as the sum of its
 // entries' hashes. Each form has its tag: equal maps encode alike.
 func (e *Encoder) Map(m pcommon.Map, skip func(key string) bool) {
-	if m.Len() <= maxSortedEntries || skip != nil {
-		if e.sortedMap(m, skip) {
-			return
-		}
+	if (m.Len() <= maxSortedEntries || skip != nil) && e.sortedMap(m, skip) {
+		return
 	}
 	e.hashedMap(m, skip)
 }
