@@ -129,7 +129,7 @@ func (t *Table) Decide(ref Ref, candidate Replica, token uint64, now int64, take
 	if !take {
 		return Decision{State: Unknown}
 	}
-	t.hold(ref, candidate, token, en)
+	t.put(ref, &entry{replica: clone(candidate), holder: token, prev: en})
 	return Decision{State: Taken, Replica: candidate.Digest}
 }
 
@@ -153,21 +153,16 @@ func (t *Table) admit(tenant Tenant, key digest.Digest, clusters map[digest.Dige
 	return live < t.cfg.MaxClusters
 }
 
-// hold makes ref pending under token for candidate, keeping old (if any) to
-// restore on release.
-func (t *Table) hold(ref Ref, candidate Replica, token uint64, old *entry) {
-	t.clusters(ref.Tenant)[ref.Key] = &entry{
-		cluster: strings.Clone(ref.Cluster), replica: clone(candidate), holder: token, prev: old,
-	}
-}
-
-func (t *Table) clusters(tenant Tenant) map[digest.Digest]*entry {
-	clusters := t.tenants[tenant]
+// put makes en ref's election, naming ref's cluster, and returns it.
+func (t *Table) put(ref Ref, en *entry) *entry {
+	clusters := t.tenants[ref.Tenant]
 	if clusters == nil {
 		clusters = map[digest.Digest]*entry{}
-		t.tenants[tenant] = clusters
+		t.tenants[ref.Tenant] = clusters
 	}
-	return clusters
+	en.cluster = strings.Clone(ref.Cluster)
+	clusters[ref.Key] = en
+	return en
 }
 
 // remove deletes tenant's entry key, and the tenant once it has none.
@@ -184,7 +179,7 @@ func (t *Table) Hold(ref Ref, candidate Replica, token uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if old := t.tenants[ref.Tenant][ref.Key]; old == nil || old.holder == 0 {
-		t.hold(ref, candidate, token, old)
+		t.put(ref, &entry{replica: clone(candidate), holder: token, prev: old})
 	}
 }
 
@@ -196,8 +191,7 @@ func (t *Table) Learn(ref Ref, replica Replica, remaining time.Duration, now int
 	en := t.tenants[ref.Tenant][ref.Key]
 	switch {
 	case en == nil:
-		en = &entry{cluster: strings.Clone(ref.Cluster)}
-		t.clusters(ref.Tenant)[ref.Key] = en
+		en = t.put(ref, &entry{})
 	case en.holder != 0:
 		return
 	}
