@@ -273,7 +273,7 @@ func (s *shard) lookup(d digest.Digest) (*slot, uint64) {
 				}
 			}
 		}
-		if !s.overflowed(w[0]) {
+		if !s.current(w[0]) {
 			break
 		}
 		b = s.next(b)
@@ -394,13 +394,12 @@ func (s *shard) at(off int) int {
 	return s.head + off - s.size
 }
 
-func (s *shard) stale(c cell) bool {
+// current reports whether c, a cell or a mark, names a key still in the ring:
+// it is neither empty nor stale. A current mark says a live key overflowed.
+func (s *shard) current(c cell) bool {
 	_, live := s.posOf(c.seq())
-	return !live
+	return c != 0 && live
 }
-
-// overflowed reports whether a live key passed the bucket with mark m.
-func (s *shard) overflowed(m cell) bool { return m != 0 && !s.stale(m) }
 
 // place puts c in the first empty or stale cell of its probe (40% full at
 // most), marking full buckets.
@@ -409,7 +408,7 @@ func (s *shard) place(c cell) {
 	for {
 		w := s.bucket(b)
 		for j := 1; j < bucketWords; j++ {
-			if w[j] == 0 || s.stale(w[j]) {
+			if !s.current(w[j]) {
 				w[j] = c
 				return
 			}
@@ -422,7 +421,7 @@ func (s *shard) place(c cell) {
 // mark records that key seq passed the full bucket w, unless it names a later
 // live key already.
 func (s *shard) mark(w *[bucketWords]cell, seq uint32) {
-	if m := w[0]; s.overflowed(m) && m.seq()-s.headSeq > seq-s.headSeq {
+	if m := w[0]; s.current(m) && m.seq()-s.headSeq > seq-s.headSeq {
 		return
 	}
 	w[0] = makeCell(1, seq)
@@ -459,7 +458,7 @@ func (s *shard) grow() {
 	}
 	s.nb = nb
 	for i, c := range old {
-		if i%bucketWords != 0 && c != 0 && !s.stale(c) {
+		if i%bucketWords != 0 && s.current(c) {
 			s.place(c)
 		}
 	}
