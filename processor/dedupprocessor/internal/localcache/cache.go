@@ -397,8 +397,11 @@ func (s *shard) at(off int) int {
 // current reports whether c, a cell or a mark, names a key still in the ring:
 // it is neither empty nor stale. A current mark says a live key overflowed.
 func (s *shard) current(c cell) bool {
+	if c == 0 {
+		return false // empty: most cells place meets
+	}
 	_, live := s.posOf(c.seq())
-	return c != 0 && live
+	return live
 }
 
 // place puts c in the first empty or stale cell of its probe (40% full at
