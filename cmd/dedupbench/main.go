@@ -246,11 +246,8 @@ func profiles(ctx context.Context, o options, res *results, redis *redistest.Ser
 			}
 			res.Profiles = append(res.Profiles, r)
 			logf("profiled: %s", describe(r, dup))
-			out, err := exec.CommandContext(ctx, "go", "tool", "pprof", "-top", "-nodecount", "1000000", "-nodefraction", "0", path).Output()
+			out, err := runPprofTop(ctx, path, "-nodecount", "1000000", "-nodefraction", "0")
 			if err != nil {
-				return fmt.Errorf("go tool pprof -top %s: %w", path, err)
-			}
-			if err := os.WriteFile(strings.TrimSuffix(path, ".pprof")+".top.txt", out, 0o644); err != nil {
 				return err
 			}
 			top, err := ParsePprofTop(bytes.NewReader(out))
@@ -259,12 +256,8 @@ func profiles(ctx context.Context, o options, res *results, redis *redistest.Ser
 			}
 			tops = append(tops, top)
 			records = append(records, r.Load.Sent)
-			allocs := strings.TrimSuffix(path, ".pprof") + "-allocs"
-			out, err = exec.CommandContext(ctx, "go", "tool", "pprof", "-top", "-sample_index=alloc_space", "-nodecount", "40", allocs+".pprof").Output()
+			out, err = runPprofTop(ctx, allocsPath(path), "-sample_index=alloc_space", "-nodecount", "40")
 			if err != nil {
-				return fmt.Errorf("go tool pprof -top %s.pprof: %w", allocs, err)
-			}
-			if err := os.WriteFile(allocs+".top.txt", out, 0o644); err != nil {
 				return err
 			}
 			total, err := PprofTotalBytes(out)
@@ -280,6 +273,20 @@ func profiles(ctx context.Context, o options, res *results, redis *redistest.Ser
 	logf("\n%s", doc)
 	return os.WriteFile(filepath.Join(o.out, "profile.md"), []byte(doc), 0o644)
 }
+
+// runPprofTop runs `go tool pprof -top` with flags on the profile at path and
+// writes its output beside it, as <profile>.top.txt.
+func runPprofTop(ctx context.Context, path string, flags ...string) ([]byte, error) {
+	args := append(append([]string{"tool", "pprof", "-top"}, flags...), path)
+	out, err := exec.CommandContext(ctx, "go", args...).Output()
+	if err != nil {
+		return nil, fmt.Errorf("go tool pprof -top %s: %w", path, err)
+	}
+	return out, os.WriteFile(strings.TrimSuffix(path, ".pprof")+".top.txt", out, 0o644)
+}
+
+// allocsPath is where the allocation profile of the CPU profile at path goes.
+func allocsPath(path string) string { return strings.TrimSuffix(path, ".pprof") + "-allocs.pprof" }
 
 // output is a command's trimmed output, or its error.
 func output(ctx context.Context, name string, args ...string) string {
@@ -494,7 +501,7 @@ func measure(ctx context.Context, o options, redis *redistest.Server, mode strin
 	run.Dropped = int64(sc.Sum("otelcol_processor_dedup_records", e2e.Labels{"outcome": "duplicate"}))
 	run.RoundTrips = int64(sc.Sum("otelcol_processor_dedup_redis_requests", nil))
 	if profile != "" {
-		if err := saveAllocs(ctx, c.Ports.Extra, strings.TrimSuffix(profile, ".pprof")+"-allocs.pprof"); err != nil {
+		if err := saveAllocs(ctx, c.Ports.Extra, allocsPath(profile)); err != nil {
 			return run, err
 		}
 	}
