@@ -40,6 +40,13 @@ func targetRows(res *results) []Row {
 		}
 		return Row{target, fig, why, goal, Failed}
 	}
+	// measured is r, or when !ok the row of r's figure not measured.
+	measured := func(ok bool, phase string, r Row) Row {
+		if !ok {
+			return missing(r.Target, r.Figure, r.Goal, phase)
+		}
+		return r
+	}
 	// A ratio is taken within each round, of a mode's figure over the
 	// pass-through's; the row reports the median of those.
 	ratioRow := func(target, mode string, dup int, fig string, bound float64, goal string) Row {
@@ -74,19 +81,15 @@ func targetRows(res *results) []Row {
 	}
 	// Every record of the 0% runs is a key in the window: the median over
 	// rounds of (local peak RSS - pass-through peak RSS) / keys.
-	const figRSS = "peak RSS, local tier over the pass-through, per key in the window (0% copies: every record a key)"
 	perKey := paired(res.Runs[0], ModeLocal, func(r, pass Run) float64 { return float64(r.PeakRSS-pass.PeakRSS) / float64(r.Load.Unique) })
-	if over, ok := Median(perKey); ok {
-		rows = append(rows, Row{"5", figRSS, fmt.Sprintf("%.0f bytes/key", over), "<= 64 bytes/key", verdict[over <= 64]})
-	} else {
-		rows = append(rows, missing("5", figRSS, "<= 64 bytes/key", "e2e"))
-	}
+	over, ok := Median(perKey)
+	rows = append(rows, measured(ok, "e2e", Row{"5", "peak RSS, local tier over the pass-through, per key in the window (0% copies: every record a key)",
+		fmt.Sprintf("%.0f bytes/key", over), "<= 64 bytes/key", verdict[over <= 64]}))
 	if mb, ok := Median(res.GoBench["BenchmarkMemoryPerKey"]["bytes/key"]); ok {
 		rows = append(rows, Row{"5", "local cache heap per key at 10^6 keys (BenchmarkMemoryPerKey)", fmt.Sprintf("%.1f bytes/key", mb), "", Info})
 	}
 	// Source attribution: the hot path's time with source.key on over off,
 	// the geometric mean over the variants (meter, key, copies).
-	const figSources, goalSources = "BenchmarkConsumeLogs, copies traced to their source (on) over not (off), geomean of 8 variants", "<= 1.10x"
 	var logRatio float64
 	n := 0
 	for name, on := range res.GoBench {
@@ -101,29 +104,19 @@ func targetRows(res *results) []Row {
 			n++
 		}
 	}
-	if n == 0 {
-		rows = append(rows, missing("S", figSources, goalSources, "gotest"))
-	} else {
-		r := math.Exp(logRatio / float64(n))
-		rows = append(rows, Row{"S", figSources, fmt.Sprintf("%.3fx", r), goalSources, verdict[r <= 1.10]})
-	}
-	const figClient, goalClient = "the Redis client's CPU, claim + commit of batches of 1000 against redis-server (BenchmarkClientPath)", "<= 0.15 µs/record, O(1) allocs/batch"
-	if cpu, ok := Median(res.GoBench["BenchmarkClientPath"]["client-cpu-ns/record"]); ok {
-		allocs, _ := Median(res.GoBench["BenchmarkClientPath"]["allocs/op"])
-		rows = append(rows, Row{"C", figClient, fmt.Sprintf("%.3f µs/record, %.0f allocs/batch", cpu/1e3, allocs), goalClient, verdict[cpu <= 150]})
-	} else {
-		rows = append(rows, missing("C", figClient, goalClient, "gotest"))
-	}
+	geomean := math.Exp(logRatio / float64(n))
+	rows = append(rows, measured(n > 0, "gotest", Row{"S", "BenchmarkConsumeLogs, copies traced to their source (on) over not (off), geomean of 8 variants",
+		fmt.Sprintf("%.3fx", geomean), "<= 1.10x", verdict[geomean <= 1.10]}))
+	cpu, ok := Median(res.GoBench["BenchmarkClientPath"]["client-cpu-ns/record"])
+	allocs, _ := Median(res.GoBench["BenchmarkClientPath"]["allocs/op"])
+	rows = append(rows, measured(ok, "gotest", Row{"C", "the Redis client's CPU, claim + commit of batches of 1000 against redis-server (BenchmarkClientPath)",
+		fmt.Sprintf("%.3f µs/record, %.0f allocs/batch", cpu/1e3, allocs), "<= 0.15 µs/record, O(1) allocs/batch", verdict[cpu <= 150]}))
 	for _, w := range []string{"1h0m0s", "168h0m0s"} {
 		name := "BenchmarkLayout/window=" + w
 		fig := fmt.Sprintf("Redis used_memory per record, 10^7 records, window %s (BenchmarkLayout)", strings.TrimSuffix(strings.TrimSuffix(w, "0s"), "0m"))
 		b, ok := Median(res.GoBench[name]["redis-B/record"])
-		if !ok {
-			rows = append(rows, missing("R", fig, "<= 32 bytes/record", "gotest"))
-			continue
-		}
 		cpu, _ := Median(res.GoBench[name]["redis-cpu-ns/record"])
-		rows = append(rows, Row{"R", fig, fmt.Sprintf("%.1f bytes/record, Redis CPU %.2f µs/record", b, cpu/1e3), "<= 32 bytes/record", verdict[b <= 32]})
+		rows = append(rows, measured(ok, "gotest", Row{"R", fig, fmt.Sprintf("%.1f bytes/record, Redis CPU %.2f µs/record", b, cpu/1e3), "<= 32 bytes/record", verdict[b <= 32]}))
 	}
 	return append(rows, redisRows(res)...)
 }
