@@ -54,7 +54,7 @@ func parseQuery(expr string) (queryRefs, error) {
 	var stack []byte
 	// labelList: inside the parentheses after by/without/on/ignoring/group_*.
 	labelList := false
-	// inMatchers: inside {...}; the next identifier is a label name.
+	// Inside {...} (inBraces below), the next identifier is a label name.
 	for i := 0; i < len(expr); {
 		c := expr[i]
 		switch {

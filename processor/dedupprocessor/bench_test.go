@@ -182,7 +182,7 @@ func benchMix(x uint64) uint64 {
 }
 
 // BenchmarkDecide measures key derivation alone, without claims: a batch
-// of 1000 records through decideAll, for the content identity, a plain path
+// of 1000 records through Identify, for the content identity, a plain path
 // (the fast path, no OTTL) and the same key as an OTTL expression.
 func BenchmarkDecide(b *testing.B) {
 	for _, tc := range []struct{ name, key string }{

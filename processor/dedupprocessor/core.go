@@ -130,8 +130,8 @@ func (l *lazily[T]) get(newT func() T) T {
 	return l.v
 }
 
-// walk is a batch's walk over its units: the adapter calls resource, scope
-// and unit at each level.
+// walk is a batch's walk over its units: the adapter calls enterResource,
+// enterScope and identifyUnit at each level.
 type walk[K transformContext] struct {
 	ctx     context.Context
 	p       *core
