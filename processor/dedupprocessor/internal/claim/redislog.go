@@ -67,7 +67,7 @@ func (r *redisLogRouter) Printf(_ context.Context, format string, v ...any) {
 	s := r.targets[0]
 	k := s.kinds[format]
 	if k == nil {
-		k = throttle.New(s.logger, format)
+		k = new(throttle.Log) // its Due alone: the line is go-redis's, formatted
 		s.kinds[format] = k
 	}
 	r.mu.Unlock()
