@@ -690,8 +690,8 @@ func prepare(l *layout, ds []digest.Digest, sorted, pack bool) *grouping {
 		b.bounds[g] += b.bounds[g-1]
 	}
 	b.order = slices.Grow(b.order[:0], len(ds))[:len(ds)]
-	next := append(b.next[:0], b.bounds[:ng]...)
-	b.next = next
+	b.next = append(b.next[:0], b.bounds[:ng]...)
+	next := b.next
 	for i, d := range ds {
 		g := l.groupOf(d)
 		b.order[next[g]] = int32(i)
