@@ -160,6 +160,9 @@ func goTest(ctx context.Context, o options, res *results, w io.Writer) error {
 		{".", `^BenchmarkConsumeLogs$/^cache=(empty|1M)$/^key=/^batch=1000$`, o.count, "1s"},
 		// The hot path with copies traced to their source and without.
 		{".", `^BenchmarkConsumeLogs$/^sources=`, o.count, "200x"},
+		// A batch that meets another's pending claims: the records left for
+		// a second call move out of the first call's data.
+		{".", `^BenchmarkConsumeLogsRacing$`, o.count, "1s"},
 		{"./internal/localcache", `^BenchmarkMemoryPerKey$`, o.count, "1s"},
 		// The Redis client's own CPU: claim and commit of a batch of 1000.
 		{"./internal/redistier", `^BenchmarkClientPath$`, o.count, "200x"},
