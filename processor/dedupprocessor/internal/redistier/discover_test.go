@@ -123,9 +123,10 @@ func deadAddr(t *testing.T) string {
 	return addr
 }
 
-// TestDiscoverLater: Redis is down when the tier starts. Start does not
-// fail; calls fail (counted as errors, no round trip) until the tier, asking
-// in the background, finds the server; then they work. A server found later
+// TestDiscoverLater: Redis is down when the tier starts, or is a Cluster
+// that cannot serve yet. Start does not fail; calls fail (counted as errors,
+// no round trip) until the tier, asking in the background, finds the server;
+// then they work. A server found later
 // that cannot work is reported, and calls keep failing.
 func TestDiscoverLater(t *testing.T) {
 	t.Run("comes up", func(t *testing.T) {
@@ -165,6 +166,46 @@ func TestDiscoverLater(t *testing.T) {
 		}
 		claimAll(t, tr, ds)
 		wantObserved(t, &obs, "claim/ok")
+	})
+
+	t.Run("a Cluster that is down", func(t *testing.T) {
+		cl := redistest.Cluster(t, 3)
+		ctx := context.Background()
+		// The master of the shape's slot answers CLUSTERDOWN while another
+		// is hung past the node timeout.
+		owner, _ := cl.MasterOf(int(cl.Client().ClusterKeySlot(ctx, shapeKey("")).Val()))
+		hung := cl.Nodes[0]
+		if hung == owner {
+			hung = cl.Nodes[1]
+		}
+		hung.Pause()
+		defer hung.Resume()
+		testkit.WaitFor(t, "CLUSTERDOWN from "+owner.Addr(), 20*time.Second, func() bool {
+			err := owner.Client().Set(ctx, shapeKey(""), "x", time.Second).Err()
+			return err != nil && strings.HasPrefix(err.Error(), "CLUSTERDOWN")
+		})
+		found := make(chan error, 4)
+		tr := newTier(t, Options{Endpoints: []string{owner.Addr()}, Window: testWindow,
+			OnTopology: func(m Mode, err error) {
+				if err == nil && m != ModeCluster {
+					err = errors.New("found mode " + string(m))
+				}
+				found <- err
+			}})
+		if m := tr.Mode(); m != "" {
+			t.Fatalf("mode %q with the Cluster down", m)
+		}
+		hung.Resume()
+		cl.WaitHealthy()
+		select {
+		case err := <-found:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the tier did not connect within 10s of the Cluster's recovery")
+		}
+		claimAll(t, tr, digests(t, "", 3))
 	})
 
 	t.Run("comes up as a replica", func(t *testing.T) {

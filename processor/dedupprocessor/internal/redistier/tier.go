@@ -243,7 +243,8 @@ func (t *Tier) connect(ctx context.Context, mode Mode) error {
 }
 
 // readShape returns the layout's shape in Redis, writing want if there is
-// none; an error wrapping errNoAnswer if Redis did not answer, another if it
+// none; an error wrapping errNoAnswer if Redis did not answer or cannot serve
+// yet (LOADING, MASTERDOWN, CLUSTERDOWN, TRYAGAIN), another if it refuses or
 // holds a layout this tier cannot work with.
 func (t *Tier) readShape(ctx context.Context, c *conn, want Shape) (Shape, error) {
 	key := shapeKey(t.opts.KeyPrefix)
@@ -253,9 +254,9 @@ func (t *Tier) readShape(ctx context.Context, c *conn, want Shape) (Shape, error
 	case cl.err == nil:
 	case Denied(cl.err):
 		return Shape{}, refused{node: cl.node, err: cl.err}
-	case isReply(cl.err):
+	case !nodeDown(cl.err) && !moving(cl.err):
 		return Shape{}, fmt.Errorf("reading the layout's shape (%s): %w", key, cl.err)
-	default:
+	default: // no answer yet: down, loading, or a Cluster failing over
 		return Shape{}, fmt.Errorf("%w: reading the layout's shape (%s): %w", errNoAnswer, key, cl.err)
 	}
 	var got Shape
