@@ -244,8 +244,8 @@ func (t *Tier) connect(ctx context.Context, mode Mode) error {
 
 // readShape returns the layout's shape in Redis, writing want if there is
 // none; an error wrapping errNoAnswer if Redis did not answer or cannot serve
-// yet (LOADING, MASTERDOWN, CLUSTERDOWN, TRYAGAIN), another if it refuses or
-// holds a layout this tier cannot work with.
+// yet (nodeDown, moving: loading, a failover, a Cluster recovering), another
+// if it refuses or holds a layout this tier cannot work with.
 func (t *Tier) readShape(ctx context.Context, c *conn, want Shape) (Shape, error) {
 	key := shapeKey(t.opts.KeyPrefix)
 	cl := &call{op: "shape", route: key, cmd: redis.NewCmd(ctx, "evalsha", shapeScript.Hash(), 1, key, want.Version, want.Tags)}
