@@ -126,8 +126,8 @@ func deadAddr(t *testing.T) string {
 // TestDiscoverLater: Redis is down when the tier starts, or is a Cluster
 // that cannot serve yet. Start does not fail; calls fail (counted as errors,
 // no round trip) until the tier, asking in the background, finds the server;
-// then they work. A server found later
-// that cannot work is reported, and calls keep failing.
+// then they work. A server found later that cannot work is reported, and
+// calls keep failing.
 func TestDiscoverLater(t *testing.T) {
 	t.Run("comes up", func(t *testing.T) {
 		srv := redistest.Standalone(t)
@@ -135,12 +135,7 @@ func TestDiscoverLater(t *testing.T) {
 		var obs observations
 		found := make(chan error, 4)
 		tr := newTier(t, Options{Endpoints: []string{srv.Addr()}, Window: testWindow, Observe: obs.observe,
-			OnTopology: func(m Mode, err error) {
-				if err == nil && m != ModeStandalone {
-					err = errors.New("found mode " + string(m))
-				}
-				found <- err
-			}})
+			OnTopology: modeFound(ModeStandalone, found)})
 		if m := tr.Mode(); m != "" {
 			t.Fatalf("mode %q with the server down", m)
 		}
@@ -156,14 +151,7 @@ func TestDiscoverLater(t *testing.T) {
 		wantObserved(t, &obs, "claim/error")
 
 		srv.Restart()
-		select {
-		case err := <-found:
-			if err != nil {
-				t.Fatal(err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatal("the tier did not find the server within 10s of its start")
-		}
+		waitFound(t, found)
 		claimAll(t, tr, ds)
 		wantObserved(t, &obs, "claim/ok")
 	})
@@ -185,26 +173,13 @@ func TestDiscoverLater(t *testing.T) {
 			return err != nil && strings.HasPrefix(err.Error(), "CLUSTERDOWN")
 		})
 		found := make(chan error, 4)
-		tr := newTier(t, Options{Endpoints: []string{owner.Addr()}, Window: testWindow,
-			OnTopology: func(m Mode, err error) {
-				if err == nil && m != ModeCluster {
-					err = errors.New("found mode " + string(m))
-				}
-				found <- err
-			}})
+		tr := newTier(t, Options{Endpoints: []string{owner.Addr()}, Window: testWindow, OnTopology: modeFound(ModeCluster, found)})
 		if m := tr.Mode(); m != "" {
 			t.Fatalf("mode %q with the Cluster down", m)
 		}
 		hung.Resume()
 		cl.WaitHealthy()
-		select {
-		case err := <-found:
-			if err != nil {
-				t.Fatal(err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatal("the tier did not connect within 10s of the Cluster's recovery")
-		}
+		waitFound(t, found)
 		claimAll(t, tr, digests(t, "", 3))
 	})
 
@@ -244,4 +219,28 @@ func errString(err error) string {
 		return ""
 	}
 	return err.Error()
+}
+
+// modeFound is an OnTopology that sends on found what the tier found: nil
+// once it connects as want, else an error.
+func modeFound(want Mode, found chan<- error) func(Mode, error) {
+	return func(m Mode, err error) {
+		if err == nil && m != want {
+			err = errors.New("found mode " + string(m))
+		}
+		found <- err
+	}
+}
+
+// waitFound waits, at most 10 s, for what modeFound sends.
+func waitFound(t *testing.T, found <-chan error) {
+	t.Helper()
+	select {
+	case err := <-found:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the tier did not connect within 10s")
+	}
 }
